@@ -1,0 +1,1 @@
+//! pcapng: SHB, IDB (per-interface link type and if_tsresol), EPB, SPB, OPB; other blocks skipped.

@@ -1,0 +1,2 @@
+//! Capture synthesizer: emits the published S2D experiments (and variants with mirror-port
+//! duplication, retransmission and reordering) as pcap files, through the `wire` emitters.

@@ -1,0 +1,1 @@
+//! The flow table: TCP connections keyed by their address/port pair, with idle expiry.

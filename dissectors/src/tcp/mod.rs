@@ -1,0 +1,44 @@
+//! TCP: the flow table and per-direction reassembly.
+//!
+//! Reassembly delivers each direction's byte stream in order, exactly once: retransmitted
+//! and overlapping bytes are dropped (and counted), out-of-order segments wait in a bounded
+//! buffer, and bytes that never arrive (lost segments, snaplen-truncated frames, buffer
+//! overflow) are delivered as an explicit `Chunk::Gap` so the consumer can skip or resync.
+
+pub mod flow;
+pub mod reassembly;
+
+use crate::frame::FrameCtx;
+
+/// What reassembly hands to a stream consumer.
+#[derive(Debug, Clone, Copy)]
+pub enum Chunk<'a> {
+    /// The next in-order bytes of the stream.
+    Data(&'a [u8]),
+    /// This many bytes of the stream are missing from the capture.
+    Gap(u64),
+}
+
+/// A consumer of one direction of a TCP stream (SMB2 framing, iWARP MPA...).
+/// `S` is the pipeline's shared state (sessions, dedupe index, counters).
+pub trait StreamConsumer<S> {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut S);
+    fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut S);
+    /// The stream ended (FIN/RST seen, idle expiry, or end of input).
+    fn close(&mut self, ctx: &FrameCtx, shared: &mut S);
+}
+
+/// Counters reassembly keeps (summed into the report).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReassemblyStats {
+    pub segments: u64,
+    /// Payload bytes of segments that were already delivered (retransmission/overlap).
+    pub retransmitted_bytes: u64,
+    pub retransmitted_segments: u64,
+    pub out_of_order_segments: u64,
+    /// Bytes declared missing (lost segments, snaplen truncation, buffer overflow).
+    pub gap_bytes: u64,
+    pub gaps: u64,
+    /// Peak bytes held in out-of-order buffers (all flows).
+    pub peak_buffered_bytes: u64,
+}
