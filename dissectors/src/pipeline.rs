@@ -1,8 +1,24 @@
-//! The pipeline: frames → wire decode → TCP flows → SMB2 streams → dedupe. (stub)
-use crate::accounting::Accounting;
+//! The pipeline: frames → wire decode → TCP flows → SMB2 streams → dedupe → `Results`.
+//!
+//! `Pipeline::process` takes one frame at a time, so offline files and live capture (a ring
+//! buffer) drive the same code. Every byte of every frame is accounted here or by the stage
+//! it is handed to (see `accounting.rs`).
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
-use crate::dedupe::Dedupe;
+use crate::capture::merge::Merged;
+use crate::capture::{CaptureError, RawFrame};
+use crate::dedupe::{Dedupe, DedupeConfig, Topology};
+use crate::frame::FrameCtx;
+use crate::report::{self, AccountingReport, AnalysisStats, CaptureSpan, InputFile, Results, TcpReport};
 use crate::smb2::state::SmbState;
+use crate::smb2::stream::Smb2Stream;
+use crate::tcp::flow::{FlowConfig, FlowOutcome, FlowTable};
+use crate::tcp::StreamConsumer;
+use crate::wire::{self, Transport};
 
 /// State shared by every stream consumer: counters, SMB sessions, the dedupe index.
 pub struct Shared {
@@ -10,4 +26,366 @@ pub struct Shared {
     pub accounting: Accounting,
     pub smb: SmbState,
     pub dedupe: Dedupe,
+}
+
+/// Analysis settings (from the CLI / Python, as JSON).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub dedupe: DedupeConfig,
+    pub topology: Topology,
+    /// TCP ports that carry SMB2 with NetBIOS framing.
+    pub smb_ports: Vec<u16>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139] }
+    }
+}
+
+impl Config {
+    /// `{"window_seconds": 60, "top_n": 10, "topology": {...}, "smb_ports": [445]}`; every key optional.
+    pub fn from_json(text: &str) -> Result<Config, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("invalid analysis configuration: {e}"))?;
+        let mut c = Config::default();
+        if let Some(w) = v.get("window_seconds") {
+            let w = w.as_f64().ok_or("window_seconds must be a number")?;
+            if !(w > 0.0 && w <= 86_400.0) {
+                return Err(format!("window must be between 0 and 86400 seconds, got {w}"));
+            }
+            c.dedupe.window_ns = (w * 1e9) as u64;
+        }
+        if let Some(n) = v.get("top_n") {
+            c.dedupe.top_n = n.as_u64().ok_or("top_n must be a whole number")?.min(10_000) as usize;
+        }
+        if let Some(t) = v.get("topology") {
+            if !t.is_null() {
+                c.topology = Topology::from_json(t)?;
+            }
+        }
+        if let Some(p) = v.get("smb_ports") {
+            let ports = p.as_array().ok_or("smb_ports must be a list")?;
+            c.smb_ports = ports
+                .iter()
+                .map(|x| x.as_u64().filter(|n| *n > 0 && *n < 65536).map(|n| n as u16))
+                .collect::<Option<Vec<_>>>()
+                .ok_or("smb_ports must hold port numbers")?;
+        }
+        Ok(c)
+    }
+}
+
+/// The stream consumer a TCP direction gets, by service port.
+pub enum Consumer {
+    Smb2(Smb2Stream),
+}
+
+impl StreamConsumer<Shared> for Consumer {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut Shared) {
+        match self {
+            Consumer::Smb2(s) => s.data(bytes, ctx, shared),
+        }
+    }
+    fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut Shared) {
+        match self {
+            Consumer::Smb2(s) => s.gap(missing, ctx, shared),
+        }
+    }
+    fn close(&mut self, ctx: &FrameCtx, shared: &mut Shared) {
+        match self {
+            Consumer::Smb2(s) => s.close(ctx, shared),
+        }
+    }
+}
+
+/// How often (in capture time) the window and idle flows are swept.
+const SWEEP_INTERVAL_NS: u64 = 1_000_000_000;
+
+pub struct Pipeline {
+    pub shared: Shared,
+    flows: FlowTable<Consumer>,
+    smb_ports: Vec<u16>,
+    next_conn: u64,
+    frames: u64,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    last_sweep: u64,
+    window_ns: u64,
+}
+
+impl Pipeline {
+    pub fn new(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        Pipeline {
+            shared: Shared {
+                anomalies: Anomalies::default(),
+                accounting: Accounting::default(),
+                smb: SmbState::new(),
+                dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
+            },
+            flows: FlowTable::new(FlowConfig::default()),
+            smb_ports: config.smb_ports.clone(),
+            next_conn: 1,
+            frames: 0,
+            first_ts: None,
+            last_ts: 0,
+            last_sweep: 0,
+            window_ns: config.dedupe.window_ns,
+        }
+    }
+
+    /// Process one captured frame.
+    pub fn process(&mut self, frame: &RawFrame<'_>) {
+        self.frames += 1;
+        let ts = frame.info.ts_ns;
+        if self.first_ts.is_none() {
+            self.first_ts = Some(ts);
+            self.last_sweep = ts;
+        }
+        if ts < self.last_ts {
+            // Merged mirror ports may be slightly out of order; time only moves forward.
+            self.shared.anomalies.raise("capture.time_went_backwards");
+        } else {
+            self.last_ts = ts;
+        }
+        let ctx = FrameCtx { frame: frame.info.frame, ts_ns: self.last_ts };
+        let len = frame.data.len() as u64;
+        if (frame.info.orig_len as u64) > len {
+            self.shared.anomalies.raise("capture.snaplen_truncated_frame");
+        }
+        let decoded = match wire::decode(frame.info.linktype, frame.data) {
+            Ok(d) => d,
+            Err(e @ wire::DecodeError::UnsupportedLinkType(_)) => {
+                self.shared.anomalies.raise(e.anomaly());
+                self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);
+                return;
+            }
+            Err(e) => {
+                self.shared.anomalies.raise(e.anomaly());
+                self.shared.accounting.add(cat::MALFORMED, len);
+                return;
+            }
+        };
+        if let Some(a) = decoded.anomaly {
+            self.shared.anomalies.raise(a);
+        }
+        match decoded.transport {
+            Transport::Tcp(seg) => {
+                let smb_ports = &self.smb_ports;
+                let next_conn = &mut self.next_conn;
+                let mut make = |_flow: u64, from: (IpAddr, u16), to: (IpAddr, u16)| -> Option<(Consumer, Consumer)> {
+                    let conn = *next_conn;
+                    if smb_ports.contains(&to.1) {
+                        *next_conn += 1;
+                        Some((
+                            Consumer::Smb2(Smb2Stream::new(conn, true, from, to)),
+                            Consumer::Smb2(Smb2Stream::new(conn, false, to, from)),
+                        ))
+                    } else if smb_ports.contains(&from.1) {
+                        *next_conn += 1;
+                        Some((
+                            Consumer::Smb2(Smb2Stream::new(conn, false, from, to)),
+                            Consumer::Smb2(Smb2Stream::new(conn, true, to, from)),
+                        ))
+                    } else {
+                        None
+                    }
+                };
+                let out = self.flows.segment(
+                    decoded.src,
+                    decoded.dst,
+                    &seg,
+                    decoded.dup_signature,
+                    &ctx,
+                    &mut self.shared,
+                    &mut make,
+                );
+                let acct = &mut self.shared.accounting;
+                match out {
+                    FlowOutcome::MirrorDuplicate => acct.add(cat::MIRROR_DUPLICATE, len),
+                    FlowOutcome::Ignored { .. } => acct.add(cat::OTHER_PROTOCOLS, len),
+                    FlowOutcome::Stream { seg: o, .. } => {
+                        // Delivered and buffered bytes are accounted by the stream consumer
+                        // when they reach it; the rest here.
+                        acct.add(cat::PROTOCOL_HEADERS, decoded.header_bytes as u64);
+                        acct.add(cat::RETRANSMITTED, o.retransmitted);
+                        acct.add(cat::TCP_UNDELIVERED, o.dropped);
+                    }
+                }
+            }
+            Transport::Udp(_) | Transport::RoceV1(_) | Transport::Other => {
+                self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);
+            }
+        }
+        if self.last_ts.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL_NS {
+            self.last_sweep = self.last_ts;
+            self.shared.dedupe.advance(self.last_ts);
+            self.flows.expire_idle(self.last_ts, &mut self.shared);
+        }
+    }
+
+    /// End of input: flush every stream, fold the window, build the result.
+    pub fn finish(mut self, inputs: Vec<InputFile>, container: Accounting, started: Instant) -> Results {
+        self.flows.finish(&mut self.shared);
+        let flow_stats = self.flows.stats();
+        let Shared { mut anomalies, mut accounting, smb, dedupe } = self.shared;
+        for (k, v) in self.flows.anomalies().iter() {
+            anomalies.raise_n(k, v);
+        }
+        for (k, v) in container.iter() {
+            accounting.add(k, v);
+        }
+        let mut dedupe = dedupe.finish();
+        let mut anomaly_counts: std::collections::BTreeMap<String, u64> =
+            anomalies.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (k, v) in std::mem::take(&mut dedupe.anomalies) {
+            *anomaly_counts.entry(k).or_insert(0) += v;
+        }
+        let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum();
+        let total_bytes = accounting.total();
+        let smb2 = smb.stats();
+        let mut warnings = Vec::new();
+        let tcp = TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1);
+        if tcp.gap_bytes > 0 {
+            warnings.push(format!(
+                "{} bytes missing from TCP streams in {} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed",
+                tcp.gap_bytes, tcp.gaps
+            ));
+        }
+        if tcp.mirror_duplicate_frames > 0 {
+            warnings.push(format!(
+                "{} frames seen twice on the mirror port were removed (never counted as a second send)",
+                tcp.mirror_duplicate_frames
+            ));
+        }
+        if tcp.retransmitted_bytes > 0 {
+            warnings.push(format!(
+                "{} retransmitted TCP bytes in {} segments were removed",
+                tcp.retransmitted_bytes, tcp.retransmitted_segments
+            ));
+        }
+        let enc = accounting.get(cat::SMB_ENCRYPTED);
+        if enc > 0 {
+            warnings.push(format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"));
+        }
+        let comp = accounting.get(cat::SMB_COMPRESSED);
+        if comp > 0 {
+            warnings.push(format!("{comp} bytes of compressed SMB3 messages were not analysed (decompression comes later)"));
+        }
+        if total_bytes != input_bytes {
+            warnings.push(format!(
+                "byte accounting does not reconcile: {total_bytes} accounted vs {input_bytes} in the input (a bug: please report it)"
+            ));
+        }
+        let n_anom: u64 = anomaly_counts.values().sum();
+        if n_anom > 0 {
+            warnings.push(format!("{n_anom} anomalies in the input (see \"anomalies\")"));
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let first = self.first_ts.map(|t| t as f64 / 1e9);
+        let last = self.first_ts.map(|_| self.last_ts as f64 / 1e9);
+        Results {
+            schema: report::SCHEMA,
+            smbwire_version: env!("CARGO_PKG_VERSION"),
+            inputs,
+            window_seconds: self.window_ns as f64 / 1e9,
+            capture: CaptureSpan {
+                first_ts: first,
+                last_ts: last,
+                duration_seconds: match (first, last) {
+                    (Some(a), Some(b)) => b - a,
+                    _ => 0.0,
+                },
+            },
+            dedupe,
+            accounting: AccountingReport {
+                categories: accounting.iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                total_bytes,
+                input_bytes,
+                reconciled: total_bytes == input_bytes,
+            },
+            anomalies: anomaly_counts,
+            tcp,
+            smb2,
+            warnings,
+            analysis: AnalysisStats {
+                elapsed_seconds: elapsed,
+                frames: self.frames,
+                bytes_per_second: if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
+            },
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum AnalyzeError {
+    Capture(CaptureError),
+    Evidence(String),
+    Interrupted,
+}
+
+impl std::fmt::Display for AnalyzeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnalyzeError::Capture(e) => write!(f, "{e}"),
+            AnalyzeError::Evidence(e) => write!(f, "{e}"),
+            AnalyzeError::Interrupted => write!(f, "interrupted"),
+        }
+    }
+}
+
+/// Progress is reported about every this many input bytes.
+const PROGRESS_EVERY: u64 = 8 << 20;
+
+/// Analyse capture files end to end. `tick(done, total)` is called every few MiB; returning
+/// false stops the analysis (Ctrl-C).
+pub fn analyze_files(
+    paths: &[String],
+    config: &Config,
+    evidence_path: Option<&str>,
+    tick: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<Results, AnalyzeError> {
+    let started = Instant::now();
+    let mut merged = Merged::open(paths).map_err(AnalyzeError::Capture)?;
+    let evidence: Option<Box<dyn std::io::Write + Send>> = match evidence_path {
+        Some(p) => {
+            let f = std::fs::File::create(p)
+                .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
+            Some(Box::new(std::io::BufWriter::new(f)))
+        }
+        None => None,
+    };
+    let total = merged.total_size();
+    let mut pipeline = Pipeline::new(config, evidence);
+    let mut container = Accounting::default();
+    let mut frames_per_file = vec![0u64; paths.len()];
+    let mut next_tick = PROGRESS_EVERY;
+    loop {
+        let frame = match merged.next_frame(&mut container, &mut pipeline.shared.anomalies) {
+            Some(f) => f,
+            None => break,
+        };
+        if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
+            *n += 1;
+        }
+        pipeline.process(&frame);
+        let pos = merged.position();
+        if pos >= next_tick {
+            next_tick = pos + PROGRESS_EVERY;
+            if !tick(pos, total) {
+                return Err(AnalyzeError::Interrupted);
+            }
+        }
+    }
+    tick(total, total);
+    let inputs = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| InputFile {
+            path: p.clone(),
+            size_bytes: std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+            frames: frames_per_file[i],
+        })
+        .collect();
+    Ok(pipeline.finish(inputs, container, started))
 }

@@ -1,2 +1,88 @@
 //! The result of an analysis: one serialisable model that feeds the terminal report, the
 //! JSON file (`"schema": "smbwire/1"`, documented in docs/json-schema.md) and the live TUI.
+
+use crate::dedupe::DedupeReport;
+use crate::smb2::state::Smb2Stats;
+use crate::tcp::ReassemblyStats;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+pub const SCHEMA: &str = "smbwire/1";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InputFile {
+    pub path: String,
+    pub size_bytes: u64,
+    pub frames: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureSpan {
+    pub first_ts: Option<f64>,
+    pub last_ts: Option<f64>,
+    pub duration_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AccountingReport {
+    /// Bytes per category; every byte of every input file is in exactly one category.
+    pub categories: BTreeMap<String, u64>,
+    pub total_bytes: u64,
+    /// Sum of the input files' sizes.
+    pub input_bytes: u64,
+    /// `total_bytes == input_bytes` (a false here is a bug: please report it).
+    pub reconciled: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpReport {
+    pub segments: u64,
+    pub retransmitted_bytes: u64,
+    pub retransmitted_segments: u64,
+    pub out_of_order_segments: u64,
+    pub gap_bytes: u64,
+    pub gaps: u64,
+    pub mirror_duplicate_frames: u64,
+    pub peak_buffered_bytes: u64,
+    pub flows: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AnalysisStats {
+    pub elapsed_seconds: f64,
+    pub frames: u64,
+    pub bytes_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub schema: &'static str,
+    pub smbwire_version: &'static str,
+    pub inputs: Vec<InputFile>,
+    pub window_seconds: f64,
+    pub capture: CaptureSpan,
+    #[serde(flatten)]
+    pub dedupe: DedupeReport,
+    pub accounting: AccountingReport,
+    pub anomalies: BTreeMap<String, u64>,
+    pub tcp: TcpReport,
+    pub smb2: Smb2Stats,
+    pub warnings: Vec<String>,
+    pub analysis: AnalysisStats,
+}
+
+impl TcpReport {
+    pub fn from_stats(s: &ReassemblyStats, mirror_duplicate_frames: u64, flows: u64) -> Self {
+        TcpReport {
+            segments: s.segments,
+            retransmitted_bytes: s.retransmitted_bytes,
+            retransmitted_segments: s.retransmitted_segments,
+            out_of_order_segments: s.out_of_order_segments,
+            gap_bytes: s.gap_bytes,
+            gaps: s.gaps,
+            mirror_duplicate_frames,
+            peak_buffered_bytes: s.peak_buffered_bytes,
+            flows,
+        }
+    }
+}

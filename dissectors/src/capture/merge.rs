@@ -41,7 +41,7 @@ impl Merged {
                 continue;
             }
             if let Some(f) = r.current() {
-                if best.map_or(true, |(ts, _)| f.info.ts_ns < ts) {
+                if best.is_none_or(|(ts, _)| f.info.ts_ns < ts) {
                     best = Some((f.info.ts_ns, i));
                 }
             }

@@ -85,6 +85,623 @@ pub trait FrameReader {
 
 /// Open one file, sniffing pcap vs pcapng from the magic number.
 pub fn open(path: &str, file_index: u16) -> Result<Box<dyn FrameReader>, CaptureError> {
-    let _ = (path, file_index);
-    Err(CaptureError::Io { path: path.to_string(), reason: "not implemented".into() })
+    sniff_and_open(source::Source::open(path)?, path, file_index)
+}
+
+/// Like `open`, over any byte stream whose total size is known (`name` is used in errors).
+/// The stream is read through the same bounded buffer as a file.
+pub fn open_reader(
+    reader: Box<dyn std::io::Read + Send>,
+    size: u64,
+    name: &str,
+    file_index: u16,
+) -> Result<Box<dyn FrameReader>, CaptureError> {
+    sniff_and_open(source::Source::from_reader(reader, size), name, file_index)
+}
+
+fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Result<Box<dyn FrameReader>, CaptureError> {
+    if src.size() == 0 {
+        return Err(CaptureError::Empty { path: path.to_string() });
+    }
+    if src.fill(4) < 4 {
+        return Err(CaptureError::BadHeader { path: path.to_string(), reason: "shorter than a magic number".into() });
+    }
+    let m = src.peek();
+    let magic = [m[0], m[1], m[2], m[3]];
+    if pcap::sniff(magic).is_some() {
+        return Ok(Box::new(pcap::PcapReader::new(src, path, file_index)?));
+    }
+    if u32::from_be_bytes(magic) == pcapng::block::SHB {
+        return Ok(Box::new(pcapng::PcapngReader::new(src, path, file_index)?));
+    }
+    Err(CaptureError::NotACapture { path: path.to_string() })
+}
+
+mod source;
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Captures built in memory, and the shared public captures.
+    use super::*;
+    use std::path::PathBuf;
+
+    /// /work/shared/captures/public seen from the crate: a missing directory fails the test.
+    pub fn public_dir() -> PathBuf {
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/public");
+        assert!(d.join("expected.json").is_file(), "public captures not found at {} (expected shared/ beside the repo)", d.display());
+        d
+    }
+
+    /// (file name, size, expected packet count) for every capture in expected.json.
+    pub fn public_files() -> Vec<(String, u64, u64)> {
+        let d = public_dir();
+        let text = std::fs::read_to_string(d.join("expected.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let files = v["files"].as_object().expect("expected.json: files");
+        let mut out = Vec::new();
+        for (name, f) in files {
+            let variants = f["variants"].as_object().expect("variants");
+            let counts: Vec<u64> = variants.values().map(|x| x["values"]["packets"].as_u64().expect("packets")).collect();
+            assert!(!counts.is_empty() && counts.iter().all(|c| *c == counts[0]), "{name}: variants disagree");
+            out.push((name.clone(), f["size_bytes"].as_u64().expect("size_bytes"), counts[0]));
+        }
+        assert!(out.len() >= 28, "expected.json lists only {} captures", out.len());
+        out
+    }
+
+    pub fn open_bytes(data: Vec<u8>) -> Result<Box<dyn FrameReader>, CaptureError> {
+        let n = data.len() as u64;
+        open_reader(Box::new(std::io::Cursor::new(data)), n, "<mem>", 0)
+    }
+
+    /// Everything one pass over a reader saw.
+    pub struct Pass {
+        pub frames: Vec<(FrameInfo, Vec<u8>)>,
+        pub acct: Accounting,
+        pub an: Anomalies,
+    }
+
+    impl Pass {
+        pub fn frame_bytes(&self) -> u64 {
+            self.frames.iter().map(|(_, d)| d.len() as u64).sum()
+        }
+        /// Bytes of the file the reader accounted or returned.
+        pub fn covered(&self) -> u64 {
+            use crate::accounting::cat;
+            self.acct.get(cat::CAPTURE_FORMAT) + self.acct.get(cat::TRUNCATED_TAIL) + self.acct.get(cat::MALFORMED) + self.frame_bytes()
+        }
+    }
+
+    pub fn read_all(mut r: Box<dyn FrameReader>) -> Pass {
+        let mut acct = Accounting::default();
+        let mut an = Anomalies::default();
+        let mut frames = Vec::new();
+        let mut guard = 0u64;
+        while r.advance(&mut acct, &mut an) {
+            let f = r.current().expect("advance returned true without a frame");
+            frames.push((f.info, f.data.to_vec()));
+            guard += 1;
+            assert!(guard < 10_000_000);
+        }
+        assert!(r.current().is_none());
+        assert!(!r.advance(&mut acct, &mut an), "advance after the end must stay false");
+        assert_eq!(r.position(), r.file_size(), "position at the end");
+        Pass { frames, acct, an }
+    }
+
+    /// A classic pcap: `records` are (ts seconds, ts fraction, data, orig_len).
+    pub fn pcap(big_endian: bool, nanos: bool, linktype: u32, records: &[(u32, u32, &[u8], u32)]) -> Vec<u8> {
+        let w32 = |v: &mut Vec<u8>, x: u32| v.extend_from_slice(&if big_endian { x.to_be_bytes() } else { x.to_le_bytes() });
+        let w16 = |v: &mut Vec<u8>, x: u16| v.extend_from_slice(&if big_endian { x.to_be_bytes() } else { x.to_le_bytes() });
+        let mut v = Vec::new();
+        w32(&mut v, if nanos { pcap::MAGIC_NANOS } else { pcap::MAGIC_MICROS });
+        w16(&mut v, 2);
+        w16(&mut v, 4);
+        w32(&mut v, 0);
+        w32(&mut v, 0);
+        w32(&mut v, 65535);
+        w32(&mut v, linktype);
+        for (s, f, d, o) in records {
+            w32(&mut v, *s);
+            w32(&mut v, *f);
+            w32(&mut v, d.len() as u32);
+            w32(&mut v, *o);
+            v.extend_from_slice(d);
+        }
+        v
+    }
+
+    /// pcapng block writer in one byte order.
+    pub struct Ng {
+        pub big_endian: bool,
+        pub out: Vec<u8>,
+    }
+
+    impl Ng {
+        pub fn new(big_endian: bool) -> Self {
+            Ng { big_endian, out: Vec::new() }
+        }
+        fn u32b(&self, x: u32) -> [u8; 4] {
+            if self.big_endian {
+                x.to_be_bytes()
+            } else {
+                x.to_le_bytes()
+            }
+        }
+        fn u16b(&self, x: u16) -> [u8; 2] {
+            if self.big_endian {
+                x.to_be_bytes()
+            } else {
+                x.to_le_bytes()
+            }
+        }
+        pub fn block(&mut self, ty: u32, body: &[u8]) -> &mut Self {
+            let padded = (body.len() + 3) & !3;
+            let total = (12 + padded) as u32;
+            let (t, l) = (self.u32b(ty), self.u32b(total));
+            self.out.extend_from_slice(&t);
+            self.out.extend_from_slice(&l);
+            self.out.extend_from_slice(body);
+            self.out.resize(self.out.len() + padded - body.len(), 0);
+            self.out.extend_from_slice(&l);
+            self
+        }
+        pub fn shb(&mut self) -> &mut Self {
+            let mut b = Vec::new();
+            b.extend_from_slice(&self.u32b(pcapng::BYTE_ORDER_MAGIC));
+            b.extend_from_slice(&self.u16b(1));
+            b.extend_from_slice(&self.u16b(0));
+            b.extend_from_slice(&[0xff; 8]); // section length -1: unknown
+            self.block(pcapng::block::SHB, &b)
+        }
+        /// IDB with options given as (code, value).
+        pub fn idb(&mut self, linktype: u16, snaplen: u32, opts: &[(u16, &[u8])]) -> &mut Self {
+            let mut b = Vec::new();
+            b.extend_from_slice(&self.u16b(linktype));
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&self.u32b(snaplen));
+            for (code, val) in opts {
+                b.extend_from_slice(&self.u16b(*code));
+                b.extend_from_slice(&self.u16b(val.len() as u16));
+                b.extend_from_slice(val);
+                b.resize((b.len() + 3) & !3, 0);
+            }
+            if !opts.is_empty() {
+                b.extend_from_slice(&[0, 0, 0, 0]);
+            }
+            self.block(pcapng::block::IDB, &b)
+        }
+        pub fn epb(&mut self, iface: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self {
+            let mut b = Vec::new();
+            for x in [iface, (ts >> 32) as u32, ts as u32, data.len() as u32, orig_len] {
+                b.extend_from_slice(&self.u32b(x));
+            }
+            b.extend_from_slice(data);
+            b.resize((b.len() + 3) & !3, 0);
+            // An opt_comment option, then opt_endofopt: options are container bytes too.
+            b.extend_from_slice(&self.u16b(1));
+            b.extend_from_slice(&self.u16b(3));
+            b.extend_from_slice(b"hi\0\0");
+            b.extend_from_slice(&[0, 0, 0, 0]);
+            self.block(pcapng::block::EPB, &b)
+        }
+        pub fn spb(&mut self, data: &[u8], orig_len: u32) -> &mut Self {
+            let mut b = self.u32b(orig_len).to_vec();
+            b.extend_from_slice(data);
+            self.block(pcapng::block::SPB, &b)
+        }
+        pub fn pb(&mut self, iface: u16, ts: u64, data: &[u8], orig_len: u32) -> &mut Self {
+            let mut b = Vec::new();
+            b.extend_from_slice(&self.u16b(iface));
+            b.extend_from_slice(&self.u16b(0));
+            for x in [(ts >> 32) as u32, ts as u32, data.len() as u32, orig_len] {
+                b.extend_from_slice(&self.u32b(x));
+            }
+            b.extend_from_slice(data);
+            self.block(pcapng::block::PB, &b)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+    use crate::accounting::cat;
+
+    #[test]
+    fn public_captures_frame_counts_match_tshark() {
+        let dir = public_dir();
+        let files = public_files();
+        // Every capture in the directory is covered by expected.json (nothing skipped).
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".pcap") || name.ends_with(".pcapng") {
+                assert!(files.iter().any(|(n, _, _)| *n == name), "{name} not in expected.json");
+            }
+        }
+        for (name, size, packets) in files {
+            let path = dir.join(&name);
+            let r = open(path.to_str().unwrap(), 3).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(r.file_size(), size, "{name}: size");
+            let p = read_all(r);
+            assert_eq!(p.frames.len() as u64, packets, "{name}: frame count vs tshark");
+            for (i, (info, data)) in p.frames.iter().enumerate() {
+                assert_eq!(info.frame, crate::frame::FrameRef { file: 3, number: i as u64 + 1 });
+                assert!(data.len() as u64 <= u64::from(info.orig_len).max(data.len() as u64));
+                assert!(info.ts_ns > 1_000_000_000 * 1_000_000_000, "{name}: timestamp after 2001");
+            }
+            // Accounting invariant; public captures are whole and clean.
+            assert_eq!(p.covered(), size, "{name}: accounting");
+            assert_eq!(p.acct.get(cat::TRUNCATED_TAIL) + p.acct.get(cat::MALFORMED), 0, "{name}");
+            assert_eq!(p.an.iter().count(), 0, "{name}: anomalies {:?}", p.an.iter().collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn public_captures_timestamps_and_linktypes() {
+        let dir = public_dir();
+        // First frame times as printed by capinfos/tshark (frame.time_epoch).
+        // First-frame times as tshark prints them (frame.time_epoch). The ERF file's pcap
+        // record header carries µs; tshark shows the ERF header's finer time instead.
+        let cases: [(&str, u64, u32); 6] = [
+            ("smb311-negotiate-contexts-zeek.pcap", 1_566_488_999_981_767_000, capture_lt::ETHERNET),
+            ("smb302-reads-writes.pcap", 1_672_167_351_731_494_000, capture_lt::NULL),
+            ("smb311-compress-lz77-lz77huff-lznt1.pcap", 1_562_328_382_877_576_000, capture_lt::LINUX_SLL),
+            ("smb311-win10-handshake.pcapng", 1_476_605_277_277_352_000, capture_lt::ETHERNET),
+            ("smb311-ms-fasod-example1.pcapng", 1_588_494_649_186_589_000, capture_lt::ETHERNET),
+            ("rdma-infiniband-erf-ipoib.pcap", 1_210_794_479_499_693_000, capture_lt::ERF),
+        ];
+        for (name, ts, lt) in cases {
+            let p = read_all(open(dir.join(name).to_str().unwrap(), 0).unwrap());
+            let first = p.frames[0].0;
+            assert_eq!(first.linktype, lt, "{name}");
+            assert_eq!(first.ts_ns, ts, "{name}");
+        }
+    }
+
+    use super::linktype as capture_lt;
+
+    #[test]
+    fn open_errors() {
+        assert!(matches!(open("/nonexistent/x.pcap", 0), Err(CaptureError::Io { .. })));
+        assert!(matches!(open_bytes(vec![]), Err(CaptureError::Empty { .. })));
+        assert!(matches!(open_bytes(vec![0xd4, 0xc3]), Err(CaptureError::BadHeader { .. })));
+        assert!(matches!(open_bytes(b"GET / HTTP/1.1\r\n\r\n".to_vec()), Err(CaptureError::NotACapture { .. })));
+        let full = pcap(false, false, 1, &[]);
+        assert!(matches!(open_bytes(full[..23].to_vec()), Err(CaptureError::BadHeader { .. })));
+        let mut bad_version = full.clone();
+        bad_version[4] = 9;
+        assert!(matches!(open_bytes(bad_version), Err(CaptureError::BadHeader { .. })));
+        let mut ng = Ng::new(false);
+        ng.shb();
+        let mut bad_bom = ng.out.clone();
+        bad_bom[8] = 0;
+        assert!(matches!(open_bytes(bad_bom), Err(CaptureError::BadHeader { .. })));
+        assert!(matches!(open_bytes(ng.out[..20].to_vec()), Err(CaptureError::BadHeader { .. })));
+        // An empty but valid capture has no frames and accounts its header.
+        let p = read_all(open_bytes(full.clone()).unwrap());
+        assert!(p.frames.is_empty());
+        assert_eq!(p.acct.get(cat::CAPTURE_FORMAT), 24);
+        let p = read_all(open_bytes(ng.out.clone()).unwrap());
+        assert!(p.frames.is_empty());
+        assert_eq!(p.acct.get(cat::CAPTURE_FORMAT), ng.out.len() as u64);
+    }
+
+    /// Cut `data` at every offset in `cuts`: never a panic, and the invariant holds.
+    fn check_cuts(name: &str, data: &[u8], cuts: impl Iterator<Item = usize>) {
+        let whole = read_all(open_bytes(data.to_vec()).unwrap());
+        for cut in cuts {
+            let part = data[..cut].to_vec();
+            match open_bytes(part) {
+                Err(CaptureError::Empty { .. }) => assert_eq!(cut, 0),
+                Err(CaptureError::BadHeader { .. }) => assert!(cut < 28, "{name}: cut {cut} refused"),
+                Err(e) => panic!("{name}: cut {cut}: {e}"),
+                Ok(r) => {
+                    let p = read_all(r);
+                    assert_eq!(p.covered(), cut as u64, "{name}: cut at {cut}");
+                    assert!(p.frames.len() <= whole.frames.len());
+                    // Frames returned are a prefix of the whole file's frames.
+                    for (a, b) in p.frames.iter().zip(&whole.frames) {
+                        assert_eq!(a.1, b.1, "{name}: cut at {cut}");
+                        assert_eq!(a.0.ts_ns, b.0.ts_ns);
+                    }
+                    let tail = p.acct.get(cat::TRUNCATED_TAIL);
+                    assert_eq!(tail > 0, p.an.get("capture.truncated_record") > 0, "{name}: cut at {cut}");
+                    assert_eq!(p.acct.get(cat::MALFORMED), 0, "{name}: cut at {cut}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_public_captures() {
+        let dir = public_dir();
+        for name in [
+            "smb311-compress-lz77-lz77huff-lznt1.pcap",
+            "smb311-compress-chained-patternv1-lznt1.pcapng",
+            "smb2-compound-multiple-pdus-zeek.pcap",
+        ] {
+            let data = std::fs::read(dir.join(name)).unwrap();
+            check_cuts(name, &data, 0..data.len());
+        }
+        for name in ["smb311-ms-fasod-example1.pcapng", "smb311-win10-handshake.pcapng", "smb302-reads-writes.pcap"] {
+            let data = std::fs::read(dir.join(name)).unwrap();
+            check_cuts(name, &data, (0..data.len()).step_by(997));
+        }
+    }
+
+    #[test]
+    fn truncated_tail_counts_partial_record() {
+        let full = pcap(false, false, 1, &[(1, 0, &[1, 2, 3, 4], 4), (2, 0, &[5, 6, 7, 8, 9], 5)]);
+        let cut = full.len() - 2;
+        let p = read_all(open_bytes(full[..cut].to_vec()).unwrap());
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.acct.get(cat::TRUNCATED_TAIL), 16 + 3);
+        assert_eq!(p.acct.get(cat::CAPTURE_FORMAT), 24 + 16);
+        assert_eq!(p.an.get("capture.truncated_record"), 1);
+    }
+
+    #[test]
+    fn oversized_pcap_record_stops_the_file() {
+        let mut full = pcap(true, false, 1, &[(1, 0, &[1, 2, 3, 4], 4), (2, 0, &[5; 40], 40)]);
+        // Second record's caplen → 16 MiB.
+        let off = 24 + 16 + 4 + 8;
+        full[off..off + 4].copy_from_slice(&(16u32 << 20).to_be_bytes());
+        let p = read_all(open_bytes(full.clone()).unwrap());
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.an.get("pcap.bad_record_length"), 1);
+        assert_eq!(p.acct.get(cat::MALFORMED), 16 + 40);
+        assert_eq!(p.covered(), full.len() as u64);
+    }
+
+    #[test]
+    fn pcap_timestamps_both_resolutions_and_byte_orders() {
+        for be in [false, true] {
+            let us = read_all(open_bytes(pcap(be, false, 1, &[(1_700_000_000, 123_456, &[0; 60], 60)])).unwrap());
+            assert_eq!(us.frames[0].0.ts_ns, 1_700_000_000_123_456_000);
+            assert_eq!(us.frames[0].0.linktype, 1);
+            let ns = read_all(open_bytes(pcap(be, true, 228, &[(1_700_000_000, 123_456_789, &[0; 60], 1514)])).unwrap());
+            assert_eq!(ns.frames[0].0.ts_ns, 1_700_000_000_123_456_789);
+            assert_eq!(ns.frames[0].0.orig_len, 1514);
+            assert_eq!(ns.frames[0].0.linktype, 228);
+        }
+    }
+
+    #[test]
+    fn pcapng_blocks_interfaces_and_resolutions() {
+        for be in [false, true] {
+            let mut ng = Ng::new(be);
+            ng.shb()
+                .idb(1, 65535, &[(2, b"eth0"), (9, &[9])]) // if_name, if_tsresol = ns
+                .idb(113, 262144, &[]) // µs default
+                .idb(101, 0, &[(9, &[0x80 | 10]), (14, &10i64.to_le_bytes())]) // 2^-10 s, +10 s (LE value, fixed below)
+                .epb(0, 1_700_000_000_123_456_789, &[0xaa; 61], 1514)
+                .block(0x0000_0bad, &[1, 2, 3, 4, 5]) // unknown block: skipped
+                .epb(1, 1_700_000_000_123_456, &[0xbb; 20], 20)
+                .epb(2, 1024 * 5 + 512, &[0xcc; 3], 3)
+                .spb(&[0xdd; 10], 10) // interface 0: captured = min(orig_len, snaplen), padding dropped
+                .pb(1, 1_700_000_001_000_000, &[0xee; 7], 7);
+            if be {
+                // if_tsoffset must be in the section's byte order.
+                let pos = ng.out.windows(8).position(|w| w == 10i64.to_le_bytes()).unwrap();
+                ng.out[pos..pos + 8].copy_from_slice(&10i64.to_be_bytes());
+            }
+            let size = ng.out.len() as u64;
+            let p = read_all(open_bytes(ng.out.clone()).unwrap());
+            let got: Vec<(u64, u32, usize, u32, u64)> =
+                p.frames.iter().map(|(i, d)| (i.frame.number, i.linktype, d.len(), i.orig_len, i.ts_ns)).collect();
+            assert_eq!(
+                got,
+                vec![
+                    (1, 1, 61, 1514, 1_700_000_000_123_456_789),
+                    (2, 113, 20, 20, 1_700_000_000_123_456_000),
+                    (3, 101, 3, 3, 15_500_000_000),
+                    (4, 1, 10, 10, 15_500_000_000),
+                    (5, 113, 7, 7, 1_700_000_001_000_000_000),
+                ],
+                "big_endian={be}"
+            );
+            assert_eq!(p.frames[0].1, vec![0xaa; 61]);
+            assert_eq!(p.frames[3].1, vec![0xdd; 10]);
+            assert_eq!(p.covered(), size);
+            assert_eq!(p.acct.get(cat::MALFORMED) + p.acct.get(cat::TRUNCATED_TAIL), 0);
+            assert_eq!(p.an.iter().count(), 0);
+        }
+    }
+
+    #[test]
+    fn pcapng_sections_switch_byte_order_and_reset_interfaces() {
+        let mut a = Ng::new(false);
+        a.shb().idb(1, 0, &[]).epb(0, 1_000_000, &[1; 14], 14);
+        let mut b = Ng::new(true);
+        b.shb().idb(228, 0, &[(9, &[9])]).epb(0, 2_000_000_000, &[2; 20], 20);
+        // A third section with no IDB: its EPB names an unknown interface.
+        let mut c = Ng::new(false);
+        c.shb().epb(0, 5, &[3; 8], 8);
+        let mut data = a.out.clone();
+        data.extend_from_slice(&b.out);
+        data.extend_from_slice(&c.out);
+        let p = read_all(open_bytes(data.clone()).unwrap());
+        assert_eq!(p.frames.len(), 2);
+        assert_eq!((p.frames[0].0.linktype, p.frames[0].0.ts_ns), (1, 1_000_000_000));
+        assert_eq!((p.frames[1].0.linktype, p.frames[1].0.ts_ns), (228, 2_000_000_000));
+        assert_eq!(p.an.get("pcapng.unknown_interface"), 1);
+        assert_eq!(p.covered(), data.len() as u64);
+    }
+
+    #[test]
+    fn pcapng_damaged_blocks() {
+        let mut ng = Ng::new(false);
+        ng.shb().idb(1, 0, &[]).epb(0, 1, &[1; 16], 16);
+        let good = ng.out.len();
+        ng.epb(0, 2, &[2; 16], 16);
+        // caplen larger than the block.
+        let mut d = ng.out.clone();
+        d[good + 20..good + 24].copy_from_slice(&1000u32.to_le_bytes());
+        let p = read_all(open_bytes(d.clone()).unwrap());
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.an.get("pcapng.bad_caplen"), 1);
+        assert_eq!(p.covered(), d.len() as u64);
+        // Block length not a multiple of 4: no resync, rest is malformed.
+        let mut d = ng.out.clone();
+        d[good + 4] = 0x31;
+        let p = read_all(open_bytes(d.clone()).unwrap());
+        assert_eq!(p.an.get("pcapng.bad_block_length"), 1);
+        assert_eq!(p.acct.get(cat::MALFORMED), (d.len() - good) as u64);
+        assert_eq!(p.covered(), d.len() as u64);
+        // Trailing length disagrees: counted, frame still returned.
+        let mut d = ng.out.clone();
+        let last = d.len() - 4;
+        d[last] ^= 0x40;
+        let p = read_all(open_bytes(d.clone()).unwrap());
+        assert_eq!(p.frames.len(), 2);
+        assert_eq!(p.an.get("pcapng.block_length_mismatch"), 1);
+    }
+
+    #[test]
+    fn large_records() {
+        // A pcap declaring a 400 KiB snaplen may carry a 300 KiB record (beyond the buffer's
+        // first fill); a pcapng block above MAX_PARSED_BLOCK is skipped unbuffered.
+        let big = vec![0x11u8; 300 * 1024];
+        let mut d = pcap(false, false, 1, &[(1, 0, &big, big.len() as u32), (2, 0, &[1, 2], 2)]);
+        d[16..20].copy_from_slice(&(400u32 * 1024).to_le_bytes());
+        let p = read_all(open_bytes(d.clone()).unwrap());
+        assert_eq!(p.frames.len(), 2);
+        assert_eq!(p.frames[0].1.len(), big.len());
+        assert_eq!(p.covered(), d.len() as u64);
+
+        let huge = vec![0x22u8; pcapng::MAX_PARSED_BLOCK];
+        let mut ng = Ng::new(false);
+        ng.shb().idb(1, 0, &[]).epb(0, 1, &huge, huge.len() as u32).epb(0, 2, &[3; 5], 5);
+        let p = read_all(open_bytes(ng.out.clone()).unwrap());
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.frames[0].0.frame.number, 2, "the skipped packet block keeps its number");
+        assert_eq!(p.an.get("pcapng.oversized_block"), 1);
+        assert!(p.acct.get(cat::MALFORMED) > huge.len() as u64);
+        assert_eq!(p.covered(), ng.out.len() as u64);
+    }
+
+    #[test]
+    fn simple_packet_block_honours_snaplen() {
+        let mut ng = Ng::new(true);
+        ng.shb().idb(1, 8, &[]).epb(0, 7_000_000, &[1; 8], 1500).spb(&[9; 8], 1500);
+        let p = read_all(open_bytes(ng.out.clone()).unwrap());
+        assert_eq!(p.frames.len(), 2);
+        let (info, data) = &p.frames[1];
+        assert_eq!((data.len(), info.orig_len, info.ts_ns), (8, 1500, 7_000_000_000));
+        assert_eq!(p.covered(), ng.out.len() as u64);
+    }
+
+    #[test]
+    fn resolution_conversion() {
+        use pcapng::TsResolution::*;
+        assert_eq!(Pow10(6).to_ns(1_500_000, 0), 1_500_000_000);
+        assert_eq!(Pow10(9).to_ns(7, 0), 7);
+        assert_eq!(Pow10(12).to_ns(7_000, 0), 7);
+        assert_eq!(Pow10(127).to_ns(u64::MAX, 0), 0);
+        assert_eq!(Pow2(1).to_ns(3, 0), 1_500_000_000);
+        assert_eq!(Pow2(127).to_ns(u64::MAX, 0), 0);
+        assert_eq!(Pow10(0).to_ns(u64::MAX, 0), u64::MAX);
+        assert_eq!(Pow10(6).to_ns(0, -5), 0);
+        assert_eq!(pcapng::TsResolution::from_option(0x86), Pow2(6));
+    }
+
+    #[test]
+    fn merge_interleaves_by_time() {
+        let a = pcap(false, false, 1, &[(10, 0, &[0xa1], 1), (30, 0, &[0xa2], 1), (30, 5, &[0xa3], 1)]);
+        let b = pcap(true, true, 1, &[(20, 0, &[0xb1], 1), (30, 0, &[0xb2], 1), (40, 0, &[0xb3], 1)]);
+        let ra = open_reader(Box::new(std::io::Cursor::new(a)), 24 + 3 * 17, "a", 0).unwrap();
+        let rb = open_reader(Box::new(std::io::Cursor::new(b)), 24 + 3 * 17, "b", 1).unwrap();
+        let mut m = merge::Merged::from_readers(vec![ra, rb]);
+        let mut acct = Accounting::default();
+        let mut an = Anomalies::default();
+        let mut order = Vec::new();
+        while let Some(f) = m.next_frame(&mut acct, &mut an) {
+            order.push((f.data[0], f.info.frame.file, f.info.frame.number));
+        }
+        // Ties (30 s) go to the lower file index first.
+        assert_eq!(
+            order,
+            vec![(0xa1, 0, 1), (0xb1, 1, 1), (0xa2, 0, 2), (0xb2, 1, 2), (0xa3, 0, 3), (0xb3, 1, 3)]
+        );
+        assert_eq!(m.total_size(), 2 * (24 + 3 * 17));
+        assert_eq!(m.position(), m.total_size());
+        assert_eq!(acct.total() + 6, m.total_size());
+    }
+
+    #[test]
+    fn merge_public_files_keeps_every_frame() {
+        let dir = public_dir();
+        let paths: Vec<String> = ["smb311-ms-fasod-example1.pcapng", "smb2-readwrite-midstream-zeek.pcap"]
+            .iter()
+            .map(|n| dir.join(n).to_str().unwrap().to_string())
+            .collect();
+        let mut m = merge::Merged::open(&paths).unwrap();
+        let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+        let (mut n, mut last, mut bytes) = (0u64, 0u64, 0u64);
+        while let Some(f) = m.next_frame(&mut acct, &mut an) {
+            // Both files are internally time-ordered, so the merge never goes back in time.
+            assert!(f.info.ts_ns >= last, "merge went back in time");
+            last = f.info.ts_ns;
+            n += 1;
+            bytes += f.data.len() as u64;
+        }
+        assert_eq!(n, 394 + 56);
+        assert_eq!(acct.total() + bytes, m.total_size());
+    }
+
+    mod fuzz {
+        use super::super::testutil::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            #[test]
+            fn garbage_after_pcap_header(be in any::<bool>(), ns in any::<bool>(), tail in proptest::collection::vec(any::<u8>(), 0..2048)) {
+                let mut d = pcap(be, ns, 1, &[]);
+                d.extend_from_slice(&tail);
+                let n = d.len() as u64;
+                let p = read_all(open_bytes(d).unwrap());
+                prop_assert_eq!(p.covered(), n);
+            }
+
+            #[test]
+            fn garbage_after_pcapng_header(be in any::<bool>(), idb in any::<bool>(), tail in proptest::collection::vec(any::<u8>(), 0..2048)) {
+                let mut ng = Ng::new(be);
+                ng.shb();
+                if idb { ng.idb(1, 0, &[]); }
+                let mut d = ng.out.clone();
+                d.extend_from_slice(&tail);
+                let n = d.len() as u64;
+                let p = read_all(open_bytes(d).unwrap());
+                prop_assert_eq!(p.covered(), n);
+            }
+
+            #[test]
+            fn plausible_blocks_with_random_fields(be in any::<bool>(), words in proptest::collection::vec((0u32..8, 0u32..200, any::<u32>()), 0..40)) {
+                // Blocks whose type and length are small numbers: exercises every parser path.
+                let mut ng = Ng::new(be);
+                ng.shb().idb(1, 0, &[]);
+                for (ty, len, fill) in words {
+                    let body: Vec<u8> = (0..len).map(|i| (fill >> (i % 4 * 8)) as u8).collect();
+                    ng.block(ty, &body);
+                }
+                let d = ng.out.clone();
+                let n = d.len() as u64;
+                let p = read_all(open_bytes(d).unwrap());
+                prop_assert_eq!(p.covered(), n);
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic(d in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let n = d.len() as u64;
+                if let Ok(r) = open_bytes(d) {
+                    let p = read_all(r);
+                    prop_assert_eq!(p.covered(), n);
+                }
+            }
+        }
+    }
 }

@@ -1,1 +1,201 @@
-//! attribution
+//! The attribution rules: duplicate kind and class of every block of a send.
+//!
+//! Pure decisions only; the index (`index.rs`) gathers the facts they need. The rules, their
+//! reasons and their limits are written up in docs/attribution.md.
+
+use super::SendKind;
+use serde::Serialize;
+
+/// What a byte of payload was moved for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Class {
+    /// A member wrote to another member, which wrote the same block on (CSV/S2D redirected
+    /// I/O: a non-owner sends the write to the owner, which replicates it).
+    #[serde(rename = "redirection")]
+    Redirection,
+    /// A member wrote to another member, which did not send it on (mirror copies).
+    #[serde(rename = "replication")]
+    Replication,
+    /// A member's READ response to another member.
+    #[serde(rename = "redirected-read")]
+    RedirectedRead,
+    /// Either end is not a member.
+    #[serde(rename = "client")]
+    Client,
+}
+
+impl Class {
+    pub const ALL: [Class; 4] = [
+        Class::Redirection,
+        Class::Replication,
+        Class::RedirectedRead,
+        Class::Client,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Redirection => "redirection",
+            Class::Replication => "replication",
+            Class::RedirectedRead => "redirected-read",
+            Class::Client => "client",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Class> {
+        Class::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Which rule decided a block's class (reported per edge and class as `decided_by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// Membership of the ends and the operation.
+    Inference,
+    /// A topology rule matched the share / file name.
+    Rule,
+    /// The receiver of the WRITE sent the same block on in a WRITE.
+    Forwarded,
+}
+
+/// How a non-trivial block relates to what already crossed its edge within the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DupKind {
+    /// First time on this edge within the window.
+    Unique,
+    /// Another copy of a whole payload that already crossed the edge.
+    PerCopy,
+    /// The same bytes sent again as (part of) other data.
+    RepeatedContent,
+}
+
+/// Class from membership and operation alone.
+pub fn inferred_class(kind: SendKind, src_member: bool, dst_member: bool) -> Class {
+    if !(src_member && dst_member) {
+        return Class::Client;
+    }
+    match kind {
+        SendKind::Write => Class::Replication,
+        SendKind::Read => Class::RedirectedRead,
+    }
+}
+
+/// Class of one block of a send.
+///
+/// `rule`: class of a matching topology rule. `forwarded`: the receiver of this WRITE later
+/// wrote the same block to another node within the window. Forwarding only turns member→member
+/// WRITEs into redirection: a client's write that a member then replicates is client traffic.
+pub fn block_class(
+    kind: SendKind,
+    src_member: bool,
+    dst_member: bool,
+    rule: Option<Class>,
+    forwarded: bool,
+) -> (Class, DecidedBy) {
+    if let Some(class) = rule {
+        return (class, DecidedBy::Rule);
+    }
+    if forwarded && kind == SendKind::Write && src_member && dst_member {
+        return (Class::Redirection, DecidedBy::Forwarded);
+    }
+    (
+        inferred_class(kind, src_member, dst_member),
+        DecidedBy::Inference,
+    )
+}
+
+/// What the index knows about the send a duplicate block repeats (the most recent earlier
+/// send of that block on the same edge).
+pub struct Repeated {
+    /// It is the current send itself (the block occurs twice in one payload).
+    pub same_send: bool,
+    /// Same payload digest and length as the current send.
+    pub same_payload: bool,
+    /// No completion of it was seen before the current send started.
+    pub outstanding: bool,
+    /// No send of a different payload crossed the edge between it and the current send.
+    pub consecutive: bool,
+}
+
+/// Per-copy send vs repeated content for a duplicate block.
+pub fn dup_kind(r: &Repeated) -> DupKind {
+    if !r.same_send && r.same_payload && (r.outstanding || r.consecutive) {
+        DupKind::PerCopy
+    } else {
+        DupKind::RepeatedContent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_names_round_trip() {
+        for c in Class::ALL {
+            assert_eq!(Class::from_name(c.name()), Some(c));
+            assert_eq!(
+                serde_json::to_value(c).unwrap(),
+                serde_json::json!(c.name())
+            );
+        }
+        assert_eq!(Class::from_name("Replication"), None);
+    }
+
+    #[test]
+    fn rule_beats_forwarding_beats_inference() {
+        use SendKind::*;
+        assert_eq!(
+            block_class(Write, true, true, None, false),
+            (Class::Replication, DecidedBy::Inference)
+        );
+        assert_eq!(
+            block_class(Read, true, true, None, false),
+            (Class::RedirectedRead, DecidedBy::Inference)
+        );
+        assert_eq!(
+            block_class(Write, false, true, None, false),
+            (Class::Client, DecidedBy::Inference)
+        );
+        assert_eq!(
+            block_class(Read, true, false, None, false),
+            (Class::Client, DecidedBy::Inference)
+        );
+        assert_eq!(
+            block_class(Write, true, true, None, true),
+            (Class::Redirection, DecidedBy::Forwarded)
+        );
+        assert_eq!(
+            block_class(Write, false, true, None, true),
+            (Class::Client, DecidedBy::Inference)
+        );
+        assert_eq!(
+            block_class(Read, true, true, None, true),
+            (Class::RedirectedRead, DecidedBy::Inference)
+        );
+        assert_eq!(
+            block_class(Write, true, true, Some(Class::Client), true),
+            (Class::Client, DecidedBy::Rule)
+        );
+    }
+
+    #[test]
+    fn per_copy_needs_same_payload_and_outstanding_or_consecutive() {
+        let r = |same_send, same_payload, outstanding, consecutive| {
+            dup_kind(&Repeated {
+                same_send,
+                same_payload,
+                outstanding,
+                consecutive,
+            })
+        };
+        assert_eq!(r(false, true, true, false), DupKind::PerCopy);
+        assert_eq!(r(false, true, false, true), DupKind::PerCopy);
+        assert_eq!(r(false, true, false, false), DupKind::RepeatedContent);
+        assert_eq!(r(false, false, true, true), DupKind::RepeatedContent);
+        assert_eq!(r(true, true, true, true), DupKind::RepeatedContent);
+    }
+}

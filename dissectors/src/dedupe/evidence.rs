@@ -1,1 +1,257 @@
-//! evidence
+//! Evidence of duplicated payloads: which sends (frames, session, file, offset) carried the
+//! same whole payload within the window. Written as JSON lines when a payload's last send
+//! leaves the window, and kept as a bounded top-N list for the report. Digests only, never
+//! payload bytes.
+
+use super::{SendKind, Transport};
+use crate::anomaly::Anomalies;
+use serde::{Serialize, Serializer};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::Write;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Sends listed per duplicated payload (the count goes on in `sends_total`).
+pub const MAX_SENDS_PER_PAYLOAD: usize = 1000;
+/// Bound on send entries held across all open payloads.
+pub const MAX_STORED_SENDS: usize = 4_000_000;
+
+/// Whole-payload identity: digest and length.
+pub type PayloadKey = ([u8; 32], u64);
+
+/// One send of a duplicated payload, as written in evidence and `top_duplicates`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SendEvidence {
+    /// Capture file index (order of the input files).
+    pub file: u16,
+    /// First and last frame numbers that carried the payload.
+    pub frames: [u64; 2],
+    /// Frame of the SMB2 header, when it is known and differs from the first payload frame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header_frame: Option<u64>,
+    /// Time of the first payload byte, seconds since the epoch.
+    pub time: f64,
+    pub time_ns: u64,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    #[serde(serialize_with = "arc_str")]
+    pub src_node: Arc<str>,
+    #[serde(serialize_with = "arc_str")]
+    pub dst_node: Arc<str>,
+    pub kind: SendKind,
+    #[serde(serialize_with = "hex_u64")]
+    pub session: u64,
+    pub tree: u32,
+    #[serde(serialize_with = "hex_bytes")]
+    pub file_id: [u8; 16],
+    #[serde(serialize_with = "opt_arc_str")]
+    pub file_name: Option<Arc<str>>,
+    #[serde(serialize_with = "opt_arc_str")]
+    pub share: Option<Arc<str>>,
+    pub offset: u64,
+    pub transport: Transport,
+    pub conn: u64,
+    pub message_id: u64,
+}
+
+/// A payload sent at least twice within the window.
+#[derive(Clone, Debug, Serialize)]
+pub struct DuplicatePayload {
+    /// Payload digest (hash.rs construction), 64 hex digits.
+    #[serde(serialize_with = "hex_bytes")]
+    pub digest: [u8; 32],
+    /// Payload length in bytes.
+    pub size: u64,
+    pub sends_total: u64,
+    /// Non-trivial bytes of the payload × (sends_total − 1): what the repeats cost.
+    pub duplicate_bytes: u64,
+    /// The first `MAX_SENDS_PER_PAYLOAD` sends in time order.
+    pub sends: Vec<SendEvidence>,
+}
+
+struct Open {
+    nontrivial_len: u64,
+    sends: Vec<SendEvidence>,
+    sends_total: u64,
+    live: u64,
+}
+
+/// Top-list entry ordered by duplicate bytes, then digest and size (for a stable order).
+struct Ranked(DuplicatePayload);
+
+impl Ranked {
+    fn key(&self) -> (u64, Reverse<[u8; 32]>, Reverse<u64>) {
+        (
+            self.0.duplicate_bytes,
+            Reverse(self.0.digest),
+            Reverse(self.0.size),
+        )
+    }
+}
+impl PartialEq for Ranked {
+    fn eq(&self, o: &Self) -> bool {
+        self.key() == o.key()
+    }
+}
+impl Eq for Ranked {}
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ranked {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&o.key())
+    }
+}
+
+pub struct Evidence {
+    writer: Option<Box<dyn Write + Send>>,
+    open: HashMap<PayloadKey, Open>,
+    stored_sends: usize,
+    top_n: usize,
+    /// Min-heap of the best `top_n` so far.
+    top: BinaryHeap<Reverse<Ranked>>,
+    pub written: u64,
+}
+
+impl Evidence {
+    pub fn new(writer: Option<Box<dyn Write + Send>>, top_n: usize) -> Self {
+        Evidence {
+            writer,
+            open: HashMap::new(),
+            stored_sends: 0,
+            top_n,
+            top: BinaryHeap::new(),
+            written: 0,
+        }
+    }
+
+    /// A send of `key` entered the window. Empty payloads are not tracked.
+    pub fn on_send(
+        &mut self,
+        key: PayloadKey,
+        nontrivial_len: u64,
+        ev: SendEvidence,
+        anomalies: &mut Anomalies,
+    ) {
+        if key.1 == 0 {
+            return;
+        }
+        let open = self.open.entry(key).or_insert_with(|| Open {
+            nontrivial_len,
+            sends: Vec::new(),
+            sends_total: 0,
+            live: 0,
+        });
+        open.sends_total += 1;
+        open.live += 1;
+        if open.sends.len() < MAX_SENDS_PER_PAYLOAD {
+            if self.stored_sends < MAX_STORED_SENDS {
+                open.sends.push(ev);
+                self.stored_sends += 1;
+            } else {
+                anomalies.raise("dedupe.evidence_cap");
+            }
+        }
+    }
+
+    /// A send of `key` left the window; when it was the last one, the payload is closed.
+    pub fn on_leave(&mut self, key: &PayloadKey, anomalies: &mut Anomalies) {
+        if key.1 == 0 {
+            return;
+        }
+        let Some(open) = self.open.get_mut(key) else {
+            return;
+        };
+        open.live -= 1;
+        if open.live > 0 {
+            return;
+        }
+        let open = self.open.remove(key).expect("present");
+        self.stored_sends -= open.sends.len();
+        if open.sends_total < 2 {
+            return;
+        }
+        let dup = DuplicatePayload {
+            digest: key.0,
+            size: key.1,
+            sends_total: open.sends_total,
+            duplicate_bytes: open.nontrivial_len.saturating_mul(open.sends_total - 1),
+            sends: open.sends,
+        };
+        if let Some(w) = self.writer.as_mut() {
+            let ok = serde_json::to_writer(&mut *w, &dup).is_ok() && w.write_all(b"\n").is_ok();
+            if ok {
+                self.written += 1;
+            } else {
+                anomalies.raise("dedupe.evidence_write_error");
+            }
+        }
+        self.offer_top(dup);
+    }
+
+    fn offer_top(&mut self, dup: DuplicatePayload) {
+        if self.top_n == 0 {
+            return;
+        }
+        let entry = Ranked(dup);
+        if self.top.len() >= self.top_n {
+            match self.top.peek() {
+                Some(Reverse(worst)) if entry > *worst => {
+                    self.top.pop();
+                }
+                _ => return,
+            }
+        }
+        self.top.push(Reverse(entry));
+    }
+
+    /// Payloads with a send in the window, and send entries held for them.
+    pub fn open_counts(&self) -> (usize, usize) {
+        (self.open.len(), self.stored_sends)
+    }
+
+    /// The top list, most duplicate bytes first. Call after every send has left.
+    pub fn finish(mut self, anomalies: &mut Anomalies) -> Vec<DuplicatePayload> {
+        if let Some(w) = self.writer.as_mut() {
+            if w.flush().is_err() {
+                anomalies.raise("dedupe.evidence_write_error");
+            }
+        }
+        let mut out: Vec<Ranked> = self.top.drain().map(|Reverse(r)| r).collect();
+        out.sort_by(|a, b| b.cmp(a));
+        out.into_iter().map(|r| r.0).collect()
+    }
+}
+
+// `Arc<str>` needs serde's "rc" feature; these keep the crate's serde features as they are.
+fn arc_str<S: Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v)
+}
+
+fn opt_arc_str<S: Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_some(&**v),
+        None => s.serialize_none(),
+    }
+}
+
+fn hex_u64<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("0x{v:016x}"))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out
+}
+
+fn hex_bytes<S: Serializer, const N: usize>(v: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex(v))
+}

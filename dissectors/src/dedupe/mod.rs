@@ -12,12 +12,17 @@
 //! - `index`: the sliding-window block index and send table.
 //! - `attribution`: the rules that decide duplicate kind and class.
 //! - `evidence`: duplicated payloads with the frames of each send (JSON lines, top list).
+//! - `figures`: the per-(edge, class) figures and the serialisable report.
+//!
+//! The rules and the JSON fields are documented in docs/attribution.md.
 
 pub mod attribution;
 pub mod evidence;
+pub mod figures;
 pub mod index;
 pub mod topology;
 
+pub use attribution::Class;
 pub use index::{Dedupe, DedupeReport};
 pub use topology::Topology;
 
@@ -83,10 +88,20 @@ pub struct DedupeConfig {
     pub window_ns: u64,
     /// How many top duplicated payloads the report keeps.
     pub top_n: usize,
+    /// Bound on blocks held in the window (all blocks of all live sends). Past it the oldest
+    /// sends leave early (anomaly `dedupe.live_block_cap`): the window shrinks, memory does not grow.
+    pub max_live_blocks: usize,
 }
 
 impl Default for DedupeConfig {
     fn default() -> Self {
-        DedupeConfig { window_ns: 60_000_000_000, top_n: 10 }
+        DedupeConfig {
+            window_ns: 60_000_000_000,
+            top_n: 10,
+            max_live_blocks: index::DEFAULT_MAX_LIVE_BLOCKS,
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,11 +4,20 @@
 //! - `netbios`: the 4-byte Direct TCP transport header (MS-SMB2 §2.1).
 //! - `records`: pure parsers, bytes in, structs out (header, NEGOTIATE, SESSION_SETUP,
 //!   TREE_CONNECT, CREATE, READ, WRITE, CLOSE, ...); no state.
+//! - `transform`: TRANSFORM_HEADER, COMPRESSION_TRANSFORM_HEADER, SMB1 recognition.
 //! - `stream`: per-direction streaming parser: frames messages, walks compound chains,
 //!   streams WRITE/READ data into the payload hasher without buffering it, resyncs after gaps.
+//! - `handle`: what each message does to the state (joins requests and responses).
 //! - `state`: sessions, trees, open files keyed by SessionId/TreeId/FileId; pending requests.
+//! - `bounded`: the capped, oldest-first-evicting map the state is built on.
 
+pub mod bounded;
+pub mod handle;
 pub mod netbios;
 pub mod records;
 pub mod state;
 pub mod stream;
+pub mod transform;
+
+pub use state::{SmbState, Smb2Stats};
+pub use stream::{Parts, PayloadSink, Smb2Shared, Smb2Stream};

@@ -1,18 +1,292 @@
 //! Sessions, trees and open files keyed by SessionId/TreeId/FileId, shared by all
 //! connections so one session spread over several channels (multichannel) is one session.
-//! Also the SMB2 counters reported in `"smb2"`.
+//! Also pending requests (to join a response to its request) and the SMB2 counters
+//! reported in `"smb2"`. Every map is bounded: at its cap the oldest entry is evicted and
+//! `smb2.state_evicted` is raised.
 
-#[derive(Debug, Default)]
-pub struct SmbState {}
+use super::bounded::BoundedMap;
+use super::records::command;
+use crate::anomaly::Anomalies;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-#[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct Smb2Stats {}
+/// Caps of the state maps.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub sessions: usize,
+    pub trees: usize,
+    pub files: usize,
+    pub pending: usize,
+    pub connections: usize,
+    /// Distinct file names kept for the report.
+    pub reported_files: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { sessions: 65_536, trees: 65_536, files: 1 << 20, pending: 1 << 18, connections: 65_536, reported_files: 10_000 }
+    }
+}
+
+/// What a request left behind for its response (keyed by connection and MessageId).
+#[derive(Debug, Clone)]
+pub enum Pending {
+    TreeConnect { path: Arc<str> },
+    Create { name: Arc<str> },
+    Close { file_id: [u8; 16] },
+    Read { session_id: u64, tree_id: u32, file_id: [u8; 16], offset: u64, length: u32 },
+}
+
+/// What one connection negotiated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub dialect: u16,
+    pub cipher: Option<u16>,
+    pub compression_algorithms: Vec<u16>,
+    pub rdma_transform_ids: Vec<u16>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// Connections (channels) on which this session was set up or bound.
+    pub channels: Vec<u64>,
+}
+
+/// The SMB2 counters of the report.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Smb2Stats {
+    /// `"WRITE.request"` → messages, MS-SMB2 command names (compound elements counted).
+    pub commands: BTreeMap<&'static str, u64>,
+    pub write_req_pdus: u64,
+    /// Sum of WRITE request Length (tshark `smb2.write_length`).
+    pub write_bytes: u64,
+    /// READ responses, interim (STATUS_PENDING) and error responses included, like tshark.
+    pub read_resp_pdus: u64,
+    /// Sum of DataLength of READ responses with status 0.
+    pub read_bytes: u64,
+    /// Distinct non-empty names from CREATE requests (sorted, at most `Limits::reported_files`).
+    pub files: BTreeSet<String>,
+    /// Dialects from NEGOTIATE responses, e.g. "0x0311".
+    pub dialects: BTreeSet<String>,
+    pub encrypted_messages: u64,
+    pub compressed_messages: u64,
+    /// Payloads not sent to dedupe because bytes of them were missing from the capture.
+    pub payload_incomplete: u64,
+    pub payload_incomplete_bytes: u64,
+    /// Payloads hashed and sent to dedupe, and their bytes.
+    pub payloads_sent: u64,
+    pub payload_bytes_sent: u64,
+    /// Sessions established (SESSION_SETUP success), channel bindings excluded.
+    pub sessions: u64,
+    /// Channel bindings (SESSION_SETUP with SMB2_SESSION_FLAG_BINDING that succeeded).
+    pub session_bindings: u64,
+    /// Trees connected (TREE_CONNECT success).
+    pub trees: u64,
+    pub smb1_messages: u64,
+    /// Times the stream parser lost framing and resynchronised.
+    pub resyncs: u64,
+}
+
+/// State shared by every SMB2 stream of the run.
+#[derive(Debug)]
+pub struct SmbState {
+    limits: Limits,
+    sessions: BoundedMap<u64, Session>,
+    trees: BoundedMap<(u64, u32), Arc<str>>,
+    files: BoundedMap<[u8; 16], Arc<str>>,
+    pending: BoundedMap<(u64, u64), Pending>,
+    conns: BoundedMap<u64, ConnInfo>,
+    /// Channel bindings awaiting their SESSION_SETUP response, keyed by (conn, MessageId).
+    bindings: BoundedMap<(u64, u64), ()>,
+    pub stats: Smb2Stats,
+}
+
+impl Default for SmbState {
+    fn default() -> Self {
+        SmbState::with_limits(Limits::default())
+    }
+}
 
 impl SmbState {
     pub fn new() -> Self {
         SmbState::default()
     }
+
+    pub fn with_limits(limits: Limits) -> Self {
+        SmbState {
+            limits,
+            sessions: BoundedMap::new(limits.sessions),
+            trees: BoundedMap::new(limits.trees),
+            files: BoundedMap::new(limits.files),
+            pending: BoundedMap::new(limits.pending),
+            conns: BoundedMap::new(limits.connections),
+            bindings: BoundedMap::new(limits.pending),
+            stats: Smb2Stats::default(),
+        }
+    }
+
     pub fn stats(&self) -> Smb2Stats {
-        Smb2Stats::default()
+        self.stats.clone()
+    }
+
+    fn evicted(an: &mut Anomalies, evicted: bool) {
+        if evicted {
+            an.raise("smb2.state_evicted");
+        }
+    }
+
+    pub fn count_command(&mut self, cmd: u16, response: bool) {
+        *self.stats.commands.entry(command::counter_name(cmd, response)).or_insert(0) += 1;
+    }
+
+    // --- connections ---
+
+    pub fn conn(&self, conn: u64) -> Option<&ConnInfo> {
+        self.conns.get(&conn)
+    }
+
+    pub fn set_negotiated(&mut self, conn: u64, info: ConnInfo, an: &mut Anomalies) {
+        self.stats.dialects.insert(format!("0x{:04x}", info.dialect));
+        let e = self.conns.insert(conn, info);
+        Self::evicted(an, e);
+    }
+
+    // --- sessions ---
+
+    pub fn note_binding_request(&mut self, conn: u64, message_id: u64, an: &mut Anomalies) {
+        let e = self.bindings.insert((conn, message_id), ());
+        Self::evicted(an, e);
+    }
+
+    /// A SESSION_SETUP response with status 0: the session (or a new channel of it) is up.
+    pub fn session_established(&mut self, conn: u64, message_id: u64, session_id: u64, an: &mut Anomalies) {
+        let binding = self.bindings.remove(&(conn, message_id)).is_some();
+        if binding {
+            self.stats.session_bindings += 1;
+        }
+        if let Some(s) = self.sessions.get_mut(&session_id) {
+            if !s.channels.contains(&conn) && s.channels.len() < 64 {
+                s.channels.push(conn);
+            }
+            return;
+        }
+        if !binding {
+            self.stats.sessions += 1;
+        }
+        let e = self.sessions.insert(session_id, Session { channels: vec![conn] });
+        Self::evicted(an, e);
+    }
+
+    pub fn session_failed(&mut self, conn: u64, message_id: u64) {
+        self.bindings.remove(&(conn, message_id));
+    }
+
+    pub fn session(&self, session_id: u64) -> Option<&Session> {
+        self.sessions.get(&session_id)
+    }
+
+    pub fn logoff(&mut self, session_id: u64) {
+        self.sessions.remove(&session_id);
+    }
+
+    // --- trees ---
+
+    pub fn tree_connected(&mut self, session_id: u64, tree_id: u32, path: Arc<str>, an: &mut Anomalies) {
+        self.stats.trees += 1;
+        let e = self.trees.insert((session_id, tree_id), path);
+        Self::evicted(an, e);
+    }
+
+    pub fn share(&self, session_id: u64, tree_id: u32) -> Option<Arc<str>> {
+        self.trees.get(&(session_id, tree_id)).cloned()
+    }
+
+    pub fn tree_disconnected(&mut self, session_id: u64, tree_id: u32) {
+        self.trees.remove(&(session_id, tree_id));
+    }
+
+    // --- files ---
+
+    /// A CREATE request's name, for the report's file list. The empty name (the share's
+    /// root directory) is not listed.
+    pub fn note_file_name(&mut self, name: &str, an: &mut Anomalies) {
+        if name.is_empty() || self.stats.files.contains(name) {
+            return;
+        }
+        if self.stats.files.len() >= self.limits.reported_files {
+            an.raise("smb2.report_files_capped");
+            return;
+        }
+        self.stats.files.insert(name.to_string());
+    }
+
+    pub fn file_opened(&mut self, file_id: [u8; 16], name: Arc<str>, an: &mut Anomalies) {
+        let e = self.files.insert(file_id, name);
+        Self::evicted(an, e);
+    }
+
+    pub fn file_name(&self, file_id: &[u8; 16]) -> Option<Arc<str>> {
+        self.files.get(file_id).cloned()
+    }
+
+    pub fn file_closed(&mut self, file_id: &[u8; 16]) {
+        self.files.remove(file_id);
+    }
+
+    // --- pending requests ---
+
+    pub fn add_pending(&mut self, conn: u64, message_id: u64, p: Pending, an: &mut Anomalies) {
+        let e = self.pending.insert((conn, message_id), p);
+        Self::evicted(an, e);
+    }
+
+    pub fn pending(&self, conn: u64, message_id: u64) -> Option<&Pending> {
+        self.pending.get(&(conn, message_id))
+    }
+
+    pub fn take_pending(&mut self, conn: u64, message_id: u64) -> Option<Pending> {
+        self.pending.remove(&(conn, message_id))
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multichannel_binding_is_one_session() {
+        let mut an = Anomalies::default();
+        let mut s = SmbState::new();
+        s.session_established(1, 3, 0x55, &mut an);
+        s.note_binding_request(2, 1, &mut an);
+        s.session_established(2, 1, 0x55, &mut an);
+        assert_eq!(s.stats.sessions, 1);
+        assert_eq!(s.stats.session_bindings, 1);
+        assert_eq!(s.session(0x55).unwrap().channels, vec![1, 2]);
+        s.tree_connected(0x55, 5, Arc::from("\\\\srv\\share"), &mut an);
+        assert_eq!(s.share(0x55, 5).as_deref(), Some("\\\\srv\\share"));
+        assert_eq!(s.share(0x56, 5), None);
+    }
+
+    #[test]
+    fn caps_evict_and_raise() {
+        let mut an = Anomalies::default();
+        let mut s = SmbState::with_limits(Limits { pending: 2, reported_files: 2, ..Limits::default() });
+        for mid in 0..5 {
+            s.add_pending(1, mid, Pending::Create { name: Arc::from("x") }, &mut an);
+        }
+        assert_eq!(s.pending_len(), 2);
+        assert_eq!(an.get("smb2.state_evicted"), 3);
+        assert!(s.pending(1, 0).is_none() && s.pending(1, 4).is_some());
+        for n in ["b", "a", "a", "c"] {
+            s.note_file_name(n, &mut an);
+        }
+        assert_eq!(s.stats.files.iter().cloned().collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(an.get("smb2.report_files_capped"), 1);
     }
 }

@@ -1,2 +1,192 @@
 //! Capture synthesizer: emits the published S2D experiments (and variants with mirror-port
-//! duplication, retransmission and reordering) as pcap files, through the `wire` emitters.
+//! duplication, retransmission and reordering) as pcap files, and returns the figures the
+//! analyzer must find in them (`Truth`).
+//!
+//! - `spec`: the JSON options; `scenario`: nodes, flows and the per-I/O exchange;
+//! - `smb2`: SMB2 message builders (MS-SMB2 §2.2); `data`: per-I/O data, block facts;
+//! - `tcp`: SMB2 over Direct TCP, segmentation and impairments; `frames`: Ethernet/IPv4/TCP;
+//! - `pcap`: the streaming writer and the capture point (link clock, mirror port);
+//! - `truth`: the expected results, tallied while writing.
+//!
+//! A transport carries whole SMB2 messages between the two ends of a connection
+//! (`Transport`). SMB Direct (RoCEv2, iWARP) will be another implementation; it will also need
+//! a hook for WRITE/READ data that moves by RDMA Read/Write instead of inline (MS-SMBD
+//! §3.1.4.5), which the scenario layer will call instead of `send` for the data part.
+
+pub mod data;
+pub mod frames;
+pub mod pcap;
+pub mod scenario;
+pub mod smb2;
+pub mod spec;
+pub mod tcp;
+pub mod truth;
+
+pub use spec::Spec;
+pub use truth::Truth;
+
+use std::io::{self, Write};
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+/// A cluster node as the capture sees it.
+#[derive(Clone, Debug)]
+pub struct Host {
+    pub index: usize,
+    pub name: &'static str,
+    pub mac: [u8; 6],
+    pub ip: Ipv4Addr,
+}
+
+pub const OWNER: usize = 0;
+pub const PARTNER: usize = 1;
+
+/// The two nodes of the experiments (RFC 2544 benchmarking addresses, locally administered MACs).
+pub fn hosts() -> Vec<Host> {
+    vec![
+        Host {
+            index: OWNER,
+            name: "owner",
+            mac: [0x02, 0x53, 0x32, 0x44, 0x00, 0x01],
+            ip: Ipv4Addr::new(198, 18, 0, 1),
+        },
+        Host {
+            index: PARTNER,
+            name: "partner",
+            mac: [0x02, 0x53, 0x32, 0x44, 0x00, 0x02],
+            ip: Ipv4Addr::new(198, 18, 0, 2),
+        },
+    ]
+}
+
+/// Index of a connection inside its transport.
+pub type ConnId = usize;
+
+/// Which end of a connection sends: the SMB client (who connected) or the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client = 0,
+    Server = 1,
+}
+
+/// Carries SMB2 messages between two hosts.
+pub trait Transport<W: Write> {
+    /// Open a connection from `client` to the SMB server on `server`.
+    fn connect(
+        &mut self,
+        tap: &mut pcap::Tap<W>,
+        client: &Host,
+        server: &Host,
+    ) -> io::Result<ConnId>;
+    /// Send one SMB2 message: `head` then `data` (inline WRITE/READ data, possibly empty).
+    fn send(
+        &mut self,
+        tap: &mut pcap::Tap<W>,
+        conn: ConnId,
+        from: Side,
+        head: &[u8],
+        data: &[u8],
+    ) -> io::Result<()>;
+    /// Close the connection (the client closes first).
+    fn close(&mut self, tap: &mut pcap::Tap<W>, conn: ConnId) -> io::Result<()>;
+}
+
+/// First frame time: 2025-01-30 12:00:00 UTC (fixed, so a seed gives the same file).
+const START_NS: u64 = 1_738_238_400 * 1_000_000_000;
+/// Seed domains for the generators that are not payload data.
+const PURPOSE_NETWORK: u64 = 0x4e45_5457;
+const PURPOSE_IDS: u64 = 0x4944_5300;
+
+/// Generate the capture described by `spec` into `out` (pcap, nanosecond timestamps,
+/// Ethernet) and return what it contains.
+pub fn generate(spec: &Spec, out: &Path) -> Result<Truth, String> {
+    spec.validate()?;
+    let file = pcap::PcapWriter::create(out)
+        .map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
+    generate_to(spec, file).map_err(|e| format!("{}: write failed: {e}", out.display()))
+}
+
+/// Generate into any writer (tests use a Vec). `spec` must be valid.
+pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Result<Truth> {
+    let flows = scenario::flows(&spec.scenario)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let hosts = hosts();
+    let tap = pcap::Tap::new(pcap, START_NS, spec.link_gbps, spec.mirror_dup);
+    let transport = tcp::TcpTransport::new(
+        spec.mss as usize,
+        spec.retransmit,
+        spec.reorder,
+        data::stream(spec.seed, PURPOSE_NETWORK, 0),
+        hosts.len(),
+    );
+    let mut run = scenario::Run {
+        spec,
+        hosts: &hosts,
+        tap,
+        transport,
+        tally: truth::Tally::default(),
+        rng: data::stream(spec.seed, PURPOSE_IDS, 0),
+    };
+    run.run(&flows)?;
+    let last_ts_ns = run.tap.pcap.last_ts_ns;
+    let mirror_duplicate_frames = run.tap.mirror_duplicates;
+    let (frames, file_bytes) = (run.tap.pcap.frames, run.tap.pcap.bytes);
+    run.tap.pcap.finish()?;
+
+    let edges = run.tally.edges(&hosts);
+    let payload_bytes: u64 = edges.iter().map(|e| e.payload_bytes).sum();
+    Ok(Truth {
+        schema: truth::SCHEMA,
+        scenario: spec.scenario.clone(),
+        transport: spec.transport.clone(),
+        dialect: format!("{:#06x}", spec.dialect),
+        seed: spec.seed,
+        bytes: spec.bytes,
+        io_size: spec.io_size,
+        ios: if flows.iter().all(|f| f.op == scenario::Op::Metadata) {
+            0
+        } else {
+            spec.ios()
+        },
+        channels: spec.channels,
+        edges,
+        totals: truth::Totals {
+            payload_bytes,
+            logical_bytes: spec.bytes,
+            amplification: if spec.bytes > 0 {
+                payload_bytes as f64 / spec.bytes as f64
+            } else {
+                0.0
+            },
+        },
+        smb2: run.tally.smb2.clone(),
+        tcp: run.transport.stats,
+        capture: truth::CaptureTruth {
+            frames,
+            file_bytes,
+            mirror_duplicate_frames,
+            first_ts_ns: START_NS,
+            last_ts_ns,
+        },
+        topology: truth::TopologyTruth {
+            nodes: hosts
+                .iter()
+                .map(|h| truth::NodeTruth {
+                    name: h.name.into(),
+                    addresses: vec![h.ip.to_string()],
+                    member: true,
+                })
+                .collect(),
+        },
+    })
+}
+
+/// `_core.synth(spec_json, out_path) -> truth_json`.
+pub fn synth_json(spec_json: &str, out: &str) -> Result<String, String> {
+    let spec = Spec::from_json(spec_json)?;
+    let truth = generate(&spec, Path::new(out))?;
+    serde_json::to_string(&truth).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests;

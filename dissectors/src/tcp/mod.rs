@@ -8,6 +8,9 @@
 pub mod flow;
 pub mod reassembly;
 
+pub use flow::{Endpoint, FlowConfig, FlowOutcome, FlowTable};
+pub use reassembly::{Reassembler, ReassemblyConfig, SegmentOutcome};
+
 use crate::frame::FrameCtx;
 
 /// What reassembly hands to a stream consumer.
@@ -41,4 +44,11 @@ pub struct ReassemblyStats {
     pub gaps: u64,
     /// Peak bytes held in out-of-order buffers (all flows).
     pub peak_buffered_bytes: u64,
+    /// Captured payload bytes that cannot belong to their stream (before its first byte, beyond
+    /// the largest possible window, after it closed, or carried by a RST).
+    pub dropped_bytes: u64,
+    /// Holes declared lost because an out-of-order buffer hit its limits.
+    pub overflow_gaps: u64,
+    /// Frames dropped as mirror-port copies of a frame seen moments before.
+    pub mirror_duplicate_frames: u64,
 }

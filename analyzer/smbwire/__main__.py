@@ -1,0 +1,5 @@
+"""`python -m smbwire` = the `smbwire` command."""
+
+from .cli import main
+
+main()

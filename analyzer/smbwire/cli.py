@@ -1,0 +1,213 @@
+"""The `smbwire` command. Each command parses options, calls one library function that
+returns plain data, and renders it.
+
+Exit codes: 0 done (warnings about a partially analysable capture are in the report),
+2 something the user can fix (one line on stderr), 70 an internal error (one line;
+`SMBWIRE_DEBUG=1` shows the traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+from rich.console import Console
+
+from . import __version__, engine, jsonout
+from .errors import SmbwireError, UserError
+from .report import render_report
+from .topology import load_topology
+from .units import parse_size
+
+EXIT_USER = 2
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+
+def _fail(message: str) -> None:
+    click.echo(f"smbwire: error: {message}", err=True)
+
+
+def _debug() -> bool:
+    return os.environ.get("SMBWIRE_DEBUG", "") not in ("", "0")
+
+
+class _Cli(click.Group):
+    """Turns every failure into one line on stderr and an exit code, in one place."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as e:  # `smbwire` alone: help, not an error
+            click.echo(e.ctx.get_help() if e.ctx else str(e), err=True)
+            sys.exit(EXIT_USER)
+        except click.UsageError as e:
+            cmd = e.ctx.command_path if e.ctx else "smbwire"
+            _fail(f"{e.format_message()} (see '{cmd} --help')")
+            sys.exit(EXIT_USER)
+        except click.ClickException as e:
+            _fail(e.format_message())
+            sys.exit(e.exit_code)
+        except UserError as e:
+            _fail(str(e))
+            sys.exit(EXIT_USER)
+        except (click.Abort, KeyboardInterrupt):
+            _fail("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # The reader of stdout went away (`smbwire analyze ... | head`): not an error of ours.
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            except OSError:
+                pass
+            sys.exit(1)
+        except SmbwireError as e:
+            if _debug():
+                traceback.print_exc()
+            _fail(str(e))
+            sys.exit(EXIT_INTERNAL)
+        except Exception as e:  # noqa: BLE001 - the last line of defence
+            if _debug():
+                traceback.print_exc()
+            _fail(
+                f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+                "(run with SMBWIRE_DEBUG=1 for the traceback; please report it)"
+            )
+            sys.exit(EXIT_INTERNAL)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="smbwire", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Wire analyzer for SMB3 and SMB Direct storage traffic: how many times did the same
+    payload cross each node-to-node edge?"""
+
+
+@cli.command()
+def version() -> None:
+    """Show the versions of smbwire and of its engine."""
+    click.echo(f"smbwire {__version__}")
+    ev = engine.engine_version()
+    click.echo(f"engine {ev}" if ev is not None else "engine not built (smbwire._core missing)")
+
+
+class _Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+@click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
+              show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
+@click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
+@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines).")
+@click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
+              help="How many top duplicated payloads to keep and show.")
+@click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
+def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
+            evidence: str | None, top: int, quiet: bool) -> int:
+    """Analyse capture files (pcap/pcapng) together and report duplicate payload per edge."""
+    paths = engine.check_inputs(files)
+    topo = load_topology(topology) if topology is not None else None
+    if json_out is not None:
+        jsonout.check_writable(json_out)
+
+    report_to_stderr = json_out == "-"
+    progress_console = Console(stderr=True)
+    show_progress = not quiet and sys.stderr.isatty()
+    if show_progress:
+        result = _with_progress(progress_console, lambda cb: engine.analyze(
+            paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top))
+    else:
+        result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top)
+
+    if json_out is not None:
+        jsonout.write_json(result, json_out)
+    if not quiet:
+        console = Console(stderr=True) if report_to_stderr else Console()
+        render_report(result, console, top=top)
+    return 0
+
+
+def _with_progress(console: Console, run: Any) -> dict[str, Any]:
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    with Progress(TextColumn("analysing"), BarColumn(), DownloadColumn(binary_units=True),
+                  TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
+                  auto_refresh=False) as bar:
+        # No refresh thread: the engine holds the GIL while it works, so redraw from the
+        # callback it makes every few MiB instead.
+        task = bar.add_task("analyse", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total or None, refresh=True)
+
+        return run(on_progress)
+
+
+@cli.command()
+@click.argument("scenario")
+@click.option("-o", "--output", "out", required=True, metavar="FILE", help="The pcap file to write.")
+@click.option("--bytes", "nbytes", type=_Size(), metavar="N", help="Payload bytes the scenario writes (e.g. 64MiB).")
+@click.option("--io-size", type=_Size(), metavar="N", help="Size of each WRITE/READ (e.g. 1MiB).")
+@click.option("--mirror-dup", is_flag=True, help="Emit every frame twice, as a mirror port that sees both directions.")
+@click.option("--retransmit", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
+@click.option("--reorder", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is reordered.")
+@click.option("--seed", type=int, help="Random seed (same seed, same capture).")
+@click.option("--transport", metavar="NAME", help="Transport the scenario uses (e.g. tcp, smbdirect).")
+@click.option("--topology-out", metavar="TOML", help="Write the scenario's topology file here.")
+@click.option("--truth-out", metavar="JSON", help="Write the ground truth (expected figures) here.")
+def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
+          retransmit: float | None, reorder: float | None, seed: int | None, transport: str | None,
+          topology_out: str | None, truth_out: str | None) -> int:
+    """Generate a capture of SCENARIO with known duplicate figures."""
+    for path in (topology_out, truth_out):
+        if path is not None:
+            jsonout.check_writable(path)
+    spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
+    # Options not given are left out: the synthesizer's defaults apply.
+    for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
+                       ("reorder", reorder), ("seed", seed), ("transport", transport)):
+        if value is not None:
+            spec[key] = value
+    truth = engine.synth(spec, out)
+    if truth_out is not None:
+        jsonout.write_json(truth, truth_out)
+    if topology_out is not None:
+        if "topology" not in truth:
+            raise SmbwireError("the synthesizer returned no 'topology' for this scenario")
+        from .topology import Topology
+
+        text = Topology.from_config(truth["topology"], source="synthesizer topology").to_toml()
+        try:
+            with open(topology_out, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise UserError(f"{topology_out}: cannot write: {e.strerror or e}") from None
+    click.echo(f"wrote {out}", err=True)
+    return 0
+
+
+def main() -> None:
+    """Console-script entry point (`smbwire = smbwire.cli:main`)."""
+    cli(prog_name="smbwire")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Typed wrapper around the Rust engine `smbwire._core`.
+
+The engine speaks JSON strings; this module speaks Python: it checks the inputs the user can
+get wrong before the engine starts (so the error is one clear line, and comes before a long
+run), builds the config JSON, and turns the engine's `ValueError` into `InputError`.
+Importing this module does not load `_core`; the first call does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from types import ModuleType
+from typing import Any, Callable, Mapping, Sequence
+
+from .errors import EngineUnavailable, InputError, SmbwireError, UserError
+from .jsonout import check_writable
+from .topology import Topology
+
+#: `progress(done_bytes, total_bytes)`, called by the engine every few MB.
+ProgressFn = Callable[[int, int], None]
+
+DEFAULT_WINDOW_SECONDS = 60.0
+DEFAULT_TOP_N = 10
+
+
+def load_core() -> ModuleType:
+    try:
+        from . import _core  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise EngineUnavailable(
+            f"the engine extension smbwire._core is not available ({e}); build it with `maturin develop -r`"
+        ) from None
+    return _core
+
+
+def engine_version() -> str | None:
+    """The engine's version, or None when `_core` is not built."""
+    try:
+        return str(load_core().version())
+    except EngineUnavailable:
+        return None
+
+
+def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The paths as strings, after checking each names a readable, non-empty regular file
+    and none is given twice. Raises `InputError`."""
+    if not paths:
+        raise InputError("no capture file given")
+    out: list[str] = []
+    seen: dict[tuple[int, int], str] = {}
+    for p in paths:
+        path = os.fspath(p)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror or e}") from None
+        if os.path.isdir(path):
+            raise InputError(f"{path}: is a directory, not a capture file")
+        if not os.access(path, os.R_OK):
+            raise InputError(f"{path}: permission denied")
+        if st.st_size == 0 and os.path.isfile(path):
+            raise InputError(f"{path}: empty file (0 bytes), not a capture")
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise InputError(
+                f"{path}: same file as {seen[key]} (a capture given twice would count every payload as duplicated)"
+            )
+        seen[key] = path
+        out.append(path)
+    return out
+
+
+def build_config(
+    *,
+    topology: Topology | Mapping[str, Any] | None = None,
+    window: float = DEFAULT_WINDOW_SECONDS,
+    top_n: int = DEFAULT_TOP_N,
+) -> dict[str, Any]:
+    """The engine's config object (serialised as `config_json`)."""
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
+        raise UserError(f"window must be a positive number of seconds, got {window!r}")
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
+        raise UserError(f"top must be a non-negative integer, got {top_n!r}")
+    if topology is None:
+        topo: dict[str, Any] = {}  # engine default: every address is its own member node
+    elif isinstance(topology, Topology):
+        topo = topology.to_config()
+    else:
+        topo = Topology.from_config(topology).to_config()
+    return {"window_seconds": float(window), "topology": topo, "top_n": top_n}
+
+
+def analyze(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    topology: Topology | Mapping[str, Any] | None = None,
+    window: float = DEFAULT_WINDOW_SECONDS,
+    evidence: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    top_n: int = DEFAULT_TOP_N,
+) -> dict[str, Any]:
+    """Analyse capture files together; returns the result dict (schema "smbwire/1",
+    docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
+
+    Raises `InputError` / `UserError` for what the user can fix, `EngineUnavailable` when
+    `_core` is not built, `SmbwireError` when the engine returns something that is not a
+    result object."""
+    files = check_inputs(paths)
+    config = build_config(topology=topology, window=window, top_n=top_n)
+    evidence_path = None
+    if evidence is not None:
+        evidence_path = os.fspath(evidence)
+        check_writable(evidence_path)
+    core = load_core()
+    try:
+        text = core.analyze(files, json.dumps(config), evidence_path, progress)
+    except ValueError as e:
+        raise InputError(_one_line(e)) from None
+    except OSError as e:
+        raise InputError(_one_line(e)) from None
+    return _parse_result(text)
+
+
+def synth(spec: Mapping[str, Any], out_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Generate a scenario capture at `out_path`; returns the truth dict."""
+    out = os.fspath(out_path)
+    check_writable(out)
+    core = load_core()
+    try:
+        text = core.synth(json.dumps(dict(spec)), out)
+    except (ValueError, OSError) as e:
+        raise UserError(_one_line(e)) from None
+    return _parse_result(text, what="truth")
+
+
+def _parse_result(text: Any, what: str = "result") -> dict[str, Any]:
+    try:
+        result = json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise SmbwireError(f"the engine returned a {what} that is not JSON: {e}") from None
+    if not isinstance(result, dict):
+        raise SmbwireError(f"the engine returned a {what} that is not a JSON object")
+    return result
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split())
+    return msg or type(e).__name__

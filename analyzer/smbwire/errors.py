@@ -1,0 +1,28 @@
+"""Error kinds of the Python face, split by who can fix them.
+
+The CLI maps them to exit codes: a `UserError` (the user can fix it: wrong path, bad topology
+file, not a capture) is one line on stderr and exit 2; anything else is a bug or a broken
+installation and exits 70 (EX_SOFTWARE, sysexits.h).
+"""
+
+from __future__ import annotations
+
+
+class SmbwireError(Exception):
+    """Base of every error smbwire raises on purpose."""
+
+
+class UserError(SmbwireError):
+    """Something the user can fix; the message is one line that says what and where."""
+
+
+class TopologyError(UserError):
+    """The topology file is unreadable or invalid: `"<file>: <line or key>: <message>"`."""
+
+
+class InputError(UserError):
+    """A capture file is missing, unreadable, empty or not a capture."""
+
+
+class EngineUnavailable(SmbwireError):
+    """The Rust extension `smbwire._core` is not built or does not load."""

@@ -1,0 +1,533 @@
+"""The terminal report: a function of the result dict (schema "smbwire/1", docs/json-schema.md).
+
+`build_report(result, width)` returns rich renderables, so the same report can be printed
+(`render_report`) or embedded in the live view; `width` picks the layout: below
+`WIDE` columns the widest tables are split in two and long identifiers are shortened.
+
+The renderer is tolerant: a missing section is skipped (and named in the warnings), a value
+of an unexpected type is shown as text, unknown keys are listed at the end. It never raises
+on a dict that came out of `json.loads`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rich import box
+from rich.console import Console, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from .findings import EXPECTED_SECTIONS, findings, section
+from .units import DASH, fmt_bytes, fmt_count, fmt_percent, fmt_ratio, fmt_seconds, is_number
+from .wireshark import filters_by_input
+
+#: Console width from which every table shows all its columns in one piece.
+WIDE = 140
+
+CLASS_STYLE = {
+    "replication": "blue",
+    "redirection": "magenta",
+    "redirected-read": "yellow",
+    "client": "green",
+}
+
+#: One-line meaning of the accounting categories (dissectors/src/accounting.rs).
+CATEGORY_MEANING = {
+    "capture_format": "pcap/pcapng file, block and record headers",
+    "protocol_headers": "link, IP, TCP/UDP headers of analysed frames",
+    "mirror_duplicate": "frames seen twice by the capture (removed)",
+    "retransmitted": "TCP payload already delivered once (removed)",
+    "smb_metadata": "NetBIOS and SMB2 headers, non-payload SMB2 fields",
+    "smb_payload": "WRITE request / READ response data (hashed)",
+    "smb_encrypted": "SMB3 encrypted messages (not analysed)",
+    "smb_compressed": "SMB3 compressed messages (not analysed)",
+    "smb_unparsed": "SMB stream bytes that could not be framed",
+    "tcp_undelivered": "out-of-order TCP payload never made contiguous",
+    "other_protocols": "protocols smbwire does not analyse",
+    "malformed": "frames that could not be decoded",
+    "truncated_tail": "incomplete record at the end of a file",
+}
+
+TCP_LABELS = {
+    "flows": "flows",
+    "segments": "segments",
+    "retransmitted_segments": "retransmitted segments",
+    "retransmitted_bytes": "retransmitted bytes",
+    "out_of_order_segments": "out-of-order segments",
+    "gaps": "gaps",
+    "gap_bytes": "gap bytes",
+    "mirror_duplicate_frames": "mirror-duplicate frames",
+    "peak_buffered_bytes": "peak reassembly buffer",
+}
+
+SMB2_LABELS = {
+    "write_req_pdus": "WRITE requests",
+    "write_bytes": "WRITE data",
+    "read_resp_pdus": "READ responses",
+    "read_bytes": "READ data",
+    "encrypted_messages": "encrypted messages",
+    "compressed_messages": "compressed messages",
+    "payload_incomplete": "incomplete payloads",
+    "payload_incomplete_bytes": "incomplete payload bytes",
+    "sessions": "sessions",
+    "trees": "tree connects",
+    "resyncs": "resynchronisations",
+}
+
+
+def render_report(result: Any, console: Console, *, top: int | None = None) -> None:
+    """Print the whole report into `console` (any width)."""
+    for part in build_report(result, console.width, top=top):
+        console.print(part, soft_wrap=isinstance(part, FilterLine))
+
+
+def build_report(result: Any, width: int = 80, *, top: int | None = None) -> list[RenderableType]:
+    """The report as a list of renderables, top to bottom."""
+    if not isinstance(result, dict):
+        return [_heading("Warnings"), *_warning_lines(findings(result))]
+    wide = width >= WIDE
+    parts: list[RenderableType] = []
+    parts += _header(result, wide)
+    parts += _headline(result)
+    parts += _edges(result, wide)
+    parts += _nodes(result)
+    parts += _top_duplicates(result, wide, top)
+    parts += _accounting(result, wide)
+    parts += _traffic(result)
+    parts += [_heading("Warnings"), *_warning_lines(findings(result))]
+    parts += _footer(result)
+    return parts
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+def _header(r: dict[str, Any], wide: bool) -> list[RenderableType]:
+    inputs = [i for i in _list(r, "inputs") if isinstance(i, dict)]
+    cap = section(r, "capture")
+    line = Text()
+    line.append("smbwire", style="bold")
+    if r.get("smbwire_version") is not None:
+        line.append(f" {r.get('smbwire_version')}")
+    total = sum(i.get("size_bytes", 0) for i in inputs if is_number(i.get("size_bytes")))
+    frames = sum(i.get("frames", 0) for i in inputs if is_number(i.get("frames")))
+    line.append(
+        f" · {len(inputs)} input{'s' if len(inputs) != 1 else ''} · {fmt_bytes(total)} · {fmt_count(frames)} frames",
+        style="dim",
+    )
+    out: list[RenderableType] = [line]
+    span = []
+    if "duration_seconds" in cap:
+        span.append(f"capture {fmt_seconds(cap.get('duration_seconds'))}")
+    if is_number(cap.get("first_ts")):
+        span.append(f"from {_utc(cap['first_ts'])}")
+    if "window_seconds" in r:
+        span.append(f"window {fmt_seconds(r.get('window_seconds'))}")
+    if span:
+        out.append(Text("  " + " · ".join(span), style="dim"))
+    if inputs:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column()
+        grid.add_column(overflow="fold")
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column(justify="right", no_wrap=True)
+        for idx, i in enumerate(inputs):
+            grid.add_row(
+                f"[{idx}]", _path(i.get("path"), wide), fmt_bytes(i.get("size_bytes")),
+                f"{fmt_count(i.get('frames'))} frames",
+            )
+        out.append(Padding(grid, (0, 0, 0, 2)))
+    return out
+
+
+def _headline(r: dict[str, Any]) -> list[RenderableType]:
+    edges = _edges_sorted(r)
+    totals = section(r, "totals")
+    if not edges and not totals:
+        return []
+    out: list[RenderableType] = [_heading("Duplicate-payload ratio per edge  (payload ÷ unique, non-trivial blocks)")]
+    if edges:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column()
+        grid.add_column()
+        grid.add_column(justify="right")
+        grid.add_column()
+        for e in edges:
+            grid.add_row(
+                _edge_name(e), _class_text(e.get("class")),
+                Text(fmt_ratio(e.get("dup_ratio")), style="bold"),
+                f"{fmt_bytes(e.get('nontrivial_bytes'))} for {fmt_bytes(e.get('unique_bytes'))} unique",
+            )
+        out.append(Padding(grid, (0, 0, 0, 2)))
+    if totals:
+        amp = Text("Amplification ")
+        amp.append(fmt_ratio(totals.get("amplification"), "×"), style="bold")
+        unique = totals.get("globally_unique_bytes", totals.get("unique_bytes"))
+        amp.append(
+            f"  ({fmt_bytes(totals.get('nontrivial_bytes'))} on all edges for {fmt_bytes(unique)} unique)",
+            style="dim",
+        )
+        out.append(Padding(amp, (0, 0, 0, 2)))
+    return out
+
+
+def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
+    edges = _edges_sorted(r)
+    totals = section(r, "totals")
+    if not edges:
+        return []
+    main = [
+        ("Payload", "payload_bytes", fmt_bytes),
+        ("Unique", "unique_bytes", fmt_bytes),
+        ("Ratio", "dup_ratio", fmt_ratio),
+        ("Sends", "sends", fmt_count),
+    ]
+    detail = [
+        ("Non-trivial", "nontrivial_bytes", fmt_bytes),
+        ("Trivial", "trivial_bytes", fmt_bytes),
+        ("Per-copy dup", "per_copy_duplicate_bytes", fmt_bytes),
+        ("Repeated", "repeated_content_bytes", fmt_bytes),
+    ]
+    # Narrow: the breakdown is a second table whose rows are linked to the first by number.
+    if wide:
+        tables = [("Edges", main + detail, True, True)]
+    else:
+        tables = [("Edges", main, False, True), ("Duplicate breakdown per edge", detail, True, False)]
+    out: list[RenderableType] = []
+    for title, cols, with_decided, with_names in tables:
+        t = _table(title)
+        t.add_column("#", justify="right", style="dim")
+        if with_names:
+            t.add_column("Edge", overflow="fold")
+            t.add_column("Class")
+        for name, _, _ in cols:
+            t.add_column(name, justify="right")
+        if with_decided:
+            t.add_column("Decided by: inference/rule/forwarded" if wide else "inf/rule/fwd", justify="right")
+        for n, e in enumerate(edges, 1):
+            row: list[RenderableType] = [str(n)]
+            if with_names:
+                row += [_edge_name(e), _class_text(e.get("class"))]
+            row += [fmt(e.get(key)) for _, key, fmt in cols]
+            if with_decided:
+                row.append(_decided_by(e.get("decided_by")))
+            t.add_row(*row)
+        if totals:
+            t.add_section()
+            row = ["", Text("all edges", style="bold"), ""] if with_names else [Text("all", style="bold")]
+            row += [fmt(totals.get(key)) for _, key, fmt in cols]
+            if with_decided:
+                row.append(_decided_by(totals.get("decided_by")) if "decided_by" in totals else "")
+            t.add_row(*row)
+        out += [Text(""), t]
+    if any(e.get("dup_ratio", 0) is None for e in edges):
+        out.append(_note("Ratio —: none of the bytes was first on the edge (all counted as unique under "
+                         "another class of the same edge)."))
+    out.append(_note("Decided by: payload bytes whose class came from membership (inference), a topology "
+                     "rule, or forwarding seen on the wire."))
+    return out
+
+
+def _nodes(r: dict[str, Any]) -> list[RenderableType]:
+    nodes = [n for n in _list(r, "nodes") if isinstance(n, dict)]
+    if not nodes:
+        return []
+    t = _table("Nodes")
+    t.add_column("Node")
+    t.add_column("Member")
+    t.add_column("Addresses", overflow="fold")
+    for n in nodes:
+        addrs = n.get("addresses")
+        t.add_row(
+            str(n.get("name", DASH)),
+            "yes" if n.get("member") is True else "no" if n.get("member") is False else _text(n.get("member")),
+            ", ".join(map(str, addrs)) if isinstance(addrs, list) else _text(addrs),
+        )
+    return [Text(""), t]
+
+
+def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[RenderableType]:
+    dups = [d for d in _list(r, "top_duplicates") if isinstance(d, dict)]
+    shown = dups if top is None else dups[: max(top, 0)]
+    if not shown:
+        return []
+    inputs = [i for i in _list(r, "inputs") if isinstance(i, dict)]
+    first_ts = section(r, "capture").get("first_ts")
+    out: list[RenderableType] = [_heading(f"Top duplicated payloads ({len(shown)} of {len(dups)})")]
+    for rank, d in enumerate(shown, 1):
+        raw_sends = d.get("sends")
+        sends = [s for s in raw_sends if isinstance(s, dict)] if isinstance(raw_sends, list) else []
+        digest = _text(d.get("digest"))
+        title = Text(f"{rank}. ", style="bold")
+        title.append(fmt_bytes(d.get("size")), style="bold")
+        if is_number(d.get("size")) and d["size"] >= 1024:
+            title.append(f" ({fmt_count(d['size'])} B)", style="dim")
+        total = d.get("sends_total", len(sends))
+        title.append(f", sent {fmt_count(total)} time{'s' if total != 1 else ''}", style="bold")
+        if is_number(total) and total != len(sends):
+            title.append(f" (first {len(sends)} listed)", style="dim")
+        if "duplicate_bytes" in d:
+            title.append(f", repeats {fmt_bytes(d.get('duplicate_bytes'))}", style="dim")
+        title.append(f"  digest {digest if wide else _short(digest, 16)}", style="dim")
+        out.append(title)
+        if sends:
+            t = _table()
+            t.add_column("#", justify="right", style="dim")
+            t.add_column("Time", justify="right", no_wrap=True)
+            pairs = [f"{_end(s, 'src', wide)} → {_end(s, 'dst', wide)}" for s in sends]
+            # The edge is what the reader scans for; the file name may fold instead.
+            t.add_column("Src → dst", overflow="fold", min_width=min(max(map(len, pairs)), 31))
+            t.add_column("Offset", justify="right")
+            if wide:
+                t.add_column("Session")
+                t.add_column("Tree", justify="right")
+                t.add_column("FileId")
+            t.add_column("Via")
+            t.add_column("Frames", justify="right", no_wrap=True)
+            t.add_column("Share and file" if wide else "File", overflow="fold")
+            for n, (s, pair) in enumerate(zip(sends, pairs), 1):
+                row = [str(n), _time(s.get("time"), first_ts), pair, fmt_count(s.get("offset"))]
+                if wide:
+                    row += [_text(s.get("session")), _text(s.get("tree")), _text(s.get("file_id"))]
+                row += [_text(s.get("transport")), _frames(s, multi=len(inputs) > 1), _file(s, wide)]
+                t.add_row(*row)
+            out.append(Padding(t, (0, 0, 0, 3)))
+        for idx, filt in filters_by_input(sends).items():
+            line = FilterLine(f"   Wireshark {_input_label(inputs, idx, wide)}: ", style="dim")
+            line.append(filt, style="cyan")
+            out.append(line)
+    return out
+
+
+def _accounting(r: dict[str, Any], wide: bool) -> list[RenderableType]:
+    acc = section(r, "accounting")
+    cats = acc.get("categories")
+    if not acc:
+        return []
+    t = _table("Byte accounting (every input byte in one category)")
+    t.add_column("Category")
+    t.add_column("Bytes", justify="right")
+    t.add_column("", justify="right")
+    t.add_column("Share", justify="right")
+    if wide:
+        t.add_column("Meaning")
+    total = acc.get("total_bytes")
+    whole = total if is_number(total) else acc.get("input_bytes")
+    if isinstance(cats, dict):
+        order = sorted(cats.items(), key=lambda kv: (-(kv[1] if is_number(kv[1]) else 0), kv[0]))
+        for name, v in order:
+            row = [str(name), fmt_count(v), fmt_bytes(v), fmt_percent(v, whole)]
+            if wide:
+                row.append(Text(CATEGORY_MEANING.get(str(name), ""), style="dim"))
+            t.add_row(*row)
+    t.add_section()
+    total_row = [Text("total", style="bold"), fmt_count(total), fmt_bytes(total), ""]
+    input_row = ["input files", fmt_count(acc.get("input_bytes")), fmt_bytes(acc.get("input_bytes")), ""]
+    rec = acc.get("reconciled")
+    status = (Text("reconciled", style="green") if rec is True
+              else Text("does NOT reconcile", style="bold red") if rec is False else None)
+    if wide:
+        total_row.append(status or "")
+        input_row.append("")
+    t.add_row(*total_row)
+    t.add_row(*input_row)
+    out: list[RenderableType] = [Text(""), t]
+    if not wide and status is not None:
+        out.append(Text("  ").append(status))
+    return out
+
+
+def _traffic(r: dict[str, Any]) -> list[RenderableType]:
+    tcp, smb2 = section(r, "tcp"), section(r, "smb2")
+    if not tcp and not smb2:
+        return []
+    grid = _grid()
+    if tcp:
+        grid.add_row("TCP", _facts(tcp, TCP_LABELS))
+    if smb2:
+        grid.add_row("SMB2", _facts(smb2, SMB2_LABELS))
+        for key in ("dialects", "files"):
+            v = smb2.get(key)
+            if isinstance(v, list) and v:
+                shown = ", ".join(map(str, v[:20])) + (f", … ({len(v)} in all)" if len(v) > 20 else "")
+                grid.add_row(key, shown)
+        cmds = smb2.get("commands")
+        if isinstance(cmds, dict) and cmds:
+            order = sorted(cmds.items(), key=lambda kv: (-(kv[1] if is_number(kv[1]) else 0), str(kv[0])))
+            grid.add_row("commands", " · ".join(f"{k} {fmt_count(v)}" for k, v in order))
+    return [_heading("Traffic"), Padding(grid, (0, 0, 0, 2))]
+
+
+def _footer(r: dict[str, Any]) -> list[RenderableType]:
+    out: list[RenderableType] = [Text("")]
+    a, idx = section(r, "analysis"), section(r, "index")
+    if a:
+        out.append(Text(
+            f"Analysed {fmt_count(a.get('frames'))} frames in {fmt_seconds(a.get('elapsed_seconds'))}"
+            f" ({fmt_bytes(a.get('bytes_per_second'))}/s)",
+            style="dim",
+        ))
+    if idx:
+        out.append(Text(
+            f"Dedupe index (window {fmt_seconds(idx.get('window_seconds'))}): peak "
+            f"{fmt_count(idx.get('peak_live_sends'))} live sends, {fmt_count(idx.get('peak_live_blocks'))} "
+            f"live blocks, ~{fmt_bytes(idx.get('peak_bytes_estimate'))}"
+            + (f" (bound {fmt_count(idx.get('max_live_blocks'))} blocks)" if "max_live_blocks" in idx else ""),
+            style="dim",
+        ))
+    unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in ("smbwire_version", "window_seconds", "index")]
+    if unknown:
+        out.append(Text(f"Also in the result (see --json): {', '.join(map(str, unknown))}", style="dim"))
+    return out
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class FilterLine(Text):
+    """A line the console must not break or crop (print it with `soft_wrap=True`): a
+    display filter is copied and pasted whole."""
+
+
+def _table(title: str | None = None) -> Table:
+    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                 collapse_padding=True, pad_edge=False)
+
+
+def _note(text: str) -> Padding:
+    return Padding(Text(text, style="dim"), (0, 0, 0, 2))
+
+
+def _heading(title: str) -> Text:
+    return Text("\n" + title, style="bold")
+
+
+def _warning_lines(items: list[str]) -> list[RenderableType]:
+    if not items:
+        return [Text("  none", style="green")]
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold yellow")
+    grid.add_column(overflow="fold")
+    for w in items:
+        grid.add_row("!", w)
+    return [Padding(grid, (0, 0, 0, 2))]
+
+
+def _list(r: dict[str, Any], key: str) -> list[Any]:
+    v = r.get(key)
+    return v if isinstance(v, list) else []
+
+
+def _edges_sorted(r: dict[str, Any]) -> list[dict[str, Any]]:
+    edges = [e for e in _list(r, "edges") if isinstance(e, dict)]
+    return sorted(edges, key=lambda e: -(e.get("payload_bytes") if is_number(e.get("payload_bytes")) else 0))
+
+
+def _edge_name(e: dict[str, Any]) -> str:
+    return f"{_text(e.get('src'))} → {_text(e.get('dst'))}"
+
+
+def _class_text(cls: Any) -> Text:
+    return Text(_text(cls), style=CLASS_STYLE.get(cls, "") if isinstance(cls, str) else "")
+
+
+def _decided_by(d: Any) -> str:
+    if not isinstance(d, dict):
+        return _text(d)
+    known = [fmt_bytes(d.get(k)) for k in ("inference", "rule", "forwarded")]
+    extra = [f"{k} {fmt_bytes(v)}" for k, v in d.items() if k not in ("inference", "rule", "forwarded")]
+    return "/".join(known) + (" " + " ".join(extra) if extra else "")
+
+
+def _end(s: dict[str, Any], which: str, wide: bool) -> str:
+    """A send's end: node name, with the address in wide layout when they differ."""
+    node, addr = s.get(f"{which}_node"), s.get(which)
+    if node is None:
+        return _text(addr)
+    if wide and addr is not None and str(addr) != str(node):
+        return f"{node} ({addr})"
+    return str(node)
+
+
+def _text(v: Any) -> str:
+    return DASH if v is None else str(v)
+
+
+def _short(s: str, n: int) -> str:
+    return s if len(s) <= n + 1 else s[:n] + "…"
+
+
+def _path(p: Any, wide: bool) -> str:
+    if not isinstance(p, str):
+        return _text(p)
+    return p if wide else (os.path.basename(p) or p)
+
+
+def _input_label(inputs: list[dict[str, Any]], idx: int, wide: bool) -> str:
+    if 0 <= idx < len(inputs):
+        return f"[{idx}] {_path(inputs[idx].get('path'), wide)}"
+    return f"[{idx}]"
+
+
+def _time(t: Any, first_ts: Any) -> str:
+    if not is_number(t):
+        return _text(t)
+    if is_number(first_ts):
+        return f"+{t - first_ts:.3f} s"
+    return f"{t:.6f}"
+
+
+def _file(s: dict[str, Any], wide: bool) -> str:
+    name, share = s.get("file_name"), s.get("share")
+    if wide and share is not None:
+        return f"{share}\\{name}" if name is not None else str(share)
+    return _text(name)
+
+
+def _frames(s: dict[str, Any], multi: bool) -> str:
+    f = s.get("frames")
+    if isinstance(f, list) and len(f) == 2 and f[0] != f[1]:
+        text = f"{f[0]}–{f[1]}"
+    elif isinstance(f, list) and f:
+        text = str(f[-1])
+    else:
+        text = _text(f)
+    if multi:
+        text += f" [{_text(s.get('file'))}]"
+    return text
+
+
+def _facts(d: dict[str, Any], labels: dict[str, str]) -> str:
+    """`segments 1,234 · gaps 0 · …`: known keys first (labelled), then any other scalar
+    the engine added."""
+    parts: list[str] = []
+    for key, label in labels.items():
+        if key in d:
+            parts.append(f"{label} {_scalar(key, d[key])}")
+    for key, v in d.items():
+        if key not in labels and not isinstance(v, (dict, list)):
+            parts.append(f"{key} {_scalar(key, v)}")
+    return " · ".join(parts)
+
+
+def _scalar(key: Any, v: Any) -> str:
+    return fmt_bytes(v) if str(key).endswith("bytes") else fmt_count(v)
+
+
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    return grid
+
+
+def _utc(ts: float) -> str:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.6f}"

@@ -1,0 +1,102 @@
+"""Human formatting of byte counts, counts and ratios, and parsing of sizes like `64MiB`.
+
+Formatters accept anything (the result dict comes from an engine that may be newer or
+older than this package): a value that is not a number is shown as-is, None as an em dash.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+DASH = "—"
+
+_BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt_bytes(v: Any) -> str:
+    """`1536` -> `1.50 KiB`; below 1 KiB exact (`512 B`)."""
+    if v is None:
+        return DASH
+    if not is_number(v):
+        return str(v)
+    n = float(v)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{int(n) if n == int(n) else n:g} B"
+    unit = 0
+    while n >= 1024 and unit < len(_BINARY) - 1:
+        n /= 1024
+        unit += 1
+    return f"{sign}{n:.2f} {_BINARY[unit]}"
+
+
+def fmt_count(v: Any) -> str:
+    """Exact integer with thousands separators: `1234567` -> `1,234,567`."""
+    if v is None:
+        return DASH
+    if not is_number(v):
+        return str(v)
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.2f}"
+    return f"{int(v):,}"
+
+
+def fmt_ratio(v: Any, suffix: str = "") -> str:
+    """Two decimals: `3` -> `3.00`."""
+    if v is None:
+        return DASH
+    if not is_number(v):
+        return str(v)
+    return f"{float(v):.2f}{suffix}"
+
+
+def fmt_seconds(v: Any) -> str:
+    if v is None:
+        return DASH
+    if not is_number(v):
+        return str(v)
+    s = float(v)
+    if s < 1:
+        return f"{s * 1000:.1f} ms"
+    if s < 120:
+        return f"{int(s)} s" if s.is_integer() else f"{s:.2f} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{int(m)} min {s:.0f} s"
+    h, m = divmod(m, 60)
+    return f"{int(h)} h {int(m)} min"
+
+
+def fmt_percent(part: Any, whole: Any) -> str:
+    if not (is_number(part) and is_number(whole)) or whole == 0:
+        return DASH
+    share = 100.0 * part / whole
+    if 0 < share < 0.05:
+        return "<0.1%"
+    return f"{share:.1f}%"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(text: str) -> int:
+    """`4096`, `64k`, `64KiB`, `1.5GB`, `10MiB` -> bytes. `k`/`KiB` are 1024-based, `KB` is
+    1000-based (as in IEC 80000-13). Raises ValueError."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size (examples: 4096, 64KiB, 1GiB)")
+    number, prefix, iec, b = m.groups()
+    power = _POWERS[prefix.lower()]
+    decimal = prefix != "" and iec == "" and b != ""  # "KB", "MB": SI
+    value = float(number) * (1000 if decimal else 1024) ** power
+    if value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)

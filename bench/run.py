@@ -1,0 +1,106 @@
+"""Throughput and peak memory of `smbwire analyze` against tshark, on the same file, in one run.
+
+Makes (once) a capture of at least 1 GiB with the scenario generator: nested mirror (4 copies,
+2 per node), 1 MiB sequential writes, so every payload crosses the wire twice. Then times:
+  1. smbwire analyze FILE --json OUT           (hashing on: every payload block is digested)
+  2. tshark -q -z smb2,srt -r FILE
+  3. tshark -Y smb2.cmd==9 -T fields -e smb2.write_length -r FILE
+Each runs in its own child process; peak RSS comes from wait4()'s rusage of that child.
+Results go to stdout (a Markdown table) and bench/out/results.json.
+
+Usage: python bench/run.py [--bytes N] [--scenario nested4] [--transport tcp] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "out"
+
+
+def run_measured(cmd: list[str], stdout_path: str = os.devnull) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one child process."""
+    with open(stdout_path, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {code}: {err.strip()[:500]}")
+    return wall, usage.ru_maxrss * 1024
+
+
+def make_capture(path: Path, scenario: str, nbytes: int, transport: str) -> dict:
+    from smbwire import _core
+
+    spec = {"scenario": scenario, "bytes": nbytes, "io_size": 1 << 20, "seed": 1, "transport": transport}
+    t0 = time.perf_counter()
+    truth = json.loads(_core.synth(json.dumps(spec), str(path)))
+    print(f"generated {path.name}: {path.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    return truth
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bytes", type=int, default=512 << 20, help="bytes the VM writes (W); nested4 puts 2W on the wire")
+    ap.add_argument("--scenario", default="nested4")
+    ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--keep", action="store_true", help="keep the generated capture")
+    args = ap.parse_args()
+    OUT.mkdir(exist_ok=True)
+    cap = OUT / f"bench-{args.scenario}-{args.transport}-{args.bytes >> 20}MiB.pcap"
+    if not cap.exists():
+        make_capture(cap, args.scenario, args.bytes, args.transport)
+    size = cap.stat().st_size
+    if size < (1 << 30):
+        print(f"warning: capture is {size / 2**30:.2f} GiB (< 1 GiB)", file=sys.stderr)
+    smbwire = shutil.which("smbwire") or str(Path(sys.executable).parent / "smbwire")
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        raise SystemExit("tshark is not installed (make bench installs it)")
+    runs = {
+        "smbwire analyze": ([smbwire, "analyze", str(cap), "--quiet", "--json", str(OUT / "bench-result.json")], os.devnull),
+        "tshark -z smb2,srt": ([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull),
+        "tshark -T fields write_length": ([tshark, "-n", "-Y", "smb2.cmd==9", "-T", "fields", "-e", "smb2.write_length",
+                                           "-r", str(cap)], os.devnull),
+    }
+    results = {}
+    for name, (cmd, sink) in runs.items():
+        wall, rss = run_measured(cmd, sink)
+        results[name] = {"seconds": wall, "mb_per_s": size / 1e6 / wall, "peak_rss_bytes": rss}
+        print(f"{name}: {wall:.2f} s, {size / 1e6 / wall:.0f} MB/s, peak RSS {rss / 2**20:.0f} MiB", file=sys.stderr)
+    ours = results["smbwire analyze"]
+    report = json.loads((OUT / "bench-result.json").read_text())
+    summary = {
+        "capture": cap.name,
+        "capture_bytes": size,
+        "runs": results,
+        "speedup_vs_tshark_srt": results["tshark -z smb2,srt"]["seconds"] / ours["seconds"],
+        "speedup_vs_tshark_fields": results["tshark -T fields write_length"]["seconds"] / ours["seconds"],
+        "rss_ratio_vs_tshark_srt": ours["peak_rss_bytes"] / results["tshark -z smb2,srt"]["peak_rss_bytes"],
+        "smbwire_dup_ratio": [(e["src"], e["dst"], e["class"], e["dup_ratio"]) for e in report["edges"]],
+        "smbwire_index_peak": report.get("index"),
+    }
+    (OUT / "results.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} |")
+    print(f"\ncapture {size / 2**30:.2f} GiB; smbwire is {summary['speedup_vs_tshark_srt']:.1f}x faster than "
+          f"tshark -z smb2,srt and uses {summary['rss_ratio_vs_tshark_srt']:.2%} of its peak memory")
+    if not args.keep:
+        pass  # the capture is reused by later runs; `make clean` or rm bench/out removes it
+
+
+if __name__ == "__main__":
+    main()

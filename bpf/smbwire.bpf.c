@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: MIT
+/* smbwire_tc: TCX ingress program. It only filters, counts and copies:
+ * storage traffic (SMB over TCP 445/5445 or configured ports, RoCEv2 UDP 4791,
+ * RoCEv1 EtherType 0x8915) is counted per flow and copied into a ring buffer;
+ * everything else is counted in the totals and passed on. All interpretation
+ * happens in user space. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "smbwire.h"
+
+/* enum tcx_action_base (linux 6.6): let later programs and the stack see the packet. */
+#define TCX_NEXT (-1)
+
+#define ETH_HLEN_ 14
+#define ETH_P_8021Q_ 0x8100
+#define ETH_P_8021AD_ 0x88A8
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+#define BTH_NEXT_HEADER 0x1b
+/* IPv6 extension headers that may stand between the fixed header and TCP/UDP (RFC 8200 4.1). */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_DEST 60
+
+struct scratch {
+	struct smbwire_event_hdr hdr;
+	__u8 data[SMBWIRE_MAX_SNAP];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* user space resizes before load */
+} ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SMBWIRE_MAX_PORTS);
+	__type(key, __u16);
+	__type(value, __u8);
+} tcp_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SMBWIRE_MAX_FLOWS);
+	__type(key, struct smbwire_flow_key);
+	__type(value, struct smbwire_flow_counters);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct smbwire_totals);
+} totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct smbwire_config);
+} config SEC(".maps");
+
+/* The ring buffer record is assembled here first: bpf_ringbuf_reserve wants a
+ * constant size, bpf_ringbuf_output copies a variable-size record. One slot per CPU,
+ * indexed by CPU id (a per-CPU array value is limited to 32 KiB); user space sets
+ * max_entries to the number of possible CPUs. TC programs do not migrate mid-run. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_buf SEC(".maps");
+
+static __always_inline int port_configured(__u16 port)
+{
+	return bpf_map_lookup_elem(&tcp_ports, &port) != 0;
+}
+
+/* Fills `key` and returns 1 when the frame is storage traffic; sets `*hdr_len`
+ * to the L2..L4 header length when TCP or UDP was reached (0 otherwise), for
+ * counting the headers of every segment of a GRO/GSO frame. `off` starts after
+ * the Ethernet header; an outer VLAN tag the kernel already removed is not in
+ * the data, a second (QinQ) tag still is. */
+static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_key *key,
+				    __u32 *hdr_len)
+{
+	__u32 off = ETH_HLEN_;
+	__u16 h_proto;
+	__u8 l4 = 0;
+
+	if (bpf_skb_load_bytes(skb, 12, &h_proto, 2))
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		if (h_proto == bpf_htons(ETH_P_8021Q_) || h_proto == bpf_htons(ETH_P_8021AD_)) {
+			if (bpf_skb_load_bytes(skb, off + 2, &h_proto, 2))
+				return 0;
+			off += 4;
+		}
+	}
+
+	if (h_proto == bpf_htons(SMBWIRE_ETH_P_ROCEV1)) {
+		/* GRH: 40 bytes, IPv6 layout; SGID at 8, DGID at 24. */
+		if (bpf_skb_load_bytes(skb, off + 8, key->saddr, 16) ||
+		    bpf_skb_load_bytes(skb, off + 24, key->daddr, 16))
+			return 0;
+		key->family = SMBWIRE_FAMILY_ROCEV1;
+		key->proto = BTH_NEXT_HEADER;
+		return 1;
+	}
+
+	if (h_proto == bpf_htons(ETH_P_IP)) {
+		__u8 vihl;
+		__u16 frag;
+		if (bpf_skb_load_bytes(skb, off, &vihl, 1) || (vihl >> 4) != 4 || (vihl & 0xf) < 5)
+			return 0;
+		if (bpf_skb_load_bytes(skb, off + 6, &frag, 2))
+			return 0;
+		/* A non-first fragment has no TCP/UDP header to match on. */
+		if (bpf_ntohs(frag) & 0x1fff)
+			return 0;
+		if (bpf_skb_load_bytes(skb, off + 9, &l4, 1) ||
+		    bpf_skb_load_bytes(skb, off + 12, key->saddr, 4) ||
+		    bpf_skb_load_bytes(skb, off + 16, key->daddr, 4))
+			return 0;
+		key->family = SMBWIRE_FAMILY_IPV4;
+		off += (vihl & 0xf) * 4;
+	} else if (h_proto == bpf_htons(ETH_P_IPV6)) {
+		__u8 vtc;
+		if (bpf_skb_load_bytes(skb, off, &vtc, 1) || (vtc >> 4) != 6)
+			return 0;
+		if (bpf_skb_load_bytes(skb, off + 6, &l4, 1) ||
+		    bpf_skb_load_bytes(skb, off + 8, key->saddr, 16) ||
+		    bpf_skb_load_bytes(skb, off + 24, key->daddr, 16))
+			return 0;
+		key->family = SMBWIRE_FAMILY_IPV6;
+		off += 40;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__u8 ext[2];
+			if (l4 != NEXTHDR_HOP && l4 != NEXTHDR_ROUTING && l4 != NEXTHDR_DEST &&
+			    l4 != NEXTHDR_FRAGMENT)
+				break;
+			if (bpf_skb_load_bytes(skb, off, ext, 2))
+				return 0;
+			if (l4 == NEXTHDR_FRAGMENT) {
+				__u16 frag_off;
+				if (bpf_skb_load_bytes(skb, off + 2, &frag_off, 2))
+					return 0;
+				if (bpf_ntohs(frag_off) & 0xfff8)
+					return 0;
+				off += 8;
+			} else {
+				off += ((__u32)ext[1] + 1) * 8;
+			}
+			l4 = ext[0];
+		}
+	} else {
+		return 0;
+	}
+
+	if (l4 != IPPROTO_TCP_ && l4 != IPPROTO_UDP_)
+		return 0;
+	__u16 ports[2];
+	if (bpf_skb_load_bytes(skb, off, ports, 4))
+		return 0;
+	key->sport = bpf_ntohs(ports[0]);
+	key->dport = bpf_ntohs(ports[1]);
+	key->proto = l4;
+	if (l4 == IPPROTO_TCP_) {
+		__u8 doff;
+		if (bpf_skb_load_bytes(skb, off + 12, &doff, 1) || (doff >> 4) < 5)
+			return 0;
+		*hdr_len = off + (doff >> 4) * 4;
+		return port_configured(key->sport) || port_configured(key->dport);
+	}
+	*hdr_len = off + 8;
+	return key->dport == SMBWIRE_ROCEV2_UDP_PORT;
+}
+
+SEC("tcx/ingress")
+int smbwire_tc(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct smbwire_totals *t = bpf_map_lookup_elem(&totals, &zero);
+	if (!t)
+		return TCX_NEXT;
+
+	/* At TC ingress the outer VLAN tag is already in skb->vlan_tci, not in the data. */
+	__u32 vlan = skb->vlan_present;
+	__u32 tag = vlan ? 4 : 0;
+	__u32 frame_len = skb->len + tag;
+
+	struct smbwire_flow_key key = {};
+	__u32 hdr_len = 0;
+	int matched = classify(skb, &key, &hdr_len);
+
+	/* GRO (and a veth peer's GSO) hand us one frame for several wire packets: count
+	 * each segment with its own copy of the headers. */
+	__u32 segs = skb->gso_segs;
+	if (segs < 1 || hdr_len == 0)
+		segs = 1;
+	__u64 wire_bytes = frame_len + (__u64)(segs - 1) * (hdr_len + tag);
+	t->packets_seen += segs;
+	t->bytes_seen += wire_bytes;
+	if (!matched)
+		return TCX_NEXT;
+	t->packets_matched += segs;
+	t->bytes_matched += wire_bytes;
+	t->frames_matched++;
+
+	struct smbwire_flow_counters *fc = bpf_map_lookup_elem(&flows, &key);
+	if (fc) {
+		__sync_fetch_and_add(&fc->packets, segs);
+		__sync_fetch_and_add(&fc->bytes, wire_bytes);
+	} else {
+		struct smbwire_flow_counters init = { .packets = segs, .bytes = wire_bytes };
+		if (bpf_map_update_elem(&flows, &key, &init, BPF_NOEXIST)) {
+			/* Another CPU created it first. */
+			fc = bpf_map_lookup_elem(&flows, &key);
+			if (fc) {
+				__sync_fetch_and_add(&fc->packets, segs);
+				__sync_fetch_and_add(&fc->bytes, wire_bytes);
+			}
+		}
+	}
+
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	struct smbwire_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!s || !cfg) {
+		t->copy_errors++;
+		return TCX_NEXT;
+	}
+	__u32 snap = cfg->snaplen;
+	if (snap == 0 || snap > SMBWIRE_MAX_SNAP)
+		snap = SMBWIRE_MAX_SNAP;
+	__u32 caplen = skb->len;
+	if (caplen > snap)
+		caplen = snap;
+	if (caplen < 1 || caplen > SMBWIRE_MAX_SNAP) {
+		t->copy_errors++;
+		return TCX_NEXT;
+	}
+	s->hdr.ts_ns = bpf_ktime_get_ns();
+	s->hdr.len = frame_len;
+	s->hdr.caplen = caplen;
+	s->hdr.ifindex = skb->ifindex;
+	s->hdr.vlan_proto = vlan ? bpf_ntohs(skb->vlan_proto) : 0;
+	s->hdr.vlan_tci = vlan ? skb->vlan_tci : 0;
+	s->hdr.flags = vlan ? SMBWIRE_EV_VLAN : 0;
+	s->hdr.segs = segs;
+	if (bpf_skb_load_bytes(skb, 0, s->data, caplen)) {
+		t->copy_errors++;
+		return TCX_NEXT;
+	}
+	if (bpf_ringbuf_output(&ring, s, sizeof(s->hdr) + caplen, 0))
+		t->ring_drops++;
+	return TCX_NEXT;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* Layouts shared by the kernel program (smbwire.bpf.c) and the Rust loader
+ * (dissectors/src/live/ebpf.rs). Any change here must be mirrored there: the
+ * Rust side asserts the sizes below at compile time. */
+#ifndef SMBWIRE_H
+#define SMBWIRE_H
+
+/* Largest copy into the ring buffer: a whole GRO/GSO packet (64 KiB, the default
+ * gro_max_size) plus L2 headers, so no SMB payload is cut off by coalescing. */
+#define SMBWIRE_MAX_SNAP 66048
+
+/* TCP ports map capacity: 445, 5445 and a few configured extras. */
+#define SMBWIRE_MAX_PORTS 64
+
+/* LRU flow table size: exact counters for this many concurrent flows. */
+#define SMBWIRE_MAX_FLOWS 65536
+
+#define SMBWIRE_ROCEV2_UDP_PORT 4791
+#define SMBWIRE_ETH_P_ROCEV1 0x8915
+
+/* smbwire_flow_key.family */
+#define SMBWIRE_FAMILY_IPV4 4
+#define SMBWIRE_FAMILY_IPV6 6
+/* RoCEv1: no IP header, the GRH carries the GIDs (IBTA vol.1 8.3). */
+#define SMBWIRE_FAMILY_ROCEV1 27
+
+/* smbwire_event_hdr.flags */
+#define SMBWIRE_EV_VLAN 1 /* the outer 802.1Q/802.1ad tag was taken off the frame by the
+                             kernel: vlan_proto/vlan_tci must be put back after the MACs */
+
+/* Precedes every ring buffer record; `caplen` frame bytes follow. 32 bytes. */
+struct smbwire_event_hdr {
+	__u64 ts_ns;      /* bpf_ktime_get_ns(): CLOCK_MONOTONIC, user space adds the wall offset */
+	__u32 len;        /* frame length, including a stripped VLAN tag (a GRO/GSO frame: all its segments) */
+	__u32 caplen;     /* bytes copied after this header (without the stripped VLAN tag) */
+	__u32 ifindex;
+	__u16 vlan_proto; /* host order, valid with SMBWIRE_EV_VLAN */
+	__u16 vlan_tci;   /* host order, valid with SMBWIRE_EV_VLAN */
+	__u32 flags;
+	__u32 segs;       /* wire packets this frame stands for: >1 when GRO/GSO coalesced them */
+};
+
+/* Key of the exact per-flow counters. 40 bytes. Addresses in network order
+ * (IPv4 in the first 4 bytes, rest zero); ports host order. */
+struct smbwire_flow_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;  /* IPPROTO_TCP, IPPROTO_UDP, or 0x1b (BTH next header) for RoCEv1 */
+	__u8 family; /* SMBWIRE_FAMILY_* */
+	__u16 _pad;
+};
+
+struct smbwire_flow_counters {
+	__u64 packets;
+	__u64 bytes; /* wire bytes, including a stripped VLAN tag */
+};
+
+/* Per-CPU totals, one entry: user space sums over CPUs. 56 bytes.
+ * packets/bytes are wire packets and wire bytes: a GRO/GSO frame of N segments counts N
+ * packets and N copies of its headers. `frames_matched` counts the (possibly coalesced)
+ * frames copied or dropped: frames_matched = delivered + ring_drops + copy_errors. */
+struct smbwire_totals {
+	__u64 packets_seen;
+	__u64 bytes_seen;
+	__u64 packets_matched;
+	__u64 bytes_matched;
+	__u64 ring_drops;  /* matched frames that found the ring buffer full */
+	__u64 copy_errors; /* matched frames whose bytes could not be loaded */
+	__u64 frames_matched;
+};
+
+/* Configuration filled by user space before attach; one entry. */
+struct smbwire_config {
+	__u32 snaplen; /* at most SMBWIRE_MAX_SNAP; 0 means SMBWIRE_MAX_SNAP */
+	__u32 _pad;
+};
+
+#endif

@@ -1,0 +1,157 @@
+//! The figures the index produces and the serialisable report (JSON shape documented in
+//! docs/attribution.md).
+
+use super::attribution::{Class, DecidedBy};
+use super::evidence::DuplicatePayload;
+use super::topology::Node;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Byte and send counts of one (edge, class), or summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Figures {
+    /// All payload bytes, trivial blocks included.
+    pub payload_bytes: u64,
+    /// Bytes of non-trivial blocks.
+    pub nontrivial_bytes: u64,
+    /// Non-trivial bytes that had not crossed this edge within the window.
+    pub unique_bytes: u64,
+    /// Sends (each send is counted once, in the class that got most of its bytes).
+    pub sends: u64,
+    pub trivial_bytes: u64,
+    pub per_copy_duplicate_bytes: u64,
+    pub repeated_content_bytes: u64,
+}
+
+impl Figures {
+    pub fn add(&mut self, o: &Figures) {
+        self.payload_bytes += o.payload_bytes;
+        self.nontrivial_bytes += o.nontrivial_bytes;
+        self.unique_bytes += o.unique_bytes;
+        self.sends += o.sends;
+        self.trivial_bytes += o.trivial_bytes;
+        self.per_copy_duplicate_bytes += o.per_copy_duplicate_bytes;
+        self.repeated_content_bytes += o.repeated_content_bytes;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.payload_bytes == 0 && self.sends == 0
+    }
+
+    /// nontrivial_bytes / unique_bytes. 1.0 when nothing non-trivial crossed; `None` (JSON
+    /// null) when non-trivial bytes crossed but none of them was first on the edge — they all
+    /// repeat bytes counted as unique under another class of the same edge.
+    pub fn dup_ratio(&self) -> Option<f64> {
+        match (self.nontrivial_bytes, self.unique_bytes) {
+            (0, 0) => Some(1.0),
+            (_, 0) => None,
+            (n, u) => Some(n as f64 / u as f64),
+        }
+    }
+}
+
+/// Payload bytes (trivial included) by the rule that decided their class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DecidedBytes {
+    pub inference: u64,
+    pub rule: u64,
+    pub forwarded: u64,
+}
+
+impl DecidedBytes {
+    pub fn add_bytes(&mut self, by: DecidedBy, bytes: u64) {
+        match by {
+            DecidedBy::Inference => self.inference += bytes,
+            DecidedBy::Rule => self.rule += bytes,
+            DecidedBy::Forwarded => self.forwarded += bytes,
+        }
+    }
+
+    pub fn add(&mut self, o: &DecidedBytes) {
+        self.inference += o.inference;
+        self.rule += o.rule;
+        self.forwarded += o.forwarded;
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EdgeReport {
+    /// Node names.
+    pub src: String,
+    pub dst: String,
+    pub class: Class,
+    #[serde(flatten)]
+    pub figures: Figures,
+    pub dup_ratio: Option<f64>,
+    pub decided_by: DecidedBytes,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Totals {
+    #[serde(flatten)]
+    pub figures: Figures,
+    pub dup_ratio: Option<f64>,
+    pub decided_by: DecidedBytes,
+    /// Non-trivial bytes whose block had not crossed any edge within the window.
+    pub globally_unique_bytes: u64,
+    /// nontrivial_bytes / globally_unique_bytes (1.0 when both are 0).
+    pub amplification: f64,
+}
+
+impl Default for Totals {
+    fn default() -> Self {
+        Totals {
+            figures: Figures::default(),
+            dup_ratio: Some(1.0),
+            decided_by: DecidedBytes::default(),
+            globally_unique_bytes: 0,
+            amplification: 1.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IndexStats {
+    pub window_seconds: f64,
+    pub peak_live_sends: u64,
+    pub peak_live_blocks: u64,
+    /// Approximate peak memory of the index, sends, block maps and evidence (bytes).
+    pub peak_bytes_estimate: u64,
+    /// Configured bound on live blocks.
+    pub max_live_blocks: u64,
+    /// Sends folded before their window ended because the live-block bound was reached.
+    pub early_expiries: u64,
+    /// Address lookups that went to the `other` node because of the automatic node cap.
+    pub other_node_lookups: u64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DedupeReport {
+    /// One entry per (edge, class) that carried bytes or sends; by payload_bytes, largest first.
+    pub edges: Vec<EdgeReport>,
+    pub totals: Totals,
+    pub nodes: Vec<Node>,
+    pub top_duplicates: Vec<DuplicatePayload>,
+    pub index: IndexStats,
+    /// Anomalies raised by the index (`dedupe.*`), by name; merged into the result's
+    /// top-level `anomalies` by the pipeline, so not serialised here.
+    #[serde(skip_serializing)]
+    pub anomalies: BTreeMap<String, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dup_ratio_definition() {
+        let f = |n, u| Figures {
+            nontrivial_bytes: n,
+            unique_bytes: u,
+            ..Default::default()
+        };
+        assert_eq!(f(0, 0).dup_ratio(), Some(1.0));
+        assert_eq!(f(4096, 0).dup_ratio(), None);
+        assert_eq!(f(8192, 4096).dup_ratio(), Some(2.0));
+    }
+}

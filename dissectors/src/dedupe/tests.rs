@@ -1,0 +1,754 @@
+//! Scenario tests of the index: hand-built sends, exact figures.
+
+use super::figures::{DedupeReport, EdgeReport};
+use super::*;
+use crate::frame::FrameRef;
+use crate::payload::hash::digest_of;
+use crate::payload::{BlockDigest, BLOCK_SIZE};
+use serde_json::json;
+use std::io::Write;
+use std::sync::Mutex;
+
+const MS: u64 = 1_000_000;
+const B: u64 = BLOCK_SIZE as u64;
+
+/// Distinct, non-trivial content: `n` blocks derived from `tag`.
+fn data(tag: u64, n: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * BLOCK_SIZE);
+    let mut x = tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for _ in 0..n * BLOCK_SIZE {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.push(x as u8);
+    }
+    out
+}
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::from([198, 18, 0, last])
+}
+
+fn rec(
+    kind: SendKind,
+    src: u8,
+    dst: u8,
+    conn: u64,
+    mid: u64,
+    t_ms: u64,
+    bytes: &[u8],
+) -> SendRecord {
+    SendRecord {
+        conn,
+        message_id: mid,
+        kind,
+        transport: Transport::Tcp,
+        src: ip(src),
+        dst: ip(dst),
+        session_id: 0x1122,
+        tree_id: 5,
+        file_id: [7; 16],
+        share: Some(r"\\srv\share".into()),
+        file_name: Some("disk.vhdx".into()),
+        offset: mid * 65536,
+        first_frame: FrameRef {
+            file: 0,
+            number: mid * 10 + 1,
+        },
+        last_frame: FrameRef {
+            file: 0,
+            number: mid * 10 + 3,
+        },
+        ts_ns: t_ms * MS,
+        digest: digest_of(bytes),
+    }
+}
+
+/// A little driver: sends get increasing MessageIds per connection.
+struct Net {
+    d: Dedupe,
+    next_mid: u64,
+}
+
+impl Net {
+    fn new() -> Net {
+        Net::with(DedupeConfig::default(), json!({}), None)
+    }
+    fn with(cfg: DedupeConfig, topo: serde_json::Value, ev: Option<Box<dyn Write + Send>>) -> Net {
+        Net {
+            d: Dedupe::new(cfg, Topology::from_json(&topo).unwrap(), ev),
+            next_mid: 1,
+        }
+    }
+    /// Send and return the MessageId used.
+    fn send(
+        &mut self,
+        kind: SendKind,
+        src: u8,
+        dst: u8,
+        conn: u64,
+        t_ms: u64,
+        bytes: &[u8],
+    ) -> u64 {
+        let mid = self.next_mid;
+        self.next_mid += 1;
+        self.d.send(rec(kind, src, dst, conn, mid, t_ms, bytes));
+        mid
+    }
+    /// Send and complete at once (a write whose response came back before the next send).
+    fn write_done(&mut self, src: u8, dst: u8, t_ms: u64, bytes: &[u8]) {
+        let mid = self.send(SendKind::Write, src, dst, 1, t_ms, bytes);
+        self.d.complete(1, mid, t_ms * MS + 1);
+    }
+    fn finish(self) -> DedupeReport {
+        self.d.finish()
+    }
+}
+
+fn edge<'a>(r: &'a DedupeReport, src: &str, dst: &str, class: Class) -> &'a EdgeReport {
+    r.edges
+        .iter()
+        .find(|e| e.src == src && e.dst == dst && e.class == class)
+        .unwrap_or_else(|| panic!("no edge {src}->{dst} {class:?} in {:#?}", r.edges))
+}
+
+/// Invariants every report must satisfy.
+fn check_invariants(r: &DedupeReport) {
+    for e in &r.edges {
+        let f = &e.figures;
+        assert_eq!(
+            f.payload_bytes,
+            f.nontrivial_bytes + f.trivial_bytes,
+            "{e:?}"
+        );
+        assert_eq!(
+            f.nontrivial_bytes,
+            f.unique_bytes + f.per_copy_duplicate_bytes + f.repeated_content_bytes,
+            "{e:?}"
+        );
+        assert_eq!(
+            f.payload_bytes,
+            e.decided_by.inference + e.decided_by.rule + e.decided_by.forwarded,
+            "{e:?}"
+        );
+    }
+    assert!(r.totals.globally_unique_bytes <= r.totals.figures.unique_bytes);
+    let sends: u64 = r.edges.iter().map(|e| e.figures.sends).sum();
+    assert_eq!(sends, r.totals.figures.sends);
+}
+
+const N1: &str = "198.18.0.1";
+const N2: &str = "198.18.0.2";
+const N3: &str = "198.18.0.3";
+
+#[test]
+fn two_way_mirror_one_copy_is_ratio_one() {
+    let mut n = Net::new();
+    for i in 0..5 {
+        n.write_done(1, 2, i * 10, &data(i, 4));
+    }
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(r.edges.len(), 1);
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.sends, 5);
+    assert_eq!(e.figures.payload_bytes, 20 * B);
+    assert_eq!(e.figures.unique_bytes, 20 * B);
+    assert_eq!(e.dup_ratio, Some(1.0));
+    assert_eq!(e.decided_by.inference, 20 * B);
+    assert_eq!(r.totals.amplification, 1.0);
+    assert!(r.top_duplicates.is_empty());
+}
+
+fn nested_copies(copies: u64) -> DedupeReport {
+    let mut n = Net::new();
+    let mut t = 0;
+    for i in 0..10 {
+        let w = data(i, 3);
+        for _ in 0..copies {
+            n.write_done(1, 2, t, &w);
+            t += 1;
+        }
+    }
+    n.finish()
+}
+
+#[test]
+fn four_copies_nested_is_ratio_two_all_per_copy() {
+    let r = nested_copies(2);
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.sends, 20);
+    assert_eq!(e.figures.nontrivial_bytes, 60 * B);
+    assert_eq!(e.figures.unique_bytes, 30 * B);
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 30 * B);
+    assert_eq!(e.figures.repeated_content_bytes, 0);
+    assert_eq!(e.dup_ratio, Some(2.0));
+    assert_eq!(r.totals.amplification, 2.0);
+    assert_eq!(r.top_duplicates.len(), 10);
+    assert!(r
+        .top_duplicates
+        .iter()
+        .all(|d| d.sends_total == 2 && d.duplicate_bytes == 3 * B));
+}
+
+#[test]
+fn six_copies_is_ratio_three() {
+    let r = nested_copies(3);
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.dup_ratio, Some(3.0));
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 60 * B);
+    assert_eq!(e.figures.repeated_content_bytes, 0);
+}
+
+#[test]
+fn non_owner_redirects_to_owner_which_replicates_back() {
+    // n1 (non-owner) sends W to n2 (owner); n2 writes two copies back to n1.
+    let mut n = Net::new();
+    let mut t = 0;
+    for i in 0..4 {
+        let w = data(i, 2);
+        n.write_done(1, 2, t, &w);
+        n.write_done(2, 1, t + 1, &w);
+        n.write_done(2, 1, t + 2, &w);
+        t += 10;
+    }
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(r.edges.len(), 2, "{:#?}", r.edges);
+    let redirect = edge(&r, N1, N2, Class::Redirection);
+    assert_eq!(redirect.figures.sends, 4);
+    assert_eq!(redirect.figures.payload_bytes, 8 * B);
+    assert_eq!(redirect.dup_ratio, Some(1.0));
+    assert_eq!(redirect.decided_by.forwarded, 8 * B);
+    let repl = edge(&r, N2, N1, Class::Replication);
+    assert_eq!(repl.figures.sends, 8);
+    assert_eq!(repl.figures.payload_bytes, 16 * B);
+    assert_eq!(repl.dup_ratio, Some(2.0));
+    assert_eq!(repl.figures.per_copy_duplicate_bytes, 8 * B);
+    assert_eq!(r.totals.globally_unique_bytes, 8 * B);
+    assert_eq!(r.totals.amplification, 3.0);
+    // Largest edge first.
+    assert_eq!(r.edges[0].class, Class::Replication);
+}
+
+#[test]
+fn forwarding_to_a_third_node_is_redirection() {
+    let mut n = Net::new();
+    let w = data(1, 2);
+    n.write_done(1, 2, 0, &w);
+    n.write_done(2, 3, 5, &w);
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(
+        edge(&r, N1, N2, Class::Redirection).figures.payload_bytes,
+        2 * B
+    );
+    assert_eq!(
+        edge(&r, N2, N3, Class::Replication).figures.payload_bytes,
+        2 * B
+    );
+    assert_eq!(r.totals.amplification, 2.0);
+}
+
+#[test]
+fn partial_forwarding_splits_blocks_and_send_goes_to_majority() {
+    // n2 forwards only the first of three blocks it received.
+    let mut n = Net::new();
+    let w = data(1, 3);
+    n.write_done(1, 2, 0, &w);
+    n.write_done(2, 3, 5, &w[..BLOCK_SIZE]);
+    let r = n.finish();
+    check_invariants(&r);
+    let red = edge(&r, N1, N2, Class::Redirection);
+    assert_eq!((red.figures.payload_bytes, red.figures.sends), (B, 0));
+    let rep = edge(&r, N1, N2, Class::Replication);
+    assert_eq!((rep.figures.payload_bytes, rep.figures.sends), (2 * B, 1));
+}
+
+#[test]
+fn forwarding_after_the_window_is_not_redirection() {
+    let cfg = DedupeConfig {
+        window_ns: 100 * MS,
+        ..Default::default()
+    };
+    let mut n = Net::with(cfg, json!({}), None);
+    let w = data(1, 1);
+    n.write_done(1, 2, 0, &w);
+    n.write_done(2, 1, 101, &w);
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(edge(&r, N1, N2, Class::Replication).figures.sends, 1);
+    assert_eq!(
+        r.totals.amplification, 1.0,
+        "the block is globally unique again after the window"
+    );
+}
+
+#[test]
+fn reads_between_members_are_redirected_reads() {
+    let mut n = Net::new();
+    let w = data(9, 2);
+    n.send(SendKind::Read, 2, 1, 1, 0, &w);
+    n.send(SendKind::Read, 2, 1, 1, 1, &w);
+    let r = n.finish();
+    check_invariants(&r);
+    let e = edge(&r, N2, N1, Class::RedirectedRead);
+    assert_eq!(e.figures.sends, 2);
+    assert_eq!(e.dup_ratio, Some(2.0));
+    // Second read of the same payload, consecutive on the edge: per-copy.
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 2 * B);
+}
+
+#[test]
+fn non_members_are_clients_even_when_forwarded() {
+    let topo = json!({"nodes": [
+        {"name": "n1", "addresses": [N1], "member": true},
+        {"name": "n2", "addresses": [N2], "member": true}
+    ]});
+    let mut n = Net::with(DedupeConfig::default(), topo, None);
+    let w = data(1, 2);
+    n.write_done(9, 1, 0, &w); // client 198.18.0.9 writes to n1
+    n.write_done(1, 2, 1, &w); // n1 replicates to n2
+    n.send(SendKind::Read, 1, 9, 1, 2, &data(2, 1)); // n1 answers a client read
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(
+        edge(&r, "198.18.0.9", "n1", Class::Client)
+            .figures
+            .payload_bytes,
+        2 * B
+    );
+    assert_eq!(
+        edge(&r, "n1", "198.18.0.9", Class::Client)
+            .figures
+            .payload_bytes,
+        B
+    );
+    assert_eq!(
+        edge(&r, "n1", "n2", Class::Replication)
+            .figures
+            .payload_bytes,
+        2 * B
+    );
+    let client = r.nodes.iter().find(|x| x.name == "198.18.0.9").unwrap();
+    assert!(!client.member);
+}
+
+#[test]
+fn trivial_blocks_are_never_duplicates() {
+    let mut n = Net::new();
+    let mut w = vec![0u8; 3 * BLOCK_SIZE];
+    w.extend(data(1, 1));
+    w.extend(vec![0xFF; 100]);
+    for t in 0..3 {
+        n.write_done(1, 2, t, &w);
+    }
+    n.write_done(1, 2, 3, &vec![0u8; 2 * BLOCK_SIZE]);
+    let r = n.finish();
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.sends, 4);
+    assert_eq!(e.figures.trivial_bytes, 3 * (3 * B + 100) + 2 * B);
+    assert_eq!(e.figures.nontrivial_bytes, 3 * B);
+    assert_eq!(e.figures.unique_bytes, B);
+    assert_eq!(e.dup_ratio, Some(3.0));
+
+    // Only trivial bytes: ratio 1.0 by definition.
+    let mut n = Net::new();
+    n.write_done(1, 2, 0, &vec![0u8; BLOCK_SIZE]);
+    n.write_done(1, 2, 1, &vec![0u8; BLOCK_SIZE]);
+    let r = n.finish();
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!((e.figures.nontrivial_bytes, e.figures.unique_bytes), (0, 0));
+    assert_eq!(e.dup_ratio, Some(1.0));
+    assert_eq!(r.totals.amplification, 1.0);
+}
+
+#[test]
+fn template_block_at_many_offsets_is_repeated_content() {
+    let template = data(1000, 1);
+    let mut n = Net::new();
+    for i in 0..10u64 {
+        // A payload of the template plus its own data.
+        let mut w = template.clone();
+        w.extend(data(i, 1));
+        n.write_done(1, 2, i * 3, &w);
+        // The template alone, then unrelated writes in between.
+        n.write_done(1, 2, i * 3 + 1, &template);
+        n.write_done(1, 2, i * 3 + 2, &data(100 + i, 1));
+    }
+    let r = n.finish();
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Replication);
+    // 30 sends, 40 non-trivial blocks; unique: template once + 20 own blocks.
+    assert_eq!(e.figures.sends, 30);
+    assert_eq!(e.figures.nontrivial_bytes, 40 * B);
+    assert_eq!(e.figures.unique_bytes, 21 * B);
+    assert_eq!(e.figures.repeated_content_bytes, 19 * B);
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 0);
+}
+
+#[test]
+fn block_repeated_inside_one_payload_is_repeated_content() {
+    let mut n = Net::new();
+    let mut w = data(1, 1);
+    w.extend(data(1, 1));
+    w.extend(data(1, 1));
+    n.write_done(1, 2, 0, &w);
+    let r = n.finish();
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.unique_bytes, B);
+    assert_eq!(e.figures.repeated_content_bytes, 2 * B);
+    assert_eq!(r.totals.amplification, 3.0);
+}
+
+#[test]
+fn concurrent_copies_over_two_connections_are_per_copy() {
+    // W1 and W2 each go over conn 1 and conn 2, interleaved, all outstanding.
+    let (w1, w2) = (data(1, 2), data(2, 2));
+    let mut n = Net::new();
+    let a = n.send(SendKind::Write, 1, 2, 1, 0, &w1);
+    let b = n.send(SendKind::Write, 1, 2, 1, 1, &w2);
+    let c = n.send(SendKind::Write, 1, 2, 2, 2, &w1);
+    let d = n.send(SendKind::Write, 1, 2, 2, 3, &w2);
+    n.d.complete(1, a, 4 * MS);
+    n.d.complete(1, b, 4 * MS);
+    n.d.complete(2, c, 4 * MS);
+    n.d.complete(2, d, 4 * MS);
+    let r = n.finish();
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 4 * B);
+    assert_eq!(e.figures.repeated_content_bytes, 0);
+    assert_eq!(e.dup_ratio, Some(2.0));
+
+    // Same order, but every write completed before the next one started: the repeats are
+    // not consecutive and not concurrent, so they count as repeated content.
+    let mut n = Net::new();
+    n.write_done(1, 2, 0, &w1);
+    n.write_done(1, 2, 1, &w2);
+    n.write_done(1, 2, 2, &w1);
+    n.write_done(1, 2, 3, &w2);
+    let r = n.finish();
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 0);
+    assert_eq!(e.figures.repeated_content_bytes, 4 * B);
+}
+
+#[test]
+fn completion_time_decides_outstanding() {
+    // The completion of the first copy is recorded after the second copy's first byte:
+    // the first copy was still outstanding then.
+    let w = data(1, 1);
+    let mut n = Net::new();
+    let a = n.send(SendKind::Write, 1, 2, 1, 0, &w);
+    n.send(SendKind::Write, 1, 2, 1, 1, &data(2, 1));
+    n.d.complete(1, a, 3 * MS);
+    n.send(SendKind::Write, 1, 2, 2, 2, &w);
+    let r = n.finish();
+    assert_eq!(
+        edge(&r, N1, N2, Class::Replication)
+            .figures
+            .per_copy_duplicate_bytes,
+        B
+    );
+}
+
+#[test]
+fn same_block_after_the_window_is_unique_again() {
+    let cfg = DedupeConfig {
+        window_ns: 1000 * MS,
+        ..Default::default()
+    };
+    let w = data(1, 2);
+    let mut n = Net::with(cfg.clone(), json!({}), None);
+    n.write_done(1, 2, 0, &w);
+    n.write_done(1, 2, 1000, &w); // exactly one window later: still inside
+    n.write_done(1, 2, 2001, &w); // more than a window after the previous send
+    let r = n.finish();
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Replication);
+    assert_eq!(e.figures.unique_bytes, 4 * B);
+    assert_eq!(e.figures.per_copy_duplicate_bytes, 2 * B);
+    assert_eq!(r.totals.globally_unique_bytes, 4 * B);
+
+    // `advance` alone expires sends (the pipeline calls it as time moves).
+    let mut n = Net::with(cfg, json!({}), None);
+    n.write_done(1, 2, 0, &w);
+    n.d.advance(1000 * MS);
+    assert_eq!(n.d.live_sends(), 1);
+    n.d.advance(1000 * MS + 1);
+    assert_eq!((n.d.live_sends(), n.d.live_blocks()), (0, 0));
+}
+
+#[test]
+fn memory_is_bounded_by_the_window() {
+    // One million single-block sends, 1 ms apart, over many edges; 50 ms window.
+    let cfg = DedupeConfig {
+        window_ns: 50 * MS,
+        ..Default::default()
+    };
+    let mut d = Dedupe::new(cfg, Topology::default(), None);
+    let base = rec(SendKind::Write, 1, 2, 1, 0, 0, &[1, 2, 3]);
+    let mut max_live = 0;
+    for i in 0..1_000_000u64 {
+        let mut s = base.clone();
+        s.message_id = i;
+        s.src = IpAddr::from([198, 18, 1, (i % 7) as u8]);
+        s.dst = IpAddr::from([198, 18, 2, (i % 5) as u8]);
+        s.ts_ns = i * MS;
+        // Half the sends repeat content from 10 sends earlier, the rest are new.
+        let content = if i % 2 == 0 { i } else { i.saturating_sub(10) };
+        let mut hash = [0u8; 16];
+        hash[..8].copy_from_slice(&content.to_le_bytes());
+        let mut digest = [0u8; 32];
+        digest[..8].copy_from_slice(&content.to_le_bytes());
+        s.digest = PayloadDigest {
+            len: 4096,
+            digest,
+            blocks: vec![BlockDigest {
+                hash,
+                len: 4096,
+                trivial: false,
+            }],
+        };
+        d.send(s);
+        if i % 4 == 0 {
+            d.complete(1, i, i * MS + 1);
+        }
+        max_live = max_live.max(d.live_sends());
+    }
+    assert!(max_live <= 51, "live sends {max_live}");
+    let r = d.finish();
+    check_invariants(&r);
+    assert!(r.index.peak_live_sends <= 51);
+    assert!(r.index.peak_live_blocks <= 51);
+    assert!(
+        r.index.peak_bytes_estimate < 1 << 20,
+        "{}",
+        r.index.peak_bytes_estimate
+    );
+    assert_eq!(r.totals.figures.sends, 1_000_000);
+    assert_eq!(r.totals.figures.payload_bytes, 1_000_000 * B);
+}
+
+#[test]
+fn live_block_cap_folds_early_with_anomaly() {
+    let cfg = DedupeConfig {
+        max_live_blocks: 10,
+        ..Default::default()
+    };
+    let mut n = Net::with(cfg, json!({}), None);
+    for i in 0..20 {
+        n.write_done(1, 2, i, &data(i, 3));
+        assert!(n.d.live_blocks() <= 10);
+    }
+    assert!(n.d.anomalies().get("dedupe.live_block_cap") > 0);
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(r.totals.figures.sends, 20);
+    assert_eq!(r.index.early_expiries, r.anomalies["dedupe.live_block_cap"]);
+}
+
+#[test]
+fn topology_rule_overrides_inference() {
+    let topo = json!({"rules": [{"file": "*.VHDX", "class": "client"}]});
+    let mut n = Net::with(DedupeConfig::default(), topo, None);
+    let w = data(1, 1);
+    n.write_done(1, 2, 0, &w);
+    n.write_done(2, 1, 1, &w); // would make the first send redirection without the rule
+    let r = n.finish();
+    check_invariants(&r);
+    let e = edge(&r, N1, N2, Class::Client);
+    assert_eq!(e.decided_by.rule, B);
+    assert_eq!(edge(&r, N2, N1, Class::Client).decided_by.rule, B);
+    assert!(r.edges.iter().all(|e| e.class == Class::Client));
+}
+
+#[test]
+fn repeated_send_record_is_ignored() {
+    let w = data(1, 2);
+    let mut n = Net::new();
+    n.d.send(rec(SendKind::Write, 1, 2, 1, 42, 0, &w));
+    n.d.send(rec(SendKind::Write, 1, 2, 1, 42, 1, &w));
+    n.d.send(rec(SendKind::Write, 1, 2, 1, 42, 2, &data(5, 1)));
+    // Same MessageId on another connection, or as a READ, is a different send.
+    n.d.send(rec(SendKind::Write, 1, 2, 2, 42, 3, &data(6, 1)));
+    n.d.send(rec(SendKind::Read, 2, 1, 1, 42, 4, &data(7, 1)));
+    assert_eq!(n.d.anomalies().get("dedupe.repeated_message"), 2);
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(r.totals.figures.sends, 3);
+    assert_eq!(
+        edge(&r, N1, N2, Class::Replication).figures.payload_bytes,
+        3 * B
+    );
+    assert_eq!(r.anomalies["dedupe.repeated_message"], 2);
+}
+
+#[test]
+fn out_of_order_send_uses_the_running_clock() {
+    let mut n = Net::new();
+    n.write_done(1, 2, 10, &data(1, 1));
+    n.write_done(1, 2, 5, &data(2, 1));
+    let r = n.finish();
+    assert_eq!(r.totals.figures.sends, 2);
+    assert_eq!(r.anomalies["dedupe.send_out_of_order"], 1);
+}
+
+/// A writer the test can read back.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn evidence_lines_and_top_duplicates() {
+    let out = Shared::default();
+    let cfg = DedupeConfig {
+        window_ns: 100 * MS,
+        top_n: 2,
+        ..Default::default()
+    };
+    let mut n = Net::with(cfg, json!({}), Some(Box::new(out.clone())));
+    let (a, b, c) = (data(1, 1), data(2, 2), data(3, 1));
+    n.write_done(1, 2, 0, &a);
+    n.write_done(1, 2, 1, &a);
+    n.write_done(2, 3, 2, &a); // same payload on another edge counts too
+    n.write_done(1, 2, 3, &b);
+    n.write_done(1, 2, 4, &b);
+    n.write_done(1, 2, 5, &c);
+    n.write_done(1, 2, 6, &c);
+    n.write_done(1, 2, 7, &data(4, 1)); // sent once: no evidence
+    n.d.advance(150 * MS); // everything leaves the window
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.0.lock().unwrap().clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    let a_digest = super::evidence::hex(&digest_of(&a).digest);
+    let la = lines
+        .iter()
+        .find(|l| l["digest"] == a_digest.as_str())
+        .unwrap();
+    assert_eq!(la["size"], 4096);
+    assert_eq!(la["sends_total"], 3);
+    let sends = la["sends"].as_array().unwrap();
+    assert_eq!(sends.len(), 3);
+    assert_eq!(sends[0]["frames"], json!([11, 13]));
+    assert_eq!(sends[0]["src"], N1);
+    assert_eq!(sends[2]["src"], N2);
+    assert_eq!(sends[0]["session"], "0x0000000000001122");
+    assert_eq!(sends[0]["file_id"], "07".repeat(16));
+    assert_eq!(sends[0]["share"], r"\\srv\share");
+    assert_eq!(sends[0]["kind"], "write");
+    assert_eq!(sends[0]["transport"], "tcp");
+    assert!(sends[0].get("header_frame").is_none());
+
+    let r = n.finish();
+    assert_eq!(r.top_duplicates.len(), 2);
+    assert_eq!(
+        r.top_duplicates[0].duplicate_bytes,
+        2 * B,
+        "a: 3 sends of 1 block, or b: 2 sends of 2 blocks"
+    );
+    assert_eq!(r.top_duplicates[1].duplicate_bytes, 2 * B);
+    // Tie on duplicate bytes: smaller digest first. `c` (one repeat of one block) fell out.
+    assert!(r.top_duplicates[0].digest < r.top_duplicates[1].digest);
+    let mut got: Vec<[u8; 32]> = r.top_duplicates.iter().map(|d| d.digest).collect();
+    let mut want = vec![digest_of(&a).digest, digest_of(&b).digest];
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn report_json_shape() {
+    let mut n = Net::new();
+    let w = data(1, 1);
+    n.write_done(1, 2, 0, &w);
+    n.write_done(1, 2, 1, &w);
+    let v = serde_json::to_value(n.finish()).unwrap();
+    let e = &v["edges"][0];
+    for key in [
+        "src",
+        "dst",
+        "class",
+        "payload_bytes",
+        "nontrivial_bytes",
+        "unique_bytes",
+        "sends",
+        "trivial_bytes",
+        "per_copy_duplicate_bytes",
+        "repeated_content_bytes",
+        "dup_ratio",
+        "decided_by",
+    ] {
+        assert!(e.get(key).is_some(), "edge lacks {key}: {e}");
+    }
+    assert_eq!(e["class"], "replication");
+    assert_eq!(e["dup_ratio"], 2.0);
+    assert_eq!(
+        e["decided_by"],
+        json!({"inference": 8192, "rule": 0, "forwarded": 0})
+    );
+    assert_eq!(v["totals"]["amplification"], 2.0);
+    assert_eq!(v["totals"]["payload_bytes"], 8192);
+    assert_eq!(
+        v["nodes"][0],
+        json!({"name": N1, "addresses": [N1], "member": true})
+    );
+    assert_eq!(v["index"]["window_seconds"], 60.0);
+    assert_eq!(v["index"]["peak_live_sends"], 2);
+    let top = &v["top_duplicates"][0];
+    assert_eq!(top["size"], 4096);
+    assert_eq!(top["digest"].as_str().unwrap().len(), 64);
+    assert_eq!(top["sends"].as_array().unwrap().len(), 2);
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Random traffic over 3 nodes from a small pool of payloads (shared blocks, trivial
+        /// tails, writes and reads, some completed): the figure invariants hold and every
+        /// send is counted exactly once.
+        #[test]
+        fn random_traffic_invariants(
+            ops in proptest::collection::vec((0u8..3, 0u8..3, 0u64..6, any::<bool>(), 0u64..4, any::<bool>()), 1..60),
+        ) {
+            let pool: Vec<Vec<u8>> = (0..6).map(|i| {
+                let mut v = data(i % 4, 2);
+                if i >= 4 { v.extend(vec![0u8; 100]); }
+                v
+            }).collect();
+            let cfg = DedupeConfig { window_ns: 5 * MS, ..Default::default() };
+            let mut n = Net::with(cfg, json!({}), None);
+            let mut sent = 0;
+            for (t, (s, d, p, write, dt, done)) in ops.iter().enumerate() {
+                let (src, dst) = (s + 1, (s + 1 + d) % 3 + 1);
+                let kind = if *write { SendKind::Write } else { SendKind::Read };
+                let mid = n.send(kind, src, dst, 1, t as u64 + dt, &pool[*p as usize]);
+                if *done { n.d.complete(1, mid, (t as u64 + dt) * MS); }
+                sent += 1;
+            }
+            let r = n.finish();
+            check_invariants(&r);
+            prop_assert_eq!(r.totals.figures.sends, sent);
+            prop_assert!(r.totals.amplification >= 1.0);
+        }
+    }
+}

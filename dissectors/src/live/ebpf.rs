@@ -1,0 +1,397 @@
+//! eBPF backend: loads `bpf/smbwire.bpf.c` (compiled by build.rs, embedded here), fills its
+//! ports and config maps, attaches `smbwire_tc` to the interface's TCX ingress hook through a
+//! bpf_link, and consumes the ring buffer.
+//!
+//! The link is owned by this process's file descriptor: when the process ends — cleanly,
+//! SIGTERM or SIGKILL — the kernel detaches and frees the program. Nothing is pinned.
+
+// Without clang at build time only the stub at the end is compiled.
+#![cfg_attr(not(smbwire_bpf), allow(dead_code, unused_imports))]
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+use libbpf_rs::{
+    libbpf_sys, AsRawLibbpf, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder,
+};
+
+use super::flows::{self, FlowKey, FlowStat};
+use super::sys::{self, PromiscGuard};
+use super::{LiveError, LiveOptions, LiveSource, LiveStats, MAX_SNAPLEN, STATS_TOP_FLOWS};
+use crate::capture::{linktype, FrameInfo, RawFrame};
+use crate::frame::FrameRef;
+
+/// Name of the program in the object (and in `bpftool prog show`).
+pub const PROGRAM_NAME: &str = "smbwire_tc";
+
+/// `struct smbwire_event_hdr` (bpf/smbwire.h).
+mod event {
+    pub const SIZE: usize = 32;
+    pub const TS_NS: usize = 0;
+    pub const LEN: usize = 8;
+    pub const CAPLEN: usize = 12;
+    pub const VLAN_PROTO: usize = 20;
+    pub const VLAN_TCI: usize = 22;
+    pub const FLAGS: usize = 24;
+    // `segs` at 28 is counted in the kernel's totals already; frames carry orig_len only.
+    /// SMBWIRE_EV_VLAN: the outer tag was stripped by the kernel.
+    pub const FLAG_VLAN: u32 = 1;
+}
+
+/// `struct smbwire_totals` (bpf/smbwire.h): seven u64 counters.
+const TOTALS_SIZE: usize = 56;
+/// `SMBWIRE_MAX_PORTS`.
+const MAX_PORTS: usize = 64;
+
+#[repr(C, align(8))]
+struct Aligned<T: ?Sized>(T);
+
+/// The compiled object; libelf parses it in place, so keep it 8-byte aligned.
+#[cfg(smbwire_bpf)]
+static OBJECT: &Aligned<[u8]> =
+    &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/smbwire.bpf.o")));
+
+type Sink = dyn for<'a> FnMut(RawFrame<'a>);
+
+/// State the ring buffer callback works on; boxed so its address is stable.
+struct Consumer {
+    /// Set only for the duration of one `next_batch`.
+    sink: Option<*mut Sink>,
+    next_number: u64,
+    wall_offset: u64,
+    retag_buf: Vec<u8>,
+    delivered: u64,
+    bad_records: u64,
+    panic: Option<Box<dyn std::any::Any + Send>>,
+}
+
+fn rd<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&b[at..at + N]);
+    out
+}
+
+impl Consumer {
+    fn handle(&mut self, rec: &[u8]) {
+        if rec.len() < event::SIZE {
+            self.bad_records += 1;
+            return;
+        }
+        let ts = u64::from_ne_bytes(rd(rec, event::TS_NS));
+        let len = u32::from_ne_bytes(rd(rec, event::LEN));
+        let caplen = u32::from_ne_bytes(rd(rec, event::CAPLEN)) as usize;
+        let flags = u32::from_ne_bytes(rd(rec, event::FLAGS));
+        let Some(data) = rec.get(event::SIZE..event::SIZE + caplen) else {
+            self.bad_records += 1;
+            return;
+        };
+        let data = if flags & event::FLAG_VLAN != 0 {
+            let tpid = u16::from_ne_bytes(rd(rec, event::VLAN_PROTO));
+            let tci = u16::from_ne_bytes(rd(rec, event::VLAN_TCI));
+            sys::retag(&mut self.retag_buf, data, tpid, tci);
+            &self.retag_buf[..]
+        } else {
+            data
+        };
+        let info = FrameInfo {
+            frame: FrameRef {
+                file: 0,
+                number: self.next_number,
+            },
+            ts_ns: ts.wrapping_add(self.wall_offset),
+            linktype: linktype::ETHERNET,
+            orig_len: len,
+        };
+        self.next_number += 1;
+        self.delivered += 1;
+        if let Some(sink) = self.sink {
+            // SAFETY: `sink` points to the closure borrowed by the running `next_batch`.
+            unsafe { (*sink)(RawFrame { info, data }) };
+        }
+    }
+}
+
+unsafe extern "C" fn on_record(
+    ctx: *mut libc::c_void,
+    data: *mut libc::c_void,
+    size: libbpf_sys::size_t,
+) -> i32 {
+    // SAFETY: ctx is the boxed Consumer registered with ring_buffer__new; libbpf hands us
+    // `size` readable bytes at `data` for the duration of the call.
+    let c = unsafe { &mut *(ctx as *mut Consumer) };
+    let rec = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
+    // A panic must not unwind through libbpf's C frames: keep it and rethrow after the poll.
+    match catch_unwind(AssertUnwindSafe(|| c.handle(rec))) {
+        Ok(()) => 0,
+        Err(p) => {
+            c.panic = Some(p);
+            -1
+        }
+    }
+}
+
+struct RingBuffer(*mut libbpf_sys::ring_buffer);
+
+impl Drop for RingBuffer {
+    fn drop(&mut self) {
+        // SAFETY: created by ring_buffer__new, freed once.
+        unsafe { libbpf_sys::ring_buffer__free(self.0) };
+    }
+}
+
+#[cfg(smbwire_bpf)]
+pub struct EbpfSource {
+    // Field order is drop order: stop consuming, detach, then free maps and program.
+    rb: RingBuffer,
+    consumer: Box<Consumer>,
+    _link: Link,
+    flows: MapHandle,
+    totals: MapHandle,
+    _obj: Object,
+    _promisc: Option<PromiscGuard>,
+}
+
+fn bpf_error(e: libbpf_rs::Error, what: String) -> LiveError {
+    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+        return LiveError::Permission {
+            capability: "CAP_BPF and CAP_NET_ADMIN",
+            what,
+        };
+    }
+    let msg = e.to_string();
+    LiveError::Unsupported(format!("{what}: {}", msg.lines().next().unwrap_or("")))
+}
+
+#[cfg(smbwire_bpf)]
+impl EbpfSource {
+    pub fn open(iface: &str, ifindex: u32, opts: &LiveOptions) -> Result<EbpfSource, LiveError> {
+        if opts.tcp_ports.len() > MAX_PORTS {
+            return Err(LiveError::Io(format!("at most {MAX_PORTS} TCP ports")));
+        }
+        // libbpf would print verifier and probe chatter on stderr; errors come back to us.
+        libbpf_rs::set_print(None);
+        let mut open = ObjectBuilder::default()
+            .open_memory(&OBJECT.0)
+            .map_err(|e| bpf_error(e, "opening the eBPF object".into()))?;
+        let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
+        let cpus =
+            libbpf_rs::num_possible_cpus().map_err(|e| bpf_error(e, "counting CPUs".into()))?;
+        for mut m in open.maps_mut() {
+            let entries = match m.name().to_str() {
+                Some("ring") => ring_bytes,
+                Some("scratch_buf") => cpus as u32,
+                _ => continue,
+            };
+            m.set_max_entries(entries)
+                .map_err(|e| bpf_error(e, "sizing the maps".into()))?;
+        }
+        let obj = open
+            .load()
+            .map_err(|e| bpf_error(e, "loading the eBPF program".into()))?;
+        let handle = |name: &str| -> Result<MapHandle, LiveError> {
+            let m = obj
+                .maps()
+                .find(|m| m.name() == name)
+                .ok_or_else(|| LiveError::Unsupported(format!("eBPF object has no map {name}")))?;
+            MapHandle::try_from(&m).map_err(|e| bpf_error(e, format!("map {name}")))
+        };
+        let (ports, config, flows, totals, ring) = (
+            handle("tcp_ports")?,
+            handle("config")?,
+            handle("flows")?,
+            handle("totals")?,
+            handle("ring")?,
+        );
+        for p in &opts.tcp_ports {
+            ports
+                .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)
+                .map_err(|e| bpf_error(e, "filling the ports map".into()))?;
+        }
+        let mut cfg = [0u8; 8];
+        cfg[..4].copy_from_slice(&opts.snaplen.min(MAX_SNAPLEN).to_ne_bytes());
+        config
+            .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
+            .map_err(|e| bpf_error(e, "filling the config map".into()))?;
+
+        let promisc = if opts.promisc {
+            Some(PromiscGuard::new(ifindex)?)
+        } else {
+            None
+        };
+
+        let prog = obj
+            .progs()
+            .find(|p| p.name() == PROGRAM_NAME)
+            .ok_or_else(|| {
+                LiveError::Unsupported(format!("eBPF object has no program {PROGRAM_NAME}"))
+            })?;
+        let tcx = libbpf_sys::bpf_tcx_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_tcx_opts>() as _,
+            ..Default::default()
+        };
+        // SAFETY: prog is a loaded program of `obj`; libbpf returns NULL and sets errno on error.
+        let raw = unsafe {
+            libbpf_sys::bpf_program__attach_tcx(
+                prog.as_libbpf_object().as_ptr(),
+                ifindex as i32,
+                &tcx,
+            )
+        };
+        let Some(raw) = std::ptr::NonNull::new(raw) else {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => LiveError::Permission {
+                    capability: "CAP_BPF and CAP_NET_ADMIN",
+                    what: format!("TCX attach on {iface}"),
+                },
+                _ => LiveError::Unsupported(format!(
+                    "TCX attach on {iface} (kernel 6.6 or later): {e}"
+                )),
+            });
+        };
+        // SAFETY: a fresh link we now own; dropping it destroys the link (detach).
+        let link = unsafe { Link::from_ptr(raw) };
+
+        let mut consumer = Box::new(Consumer {
+            sink: None,
+            next_number: 1,
+            wall_offset: sys::monotonic_to_wall_offset(),
+            retag_buf: Vec::with_capacity(MAX_SNAPLEN as usize + 4),
+            delivered: 0,
+            bad_records: 0,
+            panic: None,
+        });
+        let ctx = &mut *consumer as *mut Consumer as *mut libc::c_void;
+        // SAFETY: ring is a BPF_MAP_TYPE_RINGBUF fd; ctx outlives rb (field order).
+        let rb = unsafe {
+            libbpf_sys::ring_buffer__new(
+                ring.as_fd().as_raw_fd(),
+                Some(on_record),
+                ctx,
+                std::ptr::null(),
+            )
+        };
+        if rb.is_null() {
+            return Err(LiveError::Io(format!(
+                "ring buffer: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        Ok(EbpfSource {
+            rb: RingBuffer(rb),
+            consumer,
+            _link: link,
+            flows,
+            totals,
+            _obj: obj,
+            _promisc: promisc,
+        })
+    }
+
+    fn flow_stats(&self) -> Vec<FlowStat> {
+        let mut out = Vec::new();
+        for k in self.flows.keys() {
+            let (Some(flow), Ok(Some(v))) = (
+                FlowKey::from_bytes(&k),
+                self.flows.lookup(&k, MapFlags::ANY),
+            ) else {
+                continue;
+            };
+            if v.len() >= 16 {
+                out.push(FlowStat {
+                    flow,
+                    packets: u64::from_ne_bytes(rd(&v, 0)),
+                    bytes: u64::from_ne_bytes(rd(&v, 8)),
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(smbwire_bpf)]
+impl LiveSource for EbpfSource {
+    fn next_batch(
+        &mut self,
+        timeout_ms: i32,
+        f: &mut dyn FnMut(RawFrame<'_>),
+    ) -> io::Result<usize> {
+        let before = self.consumer.delivered;
+        // Re-read each batch so a stepped wall clock (NTP) is followed.
+        self.consumer.wall_offset = sys::monotonic_to_wall_offset();
+        // SAFETY: erases the borrow's lifetime only for this call; cleared before returning.
+        let sink = unsafe { std::mem::transmute::<&mut dyn FnMut(RawFrame<'_>), *mut Sink>(f) };
+        self.consumer.sink = Some(sink);
+        // Take what is already there first; wait only when the ring is empty. The kernel
+        // wakes a waiting reader only when it had caught up (BPF_RB_* adaptive wakeup).
+        // SAFETY: rb is valid; the callback runs on this thread inside the call.
+        let mut rc = unsafe { libbpf_sys::ring_buffer__consume(self.rb.0) };
+        if rc == 0 && self.consumer.panic.is_none() {
+            // SAFETY: as above.
+            rc = unsafe { libbpf_sys::ring_buffer__poll(self.rb.0, timeout_ms) };
+        }
+        self.consumer.sink = None;
+        if let Some(p) = self.consumer.panic.take() {
+            resume_unwind(p);
+        }
+        if rc < 0 && rc != -libc::EINTR {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        Ok((self.consumer.delivered - before) as usize)
+    }
+
+    fn stats(&self) -> LiveStats {
+        let mut t = [0u64; TOTALS_SIZE / 8];
+        if let Ok(Some(cpus)) = self
+            .totals
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
+            for v in cpus.iter().filter(|v| v.len() >= TOTALS_SIZE) {
+                for (i, slot) in t.iter_mut().enumerate() {
+                    *slot += u64::from_ne_bytes(rd(v, i * 8));
+                }
+            }
+        }
+        let all = self.flow_stats();
+        LiveStats {
+            kernel_drops: 0,
+            packets_seen: t[0],
+            bytes_seen: t[1],
+            packets_matched: t[2],
+            bytes_matched: t[3],
+            ring_drops: t[4],
+            copy_errors: t[5] + self.consumer.bad_records,
+            frames_matched: t[6],
+            packets_delivered: self.consumer.delivered,
+            flow_count: all.len() as u64,
+            flows: flows::top(all, STATS_TOP_FLOWS),
+        }
+    }
+}
+
+/// Built without clang: the eBPF backend is unavailable and `open` falls back.
+#[cfg(not(smbwire_bpf))]
+pub struct EbpfSource {
+    _never: std::convert::Infallible,
+    _p: Option<PromiscGuard>,
+}
+
+#[cfg(not(smbwire_bpf))]
+impl EbpfSource {
+    pub fn open(_iface: &str, _ifindex: u32, _opts: &LiveOptions) -> Result<EbpfSource, LiveError> {
+        Err(LiveError::Unsupported(
+            "this build has no eBPF program (clang was missing at build time)".into(),
+        ))
+    }
+}
+
+#[cfg(not(smbwire_bpf))]
+impl LiveSource for EbpfSource {
+    fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(RawFrame<'_>)) -> io::Result<usize> {
+        match self._never {}
+    }
+    fn stats(&self) -> LiveStats {
+        match self._never {}
+    }
+}

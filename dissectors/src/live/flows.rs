@@ -1,0 +1,195 @@
+//! Flow identity and exact per-flow counters, shared by both backends.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use serde::{Serialize, Serializer};
+
+/// `FlowKey::family` values (`SMBWIRE_FAMILY_*` in bpf/smbwire.h).
+pub mod family {
+    pub const IPV4: u8 = 4;
+    pub const IPV6: u8 = 6;
+    /// RoCEv1: the addresses are the GRH source and destination GIDs.
+    pub const ROCEV1: u8 = 27;
+}
+
+/// Protocol of a RoCEv1 flow: the GRH next header of a BTH (IBTA vol.1 8.3).
+pub const PROTO_BTH: u8 = 0x1b;
+
+/// One direction of a flow. Byte-compatible with `struct smbwire_flow_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey {
+    /// Network order; IPv4 in the first 4 bytes.
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub family: u8,
+    pub _pad: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<FlowKey>() == 40);
+
+impl FlowKey {
+    /// Reads the kernel's key bytes (host-order ports).
+    pub fn from_bytes(b: &[u8]) -> Option<FlowKey> {
+        if b.len() != 40 {
+            return None;
+        }
+        let mut k = FlowKey::default();
+        k.saddr.copy_from_slice(&b[0..16]);
+        k.daddr.copy_from_slice(&b[16..32]);
+        k.sport = u16::from_ne_bytes([b[32], b[33]]);
+        k.dport = u16::from_ne_bytes([b[34], b[35]]);
+        k.proto = b[36];
+        k.family = b[37];
+        Some(k)
+    }
+
+    fn addr(&self, a: &[u8; 16]) -> String {
+        match self.family {
+            family::IPV4 => Ipv4Addr::new(a[0], a[1], a[2], a[3]).to_string(),
+            _ => Ipv6Addr::from(*a).to_string(),
+        }
+    }
+
+    fn proto_name(&self) -> String {
+        match (self.family, self.proto) {
+            (family::ROCEV1, _) => "rocev1".into(),
+            (_, 6) => "tcp".into(),
+            (_, 17) if self.dport == super::ROCEV2_UDP_PORT => "rocev2".into(),
+            (_, 17) => "udp".into(),
+            (_, p) => format!("ip-proto-{p}"),
+        }
+    }
+}
+
+impl std::fmt::Display for FlowKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (s, d) = (self.addr(&self.saddr), self.addr(&self.daddr));
+        match self.family {
+            family::ROCEV1 => write!(f, "{s} > {d} {}", self.proto_name()),
+            family::IPV6 => write!(
+                f,
+                "[{s}]:{} > [{d}]:{} {}",
+                self.sport,
+                self.dport,
+                self.proto_name()
+            ),
+            _ => write!(
+                f,
+                "{s}:{} > {d}:{} {}",
+                self.sport,
+                self.dport,
+                self.proto_name()
+            ),
+        }
+    }
+}
+
+impl Serialize for FlowKey {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Exact counters of one flow direction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FlowStat {
+    pub flow: FlowKey,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Sorts by bytes (largest first) and keeps `n`.
+pub fn top(mut all: Vec<FlowStat>, n: usize) -> Vec<FlowStat> {
+    all.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.flow.cmp(&b.flow)));
+    all.truncate(n);
+    all
+}
+
+/// User-space flow table (AF_PACKET backend), capped like the kernel's LRU map; flows past
+/// the cap are counted together in `overflow` so totals stay exact.
+#[derive(Default)]
+pub struct FlowTable {
+    map: HashMap<FlowKey, (u64, u64)>,
+    pub overflow_packets: u64,
+    pub overflow_bytes: u64,
+}
+
+/// Same capacity as `SMBWIRE_MAX_FLOWS`.
+pub const MAX_FLOWS: usize = 65536;
+
+impl FlowTable {
+    pub fn add(&mut self, key: FlowKey, packets: u64, bytes: u64) {
+        let len = self.map.len();
+        match self.map.get_mut(&key) {
+            Some(c) => {
+                c.0 += packets;
+                c.1 += bytes;
+            }
+            None if len < MAX_FLOWS => {
+                self.map.insert(key, (packets, bytes));
+            }
+            None => {
+                self.overflow_packets += packets;
+                self.overflow_bytes += bytes;
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn stats(&self) -> Vec<FlowStat> {
+        self.map
+            .iter()
+            .map(|(k, &(packets, bytes))| FlowStat {
+                flow: *k,
+                packets,
+                bytes,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_bytes_round_trip_and_display() {
+        let mut b = [0u8; 40];
+        b[0..4].copy_from_slice(&[198, 18, 0, 1]);
+        b[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        b[32..34].copy_from_slice(&50000u16.to_ne_bytes());
+        b[34..36].copy_from_slice(&445u16.to_ne_bytes());
+        b[36] = 6;
+        b[37] = family::IPV4;
+        let k = FlowKey::from_bytes(&b).unwrap();
+        assert_eq!(k.to_string(), "198.18.0.1:50000 > 198.18.0.2:445 tcp");
+        assert!(FlowKey::from_bytes(&b[..39]).is_none());
+    }
+
+    #[test]
+    fn table_caps_and_keeps_totals() {
+        let mut t = FlowTable::default();
+        for i in 0..(MAX_FLOWS as u32 + 10) {
+            let mut k = FlowKey::default();
+            k.saddr[..4].copy_from_slice(&i.to_be_bytes());
+            t.add(k, 1, 100);
+        }
+        assert_eq!(t.len(), MAX_FLOWS);
+        assert_eq!(t.overflow_packets, 10);
+        let sum: u64 = t.stats().iter().map(|s| s.bytes).sum::<u64>() + t.overflow_bytes;
+        assert_eq!(sum, (MAX_FLOWS as u64 + 10) * 100);
+        assert_eq!(top(t.stats(), 5).len(), 5);
+    }
+}

@@ -1,0 +1,178 @@
+//! Record parser tests, from bytes of the public captures (NetBIOS header stripped).
+use super::*;
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+/// smb311-negotiate-contexts-zeek.pcap frame 12: NEGOTIATE request with 3.1.1 contexts.
+const NEGOTIATE_REQ: &str = "fe534d42400000000000000000001f0000000000000000000100000000000000000000000000000000000000000000000000000000000000000000000000000024000800010000007f00000016ab4fd9625676488cd1707d08e52b5878000000020000000202100222022402000302031003110300000000010026000000000001002000010067e5f669ff3e0ad12e89ad84ceb1d35dfee53ede3e4858a6d1a9099ac1635a9600000200060000000000020001000200";
+/// Frame 13: NEGOTIATE response, dialect 0x0311, preauth + encryption contexts.
+const NEGOTIATE_RESP: &str = "fe534d4240000000000000000000010001000000000000000100000000000000000000000000000000000000000000000000000000000000000000000000000041000100110302006e657773746f726167650000000000000500000000008000000080000000800048b174420159d501000000000000000080004a00d0000000604806062b0601050502a03e303ca00e300c060a2b06010401823702020aa32a3028a0261b246e6f745f646566696e65645f696e5f5246433431373840706c656173655f69676e6f726500000000000001002600000000000100200001000d26c9caf2d8fc87a7109c04578270095438526cede08410ca34aa8742b95a800000020004000000000001000100";
+/// smb2-readwrite-midstream-zeek.pcap frame 1: CREATE request for "pythonfile" (NameLength 20,
+/// followed by alignment bytes that are not part of the name).
+const CREATE_REQ: &str = "fe534d424000010000000000050001000000000000000000cd04000000000000fffe00007a6c1953c01c233c0000000000000000000000000000000000000000390000090200000000000000000000000000000000000000890012008000000003000000010000006000000078001400900000005800000070007900740068006f006e00660069006c006500320000002800000010000400000018001000000044486e510000000000000000000000000000000000000000180000001000040000001800000000004d78416300000000000000001000040000001800000000005146696400000000";
+/// Frame 2: CREATE response (first 240 bytes).
+const CREATE_RESP: &str = "fe534d424000010000000000050001000100000000000000cd04000000000000fffe00007a6c1953c01c233c0000000000000000000000000000000000000000590009000100000080261aedcabfd40140afd907cbbfd4016f871aedcabfd4016f871aedcabfd4010000100000000000100000000000000080000000000000002e8c2fc5000000004d57ffae000000009800000058000000200000001000040000001800080000004d78416300000000000000009f011700000000001000040000001800200000005146696400000000ceee1d0000000000010800000000000000000000000000000000000000000000";
+/// Frame 9: READ request, 16 bytes at offset 0.
+const READ_REQ: &str = "fe534d424000010000000000080001000000000000000000d204000000000000fffe00007a6c1953c01c233c0000000000000000000000000000000000000000310050001000000000000000000000002e8c2fc5000000004d57ffae000000000000000000000000000000000000000000";
+/// Frame 10: READ response, header and fixed part only (16 data bytes follow on the wire).
+const READ_RESP_HEAD: &str = "fe534d424000010000000000080001000100000000000000d204000000000000fffe00007a6c1953c01c233c000000000000000000000000000000000000000011005000100000000000000000000000";
+/// Frame 19: WRITE request, header and fixed part only (7000 data bytes follow).
+const WRITE_REQ_HEAD: &str = "fe534d424000010000000000090001000000000000000000d604000000000000fffe00007a6c1953c01c233c000000000000000000000000000000000000000031007000581b00000000000000000000f9d8d6ca0000000049b1670e0000000000000000000000000000000000000000";
+/// Frame 21: WRITE response, Count 7000.
+const WRITE_RESP: &str = "fe534d424000010000000000090001000100000000000000d604000000000000fffe00007a6c1953c01c233c000000000000000000000000000000000000000011000000581b00000000000000000000";
+
+const FILE_ID: [u8; 16] = [0x2e, 0x8c, 0x2f, 0xc5, 0, 0, 0, 0, 0x4d, 0x57, 0xff, 0xae, 0, 0, 0, 0];
+
+#[test]
+fn header_deconstruct() {
+    let b = hex(CREATE_REQ);
+    let h = Header::new_checked(&b[..]).unwrap();
+    assert_eq!(h.command(), command::CREATE);
+    assert!(!h.is_response() && !h.is_async() && !h.is_related());
+    assert_eq!(h.message_id(), 0x4cd);
+    // Values as tshark shows them (smb2.tid, smb2.sesid, smb2.pid).
+    assert_eq!(h.tree_id(), Some(0x53196c7a));
+    assert_eq!(h.session_id(), 0x3c231cc0);
+    assert_eq!(HeaderRepr::parse(&b).unwrap().reserved, 0xfeff);
+    assert_eq!(h.credit(), 1);
+    assert_eq!(h.body_structure_size(), Some(57));
+}
+
+#[test]
+fn header_parse_emit_round_trip() {
+    let b = hex(WRITE_RESP);
+    let r = HeaderRepr::parse(&b).unwrap();
+    assert!(r.is_response());
+    let mut out = [0u8; 64];
+    r.emit(&mut out);
+    assert_eq!(&out[..], &b[..64]);
+    // Async form: AsyncId replaces Reserved+TreeId.
+    let a = HeaderRepr { async_id: Some(0x1122334455667788), tree_id: None, status: status::PENDING, flags: flags::SERVER_TO_REDIR, ..r };
+    a.emit(&mut out);
+    let back = HeaderRepr::parse(&out).unwrap();
+    assert_eq!(back.async_id, Some(0x1122334455667788));
+    assert_eq!(back.tree_id, None);
+    assert!(back.is_interim());
+}
+
+#[test]
+fn header_refuses_garbage() {
+    let mut b = hex(CREATE_REQ);
+    assert_eq!(HeaderRepr::parse(&b[..63]), Err(Error::Truncated));
+    b[4] = 65;
+    assert_eq!(HeaderRepr::parse(&b), Err(Error::BadStructureSize));
+    b[0] = 0xfd;
+    assert_eq!(HeaderRepr::parse(&b), Err(Error::BadProtocolId));
+}
+
+#[test]
+fn negotiate_request_with_contexts() {
+    let n = NegotiateRequest::parse(&hex(NEGOTIATE_REQ)).unwrap();
+    assert_eq!(n.dialects, vec![0x0202, 0x0210, 0x0222, 0x0224, 0x0300, 0x0302, 0x0310, 0x0311]);
+    let c = n.contexts.unwrap();
+    assert_eq!(c.types, vec![negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES, negotiate_context::ENCRYPTION_CAPABILITIES]);
+    assert_eq!(c.preauth_hash_algorithms, vec![1]);
+    assert_eq!(c.ciphers, vec![1, 2]);
+}
+
+#[test]
+fn negotiate_response_dialect_and_cipher() {
+    let n = NegotiateResponse::parse(&hex(NEGOTIATE_RESP)).unwrap();
+    assert_eq!(n.dialect_revision, 0x0311);
+    assert_eq!(n.max_read_size, 0x800000);
+    let c = n.contexts.unwrap();
+    assert_eq!(c.preauth_hash_algorithms, vec![1]);
+    assert_eq!(c.ciphers, vec![1]);
+}
+
+#[test]
+fn create_request_and_response() {
+    let c = CreateRequest::parse(&hex(CREATE_REQ)).unwrap();
+    assert_eq!(c.name, "pythonfile");
+    let r = CreateResponse::parse(&hex(CREATE_RESP)).unwrap();
+    assert_eq!(r.file_id, FILE_ID);
+    // A NameLength reaching past the buffer is refused, not a panic.
+    let mut b = hex(CREATE_REQ);
+    b[64 + 46] = 0xff;
+    b[64 + 47] = 0xff;
+    assert_eq!(CreateRequest::parse(&b), Err(Error::Truncated));
+}
+
+#[test]
+fn read_request_and_response() {
+    let r = ReadRequest::parse(&hex(READ_REQ)).unwrap();
+    assert_eq!((r.length, r.offset, r.file_id, r.channel), (16, 0, FILE_ID, channel::NONE));
+    assert!(r.read_channel_info.is_empty());
+    let d = ReadResponse::parse(&hex(READ_RESP_HEAD)).unwrap();
+    assert_eq!((d.data_offset, d.data_length, d.data_remaining), (0x50, 16, 0));
+}
+
+#[test]
+fn write_request_and_response() {
+    let w = WriteRequest::parse(&hex(WRITE_REQ_HEAD)).unwrap();
+    assert_eq!((w.data_offset, w.length, w.offset, w.channel), (0x70, 7000, 0, 0));
+    assert_eq!(w.file_id, [0xf9, 0xd8, 0xd6, 0xca, 0, 0, 0, 0, 0x49, 0xb1, 0x67, 0x0e, 0, 0, 0, 0]);
+    assert_eq!(WriteResponse::parse(&hex(WRITE_RESP)).unwrap().count, 7000);
+    assert_eq!(WriteRequest::parse(&hex(WRITE_REQ_HEAD)[..100]), Err(Error::Truncated));
+}
+
+#[test]
+fn rdma_write_channel_info_descriptors() {
+    // A WRITE request as SMB Direct sends it (§4 of the protocol notes): Length 0,
+    // RemainingBytes = size, Channel RDMA_V1, two descriptors at 0x70.
+    let mut b = hex(WRITE_REQ_HEAD);
+    b[64 + 2..64 + 4].copy_from_slice(&0u16.to_le_bytes());
+    b[64 + 4..64 + 8].copy_from_slice(&0u32.to_le_bytes());
+    b[64 + 32..64 + 36].copy_from_slice(&channel::RDMA_V1.to_le_bytes());
+    b[64 + 36..64 + 40].copy_from_slice(&0x20000u32.to_le_bytes());
+    b[64 + 40..64 + 42].copy_from_slice(&0x70u16.to_le_bytes());
+    b[64 + 42..64 + 44].copy_from_slice(&32u16.to_le_bytes());
+    for (va, tok, len) in [(0x1000_0000_u64, 0xaabb_u32, 0x10000_u32), (0x2000_0000, 0xccdd, 0x10000)] {
+        b.extend_from_slice(&va.to_le_bytes());
+        b.extend_from_slice(&tok.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+    }
+    let w = WriteRequest::parse(&b).unwrap();
+    assert_eq!(w.remaining_bytes, 0x20000);
+    assert_eq!(
+        w.write_channel_info,
+        vec![
+            BufferDescriptorV1 { offset: 0x1000_0000, token: 0xaabb, length: 0x10000 },
+            BufferDescriptorV1 { offset: 0x2000_0000, token: 0xccdd, length: 0x10000 }
+        ]
+    );
+    // A length that is not a multiple of 16 is refused.
+    b[64 + 42] = 20;
+    assert_eq!(WriteRequest::parse(&b), Err(Error::BadOffset));
+}
+
+#[test]
+fn command_names() {
+    assert_eq!(command::counter_name(command::WRITE, false), "WRITE.request");
+    assert_eq!(command::counter_name(command::OPLOCK_BREAK, true), "OPLOCK_BREAK.response");
+    assert_eq!(command::counter_name(0x13, true), "UNKNOWN.response");
+    assert_eq!(body_needed(command::QUERY_DIRECTORY, true), Some(8));
+}
+
+#[test]
+fn parsers_never_panic_on_prefixes() {
+    for m in [NEGOTIATE_REQ, NEGOTIATE_RESP, CREATE_REQ, CREATE_RESP, READ_REQ, READ_RESP_HEAD, WRITE_REQ_HEAD, WRITE_RESP] {
+        let b = hex(m);
+        for n in 0..b.len() {
+            let p = &b[..n];
+            let _ = HeaderRepr::parse(p);
+            let _ = NegotiateRequest::parse(p);
+            let _ = NegotiateResponse::parse(p);
+            let _ = CreateRequest::parse(p);
+            let _ = CreateResponse::parse(p);
+            let _ = ReadRequest::parse(p);
+            let _ = ReadResponse::parse(p);
+            let _ = WriteRequest::parse(p);
+            let _ = TreeConnectRequest::parse(p);
+            let _ = CompressionTransform::parse(p);
+        }
+    }
+}

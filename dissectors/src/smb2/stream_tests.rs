@@ -1,0 +1,563 @@
+//! Streaming parser tests: real TCP streams of the public captures (extracted at test time
+//! with `tshark -z follow,tcp,raw`), compared with tshark's counts in expected.json, plus
+//! synthetic streams for compounds, gaps, resync and hostile lengths.
+use super::*;
+use crate::payload::hash::digest_of;
+use crate::smb2::records::HeaderRepr;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+const CAPTURES: &str = "/work/shared/captures/public";
+
+#[derive(Default)]
+struct Recorder {
+    sends: Vec<SendRecord>,
+    completes: Vec<(u64, u64)>,
+}
+
+impl PayloadSink for Recorder {
+    fn send(&mut self, rec: SendRecord) {
+        self.sends.push(rec);
+    }
+    fn complete(&mut self, conn: u64, message_id: u64, _ts_ns: u64) {
+        self.completes.push((conn, message_id));
+    }
+}
+
+#[derive(Default)]
+struct Harness {
+    anomalies: Anomalies,
+    accounting: Accounting,
+    smb: SmbState,
+    rec: Recorder,
+    fed: u64,
+}
+
+impl Smb2Shared for Harness {
+    fn smb2_parts(&mut self) -> Parts<'_> {
+        Parts { anomalies: &mut self.anomalies, accounting: &mut self.accounting, smb: &mut self.smb, sink: &mut self.rec }
+    }
+}
+
+fn addr(last: u8, port: u16) -> (IpAddr, u16) {
+    (IpAddr::V4(Ipv4Addr::new(198, 18, 0, last)), port)
+}
+
+fn ctx(n: u64) -> FrameCtx {
+    FrameCtx { frame: FrameRef { file: 0, number: n }, ts_ns: n * 1000 }
+}
+
+/// Both directions of one connection.
+struct Conn {
+    c2s: Smb2Stream,
+    s2c: Smb2Stream,
+}
+
+impl Conn {
+    fn new(id: u64) -> Conn {
+        Conn { c2s: Smb2Stream::new(id, true, addr(1, 50000), addr(2, 445)), s2c: Smb2Stream::new(id, false, addr(2, 445), addr(1, 50000)) }
+    }
+    fn feed(&mut self, h: &mut Harness, to_server: bool, bytes: &[u8], n: u64) {
+        h.fed += bytes.len() as u64;
+        let s = if to_server { &mut self.c2s } else { &mut self.s2c };
+        s.data(bytes, &ctx(n), h);
+    }
+    fn close(&mut self, h: &mut Harness) {
+        self.c2s.close(&ctx(0), h);
+        self.s2c.close(&ctx(0), h);
+    }
+}
+
+type Segments = Vec<(bool, Vec<u8>)>;
+
+/// The in-order segments of TCP stream `n` as (to_server, bytes), via tshark (cached per
+/// test process: several tests replay the same streams).
+fn follow(file: &str, n: u32) -> Segments {
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<BTreeMap<(String, u32), Segments>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
+    if let Some(v) = cache.lock().unwrap().get(&(file.to_string(), n)) {
+        return v.clone();
+    }
+    let v = follow_uncached(file, n);
+    cache.lock().unwrap().insert((file.to_string(), n), v.clone());
+    v
+}
+
+fn follow_uncached(file: &str, n: u32) -> Segments {
+    let out = Command::new("tshark")
+        .args(["-n", "-r", file, "-q", "-z", &format!("follow,tcp,raw,{n}")])
+        .current_dir(CAPTURES)
+        .output()
+        .expect("tshark must be installed for the capture tests");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut node0_is_server = false;
+    let mut segs = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Node 0: ") {
+            node0_is_server = rest.ends_with(":445") || rest.ends_with(":139");
+            continue;
+        }
+        let (node1, hexs) = match line.strip_prefix('\t') {
+            Some(h) => (true, h),
+            None => (false, line),
+        };
+        if hexs.is_empty() || !hexs.chars().all(|c| c.is_ascii_hexdigit()) || hexs.len() % 2 != 0 {
+            continue;
+        }
+        let b: Vec<u8> = (0..hexs.len()).step_by(2).map(|i| u8::from_str_radix(&hexs[i..i + 2], 16).unwrap()).collect();
+        let to_server = node1 == node0_is_server;
+        segs.push((to_server, b));
+    }
+    segs
+}
+
+fn smb_streams(file: &str) -> Vec<u32> {
+    let out = Command::new("tshark")
+        .args(["-n", "-r", file, "-Y", "tcp.port==445 || tcp.port==139", "-T", "fields", "-e", "tcp.stream"])
+        .current_dir(CAPTURES)
+        .output()
+        .expect("tshark");
+    let mut v: Vec<u32> = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Runs every SMB stream of `file` through the parser; `chunk` re-cuts segments
+/// (0 = as captured).
+fn run_capture(file: &str, chunk: usize) -> Harness {
+    let mut h = Harness::default();
+    for sid in smb_streams(file) {
+        let mut c = Conn::new(sid as u64 + 1);
+        for (i, (to_server, seg)) in follow(file, sid).into_iter().enumerate() {
+            if chunk == 0 {
+                c.feed(&mut h, to_server, &seg, i as u64 + 1);
+            } else {
+                for piece in seg.chunks(chunk) {
+                    c.feed(&mut h, to_server, piece, i as u64 + 1);
+                }
+            }
+        }
+        c.close(&mut h);
+    }
+    h
+}
+
+fn expected(file: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(format!("{CAPTURES}/expected.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["files"][file]["variants"]["nokeys"]["values"].clone()
+}
+
+fn smb_categories(h: &Harness) -> u64 {
+    [cat::SMB_METADATA, cat::SMB_PAYLOAD, cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::SMB_UNPARSED]
+        .iter()
+        .map(|c| h.accounting.get(c))
+        .sum()
+}
+
+fn total_commands(h: &Harness) -> u64 {
+    h.smb.stats.commands.values().sum()
+}
+
+const PLAIN: [&str; 13] = [
+    "smb2-readwrite-midstream-zeek.pcap",
+    "smb202-samba-reads-writes.pcap",
+    "smb202-large-writes-zeek.pcap",
+    "smb210-file-copy-reads.pcap",
+    "smb302-reads-writes.pcap",
+    "smb300-dac-getinfo-setinfo.pcap",
+    "smb311-win10-handshake.pcapng",
+    "smb311-ms-fasod-example1.pcapng",
+    "smb311-async-large-reads.pcap",
+    "smb311-multichannel-zeek.pcap",
+    "smb311-100-small-files-zeek.pcap",
+    "smb2-compound-multiple-pdus-zeek.pcap",
+    "smb311-negotiate-contexts-zeek.pcap",
+];
+
+#[test]
+fn plain_captures_agree_with_tshark() {
+    let mut report = Vec::new();
+    for f in PLAIN {
+        let h = run_capture(f, 0);
+        let e = expected(f);
+        let s = &h.smb.stats;
+        let got = (s.write_req_pdus, s.write_bytes, s.read_resp_pdus, s.read_bytes, total_commands(&h));
+        let want = (
+            e["write_req_pdus"].as_u64().unwrap(),
+            e["write_length_sum"].as_u64().unwrap(),
+            e["read_resp_pdus"].as_u64().unwrap(),
+            e["read_resp_data_length_sum"].as_u64().unwrap(),
+            e["smb2_pdus_total"].as_u64().unwrap(),
+        );
+        let dialects: Vec<String> = e["dialects_negotiated"].as_array().unwrap().iter().map(|d| d.as_str().unwrap().to_string()).collect();
+        let got_dialects: Vec<String> = s.dialects.iter().cloned().collect();
+        if got != want || got_dialects != dialects {
+            report.push(format!("{f}: got {got:?} {got_dialects:?}, tshark {want:?} {dialects:?}; anomalies {:?}", h.anomalies.iter().collect::<Vec<_>>()));
+        }
+        // Every byte fed lands in exactly one SMB category.
+        assert_eq!(smb_categories(&h), h.fed, "{f}: accounting");
+        assert_eq!(h.accounting.get(cat::SMB_UNPARSED), 0, "{f}: unparsed bytes");
+        // Every hashed byte is in exactly one send, digests cover their payload length.
+        let sent: u64 = h.rec.sends.iter().map(|r| r.digest.len).sum();
+        assert_eq!(sent + s.payload_incomplete_bytes, h.accounting.get(cat::SMB_PAYLOAD), "{f}: payload bytes");
+        assert_eq!(sent, s.payload_bytes_sent);
+    }
+    assert!(report.is_empty(), "disagreements with tshark:\n{}", report.join("\n"));
+}
+
+#[test]
+fn per_command_counts_match_tshark() {
+    // expected.json "smb2_pdus" uses lowercase names ("write_req").
+    for f in ["smb202-samba-reads-writes.pcap", "smb311-multichannel-zeek.pcap", "smb300-dac-getinfo-setinfo.pcap"] {
+        let h = run_capture(f, 0);
+        let e = expected(f);
+        let mut want = BTreeMap::new();
+        for (k, v) in e["smb2_pdus"].as_object().unwrap() {
+            want.insert(k.clone(), v.as_u64().unwrap());
+        }
+        let mut got = BTreeMap::new();
+        for (k, v) in &h.smb.stats.commands {
+            let (name, dir) = k.split_once('.').unwrap();
+            let key = format!("{}_{}", name.to_lowercase(), if dir == "request" { "req" } else { "resp" });
+            got.insert(key, *v);
+        }
+        assert_eq!(got, want, "{f}");
+    }
+}
+
+#[test]
+fn chunking_does_not_change_results() {
+    for f in ["smb2-readwrite-midstream-zeek.pcap", "smb202-samba-reads-writes.pcap", "smb2-compound-multiple-pdus-zeek.pcap"] {
+        let a = run_capture(f, 0);
+        for chunk in [1, 3, 1000] {
+            let b = run_capture(f, chunk);
+            assert_eq!(a.rec.sends.len(), b.rec.sends.len(), "{f} chunk {chunk}");
+            for (x, y) in a.rec.sends.iter().zip(&b.rec.sends) {
+                assert_eq!((x.message_id, &x.digest, x.offset, &x.file_name), (y.message_id, &y.digest, y.offset, &y.file_name));
+            }
+            assert_eq!(a.rec.completes, b.rec.completes);
+            assert_eq!(serde_json::to_value(&a.smb.stats).unwrap(), serde_json::to_value(&b.smb.stats).unwrap());
+            assert_eq!(smb_categories(&b), b.fed);
+        }
+    }
+}
+
+#[test]
+fn readwrite_sends_carry_names_and_digests() {
+    // smb2-readwrite-midstream: WRITE of 7000 'B' to "pythonfile2", READ of 16 'A'.
+    let h = run_capture("smb2-readwrite-midstream-zeek.pcap", 0);
+    let w: Vec<_> = h.rec.sends.iter().filter(|r| r.kind == SendKind::Write).collect();
+    let r: Vec<_> = h.rec.sends.iter().filter(|r| r.kind == SendKind::Read).collect();
+    assert_eq!(w.len(), 1);
+    assert_eq!(r.len(), 1);
+    assert_eq!(w[0].digest, digest_of(&[b'B'; 7000]));
+    assert_eq!(w[0].file_name.as_deref(), Some("pythonfile2"));
+    assert_eq!(w[0].transport, Transport::Tcp);
+    assert_eq!((w[0].src, w[0].dst), (addr(1, 0).0, addr(2, 0).0));
+    assert_eq!(r[0].digest, digest_of(&[b'A'; 16]));
+    assert_eq!((r[0].src, r[0].dst), (addr(2, 0).0, addr(1, 0).0));
+    // The READ response takes FileId/Offset from its request.
+    assert_ne!(r[0].file_id, [0; 16]);
+    assert!(h.rec.completes.contains(&(w[0].conn, w[0].message_id)));
+    assert!(h.rec.completes.contains(&(r[0].conn, r[0].message_id)));
+    assert!(h.smb.stats.files.contains("pythonfile2"));
+}
+
+// ------------------------------------------------------------------ synthetic streams
+
+fn header(cmd: u16, mid: u64, response: bool, next: u32, related: bool) -> Vec<u8> {
+    let mut fl = if response { rec::flags::SERVER_TO_REDIR } else { 0 };
+    if related {
+        fl |= rec::flags::RELATED_OPERATIONS;
+    }
+    let r = HeaderRepr { command: cmd, message_id: mid, flags: fl, next_command: next, tree_id: Some(7), session_id: 0x99, credit: 1, ..Default::default() };
+    let mut b = [0u8; 64];
+    r.emit(&mut b);
+    b.to_vec()
+}
+
+fn write_req(mid: u64, file_id: [u8; 16], offset: u64, data: &[u8], related: bool, next: u32) -> Vec<u8> {
+    let mut m = header(command::WRITE, mid, false, next, related);
+    m.extend_from_slice(&49u16.to_le_bytes());
+    m.extend_from_slice(&0x70u16.to_le_bytes());
+    m.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    m.extend_from_slice(&offset.to_le_bytes());
+    m.extend_from_slice(&file_id);
+    m.extend_from_slice(&[0u8; 16]);
+    m.extend_from_slice(data);
+    m
+}
+
+fn create_req(mid: u64, name: &str, next: u32) -> Vec<u8> {
+    let mut m = header(command::CREATE, mid, false, next, false);
+    let name16: Vec<u8> = name.encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+    let mut body = vec![0u8; 56];
+    body[0..2].copy_from_slice(&57u16.to_le_bytes());
+    body[44..46].copy_from_slice(&120u16.to_le_bytes());
+    body[46..48].copy_from_slice(&(name16.len() as u16).to_le_bytes());
+    m.extend_from_slice(&body);
+    m.extend_from_slice(&name16);
+    m
+}
+
+fn netbios(msg: &[u8]) -> Vec<u8> {
+    let mut b = vec![0, 0, 0, 0];
+    netbios::Repr { kind: 0, length: msg.len() as u32 }.emit((&mut b[..4]).try_into().unwrap());
+    b.extend_from_slice(msg);
+    b
+}
+
+fn pad8(mut m: Vec<u8>) -> Vec<u8> {
+    while !m.len().is_multiple_of(8) {
+        m.push(0);
+    }
+    m
+}
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn one_stream(h: &mut Harness, parts: &[&[u8]]) -> Smb2Stream {
+    let mut s = Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445));
+    for (i, p) in parts.iter().enumerate() {
+        h.fed += p.len() as u64;
+        s.data(p, &ctx(i as u64 + 1), h);
+    }
+    s
+}
+
+#[test]
+fn compound_create_then_related_write() {
+    let payload = data(10_000, 3);
+    let create = pad8(create_req(10, "dir\\f.bin", 0));
+    let len = create.len() as u32;
+    let create = pad8(create_req(10, "dir\\f.bin", len));
+    let write = write_req(11, [0xFF; 16], 4096, &payload, true, 0);
+    let msg = [create, write].concat();
+    let stream = netbios(&msg);
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&stream[..100], &stream[100..5000], &stream[5000..]]);
+    s.close(&ctx(9), &mut h);
+    assert_eq!(h.rec.sends.len(), 1);
+    let r = &h.rec.sends[0];
+    assert_eq!((r.message_id, r.offset, r.session_id, r.tree_id), (11, 4096, 0x99, 7));
+    assert_eq!(r.file_name.as_deref(), Some("dir\\f.bin"));
+    assert_eq!(r.digest, digest_of(&payload));
+    assert_eq!((r.first_frame.number, r.last_frame.number), (2, 3));
+    assert_eq!(h.smb.stats.commands.get("CREATE.request"), Some(&1));
+    assert_eq!(h.smb.stats.commands.get("WRITE.request"), Some(&1));
+    assert_eq!(h.accounting.get(cat::SMB_PAYLOAD), 10_000);
+    assert_eq!(h.accounting.get(cat::SMB_METADATA), stream.len() as u64 - 10_000);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+#[test]
+fn gap_inside_payload_is_incomplete_and_framing_survives() {
+    let w1 = netbios(&write_req(1, [1; 16], 0, &data(8000, 1), false, 0));
+    let w2 = netbios(&write_req(2, [1; 16], 8000, &data(3000, 2), false, 0));
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w1[..3000]]);
+    s.gap(1000, &ctx(2), &mut h);
+    h.fed += (w1.len() - 4000 + w2.len()) as u64;
+    s.data(&w1[4000..], &ctx(3), &mut h);
+    s.data(&w2, &ctx(4), &mut h);
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.rec.sends[0].message_id, 2);
+    assert_eq!(h.rec.sends[0].digest, digest_of(&data(3000, 2)));
+    assert_eq!(h.smb.stats.payload_incomplete, 1);
+    assert_eq!(h.smb.stats.payload_incomplete_bytes, 8000);
+    assert_eq!(h.anomalies.get("smb2.payload_incomplete"), 1);
+    assert_eq!(h.smb.stats.resyncs, 0);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+#[test]
+fn gap_in_header_position_resyncs() {
+    let w1 = netbios(&write_req(1, [1; 16], 0, &data(500, 1), false, 0));
+    let w2 = netbios(&write_req(2, [1; 16], 0, &data(700, 2), false, 0));
+    let w3 = netbios(&write_req(3, [1; 16], 0, &data(900, 3), false, 0));
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w1]);
+    // Lose the middle of w2's header: framing is gone until w3.
+    h.fed += (w2.len() - 30) as u64 + w3.len() as u64;
+    s.gap(30, &ctx(2), &mut h);
+    s.data(&w2[30..], &ctx(3), &mut h);
+    for c in w3.chunks(5) {
+        s.data(c, &ctx(4), &mut h);
+    }
+    let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
+    assert_eq!(ids, vec![1, 3]);
+    assert_eq!(h.smb.stats.resyncs, 1);
+    assert_eq!(h.accounting.get(cat::SMB_UNPARSED), (w2.len() - 30) as u64);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+#[test]
+fn capture_starting_mid_message_resyncs() {
+    // Drop the first k bytes of a real client stream: the parser must find the next
+    // message and agree with a full run from there on.
+    let segs = follow("smb202-samba-reads-writes.pcap", 0);
+    let c2s: Vec<u8> = segs.iter().filter(|s| s.0).flat_map(|s| s.1.clone()).collect();
+    let full = {
+        let mut h = Harness::default();
+        let mut s = one_stream(&mut h, &[&c2s]);
+        s.close(&ctx(0), &mut h);
+        h
+    };
+    for k in [1usize, 5, 77, 1000, 20_000] {
+        // Messages the full run completes within the first k bytes are lost to the cut run,
+        // plus the one straddling the cut.
+        let before = {
+            let mut h = Harness::default();
+            one_stream(&mut h, &[&c2s[..k]]);
+            total_commands(&h)
+        };
+        let mut h = Harness::default();
+        let mut s = one_stream(&mut h, &c2s[k..].chunks(1460).collect::<Vec<_>>());
+        s.close(&ctx(0), &mut h);
+        assert_eq!(smb_categories(&h), h.fed, "k={k}");
+        assert!(h.accounting.get(cat::SMB_UNPARSED) > 0);
+        assert!(h.accounting.get(cat::SMB_UNPARSED) < 70_000, "k={k}: resync skipped too much");
+        assert!(total_commands(&h) + before + 1 >= total_commands(&full), "k={k}: lost messages after resync");
+        // The sends found are the tail of the full run's sends.
+        let tail = &full.rec.sends[full.rec.sends.len() - h.rec.sends.len()..];
+        for (a, b) in tail.iter().zip(&h.rec.sends) {
+            assert_eq!((a.message_id, &a.digest), (b.message_id, &b.digest));
+        }
+    }
+}
+
+#[test]
+fn bogus_lengths_are_anomalies_not_panics() {
+    // DataOffset beyond the message.
+    let mut m = write_req(1, [1; 16], 0, &data(100, 1), false, 0);
+    m[64 + 2..64 + 4].copy_from_slice(&0x4000u16.to_le_bytes());
+    let a = netbios(&m);
+    // Length beyond the message.
+    let mut m = write_req(2, [1; 16], 0, &data(100, 1), false, 0);
+    m[64 + 4..64 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let b = netbios(&m);
+    // Bad NextCommand (not aligned).
+    let mut m = write_req(3, [1; 16], 0, &data(100, 1), false, 0);
+    m[20..24].copy_from_slice(&13u32.to_le_bytes());
+    let c = netbios(&m);
+    let d = netbios(&write_req(4, [1; 16], 0, &data(100, 4), false, 0));
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&a, &b, &c, &d]);
+    s.close(&ctx(0), &mut h);
+    assert_eq!(h.anomalies.get("smb2.write_bad_data_offset"), 2);
+    assert_eq!(h.anomalies.get("smb2.bad_next_command"), 1);
+    let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
+    assert_eq!(ids, vec![3, 4]);
+    assert_eq!(h.smb.stats.write_req_pdus, 4);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+#[test]
+fn oversized_message_is_capped() {
+    // A CREATE request with a 70000-byte tail: only MESSAGE_CAP bytes are buffered.
+    let mut m = create_req(1, "big", 0);
+    m.extend(std::iter::repeat_n(0u8, 70_000));
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&netbios(&m)]);
+    s.close(&ctx(0), &mut h);
+    assert_eq!(h.anomalies.get("smb2.message_over_cap"), 1);
+    assert!(h.smb.stats.files.contains("big"));
+    assert_eq!(smb_categories(&h), h.fed);
+    assert!(s.buf.capacity() <= 16 * 1024 || s.buf.is_empty());
+}
+
+#[test]
+fn unframed_mode_is_one_message_per_call() {
+    let payload = data(5000, 9);
+    let mut h = Harness::default();
+    let mut s = Smb2Stream::new_unframed(5, true, addr(1, 0), addr(2, 0));
+    let m1 = create_req(1, "x", 0);
+    let m2 = write_req(2, [4; 16], 0, &payload, false, 0);
+    for m in [&m1, &m2] {
+        h.fed += m.len() as u64;
+        s.on_message(m, &ctx(1), &mut h.smb2_parts());
+    }
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.rec.sends[0].transport, Transport::SmbDirect);
+    assert_eq!(h.rec.sends[0].digest, digest_of(&payload));
+    assert_eq!(h.accounting.get(cat::SMB_METADATA), (m1.len() + m2.len() - 5000) as u64);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+#[test]
+fn keepalive_and_smb1_are_metadata() {
+    let mut smb1 = vec![0xFF, b'S', b'M', b'B', 0x72];
+    smb1.extend_from_slice(&[0u8; 40]);
+    let stream = [vec![0x85, 0, 0, 0], netbios(&smb1), netbios(&write_req(1, [1; 16], 0, &data(10, 1), false, 0))].concat();
+    let mut h = Harness::default();
+    one_stream(&mut h, &[&stream]);
+    assert_eq!(h.smb.stats.smb1_messages, 1);
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.accounting.get(cat::SMB_UNPARSED), 0);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+#[test]
+fn encrypted_and_compressed_captures_are_counted() {
+    for f in ["smb300-aes128ccm-wiki.pcap", "smb311-aes128ccm-filt-wiki.pcap", "smb311-aes128gcm-wstest.pcap"] {
+        let h = run_capture(f, 0);
+        let e = expected(f);
+        assert_eq!(h.smb.stats.encrypted_messages, e["transform_headers"].as_u64().unwrap(), "{f}");
+        assert!(h.accounting.get(cat::SMB_ENCRYPTED) > 0);
+        assert_eq!(smb_categories(&h), h.fed, "{f}");
+    }
+    let h = run_capture("smb311-compress-lz77-lz77huff-lznt1.pcap", 0);
+    assert_eq!(h.smb.stats.compressed_messages, 3);
+    assert_eq!(smb_categories(&h), h.fed);
+    // Chained: the READ response's header is in a leading NONE payload and is counted like
+    // tshark does; the WRITE request's header is LZNT1-compressed and is not (tshark
+    // decompresses it: write_req_pdus 1 there).
+    let h = run_capture("smb311-compress-chained-patternv1-lznt1.pcapng", 0);
+    assert_eq!(h.smb.stats.compressed_messages, 2);
+    assert_eq!((h.smb.stats.read_resp_pdus, h.smb.stats.read_bytes), (1, 256));
+    assert_eq!(h.smb.stats.write_req_pdus, 0);
+    assert_eq!(smb_categories(&h), h.fed);
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn random_bytes_and_gaps_never_panic(chunks in proptest::collection::vec((proptest::collection::vec(any::<u8>(), 0..300), 0u64..50), 0..20)) {
+            let mut h = Harness::default();
+            let mut s = Smb2Stream::new(1, true, addr(1, 0), addr(2, 0));
+            for (i, (b, gap)) in chunks.iter().enumerate() {
+                h.fed += b.len() as u64;
+                s.data(b, &ctx(i as u64), &mut h);
+                if *gap > 40 {
+                    s.gap(*gap, &ctx(i as u64), &mut h);
+                }
+            }
+            s.close(&ctx(0), &mut h);
+            prop_assert_eq!(smb_categories(&h), h.fed);
+        }
+
+        #[test]
+        fn mutated_real_messages_never_panic(pos in 0usize..400, val in any::<u8>(), cut in 1usize..64) {
+            let msg = [pad8(create_req(1, "a", 0)), write_req(2, [1; 16], 0, &data(200, 1), false, 0)].concat();
+            let mut msg = msg;
+            let l = msg.len();
+            msg[4 + pos % (l - 4)] = val;
+            let stream = [netbios(&msg), netbios(&write_req(3, [1; 16], 0, &data(50, 1), false, 0))].concat();
+            let mut h = Harness::default();
+            let parts: Vec<&[u8]> = stream.chunks(cut).collect();
+            let mut s = one_stream(&mut h, &parts);
+            s.close(&ctx(0), &mut h);
+            prop_assert_eq!(smb_categories(&h), h.fed);
+        }
+    }
+}

@@ -1,0 +1,455 @@
+"""Live capture sources (dissectors/src/live) against real traffic on a veth pair.
+
+Two namespaces A (198.18.0.1) and B (198.18.0.2) joined by a veth pair; the `livecat`
+example captures on B's end. Counts are checked against what was sent and against B's own
+TCP stack (Tcp InSegs), for the eBPF backend and for AF_PACKET. For eBPF, nothing of ours may
+stay in the kernel after livecat exits, is terminated, or is killed.
+
+Needs root (network namespaces, BPF). Run: pytest tests/live
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIVECAT = ROOT / "target" / "release" / "examples" / "livecat"
+PROGRAM = "smbwire_tc"
+BACKENDS = ["ebpf", "af-packet"]
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and BPF")
+
+
+def sh(*args, check=True, **kw):
+    return subprocess.run(args, check=check, capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def livecat():
+    sh("cargo", "build", "--quiet", "--example", "livecat", "--release", cwd=ROOT)
+    assert LIVECAT.exists()
+    return LIVECAT
+
+
+class Lab:
+    """Namespaces A and B joined by a veth pair; IPv6 off and static neighbours, so the only
+    frames on the wire are the ones a test sends."""
+
+    def __init__(self):
+        tag = f"{os.getpid() % 100000}"
+        self.a, self.b = f"swl{tag}a", f"swl{tag}b"
+        self.va, self.vb = f"swl{tag}va", f"swl{tag}vb"
+
+    def ns(self, ns, *args, **kw):
+        return sh("ip", "netns", "exec", ns, *args, **kw)
+
+    def up(self):
+        sh("ip", "netns", "add", self.a)
+        sh("ip", "netns", "add", self.b)
+        for ns in (self.a, self.b):
+            self.ns(ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        sh("ip", "link", "add", self.va, "netns", self.a, "type", "veth", "peer", "name", self.vb, "netns", self.b)
+        for ns, dev, last in ((self.a, self.va, 1), (self.b, self.vb, 2)):
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", ns, "addr", "add", f"198.18.0.{last}/24", "dev", dev)
+            # One wire packet per skb, so the kernel's segment counters equal packet counts.
+            sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1", "up")
+        self.mac_a, self.mac_b = self.mac(self.a, self.va), self.mac(self.b, self.vb)
+        sh("ip", "-n", self.a, "neigh", "replace", "198.18.0.2", "lladdr", self.mac_b, "dev", self.va, "nud", "permanent")
+        sh("ip", "-n", self.b, "neigh", "replace", "198.18.0.1", "lladdr", self.mac_a, "dev", self.vb, "nud", "permanent")
+
+    def allow_gso(self):
+        """Back to the default: the veth peer hands over whole GSO frames of many segments."""
+        sh("ip", "-n", self.a, "link", "set", self.va, "gso_max_segs", "65535")
+
+    @staticmethod
+    def mac(ns, dev):
+        return json.loads(sh("ip", "-n", ns, "-j", "link", "show", dev).stdout)[0]["address"]
+
+    def inject(self, frames):
+        """Sends raw Ethernet frames out of A's end (the kernel takes tags off on B's side)."""
+        code = (
+            "import socket,sys\n"
+            "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
+            f"s.bind(('{self.va}',0))\n"
+            "for line in sys.stdin: s.send(bytes.fromhex(line.strip()))\n"
+        )
+        self.ns(self.a, "python3", "-c", code, input="".join(f.hex() + "\n" for f in frames))
+
+    def down(self):
+        sh("ip", "netns", "del", self.a, check=False)
+        sh("ip", "netns", "del", self.b, check=False)
+
+    def tcp_counter(self, ns, name):
+        lines = [l.split() for l in self.ns(ns, "cat", "/proc/net/snmp").stdout.splitlines() if l.startswith("Tcp:")]
+        return int(lines[1][lines[0].index(name)])
+
+    def tcp_insegs(self):
+        """Tcp InSegs of namespace B (RFC 1213 tcpInSegs): one per received skb."""
+        return self.tcp_counter(self.b, "InSegs")
+
+    def tcp_outsegs(self):
+        """Tcp OutSegs of namespace A: Linux adds every segment of a GSO skb."""
+        return self.tcp_counter(self.a, "OutSegs")
+
+    def udp(self, dst, port, count, size=100):
+        code = (
+            "import socket,sys\n"
+            "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            f"for i in range({count}): s.sendto(bytes({size}),('{dst}',{port}))\n"
+        )
+        self.ns(self.a, "python3", "-c", code)
+
+    def tcp_transfer(self, port, nbytes):
+        """Sends `nbytes` from A to a listener in B and waits until both sides closed."""
+        server = (
+            "import socket\n"
+            "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+            f"s.bind(('198.18.0.2',{port})); s.listen(1); print('up',flush=True)\n"
+            "c,_=s.accept(); n=0\n"
+            "while True:\n"
+            "    b=c.recv(65536)\n"
+            "    if not b: break\n"
+            "    n+=len(b)\n"
+            "c.sendall(n.to_bytes(8,'big')); c.close(); print(n,flush=True)\n"
+        )
+        srv = subprocess.Popen(["ip", "netns", "exec", self.b, "python3", "-c", server], stdout=subprocess.PIPE, text=True)
+        try:
+            assert srv.stdout.readline().strip() == "up"
+            client = (
+                "import socket\n"
+                f"c=socket.create_connection(('198.18.0.2',{port}),timeout=20)\n"
+                f"c.sendall(bytes({nbytes})); c.shutdown(socket.SHUT_WR)\n"
+                "print(int.from_bytes(c.recv(8),'big')); c.recv(1); c.close()\n"
+            )
+            got = int(self.ns(self.a, "python3", "-c", client, timeout=60).stdout)
+            assert got == nbytes
+            assert int(srv.stdout.readline()) == nbytes
+            srv.wait(timeout=20)
+        finally:
+            if srv.poll() is None:
+                srv.kill()
+                srv.wait()
+        time.sleep(0.3)  # the last ACK
+
+
+@pytest.fixture
+def lab():
+    lab = Lab()
+    lab.down()
+    try:
+        lab.up()
+        yield lab
+    finally:
+        lab.down()
+
+
+class Capture:
+    def __init__(self, livecat, lab, backend, *extra):
+        args = ["ip", "netns", "exec", lab.b, str(livecat), lab.vb, "--seconds", "120", "--stdin-stop", *extra]
+        args.append("--af-packet" if backend == "af-packet" else "--require-ebpf")
+        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.p.stderr.readline()
+        assert line.strip() == f"ready {backend}", line + self.p.stderr.read()
+
+    def finish(self):
+        out, err = self.p.communicate(timeout=30)
+        assert self.p.returncode == 0, err
+        return json.loads(out)
+
+
+def check_invariants(r):
+    assert r["numbers_ok"] and r["ts_ok"] and r["all_delivered_match"], r
+    st = r["stats"]
+    assert st["packets_delivered"] == r["delivered"]
+    assert sum(f["packets"] for f in st["flows"]) == st["packets_matched"]
+    assert sum(f["bytes"] for f in st["flows"]) == st["bytes_matched"]
+    assert st["packets_seen"] >= st["packets_matched"] >= st["frames_matched"]
+    if r["backend"] == "ebpf":
+        assert r["delivered"] + st["ring_drops"] + st["copy_errors"] == st["frames_matched"]
+    else:
+        assert r["delivered"] == st["frames_matched"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rocev2_udp_exact_and_other_udp_not_copied(livecat, lab, backend):
+    cap = Capture(livecat, lab, backend)
+    lab.udp("198.18.0.2", 4791, 200)
+    lab.udp("198.18.0.2", 4792, 70)
+    time.sleep(0.2)
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    frame = 14 + 20 + 8 + 100
+    assert st["packets_matched"] == 200 and r["delivered"] == 200
+    assert st["bytes_matched"] == 200 * frame == r["delivered_wire_bytes"]
+    assert st["packets_seen"] == 270 and st["bytes_seen"] == 270 * frame
+    assert st["flow_count"] == 1 and st["flows"][0]["flow"].endswith("> 198.18.0.2:4791 rocev2")
+    assert st["ring_drops"] == 0 and st["kernel_drops"] == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tcp_445_exact_against_kernel_and_8080_not_copied(livecat, lab, backend):
+    cap = Capture(livecat, lab, backend)
+    before = lab.tcp_insegs()
+    lab.tcp_transfer(445, 1 << 20)
+    segs_445 = lab.tcp_insegs() - before
+    lab.tcp_transfer(8080, 1 << 20)
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    assert segs_445 > (1 << 20) // 1500
+    assert st["packets_matched"] == segs_445 == r["delivered"]
+    assert st["bytes_matched"] > 1 << 20
+    assert st["flow_count"] == 1 and st["flows"][0]["flow"].endswith("> 198.18.0.2:445 tcp")
+    assert st["packets_seen"] >= 2 * segs_445 - 10  # the 8080 transfer was seen, not copied
+    assert st["ring_drops"] == 0 and st["kernel_drops"] == 0 and r["truncated"] == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gso_frames_count_as_their_wire_packets(livecat, lab, backend):
+    """With GSO allowed one frame carries up to 64 KiB; counters must still be in wire
+    packets (as TCP's InSegs counts them) and wire bytes, and copies must be whole."""
+    lab.allow_gso()
+    cap = Capture(livecat, lab, backend)
+    before, frames_before = lab.tcp_outsegs(), lab.tcp_insegs()
+    nbytes = 4 << 20
+    lab.tcp_transfer(445, nbytes)
+    segs, frames = lab.tcp_outsegs() - before, lab.tcp_insegs() - frames_before
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    assert st["frames_matched"] == frames < segs // 4, "the peer did hand over GSO frames"
+    assert st["packets_matched"] == segs
+    # Linux defaults: SYN 74 bytes (MSS, SACK-permitted, timestamps, window scale); every
+    # other segment A->B carries the timestamp option: 14 + 20 + 32 = 66 bytes of headers.
+    assert st["bytes_matched"] == nbytes + 66 * segs + 8
+    assert r["truncated"] == 0 and r["captured_bytes"] == r["delivered_wire_bytes"]
+    assert r["delivered_wire_bytes"] == nbytes + 66 * st["frames_matched"] + 8
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_configured_port_replaces_defaults(livecat, lab, backend):
+    cap = Capture(livecat, lab, backend, "--ports", "8080")
+    before = lab.tcp_insegs()
+    lab.tcp_transfer(8080, 100_000)
+    segs = lab.tcp_insegs() - before
+    lab.tcp_transfer(445, 100_000)
+    r = cap.finish()
+    check_invariants(r)
+    assert r["stats"]["packets_matched"] == segs == r["delivered"]
+    assert r["stats"]["flows"][0]["flow"].endswith(":8080 tcp")
+
+
+def ether(lab, *tags_and_type):
+    """Ethernet header A->B; `tags_and_type` is (tpid, vid)* then the EtherType."""
+    h = bytes.fromhex(lab.mac_b.replace(":", "")) + bytes.fromhex(lab.mac_a.replace(":", ""))
+    *tags, ethertype = tags_and_type
+    for tpid, vid in tags:
+        h += struct.pack("!HH", tpid, vid)
+    return h + struct.pack("!H", ethertype)
+
+
+def ipv4(proto, l4, frag=0x4000):
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), 1, frag, 64, proto, 0,
+                      socket.inet_aton("198.18.0.1"), socket.inet_aton("198.18.0.2"))
+    return hdr + l4
+
+
+def ipv6(next_header, rest):
+    return struct.pack("!IHBB16s16s", 0x6 << 28, len(rest), next_header, 64,
+                       socket.inet_pton(socket.AF_INET6, "2001:db8::1"),
+                       socket.inet_pton(socket.AF_INET6, "2001:db8::2")) + rest
+
+
+def udp(sport, dport, n=64):
+    return struct.pack("!HHHH", sport, dport, 8 + n, 0) + bytes(n)
+
+
+def tcp(sport, dport, n=64):
+    return struct.pack("!HHIIHHHH", sport, dport, 1, 0, 0x5010, 65535, 0, 0) + bytes(n)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tags_ipv6_rocev1_fragments_exact(livecat, lab, backend):
+    """Crafted frames, one class at a time, with exact expected counts; tags the kernel took
+    off must be back in the delivered frames (`all_delivered_match` re-classifies them)."""
+    hop_by_hop = bytes([44, 0]) + bytes(6)
+    first_fragment = bytes([6, 0, 0, 1]) + bytes(4)  # offset 0, more fragments
+    grh = struct.pack("!IHBB16s16s", 0x6 << 28, 76, 0x1B, 1, bytes(15) + b"\x01", bytes(15) + b"\x02")
+    matched = [
+        ether(lab, (0x8100, 100), 0x0800) + ipv4(17, udp(49152, 4791)),  # 802.1Q
+        ether(lab, (0x88A8, 10), (0x8100, 20), 0x0800) + ipv4(6, tcp(50000, 445)),  # QinQ
+        ether(lab, 0x86DD) + ipv6(0, hop_by_hop + first_fragment + tcp(50001, 5445)),
+        ether(lab, 0x8915) + grh + bytes(76),  # RoCEv1
+        ether(lab, 0x0800) + ipv4(6, tcp(445, 50002)),  # server to client direction
+    ]
+    unmatched = [
+        ether(lab, 0x0800) + ipv4(6, tcp(50000, 446)),
+        ether(lab, 0x0800) + ipv4(17, udp(4791, 49152)),  # RoCEv2 is matched on destination
+        ether(lab, 0x0800) + ipv4(6, tcp(50000, 445), frag=0x0010),  # non-first fragment
+        ether(lab, 0x0806) + bytes(28),
+        ether(lab, 0x86DD) + ipv6(6, tcp(50003, 8080)),
+    ]
+    cap = Capture(livecat, lab, backend)
+    lab.inject(matched * 7 + unmatched * 3)
+    time.sleep(0.2)
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    # On the wire a tag is 4 bytes; frames shorter than 60 bytes are not padded on a veth.
+    wire = [len(f) for f in matched]
+    assert st["packets_matched"] == 7 * len(matched) == r["delivered"]
+    assert st["bytes_matched"] == 7 * sum(wire) == r["delivered_wire_bytes"] == r["captured_bytes"]
+    assert st["packets_seen"] == 7 * len(matched) + 3 * len(unmatched)
+    assert st["bytes_seen"] == 7 * sum(wire) + 3 * sum(len(f) for f in unmatched)
+    assert st["flow_count"] == len(matched)
+    names = sorted(f["flow"] for f in st["flows"])
+    assert names == sorted([
+        "198.18.0.1:49152 > 198.18.0.2:4791 rocev2",
+        "198.18.0.1:50000 > 198.18.0.2:445 tcp",
+        "[2001:db8::1]:50001 > [2001:db8::2]:5445 tcp",
+        "::1 > ::2 rocev1",
+        "198.18.0.1:445 > 198.18.0.2:50002 tcp",
+    ])
+    assert all(f["packets"] == 7 for f in st["flows"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_snaplen_truncates_copies_not_counts(livecat, lab, backend):
+    cap = Capture(livecat, lab, backend, "--snaplen", "128")
+    before = lab.tcp_insegs()
+    lab.tcp_transfer(445, 300_000)
+    segs = lab.tcp_insegs() - before
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    assert st["packets_matched"] == segs == r["delivered"]
+    assert r["truncated"] > 0 and r["captured_bytes"] <= 128 * r["delivered"]
+    assert r["delivered_wire_bytes"] == st["bytes_matched"] > 300_000
+
+
+def test_ebpf_counters_stay_exact_when_the_ring_overflows(livecat, lab):
+    # A one-page ring and a reader that stalls: most copies are dropped, counters are not.
+    cap = Capture(livecat, lab, "ebpf", "--ring-bytes", "4096", "--stall", "3")
+    before = lab.tcp_insegs()
+    lab.tcp_transfer(445, 1 << 20)
+    segs = lab.tcp_insegs() - before
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    assert st["ring_drops"] > 0
+    assert st["packets_matched"] == segs == st["frames_matched"]
+    assert r["delivered"] + st["ring_drops"] == st["packets_matched"]
+
+
+def test_af_packet_reports_kernel_drops(livecat, lab):
+    cap = Capture(livecat, lab, "af-packet", "--block-size", "65536", "--blocks", "2", "--stall", "3")
+    before = lab.tcp_insegs()
+    lab.tcp_transfer(445, 4 << 20)
+    segs = lab.tcp_insegs() - before
+    r = cap.finish()
+    check_invariants(r)
+    assert r["stats"]["kernel_drops"] > 0
+    assert r["delivered"] < segs
+
+
+# --- nothing stays in the kernel -------------------------------------------------------------
+
+
+def bpftool_json(*args):
+    return json.loads(sh("bpftool", "-j", *args).stdout or "[]")
+
+
+def our_progs():
+    return {p["id"] for p in bpftool_json("prog", "show") if p.get("name") == PROGRAM}
+
+
+def links_of(prog_ids):
+    return {l["id"] for l in bpftool_json("link", "show") if l.get("prog_id") in prog_ids}
+
+
+def promisc(lab):
+    """Promiscuity count: PACKET_MR_PROMISC memberships raise it without showing in the flags."""
+    return json.loads(sh("ip", "-n", lab.b, "-d", "-j", "link", "show", lab.vb).stdout)[0]["promiscuity"] > 0
+
+
+@pytest.mark.parametrize("how", ["exit", "SIGTERM", "SIGKILL"])
+def test_ebpf_leaves_nothing_behind(livecat, lab, how):
+    before = our_progs()
+    args = [str(livecat), lab.vb, "--require-ebpf", "--seconds", "2" if how == "exit" else "120"]
+    p = subprocess.Popen(["ip", "netns", "exec", lab.b, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr.readline().strip() == "ready ebpf"
+        mine = our_progs() - before
+        assert len(mine) == 1, "exactly one smbwire_tc program while running"
+        links = links_of(mine)
+        assert len(links) == 1, "attached through one bpf_link"
+        assert promisc(lab)
+        if how == "exit":
+            p.wait(timeout=30)
+            assert p.returncode == 0
+        else:
+            # `ip netns exec` execs livecat, so p.pid is livecat itself.
+            os.kill(p.pid, getattr(signal, how))
+            p.wait(timeout=30)
+            assert p.returncode == -getattr(signal, how)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    deadline = time.time() + 5
+    while (our_progs() & mine or links_of(mine)) and time.time() < deadline:
+        time.sleep(0.1)  # programs are freed after an RCU grace period
+    assert not (our_progs() & mine), "program still loaded"
+    assert not links_of(mine), "link still present"
+    assert our_progs() == before
+    assert sh("ip", "netns", "exec", lab.b, "tc", "filter", "show", "dev", lab.vb, "ingress").stdout.strip() == ""
+    assert not promisc(lab)
+    assert not [f for f in os.listdir("/sys/fs/bpf") if "smbwire" in f]
+
+
+# --- errors are one clear line ---------------------------------------------------------------
+
+
+def test_missing_interface_is_one_line(livecat):
+    r = sh(str(livecat), "smbwire-none0", check=False)
+    assert r.returncode == 1
+    assert r.stderr == "livecat: no such network interface: smbwire-none0\n"
+
+
+@pytest.mark.parametrize("flag,capability", [("--require-ebpf", "CAP_BPF"), ("--af-packet", "CAP_NET_RAW"), (None, "CAP_NET_RAW")])
+def test_missing_privilege_names_the_capability(livecat, lab, flag, capability):
+    unpriv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+    args = ["ip", "netns", "exec", lab.b, *unpriv, str(livecat), lab.vb] + ([flag] if flag else [])
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and capability in lines[0] and "permission denied" in lines[0], r.stderr
+
+
+def test_falls_back_to_af_packet_and_says_why(livecat, lab):
+    # More TCP ports than the kernel program's ports map holds: eBPF refuses, AF_PACKET
+    # (which matches in user space) takes over and the reason is reported.
+    ports = ",".join(str(p) for p in range(1000, 1070)) + ",445"
+    p = subprocess.Popen(["ip", "netns", "exec", lab.b, str(livecat), lab.vb, "--ports", ports, "--seconds", "60", "--stdin-stop"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline().strip() == "ready af-packet"
+    lab.udp("198.18.0.2", 4791, 10)
+    time.sleep(0.2)
+    out, _ = p.communicate(timeout=30)
+    r = json.loads(out)
+    assert r["backend"] == "af-packet"
+    assert "at most 64 TCP ports" in r["fallback_reason"]
+    assert r["delivered"] == 10
+    r = lab.ns(lab.b, str(livecat), lab.vb, "--ports", ports, "--require-ebpf", check=False)
+    assert r.returncode == 1 and r.stderr == "livecat: live capture failed: at most 64 TCP ports\n"

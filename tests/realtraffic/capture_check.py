@@ -1,0 +1,147 @@
+"""Independent checks of a span capture with tshark (the oracle, not smbwire): how many SMB2
+WRITE requests / READ responses crossed each address pair and how many data bytes they
+declared, and whether the span saw every frame exactly once, MTU-sized, with valid checksums.
+Only header fields are extracted; no payload bytes leave tshark."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import subprocess
+from pathlib import Path
+
+SMB2_READ = 8
+SMB2_WRITE = 9
+
+
+def tshark(pcap: Path, *args: str) -> list[list[str]]:
+    """Rows of tab-separated fields (``-T fields``) from ``tshark -r pcap args``."""
+    proc = subprocess.run(
+        ["tshark", "-n", "-r", str(pcap), "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a",
+         "-E", "aggregator=,", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"tshark failed on {pcap}: {proc.stderr.strip()}")
+    return [line.split("\t") for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _ints(field: str) -> list[int]:
+    return [int(x, 0) for x in field.split(",") if x]
+
+
+def _bools(field: str) -> list[bool]:
+    return [x.strip().lower() in ("1", "true") for x in field.split(",") if x]
+
+
+@dataclasses.dataclass
+class PairIo:
+    write_requests: int = 0
+    write_bytes: int = 0
+    read_responses: int = 0
+    read_bytes: int = 0
+
+
+def smb2_io(pcap: Path) -> dict[tuple[str, str], PairIo]:
+    """(ip.src, ip.dst) -> WRITE requests sent and READ responses sent on that direction.
+
+    The client issues one request at a time, so a frame holding a READ response holds
+    nothing else. (tshark leaves ``smb2.nt_status`` out of requests, so it cannot be zipped
+    with ``smb2.cmd``.)"""
+    out: dict[tuple[str, str], PairIo] = collections.defaultdict(PairIo)
+    seen: set[tuple[str, int, int, str]] = set()
+    rows = tshark(pcap, "-Y", "smb2.cmd == 8 || smb2.cmd == 9",
+                  "-e", "ip.src", "-e", "ip.dst", "-e", "tcp.stream", "-e", "smb2.cmd",
+                  "-e", "smb2.flags.response", "-e", "smb2.msg_id",
+                  "-e", "smb2.write_length", "-e", "smb2.olb.length")
+    for row in rows:
+        row += [""] * (8 - len(row))
+        src, dst, stream, cmds, resps, msg_ids, wlen, blobs = row[:8]
+        msgs = list(zip(_ints(cmds), _bools(resps), _ints(msg_ids)))
+        io = out[(src, dst)]
+        # tshark may dissect a PDU again when a real TCP retransmission overlaps it: count
+        # each (connection, command, MessageId) once.
+        def fresh(cmd: int, mid: int) -> bool:
+            key = (stream, cmd, mid, src)
+            if key in seen:
+                return False
+            seen.add(key)
+            return True
+
+        write_lengths = iter(_ints(wlen))
+        for c, r, mid in msgs:
+            if c == SMB2_WRITE and not r:
+                length = next(write_lengths, 0)
+                if fresh(c, mid):
+                    io.write_requests += 1
+                    io.write_bytes += length
+        read_resps = [(c, r, mid) for c, r, mid in msgs if c == SMB2_READ and r]
+        if read_resps:
+            # The READ response's DataLength is a generic offset/length blob in tshark
+            # (smb2.olb.length), so only count frames that hold nothing but READ responses.
+            if len(read_resps) != len(msgs):
+                raise AssertionError(f"frame {src}->{dst} mixes READ responses with other SMB2 messages")
+            # An interim (STATUS_PENDING) or failed READ response has no data blob; Samba
+            # sends an interim one when the read goes async. Only a frame holding exactly
+            # one READ response with a blob is counted (the client has one READ in flight).
+            lengths = _ints(blobs)
+            if len(read_resps) == 1 and len(lengths) == 1 and fresh(SMB2_READ, read_resps[0][2]):
+                io.read_responses += 1
+                io.read_bytes += lengths[0]
+            elif len(read_resps) > 1:
+                raise AssertionError(f"frame {src}->{dst} holds {len(read_resps)} READ responses")
+    return dict(out)
+
+
+@dataclasses.dataclass
+class FrameHealth:
+    frames: int
+    tcp_frames: int
+    duplicate_frames: int  # same IP/TCP identity (IP ID included) seen more than once
+    # Real TCP retransmissions: the sender sent the segment again (a drop past the mirror
+    # point, or a timer); both copies are on the wire, so the span rightly holds both.
+    retransmissions: int
+    # Frames the span missed (tshark: previous segment not captured / ACKed unseen segment).
+    lost_segments: int
+    bad_checksums: int
+    max_frame_len: int
+    non_lab_frames: int  # IP frames with an address outside 198.18.0.0/15
+
+
+def frame_health(pcap: Path) -> FrameHealth:
+    rows = tshark(
+        pcap, "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
+        "-e", "frame.len", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.id", "-e", "tcp.srcport",
+        "-e", "tcp.dstport", "-e", "tcp.seq_raw", "-e", "tcp.ack_raw", "-e", "tcp.len", "-e", "tcp.flags",
+        "-e", "tcp.analysis.retransmission", "-e", "tcp.analysis.fast_retransmission",
+        "-e", "tcp.analysis.spurious_retransmission",
+        "-e", "ip.checksum.status", "-e", "tcp.checksum.status",
+        "-e", "tcp.analysis.lost_segment", "-e", "tcp.analysis.ack_lost_segment",
+    )
+    seen: collections.Counter = collections.Counter()
+    tcp_frames = retrans = bad = max_len = non_lab = lost = 0
+    for row in rows:
+        row += [""] * (17 - len(row))
+        max_len = max(max_len, int(row[0]))
+        src, dst = row[1], row[2]
+        # ICMP errors quote an inner IP header: tshark then aggregates two addresses.
+        addrs = [a for a in (src + "," + dst).split(",") if a]
+        if addrs and not all(_in_lab(a) for a in addrs):
+            non_lab += 1
+        if row[4]:
+            tcp_frames += 1
+            seen[tuple(row[1:10])] += 1
+        if any(row[10:13]):
+            retrans += 1
+        # Wireshark checksum status: 0 bad, 1 good, 2 unverified.
+        if "0" in (row[13].split(",") + row[14].split(",")):
+            bad += 1
+        if any(row[15:17]):
+            lost += 1
+    dup = sum(n - 1 for n in seen.values() if n > 1)
+    return FrameHealth(len(rows), tcp_frames, dup, retrans, lost, bad, max_len, non_lab)
+
+
+def _in_lab(addr: str) -> bool:
+    parts = addr.split(".")
+    return len(parts) == 4 and parts[0] == "198" and parts[1] in ("18", "19")

@@ -1,0 +1,175 @@
+"""CLI error paths: a user error is one line on stderr and exit 2, an internal error one line
+and exit 70 (traceback only with SMBWIRE_DEBUG=1). None of these needs the Rust engine: the
+inputs are checked before it is loaded, and the engine's own failures are simulated with a
+stand-in module (see `fake_core`)."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from click.testing import CliRunner
+
+import smbwire
+from smbwire.cli import cli
+
+
+def run(*args: str, env: dict | None = None):
+    return CliRunner(env=env).invoke(cli, list(args))
+
+
+def assert_one_line_error(result, code: int, *needles: str) -> str:
+    assert result.exit_code == code, (result.exit_code, result.output)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("smbwire: error: "), lines[0]
+    assert "Traceback" not in result.output
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def capture(tmp_path):
+    """A non-empty file: the CLI's own checks pass it to the engine."""
+    p = tmp_path / "c.pcap"
+    p.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(20))
+    return p
+
+
+def install_core(monkeypatch, module):
+    """Make `from smbwire import _core` return `module` (None: the import fails)."""
+    monkeypatch.setitem(sys.modules, "smbwire._core", module)
+    if module is None:
+        monkeypatch.delattr(smbwire, "_core", raising=False)
+    else:
+        monkeypatch.setattr(smbwire, "_core", module, raising=False)
+
+
+def fake_core(analyze=None, synth=None):
+    m = types.ModuleType("smbwire._core")
+    m.analyze = analyze
+    m.synth = synth
+    m.version = lambda: "fake-engine"
+    return m
+
+
+def test_missing_file(tmp_path):
+    r = run("analyze", str(tmp_path / "nope.pcap"))
+    assert_one_line_error(r, 2, "nope.pcap: no such file")
+
+
+def test_directory_is_not_a_capture(tmp_path):
+    assert_one_line_error(run("analyze", str(tmp_path)), 2, "is a directory")
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "empty.pcap"
+    p.write_bytes(b"")
+    assert_one_line_error(run("analyze", str(p)), 2, "empty.pcap: empty file")
+
+
+def test_same_capture_twice(capture):
+    assert_one_line_error(run("analyze", str(capture), str(capture)), 2, "same file as")
+
+
+def test_bad_topology(capture, tmp_path):
+    topo = tmp_path / "topology.toml"
+    topo.write_text('[nodes.a]\naddresses = ["10.0.0.1"]\n[nodes.b]\naddresses = ["10.0.0.1"]\n')
+    line = assert_one_line_error(run("analyze", str(capture), "--topology", str(topo)), 2)
+    assert line == f"smbwire: error: {topo}: line 4: nodes.b.addresses: address 10.0.0.1 is also in node 'a'"
+
+
+def test_missing_topology_file(capture, tmp_path):
+    assert_one_line_error(run("analyze", str(capture), "-t", str(tmp_path / "t.toml")), 2, "t.toml: no such file")
+
+
+def test_json_output_directory_missing(capture, tmp_path):
+    r = run("analyze", str(capture), "--json", str(tmp_path / "no" / "out.json"))
+    assert_one_line_error(r, 2, "does not exist")
+
+
+def test_evidence_output_directory_missing(capture, tmp_path, monkeypatch):
+    install_core(monkeypatch, fake_core(analyze=lambda *a: pytest.fail("engine must not run")))
+    r = run("analyze", str(capture), "--evidence", str(tmp_path / "no" / "ev.jsonl"))
+    assert_one_line_error(r, 2, "does not exist")
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["analyze"], "Missing argument"),
+        (["analyze", "x.pcap", "--window", "0"], "--window"),
+        (["analyze", "x.pcap", "--top", "-1"], "--top"),
+        (["analyze", "x.pcap", "--bogus"], "No such option"),
+        (["frobnicate"], "No such command"),
+        (["synth", "s2d-2way"], "Missing option"),
+        (["synth", "s", "-o", "x.pcap", "--bytes", "lots"], "is not a size"),
+        (["synth", "s", "-o", "x.pcap", "--retransmit", "1.5"], "--retransmit"),
+    ],
+)
+def test_usage_errors_are_one_line(args, needle):
+    assert_one_line_error(run(*args), 2, needle, "--help")
+
+
+def test_engine_not_built(capture, monkeypatch):
+    install_core(monkeypatch, None)
+    assert_one_line_error(run("analyze", str(capture)), 70, "smbwire._core is not available", "maturin develop")
+
+
+def test_engine_refuses_input_is_a_user_error(capture, monkeypatch):
+    def analyze(paths, config_json, evidence, progress):
+        raise ValueError(f"{paths[0]}: not a capture file\n(unknown magic 0x00000000)")
+
+    install_core(monkeypatch, fake_core(analyze=analyze))
+    line = assert_one_line_error(run("analyze", str(capture)), 2)
+    assert line == f"smbwire: error: {capture}: not a capture file (unknown magic 0x00000000)"
+
+
+def test_internal_error_is_one_line_exit_70(capture, monkeypatch):
+    def analyze(*a):
+        raise RuntimeError("index invariant broken")
+
+    install_core(monkeypatch, fake_core(analyze=analyze))
+    assert_one_line_error(run("analyze", str(capture)), 70, "internal error: RuntimeError: index invariant broken",
+                          "SMBWIRE_DEBUG=1")
+
+
+def test_internal_error_traceback_with_debug(capture, monkeypatch):
+    def analyze(*a):
+        raise RuntimeError("index invariant broken")
+
+    install_core(monkeypatch, fake_core(analyze=analyze))
+    r = run("analyze", str(capture), env={"SMBWIRE_DEBUG": "1"})
+    assert r.exit_code == 70
+    assert "Traceback" in r.stderr and "index invariant broken" in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("smbwire: error: internal error")
+
+
+def test_engine_returning_garbage_is_internal(capture, monkeypatch):
+    install_core(monkeypatch, fake_core(analyze=lambda *a: "[1, 2]"))
+    assert_one_line_error(run("analyze", str(capture)), 70, "not a JSON object")
+
+
+def test_synth_engine_refusal_is_a_user_error(tmp_path, monkeypatch):
+    def synth(spec, out):
+        raise ValueError("unknown scenario 'nope' (known: s2d-2way, s2d-3way)")
+
+    install_core(monkeypatch, fake_core(synth=synth))
+    r = run("synth", "nope", "-o", str(tmp_path / "x.pcap"))
+    assert_one_line_error(r, 2, "unknown scenario 'nope'")
+
+
+def test_version():
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout == f"smbwire {smbwire.__version__}\n"
+
+
+def test_version_command_with_and_without_engine(monkeypatch):
+    install_core(monkeypatch, fake_core())
+    r = run("version")
+    assert r.exit_code == 0 and r.stdout == f"smbwire {smbwire.__version__}\nengine fake-engine\n"
+    install_core(monkeypatch, None)
+    r = run("version")
+    assert r.exit_code == 0 and "engine not built" in r.stdout

@@ -1,0 +1,373 @@
+"""The terminal report and the JSON writer, on hand-written result dicts.
+
+These are unit tests of the renderer: the dicts below are written by hand to the schema in
+docs/json-schema.md, not produced by the engine (end-to-end tests live with the engine).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from smbwire.findings import findings
+from smbwire.jsonout import dumps, write_json
+from smbwire.errors import UserError
+from smbwire.report import build_report, render_report
+from smbwire.units import fmt_bytes, fmt_count, fmt_ratio, parse_size
+from smbwire.wireshark import filters_by_input, frame_filter
+
+
+ADDRESS = {"client": "198.18.0.10", "s2d-a": "198.18.1.1", "s2d-b": "198.18.1.2", "s2d-c": "198.18.1.3"}
+
+
+def _send(file: int, first: int, last: int, t: float, src: str, dst: str, offset: int) -> dict:
+    return {
+        "file": file, "frames": [first, last], "time": t, "src": ADDRESS[src], "dst": ADDRESS[dst],
+        "src_node": src, "dst_node": dst, "kind": "write", "time_ns": int(t * 1e9),
+        "session": "0000040000000005", "tree": 5, "file_id": "000000080000000500000000ffffffff",
+        "file_name": "vm01\\disk.vhdx", "share": "\\\\s2d\\ClusterStorage$", "offset": offset,
+        "transport": "tcp",
+    }
+
+
+def sample_result() -> dict:
+    """A two-input S2D-like result: a client writes to s2d-a, which replicates to b and c."""
+    edge = lambda src, dst, cls, payload, unique, ratio, sends: {  # noqa: E731
+        "src": src, "dst": dst, "class": cls, "payload_bytes": payload, "nontrivial_bytes": payload - 4096,
+        "unique_bytes": unique, "sends": sends, "trivial_bytes": 4096,
+        "per_copy_duplicate_bytes": payload - 4096 - unique, "repeated_content_bytes": 0,
+        "dup_ratio": ratio, "decided_by": {"inference": payload - 2**20, "rule": 2**20, "forwarded": 0},
+    }
+    return {
+        "schema": "smbwire/1",
+        "smbwire_version": "0.1.0",
+        "inputs": [
+            {"path": "/captures/node-a/mirror-port-a.pcapng", "size_bytes": 1_234_567_890, "frames": 912_345},
+            {"path": "/captures/node-b/mirror-port-b.pcap", "size_bytes": 1_000, "frames": 10},
+        ],
+        "window_seconds": 60.0,
+        "capture": {"first_ts": 1_700_000_000.0, "last_ts": 1_700_000_042.5, "duration_seconds": 42.5},
+        "edges": [
+            edge("client", "s2d-a", "client", 1_073_745_920, 1_073_741_824, 1.0, 256),
+            edge("s2d-a", "s2d-b", "replication", 3_221_229_568, 1_073_741_824, 3.0, 768),
+            edge("s2d-a", "s2d-c", "redirection", 2_147_487_744, 1_073_741_824, 2.0, 512),
+        ],
+        "totals": {
+            "payload_bytes": 6_442_463_232, "nontrivial_bytes": 6_442_450_944, "unique_bytes": 3_221_225_472,
+            "sends": 1536, "trivial_bytes": 12_288, "per_copy_duplicate_bytes": 3_221_225_472,
+            "repeated_content_bytes": 0, "dup_ratio": 2.0, "amplification": 2.41,
+            "globally_unique_bytes": 1_073_741_824,
+            "decided_by": {"inference": 6_442_463_232 - 3 * 2**20, "rule": 3 * 2**20, "forwarded": 0},
+        },
+        "nodes": [
+            {"name": "client", "addresses": ["198.18.0.10"], "member": False},
+            {"name": "s2d-a", "addresses": ["198.18.1.1", "198.19.1.1"], "member": True},
+            {"name": "s2d-b", "addresses": ["198.18.1.2"], "member": True},
+            {"name": "s2d-c", "addresses": ["198.18.1.3"], "member": True},
+        ],
+        "top_duplicates": [
+            {
+                "digest": "3fa2" + "ab" * 30,
+                "size": 1_048_576,
+                "sends_total": 5,
+                "duplicate_bytes": 4 * 1_048_576,
+                "sends": [
+                    _send(0, 101, 140, 1_700_000_001.25, "client", "s2d-a", 0),
+                    _send(0, 150, 190, 1_700_000_001.5, "s2d-a", "s2d-b", 0),
+                    _send(1, 7, 9, 1_700_000_001.75, "s2d-a", "s2d-c", 0),
+                    _send(0, 77, 77, 1_700_000_002.0, "s2d-a", "s2d-b", 1_048_576),
+                ],
+            },
+            {"digest": "77" * 32, "size": 4096, "sends": [_send(0, 5, 5, 1_700_000_003.0, "s2d-a", "s2d-b", 4096)]},
+        ],
+        "index": {"window_seconds": 60.0, "peak_live_sends": 1200, "peak_live_blocks": 300_000,
+                  "peak_bytes_estimate": 48_000_000, "max_live_blocks": 16_777_216, "early_expiries": 0,
+                  "other_node_lookups": 0},
+        "accounting": {
+            "categories": {"capture_format": 14_598_000, "protocol_headers": 60_000_000,
+                           "smb_payload": 1_150_000_000, "smb_metadata": 9_969_890, "smb_encrypted": 1000},
+            "total_bytes": 1_234_568_890, "input_bytes": 1_234_568_890, "reconciled": True,
+        },
+        "anomalies": {"smb2.write.data_offset_out_of_range": 3, "tcp.bad_header_length": 1},
+        "tcp": {"segments": 900_000, "retransmitted_bytes": 14_600, "retransmitted_segments": 10,
+                "out_of_order_segments": 4, "gap_bytes": 2920, "gaps": 2, "mirror_duplicate_frames": 17,
+                "peak_buffered_bytes": 1_000_000, "flows": 6},
+        "smb2": {"commands": {"WRITE.request": 1536, "WRITE.response": 1536, "READ.request": 3},
+                 "write_req_pdus": 1536, "write_bytes": 6_442_463_232, "read_resp_pdus": 3, "read_bytes": 12_288,
+                 "files": ["vm01\\disk.vhdx"], "dialects": ["3.1.1"], "encrypted_messages": 1,
+                 "compressed_messages": 0, "payload_incomplete": 0},
+        "warnings": ["capture file 1 ends with a truncated record"],
+        "analysis": {"elapsed_seconds": 3.2, "frames": 912_355, "bytes_per_second": 385_802_778.0},
+    }
+
+
+def render(result, width: int, top=None) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
+    render_report(result, console, top=top)
+    return console.export_text()
+
+
+# ------------------------------------------------------------------------------ renderer
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_report_shows_key_figures(width):
+    text = render(sample_result(), width)
+    # Headline: each edge with its ratio (2 decimals), and the amplification.
+    for src, dst, ratio in (("client", "s2d-a", "1.00"), ("s2d-a", "s2d-b", "3.00"), ("s2d-a", "s2d-c", "2.00")):
+        assert any(f"{src} → {dst}" in line and ratio in line for line in text.splitlines()), (src, dst)
+    assert "Amplification 2.41×" in text
+    assert "6.00 GiB on all edges for 1.00 GiB unique" in text  # globally unique bytes, not the per-edge sum
+    assert "replication" in text and "redirection" in text
+    # Human-readable bytes.
+    assert "3.00 GiB" in text and "1.00 GiB" in text
+    # Byte accounting: exact counts that reconcile with the input size.
+    assert "1,234,568,890" in text and "reconciled" in text
+    assert "smb_payload" in text and "1,150,000,000" in text
+    # Warnings: engine warnings verbatim, and the ones derived from counters.
+    assert "capture file 1 ends with a truncated record" in text
+    assert "2 TCP gaps" in text
+    assert "17 mirror-duplicate frames removed" in text
+    assert "retransmitted TCP segments removed" in text
+    assert "encrypted SMB3 messages not analysed" in text
+    assert "smb2.write.data_offset_out_of_range ×3" in text
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_wireshark_filters_use_last_frame_per_input(width):
+    text = render(sample_result(), width)
+    lines = text.splitlines()
+    # Input 0: sends with frames [101,140], [150,190], [77,77] -> last frames, sorted.
+    assert any(line.rstrip().endswith("frame.number in {77 140 190}") and "[0]" in line for line in lines)
+    assert any(line.rstrip().endswith("frame.number in {9}") and "[1]" in line for line in lines)
+    assert any(line.rstrip().endswith("frame.number in {5}") for line in lines)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_report_fits_the_width(width):
+    for line in render(sample_result(), width).splitlines():
+        if "frame.number in" in line:
+            continue  # filters are never broken, the terminal soft-wraps them
+        assert len(line) <= width, line
+
+
+def test_narrow_and_wide_layouts_differ_as_designed():
+    narrow, wide = render(sample_result(), 80), render(sample_result(), 200)
+    assert "Duplicate breakdown per edge" in narrow and "Duplicate breakdown per edge" not in wide
+    digest = "3fa2" + "ab" * 30
+    assert digest in wide and digest not in narrow and digest[:16] + "…" in narrow
+    assert "/captures/node-a/mirror-port-a.pcapng" in wide
+    assert "mirror-port-a.pcapng" in narrow
+
+
+def test_duplicate_sends_show_node_names_and_totals():
+    narrow, wide = render(sample_result(), 80), render(sample_result(), 200)
+    assert "sent 5 times (first 4 listed), repeats 4.00 MiB" in narrow
+    assert "client → s2d-a" in narrow and "198.18.0.10" not in narrow.split("Top duplicated")[1].split("Byte")[0]
+    assert "client (198.18.0.10) → s2d-a (198.18.1.1)" in wide
+
+
+def test_null_ratio_is_explained():
+    r = sample_result()
+    r["edges"][0]["dup_ratio"] = None
+    assert "Ratio —: none of the bytes was first on the edge" in render(r, 80)
+
+
+def test_index_bound_and_other_node_are_warnings():
+    r = sample_result()
+    r["index"].update(early_expiries=12, other_node_lookups=3)
+    text = render(r, 80)
+    assert "12 sends left the dedupe index before their window ended" in text
+    assert "lumped into node 'other'" in text
+
+
+def test_top_limits_the_duplicates_shown():
+    text = render(sample_result(), 120, top=1)
+    assert "Top duplicated payloads (1 of 2)" in text
+    assert "frame.number in {5}" not in text
+
+
+def test_missing_sections_are_named_not_fatal():
+    r = sample_result()
+    for key in ("accounting", "top_duplicates", "tcp"):
+        del r[key]
+    r["edges"][0].pop("dup_ratio")
+    text = render(r, 80)
+    assert "result has no 'top_duplicates', 'accounting', 'tcp'" in text
+    assert "Amplification 2.41×" in text
+    assert "—" in text  # the edge without a ratio
+
+
+def test_unknown_keys_and_wrong_types_are_shown():
+    r = sample_result()
+    r["future_section"] = {"x": 1}
+    r["schema"] = "smbwire/2"
+    r["tcp"]["new_counter"] = 5
+    r["edges"][1]["payload_bytes"] = "lots"
+    text = render(r, 200)
+    assert "Also in the result (see --json): future_section" in text
+    assert "result schema is 'smbwire/2'" in text
+    assert "new_counter 5" in text
+    assert "lots" in text
+
+
+def test_accounting_that_does_not_reconcile_is_a_warning():
+    r = sample_result()
+    r["accounting"]["reconciled"] = False
+    r["accounting"]["total_bytes"] = 5
+    text = render(r, 80)
+    assert "does NOT reconcile" in text
+    assert "byte accounting does not reconcile: 5 bytes accounted" in text
+
+
+def test_clean_result_has_no_warnings():
+    r = sample_result()
+    r["warnings"] = []
+    r["anomalies"] = {}
+    r["tcp"].update(gaps=0, gap_bytes=0, retransmitted_bytes=0, retransmitted_segments=0, mirror_duplicate_frames=0)
+    r["smb2"]["encrypted_messages"] = 0
+    del r["accounting"]["categories"]["smb_encrypted"]
+    assert findings(r) == []
+    assert "none" in render(r, 80).split("Warnings", 1)[1]
+
+
+def test_empty_edges_says_so():
+    r = sample_result()
+    r["edges"], r["top_duplicates"] = [], []
+    assert "no SMB2 WRITE/READ payload found" in render(r, 80)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def _mutate(result: dict, data) -> dict:
+    """Replace a few values anywhere in the result with arbitrary JSON values, or delete them."""
+    r = copy.deepcopy(result)
+    for _ in range(data.draw(st.integers(1, 6))):
+        node, path = r, []
+        while isinstance(node, (dict, list)) and node and data.draw(st.booleans()):
+            key = data.draw(st.sampled_from(sorted(node) if isinstance(node, dict) else range(len(node))))
+            path.append((node, key))
+            node = node[key]
+        if not path:
+            continue
+        parent, key = path[-1]
+        if isinstance(parent, dict) and data.draw(st.booleans()):
+            del parent[key]
+        else:
+            parent[key] = data.draw(json_values)
+    return r
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.sampled_from([40, 80, 200]))
+def test_renderer_never_raises_on_damaged_results(data, width):
+    render(_mutate(sample_result(), data), width)
+
+
+@settings(max_examples=50, deadline=None)
+@given(json_values)
+def test_renderer_never_raises_on_any_json(value):
+    render(value, 80)
+
+
+# ------------------------------------------------------------------------------ pieces
+
+
+def test_frame_filter_sorted_unique():
+    assert frame_filter([40, 12, 77, 12]) == "frame.number in {12 40 77}"
+
+
+def test_filters_by_input_skips_sends_without_frames():
+    sends = [{"file": 0, "frames": [1, 3]}, {"file": 2, "frames": [8, 9]}, {"file": 0}, {"file": 0, "frames": []},
+             {"file": "x", "frames": [4, 4]}, "junk"]
+    assert filters_by_input(sends) == {0: "frame.number in {3}", 2: "frame.number in {9}"}
+
+
+@pytest.mark.parametrize("value,text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),
+                                        (3 * 2**30, "3.00 GiB"), (None, "—"), ("x", "x"), (math.inf, "inf")])
+def test_fmt_bytes(value, text):
+    assert fmt_bytes(value) == text
+
+
+def test_fmt_count_and_ratio():
+    assert fmt_count(1234567) == "1,234,567"
+    assert fmt_ratio(3) == "3.00"
+    assert fmt_ratio(2.456, "×") == "2.46×"
+    assert fmt_ratio(True) == "True"
+
+
+@pytest.mark.parametrize("text,n", [("4096", 4096), ("64k", 65536), ("64KiB", 65536), ("1MiB", 2**20),
+                                    ("1.5GiB", 3 * 2**29), ("10MB", 10_000_000), ("2 g", 2 * 2**30)])
+def test_parse_size(text, n):
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("text", ["", "-1", "lots", "1.5", "5XB"])
+def test_parse_size_refuses(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+# ------------------------------------------------------------------------------ JSON writer
+
+
+def test_write_json_roundtrip_file(tmp_path):
+    out = tmp_path / "r.json"
+    write_json(sample_result(), str(out))
+    text = out.read_text(encoding="utf-8")
+    assert json.loads(text) == sample_result()
+    assert text.startswith('{\n  "schema": "smbwire/1"') and text.endswith("}\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_write_json_stdout():
+    buf = io.StringIO()
+    write_json({"a": "é"}, "-", stdout=buf)
+    assert buf.getvalue() == '{\n  "a": "é"\n}\n'
+
+
+def test_write_json_refuses_nan_and_bad_paths(tmp_path):
+    with pytest.raises(ValueError):
+        dumps({"x": math.nan})
+    with pytest.raises(UserError, match="does not exist"):
+        write_json({}, str(tmp_path / "no" / "r.json"))
+    with pytest.raises(UserError, match="is a directory"):
+        write_json({}, str(tmp_path))
+
+
+def test_engine_warnings_are_not_repeated():
+    r = sample_result()
+    r["warnings"] = [
+        "2920 bytes missing from TCP streams in 2 gaps (lost or snaplen-truncated segments)",
+        "17 frames seen twice on the mirror port were removed (never counted as a second send)",
+        "14600 retransmitted TCP bytes in 10 segments were removed",
+        "1000 bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed",
+        '4 anomalies in the input (see "anomalies")',
+    ]
+    got = findings(r)
+    assert got[:5] == r["warnings"]
+    assert got[5:] == ["anomalies by name: smb2.write.data_offset_out_of_range ×3, tcp.bad_header_length ×1"]
+
+
+def test_build_report_embeds_in_other_layouts():
+    # The live view puts the same renderables inside its own layout.
+    from rich.console import Group
+    from rich.panel import Panel
+
+    console = Console(width=100, file=io.StringIO(), record=True, color_system=None)
+    console.print(Panel(Group(*build_report(sample_result(), 96)), title="live"))
+    text = console.export_text()
+    assert "Amplification 2.41×" in text and "live" in text
+    assert all(len(line) <= 100 for line in text.splitlines() if "frame.number" not in line)

@@ -1,0 +1,119 @@
+"""tshark as the independent oracle: run the commands recorded in
+../shared/captures/public/expected.json (and the same ones on our own captures) and reduce their
+output exactly as expected.json's "post" notes describe. Nothing here is taken from the
+expected numbers: the test recomputes them with the installed tshark."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+SMB2_WRITE = 9
+SMB2_READ = 8
+SMB2_CREATE = 5
+
+
+def require_tshark() -> str:
+    exe = shutil.which("tshark")
+    if exe is None:
+        raise RuntimeError("tshark is not installed: run `make test`, which installs it")
+    return exe
+
+
+def _run(path: Path, extra: list[str], args: list[str]) -> str:
+    cmd = [require_tshark(), "-n", "-r", str(path), *extra, *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def _values(text: str) -> list[str]:
+    vals = []
+    for line in text.splitlines():
+        vals.extend(v for v in line.strip().split(",") if v)
+    return vals
+
+
+def pdu_counts(path: Path, extra: list[str] = ()) -> dict[tuple[int, bool], int]:
+    """(command, is_response) -> number of SMB2 PDUs (compounds expanded)."""
+    text = _run(path, list(extra), ["-Y", "smb2", "-T", "fields", "-E", "occurrence=a",
+                                    "-E", "aggregator=,", "-e", "smb2.cmd", "-e", "smb2.flags.response"])
+    counts: dict[tuple[int, bool], int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        cmds = [c for c in cols[0].split(",") if c]
+        resp = [r for r in (cols[1].split(",") if len(cols) > 1 else []) if r]
+        for c, r in zip(cmds, resp):
+            key = (int(c, 0), r in ("1", "True"))
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def write_length_sum(path: Path, extra: list[str] = ()) -> int:
+    text = _run(path, list(extra), ["-Y", "smb2.write_length", "-T", "fields", "-E", "occurrence=a",
+                                    "-E", "aggregator=,", "-e", "smb2.write_length"])
+    return sum(int(v, 0) for v in _values(text))
+
+
+def _walk(obj, found: list):
+    if isinstance(obj, dict):
+        if "SMB2 Header" in obj:
+            found.append(obj)
+        for v in obj.values():
+            _walk(v, found)
+    elif isinstance(obj, list):
+        for v in obj:
+            _walk(v, found)
+
+
+def _first(obj, key):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key:
+                return v
+            r = _first(v, key)
+            if r is not None:
+                return r
+    elif isinstance(obj, list):
+        for v in obj:
+            r = _first(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def read_resp_data_length_sum(path: Path, extra: list[str] = ()) -> int:
+    text = _run(path, list(extra), ["-Y", "smb2.cmd==8 && smb2.flags.response==1", "-T", "json",
+                                    "-J", "smb2", "--no-duplicate-keys"])
+    if not text.strip():
+        return 0
+    pdus: list = []
+    _walk(json.loads(text), pdus)
+    total = 0
+    for pdu in pdus:
+        hdr = pdu["SMB2 Header"]
+        if int(_first(hdr, "smb2.cmd") or -1) != SMB2_READ:
+            continue
+        if _first(hdr, "smb2.flags.response") not in ("1", "True", True):
+            continue
+        if int(_first(hdr, "smb2.nt_status") or "0", 0) != 0:
+            continue
+        body = {k: v for k, v in pdu.items() if k != "SMB2 Header"}
+        length = _first(body, "smb2.olb.length")
+        if length is not None:
+            total += int(length, 0)
+    return total
+
+
+def create_file_names(path: Path, extra: list[str] = ()) -> set[str]:
+    text = _run(path, list(extra), ["-Y", "smb2.cmd==5 && smb2.flags.response==0", "-T", "fields",
+                                    "-E", "occurrence=a", "-E", "aggregator=\x1f", "-e", "smb2.filename"])
+    names: set[str] = set()
+    for line in text.splitlines():
+        names.update(n for n in line.split("\x1f") if n)
+    return names
