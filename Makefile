@@ -4,8 +4,8 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := tshark samba smbclient tcpdump iproute2 clang llvm libbpf-dev bpftool tmux
-DEMO_CAPTURE ?= captures/redirect4-8MiB.pcap
+APT_PACKAGES := tshark samba smbclient tcpdump iproute2 clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux
+DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
 .PHONY: setup apt venv build demo test test-rust test-python bench fuzz clean
