@@ -4,6 +4,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 APT_PACKAGES := tshark samba smbclient tcpdump iproute2 clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
