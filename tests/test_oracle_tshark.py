@@ -43,8 +43,6 @@ DEFERRED = {
     "smb311-compress-lz77-lz77huff-lznt1.pcap": {"read_resp_pdus", "read_bytes"},
     "smb311-compress-chained-patternv1-lznt1.pcapng": {"write_req_pdus", "write_bytes",
                                                        "read_resp_pdus", "read_bytes"},
-    # SMB2 over SMB Direct over iWARP (TCP 5445) is decoded by the SMB Direct issue (#3).
-    "smbdirect-iwarp-win2012-smb300.pcap": {"read_resp_pdus", "read_bytes", "files"},
 }
 
 

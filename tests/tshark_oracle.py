@@ -117,3 +117,53 @@ def create_file_names(path: Path, extra: list[str] = ()) -> set[str]:
     for line in text.splitlines():
         names.update(n for n in line.split("\x1f") if n)
     return names
+
+
+def field_rows(path: Path, extra: list[str], fields: list[str], display_filter: str = "") -> list[list[list[str]]]:
+    """One row per frame (matching `display_filter`), one list of values per field."""
+    args = ["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"]
+    if display_filter:
+        args += ["-Y", display_filter]
+    for f in fields:
+        args += ["-e", f]
+    rows = []
+    for line in _run(path, list(extra), args).splitlines():
+        cols = line.split("\t")
+        cols += [""] * (len(fields) - len(cols))
+        rows.append([[v for v in c.split(",") if v] for c in cols])
+    return rows
+
+
+def histogram(path: Path, extra: list[str], field: str, display_filter: str = "", fmt=lambda v: v) -> dict[str, int]:
+    """Occurrences of each value of `field` (all occurrences in each frame)."""
+    counts: dict[str, int] = {}
+    for row in field_rows(path, extra, [field], display_filter):
+        for v in row[0]:
+            k = fmt(v)
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+SMBD_NO_REASSEMBLY = ["-o", "smb_direct.reassemble_smb_direct:FALSE",
+                      "-o", "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE"]
+
+
+def smb_direct_counts(path: Path, extra: list[str] = ()) -> dict[str, int]:
+    """SMB Direct message counters, each message header dissected on its own (reassembly off:
+    tshark 4.0 drops the tail fragment of a message whose two fragments share a TCP segment)."""
+    fields = ["smb_direct.negotiate_request", "smb_direct.negotiate_response", "smb_direct.data_message",
+              "smb_direct.data_length", "smb_direct.credits.granted", "smb_direct.credits.requested"]
+    out = dict.fromkeys(["negotiate_requests", "negotiate_responses", "data_messages", "data_length_sum",
+                         "credits_granted", "credits_requested"], 0)
+    for row in field_rows(path, [*extra, *SMBD_NO_REASSEMBLY], fields, "smb_direct"):
+        out["negotiate_requests"] += len(row[0])
+        out["negotiate_responses"] += len(row[1])
+        out["data_messages"] += len(row[2])
+        out["data_length_sum"] += sum(int(v, 0) for v in row[3])
+        out["credits_granted"] += sum(int(v, 0) for v in row[4])
+        out["credits_requested"] += sum(int(v, 0) for v in row[5])
+    return out
+
+
+def smb2_command_histogram(path: Path, extra: list[str] = ()) -> dict[tuple[int, bool], int]:
+    return pdu_counts(path, list(extra))

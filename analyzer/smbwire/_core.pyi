@@ -15,3 +15,20 @@ def synth(spec_json: str, out_path: str) -> str:
     """Write a synthetic scenario capture to out_path; returns the truth JSON."""
 
 def version() -> str: ...
+
+class LiveSession:
+    """Live capture and analysis on an engine thread (`smbwire.live` wraps it).
+    Raises PermissionError (names the capability), ValueError (bad options, no such
+    interface), NotImplementedError, OSError."""
+
+    def __init__(self, iface: str, options_json: str, config_json: str) -> None: ...
+    def poll(self, timeout: float = 0.0) -> str | None:
+        """Newest snapshot JSON not returned before, waiting up to `timeout` seconds."""
+    def stop(self) -> str:
+        """Stop, drain, and return the final result JSON."""
+    @property
+    def backend(self) -> str: ...
+    @property
+    def fallback_reason(self) -> str | None: ...
+    @property
+    def finished(self) -> bool: ...

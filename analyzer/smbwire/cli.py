@@ -162,6 +162,115 @@ def _with_progress(console: Console, run: Any) -> dict[str, Any]:
 
 
 @cli.command()
+@click.option("--interface", "-i", "iface", required=True, metavar="IFACE",
+              help="Interface cabled to the switch's mirror (SPAN) port; put in promiscuous mode.")
+@click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+@click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
+              show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
+@click.option("--duration", "-d", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop after this long (default: until Ctrl-C or SIGTERM).")
+@click.option("--write", metavar="FILE.pcapng", help="Also keep the captured storage traffic in pcapng files.")
+@click.option("--write-size", type=_Size(), metavar="SIZE",
+              help="Start a new capture file past this size (FILE-00001.pcapng, …); default: one file.")
+@click.option("--write-count", type=click.IntRange(min=1), default=10, show_default=True, metavar="N",
+              help="With --write-size: keep only the newest N files.")
+@click.option("--json", "json_out", metavar="OUT", help="Write the final result as JSON to OUT.")
+@click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
+              help="How many top duplicated payloads to keep and show.")
+@click.option("--require-ebpf", is_flag=True, help="Fail instead of falling back to AF_PACKET.")
+@click.option("--plain", is_flag=True, help="One status line per interval instead of the live view (default when stdout is not a terminal).")
+@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, hidden=True)
+@click.option("--backend", type=click.Choice(["auto", "ebpf", "af-packet"]), default=None, hidden=True,
+              help="Force a capture backend (tests); also SMBWIRE_LIVE_BACKEND.")
+@click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, hidden=True,
+              help="TCP port of storage traffic (repeatable; default 445 and 5445).")
+def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
+         write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
+         plain: bool, interval: float, backend: str | None, ports: tuple[int, ...]) -> int:
+    """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
+
+    Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
+    `analyze`. Needs CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW (eBPF), or CAP_NET_RAW (AF_PACKET)."""
+    from . import live as live_mod
+    from .tui import build_live_view, status_line
+
+    topo = load_topology(topology) if topology is not None else None
+    if json_out is not None:
+        jsonout.check_writable(json_out)
+    if write is not None:
+        jsonout.check_writable(write)
+    err = Console(stderr=True)
+    run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
+                         write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
+                         backend=backend, interval=interval, tcp_ports=list(ports) or None)
+    if run.fallback_reason:
+        click.echo(f"smbwire: eBPF not used ({run.fallback_reason}); capturing with AF_PACKET", err=True)
+
+    import signal
+    import time
+
+    stopping = {"why": None}
+
+    def on_term(signum: int, frame: Any) -> None:
+        stopping["why"] = "SIGTERM"
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    tui = not plain and sys.stdout.isatty()
+    deadline = None if duration is None else time.monotonic() + duration
+    out = Console()
+    latest: dict[str, Any] | None = None
+    try:
+        if tui:
+            from rich.live import Live
+
+            with Live(build_live_view(None, out.width, out.height), console=out, screen=True,
+                      auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as view:
+                while not _live_should_stop(stopping, deadline, run):
+                    snap = run.poll(_live_wait(deadline))
+                    if snap is not None:
+                        latest = snap
+                    # Redraw on every tick (also picks up a resized terminal).
+                    view.update(build_live_view(latest, out.width, out.height), refresh=True)
+        else:
+            click.echo(f"smbwire: capturing on {iface} with {run.backend}", err=True)
+            while not _live_should_stop(stopping, deadline, run):
+                snap = run.poll(_live_wait(deadline))
+                if snap is not None:
+                    latest = snap
+                    click.echo(status_line(snap))
+    except KeyboardInterrupt:
+        stopping["why"] = "SIGINT"
+    finally:
+        signal.signal(signal.SIGTERM, on_term)  # a second SIGTERM while draining is ignored
+    result = run.stop()
+    signal.signal(signal.SIGTERM, old_term)
+    if json_out is not None:
+        jsonout.write_json(result, json_out)
+    render_report(result, out if not tui else Console(), top=top)
+    errors = (result.get("live") or {}).get("errors") or []
+    for e in errors:
+        _fail(str(e))
+    return 1 if errors else 0
+
+
+def _live_should_stop(stopping: dict[str, Any], deadline: float | None, run: Any) -> bool:
+    import time
+
+    if stopping["why"] is not None or run.finished:
+        return True
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _live_wait(deadline: float | None) -> float:
+    import time
+
+    # Short waits: signals are handled between them.
+    if deadline is None:
+        return 0.25
+    return max(0.0, min(0.25, deadline - time.monotonic()))
+
+
+@cli.command()
 @click.argument("scenario")
 @click.option("-o", "--output", "out", required=True, metavar="FILE", help="The pcap file to write.")
 @click.option("--bytes", "nbytes", type=_Size(), metavar="N", help="Payload bytes the scenario writes (e.g. 64MiB).")

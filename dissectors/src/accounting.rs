@@ -31,6 +31,24 @@ pub mod cat {
     pub const MALFORMED: &str = "malformed";
     /// Bytes at the end of a capture file that do not form a whole record.
     pub const TRUNCATED_TAIL: &str = "truncated_tail";
+    /// RDMA Read Response / RDMA Write data placed into a transfer linked to an SMB2 WRITE/READ.
+    pub const RDMA_PAYLOAD: &str = "rdma_payload";
+    /// RDMA data of SMB Direct connections not linked to any SMB2 request.
+    pub const RDMA_UNLINKED: &str = "rdma_unlinked";
+    /// SMB Direct negotiate messages, data transfer headers and padding (credit-only messages).
+    pub const SMBDIRECT_CONTROL: &str = "smbdirect_control";
+    /// BTH/RETH/AETH/IETH/ImmDt, pad and ICRC; MPA length, pad, CRC and markers; DDP/RDMAP headers.
+    pub const RDMA_HEADERS: &str = "rdma_headers";
+    /// IB ACK / Atomic ACK packets.
+    pub const RDMA_ACK: &str = "rdma_ack";
+    /// IB CM MADs on QP1 and iWARP MPA Request/Reply frames.
+    pub const RDMA_CM: &str = "rdma_cm";
+    /// RDMA traffic of other upper layers (queue pairs / connections that are not SMB Direct).
+    pub const RDMA_OTHER_ULP: &str = "rdma_other_ulp";
+    /// RDMA packets or data bytes seen a second time (same PSN, same payload position).
+    pub const RDMA_RETRANSMITTED: &str = "rdma_retransmitted";
+    /// iWARP stream bytes that could not be framed (after a gap, bad FPDU).
+    pub const RDMA_UNPARSED: &str = "rdma_unparsed";
 }
 
 #[derive(Debug, Default, Clone)]

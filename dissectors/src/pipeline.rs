@@ -13,9 +13,11 @@ use crate::capture::merge::Merged;
 use crate::capture::{CaptureError, RawFrame};
 use crate::dedupe::{Dedupe, DedupeConfig, Topology};
 use crate::frame::FrameCtx;
+use crate::rdma::iwarp::IwarpStream;
+use crate::rdma::{mpa, RdmaState};
 use crate::report::{self, AccountingReport, AnalysisStats, CaptureSpan, InputFile, Results, TcpReport};
 use crate::smb2::state::SmbState;
-use crate::smb2::stream::Smb2Stream;
+use crate::smb2::stream::{Parts, Smb2Stream};
 use crate::tcp::flow::{FlowConfig, FlowOutcome, FlowTable};
 use crate::tcp::StreamConsumer;
 use crate::wire::{self, Transport};
@@ -26,7 +28,20 @@ pub struct Shared {
     pub accounting: Accounting,
     pub smb: SmbState,
     pub dedupe: Dedupe,
+    /// RoCE queue pairs, iWARP connections and SMB Direct connections.
+    pub rdma: RdmaState,
 }
+
+impl Shared {
+    /// Disjoint borrows: the SMB2 parts and the RDMA state.
+    pub fn split(&mut self) -> (Parts<'_>, &mut RdmaState) {
+        let Shared { anomalies, accounting, smb, dedupe, rdma } = self;
+        (Parts { anomalies, accounting, smb, sink: dedupe }, rdma)
+    }
+}
+
+/// UDP destination port of RoCEv2 (IBTA Annex A17).
+pub const ROCE_V2_PORT: u16 = 4791;
 
 /// Analysis settings (from the CLI / Python, as JSON).
 #[derive(Clone, Debug)]
@@ -35,11 +50,14 @@ pub struct Config {
     pub topology: Topology,
     /// TCP ports that carry SMB2 with NetBIOS framing.
     pub smb_ports: Vec<u16>,
+    /// TCP ports that carry SMB Direct over iWARP (MPA). Other TCP connections become iWARP
+    /// when an MPA Request/Reply frame is seen.
+    pub iwarp_ports: Vec<u16>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139] }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445] }
     }
 }
 
@@ -72,6 +90,14 @@ impl Config {
                 .collect::<Option<Vec<_>>>()
                 .ok_or("smb_ports must hold port numbers")?;
         }
+        if let Some(p) = v.get("iwarp_ports") {
+            let ports = p.as_array().ok_or("iwarp_ports must be a list")?;
+            c.iwarp_ports = ports
+                .iter()
+                .map(|x| x.as_u64().filter(|n| *n > 0 && *n < 65536).map(|n| n as u16))
+                .collect::<Option<Vec<_>>>()
+                .ok_or("iwarp_ports must hold port numbers")?;
+        }
         Ok(c)
     }
 }
@@ -79,22 +105,26 @@ impl Config {
 /// The stream consumer a TCP direction gets, by service port.
 pub enum Consumer {
     Smb2(Smb2Stream),
+    Iwarp(IwarpStream),
 }
 
 impl StreamConsumer<Shared> for Consumer {
     fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut Shared) {
         match self {
             Consumer::Smb2(s) => s.data(bytes, ctx, shared),
+            Consumer::Iwarp(s) => s.data(bytes, ctx, shared),
         }
     }
     fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut Shared) {
         match self {
             Consumer::Smb2(s) => s.gap(missing, ctx, shared),
+            Consumer::Iwarp(s) => s.gap(missing, ctx, shared),
         }
     }
     fn close(&mut self, ctx: &FrameCtx, shared: &mut Shared) {
         match self {
             Consumer::Smb2(s) => s.close(ctx, shared),
+            Consumer::Iwarp(s) => s.close(ctx, shared),
         }
     }
 }
@@ -105,7 +135,12 @@ const SWEEP_INTERVAL_NS: u64 = 1_000_000_000;
 pub struct Pipeline {
     pub shared: Shared,
     flows: FlowTable<Consumer>,
+    /// TCP connections found to be iWARP by their MPA frame (not on an iWARP port).
+    mpa_flows: FlowTable<Consumer>,
+    /// Their (normalised) endpoint pairs.
+    mpa_keys: std::collections::HashSet<((IpAddr, u16), (IpAddr, u16))>,
     smb_ports: Vec<u16>,
+    iwarp_ports: Vec<u16>,
     next_conn: u64,
     frames: u64,
     first_ts: Option<u64>,
@@ -122,9 +157,13 @@ impl Pipeline {
                 accounting: Accounting::default(),
                 smb: SmbState::new(),
                 dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
+                rdma: RdmaState::new(),
             },
             flows: FlowTable::new(FlowConfig::default()),
+            mpa_flows: FlowTable::new(FlowConfig::default()),
+            mpa_keys: std::collections::HashSet::new(),
             smb_ports: config.smb_ports.clone(),
+            iwarp_ports: config.iwarp_ports.clone(),
             next_conn: 1,
             frames: 0,
             first_ts: None,
@@ -171,10 +210,49 @@ impl Pipeline {
         }
         match decoded.transport {
             Transport::Tcp(seg) => {
+                let from = (decoded.src, seg.src_port);
+                let to = (decoded.dst, seg.dst_port);
+                let key = if from <= to { (from, to) } else { (to, from) };
+                let on_port = |p: &[u16]| p.contains(&seg.src_port) || p.contains(&seg.dst_port);
+                let mpa_flow = if self.mpa_keys.contains(&key) {
+                    true
+                } else if !on_port(&self.smb_ports)
+                    && !on_port(&self.iwarp_ports)
+                    && seg.payload.len() >= mpa::KEY_LEN
+                    && (seg.payload[..mpa::KEY_LEN] == mpa::REQ_KEY[..] || seg.payload[..mpa::KEY_LEN] == mpa::REP_KEY[..])
+                    && self.mpa_keys.len() < 65_536
+                {
+                    self.mpa_keys.insert(key);
+                    true
+                } else {
+                    false
+                };
                 let smb_ports = &self.smb_ports;
+                let iwarp_ports = &self.iwarp_ports;
                 let next_conn = &mut self.next_conn;
                 let mut make = |_flow: u64, from: (IpAddr, u16), to: (IpAddr, u16)| -> Option<(Consumer, Consumer)> {
                     let conn = *next_conn;
+                    let iwarp_server = if mpa_flow {
+                        // The sender of the first segment seen is the initiator unless it sends the Reply.
+                        Some(seg.payload.len() >= mpa::KEY_LEN && seg.payload[..mpa::KEY_LEN] == mpa::REP_KEY[..])
+                    } else if iwarp_ports.contains(&to.1) {
+                        Some(false)
+                    } else if iwarp_ports.contains(&from.1) {
+                        Some(true)
+                    } else {
+                        None
+                    };
+                    if let Some(from_is_server) = iwarp_server {
+                        *next_conn += 1;
+                        let smbd = !mpa_flow;
+                        let (c_side, s_side) = if from_is_server { (1, 0) } else { (0, 1) };
+                        // Side 0 is the initiator (client) of the iWARP connection.
+                        let ends = if from_is_server { [to, from] } else { [from, to] };
+                        return Some((
+                            Consumer::Iwarp(IwarpStream::new(conn, c_side, ends, smbd)),
+                            Consumer::Iwarp(IwarpStream::new(conn, s_side, ends, smbd)),
+                        ));
+                    }
                     if smb_ports.contains(&to.1) {
                         *next_conn += 1;
                         Some((
@@ -191,7 +269,8 @@ impl Pipeline {
                         None
                     }
                 };
-                let out = self.flows.segment(
+                let table = if mpa_flow { &mut self.mpa_flows } else { &mut self.flows };
+                let out = table.segment(
                     decoded.src,
                     decoded.dst,
                     &seg,
@@ -213,7 +292,19 @@ impl Pipeline {
                     }
                 }
             }
-            Transport::Udp(_) | Transport::RoceV1(_) | Transport::Other => {
+            Transport::Udp(u) if u.dst_port == ROCE_V2_PORT => {
+                self.shared.accounting.add(cat::PROTOCOL_HEADERS, decoded.header_bytes as u64);
+                let (mut p, rdma) = self.shared.split();
+                rdma.roce(decoded.src, decoded.dst, u.payload, &ctx, &mut p);
+            }
+            Transport::RoceV1(r) => {
+                // The GRH is the network header; BTH..ICRC follow.
+                let grh = r.len().min(wire::ipv6::HEADER_LEN);
+                self.shared.accounting.add(cat::PROTOCOL_HEADERS, (decoded.header_bytes + grh) as u64);
+                let (mut p, rdma) = self.shared.split();
+                rdma.roce(decoded.src, decoded.dst, &r[grh..], &ctx, &mut p);
+            }
+            Transport::Udp(_) | Transport::Other => {
                 self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);
             }
         }
@@ -221,15 +312,33 @@ impl Pipeline {
             self.last_sweep = self.last_ts;
             self.shared.dedupe.advance(self.last_ts);
             self.flows.expire_idle(self.last_ts, &mut self.shared);
+            self.mpa_flows.expire_idle(self.last_ts, &mut self.shared);
         }
     }
 
     /// End of input: flush every stream, fold the window, build the result.
     pub fn finish(mut self, inputs: Vec<InputFile>, container: Accounting, started: Instant) -> Results {
         self.flows.finish(&mut self.shared);
-        let flow_stats = self.flows.stats();
-        let Shared { mut anomalies, mut accounting, smb, dedupe } = self.shared;
-        for (k, v) in self.flows.anomalies().iter() {
+        self.mpa_flows.finish(&mut self.shared);
+        let end = FrameCtx { frame: Default::default(), ts_ns: self.last_ts };
+        {
+            let (mut p, rdma) = self.shared.split();
+            rdma.finish(&end, &mut p);
+        }
+        let mut flow_stats = self.flows.stats();
+        let m = self.mpa_flows.stats();
+        flow_stats.segments += m.segments;
+        flow_stats.retransmitted_bytes += m.retransmitted_bytes;
+        flow_stats.retransmitted_segments += m.retransmitted_segments;
+        flow_stats.out_of_order_segments += m.out_of_order_segments;
+        flow_stats.gap_bytes += m.gap_bytes;
+        flow_stats.gaps += m.gaps;
+        flow_stats.peak_buffered_bytes = flow_stats.peak_buffered_bytes.max(m.peak_buffered_bytes);
+        flow_stats.dropped_bytes += m.dropped_bytes;
+        flow_stats.overflow_gaps += m.overflow_gaps;
+        flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
+        let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;
+        for (k, v) in self.flows.anomalies().iter().chain(self.mpa_flows.anomalies().iter()) {
             anomalies.raise_n(k, v);
         }
         for (k, v) in container.iter() {
@@ -307,6 +416,7 @@ impl Pipeline {
             anomalies: anomaly_counts,
             tcp,
             smb2,
+            rdma: rdma.stats,
             warnings,
             analysis: AnalysisStats {
                 elapsed_seconds: elapsed,
@@ -388,4 +498,47 @@ pub fn analyze_files(
         })
         .collect();
     Ok(pipeline.finish(inputs, container, started))
+}
+
+// --- live snapshots ---
+
+/// What the pipeline has seen so far, taken without flushing streams or folding the window:
+/// sends still in the window are counted provisionally (`Dedupe::snapshot`). The live view
+/// shows this every second; the final result is still `finish`.
+pub struct PipelineView {
+    pub dedupe: crate::dedupe::DedupeReport,
+    pub accounting: Accounting,
+    pub anomalies: std::collections::BTreeMap<String, u64>,
+    pub tcp: TcpReport,
+    pub smb2: crate::smb2::state::Smb2Stats,
+    pub first_ts_ns: Option<u64>,
+    pub last_ts_ns: u64,
+    pub frames: u64,
+    pub window_ns: u64,
+}
+
+impl Pipeline {
+    pub fn view(&self) -> PipelineView {
+        let flow_stats = self.flows.stats();
+        let mut dedupe = self.shared.dedupe.snapshot();
+        let mut anomalies: std::collections::BTreeMap<String, u64> =
+            self.shared.anomalies.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (k, v) in self.flows.anomalies().iter() {
+            *anomalies.entry(k.to_string()).or_insert(0) += v;
+        }
+        for (k, v) in std::mem::take(&mut dedupe.anomalies) {
+            *anomalies.entry(k).or_insert(0) += v;
+        }
+        PipelineView {
+            dedupe,
+            accounting: self.shared.accounting.clone(),
+            anomalies,
+            tcp: TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1),
+            smb2: self.shared.smb.stats(),
+            first_ts_ns: self.first_ts,
+            last_ts_ns: self.last_ts,
+            frames: self.frames,
+            window_ns: self.window_ns,
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! JSON file (`"schema": "smbwire/1"`, documented in docs/json-schema.md) and the live TUI.
 
 use crate::dedupe::DedupeReport;
+use crate::rdma::RdmaStats;
 use crate::smb2::state::Smb2Stats;
 use crate::tcp::ReassemblyStats;
 use serde::Serialize;
@@ -67,6 +68,8 @@ pub struct Results {
     pub anomalies: BTreeMap<String, u64>,
     pub tcp: TcpReport,
     pub smb2: Smb2Stats,
+    /// SMB Direct, iWARP and InfiniBand/RoCE counters.
+    pub rdma: RdmaStats,
     pub warnings: Vec<String>,
     pub analysis: AnalysisStats,
 }

@@ -77,15 +77,20 @@ struct Open {
     live: u64,
 }
 
-/// Top-list entry ordered by duplicate bytes, then digest and size (for a stable order).
+/// Top-list entry ordered by duplicate bytes, then digest and size, then the time of its
+/// first send (a payload can leave the window and come back: a total order keeps the list
+/// the same whichever way it is built).
 struct Ranked(DuplicatePayload);
 
 impl Ranked {
-    fn key(&self) -> (u64, Reverse<[u8; 32]>, Reverse<u64>) {
+    #[allow(clippy::type_complexity)]
+    fn key(&self) -> (u64, Reverse<[u8; 32]>, Reverse<u64>, Reverse<u64>, u64) {
         (
             self.0.duplicate_bytes,
             Reverse(self.0.digest),
             Reverse(self.0.size),
+            Reverse(self.0.sends.first().map_or(u64::MAX, |s| s.time_ns)),
+            self.0.sends_total,
         )
     }
 }
@@ -206,6 +211,40 @@ impl Evidence {
             }
         }
         self.top.push(Reverse(entry));
+    }
+
+    /// The top list `finish` would give if every open payload closed now, without changing
+    /// anything and without writing evidence lines. Only the winners are copied.
+    pub fn snapshot_top(&self) -> Vec<DuplicatePayload> {
+        if self.top_n == 0 {
+            return Vec::new();
+        }
+        // (duplicate bytes, Reverse(digest), Reverse(size)) ranks as `Ranked::key`.
+        let mut open: Vec<(u64, Reverse<[u8; 32]>, Reverse<u64>, &PayloadKey)> = self
+            .open
+            .iter()
+            .filter(|(_, o)| o.sends_total >= 2)
+            .map(|(k, o)| {
+                let dup = o.nontrivial_len.saturating_mul(o.sends_total - 1);
+                (dup, Reverse(k.0), Reverse(k.1), k)
+            })
+            .collect();
+        open.sort_by(|a, b| (b.0, b.1, b.2).cmp(&(a.0, a.1, a.2)));
+        open.truncate(self.top_n);
+        let mut out: Vec<Ranked> = self.top.iter().map(|Reverse(r)| Ranked(r.0.clone())).collect();
+        for (dup, _, _, key) in open {
+            let o = &self.open[key];
+            out.push(Ranked(DuplicatePayload {
+                digest: key.0,
+                size: key.1,
+                sends_total: o.sends_total,
+                duplicate_bytes: dup,
+                sends: o.sends.clone(),
+            }));
+        }
+        out.sort_by(|a, b| b.cmp(a));
+        out.truncate(self.top_n);
+        out.into_iter().map(|r| r.0).collect()
     }
 
     /// Payloads with a send in the window, and send entries held for them.

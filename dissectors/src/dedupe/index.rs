@@ -344,16 +344,52 @@ impl Dedupe {
         let other = self.topo.overflow_lookups();
         self.anomalies.raise_n("dedupe.auto_node_cap", other);
         self.stats.other_node_lookups = other;
-        let top_duplicates = self.evidence.finish(&mut self.anomalies);
+        let evidence = std::mem::replace(&mut self.evidence, Evidence::new(None, 0));
+        let top_duplicates = evidence.finish(&mut self.anomalies);
+        let acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
+        self.report(&acc, self.globally_unique_bytes, top_duplicates, &self.anomalies, &self.stats)
+    }
 
+    /// The report as `finish` would give it now, without changing anything: folded figures
+    /// plus every send still in the window counted with what is known of it so far (a WRITE
+    /// block whose receiver forwards it later moves from its class to redirection then).
+    /// At the end of the input it equals `finish`.
+    pub fn snapshot(&self) -> DedupeReport {
+        let mut acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
+        let mut globally_unique = self.globally_unique_bytes;
+        for send in &self.sends {
+            let (part, unique) = send_figures(send);
+            globally_unique += unique;
+            for (total, p) in acc[send.edge as usize].iter_mut().zip(part.iter()) {
+                total.figures.add(&p.figures);
+                total.decided.add(&p.decided);
+            }
+        }
+        let mut anomalies = self.anomalies.clone();
+        let mut stats = self.stats.clone();
+        let other = self.topo.overflow_lookups();
+        anomalies.raise_n("dedupe.auto_node_cap", other);
+        stats.other_node_lookups = other;
+        let top_duplicates = self.evidence.snapshot_top();
+        self.report(&acc, globally_unique, top_duplicates, &anomalies, &stats)
+    }
+
+    fn report(
+        &self,
+        acc: &[[ClassAcc; 4]],
+        globally_unique_bytes: u64,
+        top_duplicates: Vec<super::evidence::DuplicatePayload>,
+        anomalies: &Anomalies,
+        stats: &IndexStats,
+    ) -> DedupeReport {
         let mut edges = Vec::new();
         let mut totals = Totals {
-            globally_unique_bytes: self.globally_unique_bytes,
+            globally_unique_bytes,
             ..Default::default()
         };
-        for e in &self.edges {
+        for (e, e_acc) in self.edges.iter().zip(acc.iter()) {
             for class in Class::ALL {
-                let acc = &e.acc[class.index()];
+                let acc = &e_acc[class.index()];
                 if acc.figures.is_empty() {
                     continue;
                 }
@@ -388,9 +424,8 @@ impl Dedupe {
             totals,
             nodes: self.topo.nodes().to_vec(),
             top_duplicates,
-            index: self.stats.clone(),
-            anomalies: self
-                .anomalies
+            index: stats.clone(),
+            anomalies: anomalies
                 .iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
@@ -431,33 +466,9 @@ impl Dedupe {
         let seq = self.next_seq - self.sends.len() as u64 - 1;
         self.live_blocks -= send.blocks.len();
 
-        let mut acc = [ClassAcc::default(); 4];
-        let mut trivial_bytes = 0u64;
-        for b in &send.blocks {
-            let len = b.len as u64;
-            if b.trivial {
-                trivial_bytes += len;
-                continue;
-            }
-            let (class, by) = block_class(
-                send.kind,
-                send.src_member,
-                send.dst_member,
-                send.rule,
-                b.forwarded,
-            );
-            let a = &mut acc[class.index()];
-            a.figures.payload_bytes += len;
-            a.figures.nontrivial_bytes += len;
-            match b.dup {
-                DupKind::Unique => a.figures.unique_bytes += len,
-                DupKind::PerCopy => a.figures.per_copy_duplicate_bytes += len,
-                DupKind::RepeatedContent => a.figures.repeated_content_bytes += len,
-            }
-            a.decided.add_bytes(by, len);
-            if b.global_unique {
-                self.globally_unique_bytes += len;
-            }
+        let (acc, globally_unique) = send_figures(&send);
+        self.globally_unique_bytes += globally_unique;
+        for b in send.blocks.iter().filter(|b| !b.trivial) {
             if self.edge_blocks.get(&(send.edge, b.hash)) == Some(&seq) {
                 self.edge_blocks.remove(&(send.edge, b.hash));
             }
@@ -472,33 +483,6 @@ impl Dedupe {
                 self.inbound.remove(&(send.dst, b.hash));
             }
         }
-        // The send itself and its trivial bytes go to the class that got most of its
-        // non-trivial bytes (the unforwarded class on a tie or when there are none).
-        let (base, base_by) = block_class(
-            send.kind,
-            send.src_member,
-            send.dst_member,
-            send.rule,
-            false,
-        );
-        let mut main = base;
-        for class in Class::ALL {
-            if acc[class.index()].figures.nontrivial_bytes
-                > acc[main.index()].figures.nontrivial_bytes
-            {
-                main = class;
-            }
-        }
-        let main_by = if main == base {
-            base_by
-        } else {
-            DecidedBy::Forwarded
-        };
-        let a = &mut acc[main.index()];
-        a.figures.sends += 1;
-        a.figures.payload_bytes += trivial_bytes;
-        a.figures.trivial_bytes += trivial_bytes;
-        a.decided.add_bytes(main_by, trivial_bytes);
 
         let edge = &mut self.edges[send.edge as usize];
         for (total, part) in edge.acc.iter_mut().zip(acc.iter()) {
@@ -543,6 +527,67 @@ impl Dedupe {
             + map::<PayloadKey, [u64; 6]>(open_payloads)
             + (stored_sends * std::mem::size_of::<SendEvidence>()) as u64
     }
+}
+
+/// A send's figures per class (what folding it adds to its edge) and its globally unique
+/// bytes, from what is known of its blocks now.
+fn send_figures(send: &LiveSend) -> ([ClassAcc; 4], u64) {
+    let mut acc = [ClassAcc::default(); 4];
+    let mut trivial_bytes = 0u64;
+    let mut globally_unique = 0u64;
+    for b in &send.blocks {
+        let len = b.len as u64;
+        if b.trivial {
+            trivial_bytes += len;
+            continue;
+        }
+        let (class, by) = block_class(
+            send.kind,
+            send.src_member,
+            send.dst_member,
+            send.rule,
+            b.forwarded,
+        );
+        let a = &mut acc[class.index()];
+        a.figures.payload_bytes += len;
+        a.figures.nontrivial_bytes += len;
+        match b.dup {
+            DupKind::Unique => a.figures.unique_bytes += len,
+            DupKind::PerCopy => a.figures.per_copy_duplicate_bytes += len,
+            DupKind::RepeatedContent => a.figures.repeated_content_bytes += len,
+        }
+        a.decided.add_bytes(by, len);
+        if b.global_unique {
+            globally_unique += len;
+        }
+    }
+    // The send itself and its trivial bytes go to the class that got most of its
+    // non-trivial bytes (the unforwarded class on a tie or when there are none).
+    let (base, base_by) = block_class(
+        send.kind,
+        send.src_member,
+        send.dst_member,
+        send.rule,
+        false,
+    );
+    let mut main = base;
+    for class in Class::ALL {
+        if acc[class.index()].figures.nontrivial_bytes > acc[main.index()].figures.nontrivial_bytes
+        {
+            main = class;
+        }
+    }
+    let main_by = if main == base {
+        base_by
+    } else {
+        DecidedBy::Forwarded
+    };
+    let a = &mut acc[main.index()];
+    a.figures.sends += 1;
+    a.figures.payload_bytes += trivial_bytes;
+    a.figures.trivial_bytes += trivial_bytes;
+    a.decided.add_bytes(main_by, trivial_bytes);
+    (acc, globally_unique)
 }
 
 /// Mark a chain of WRITE block instances (newest first) as forwarded, stopping at the

@@ -100,8 +100,12 @@ impl Net {
         let mid = self.send(SendKind::Write, src, dst, 1, t_ms, bytes);
         self.d.complete(1, mid, t_ms * MS + 1);
     }
+    /// `finish`, checking on the way that a snapshot taken just before equals it.
     fn finish(self) -> DedupeReport {
-        self.d.finish()
+        let snap = self.d.snapshot();
+        let r = self.d.finish();
+        assert_same_report(&snap, &r);
+        r
     }
 }
 
@@ -751,4 +755,53 @@ mod prop {
             prop_assert!(r.totals.amplification >= 1.0);
         }
     }
+}
+
+fn assert_same_report(a: &DedupeReport, b: &DedupeReport) {
+    assert_eq!(
+        serde_json::to_value(a).unwrap(),
+        serde_json::to_value(b).unwrap()
+    );
+    assert_eq!(a.anomalies, b.anomalies);
+}
+
+#[test]
+fn snapshot_does_not_change_the_index() {
+    // The redirect scenario with snapshots between every send: same final report as
+    // without, and the mid-stream snapshot counts the window provisionally.
+    let run = |snap: bool| {
+        let mut n = Net::new();
+        let mut mids = Vec::new();
+        for i in 0..4u64 {
+            let d = data(100 + i, 4);
+            n.write_done(1, 2, i * 10, &d);
+            if snap {
+                mids.push(n.d.snapshot());
+            }
+            n.write_done(2, 3, i * 10 + 5, &d);
+            if snap {
+                mids.push(n.d.snapshot());
+            }
+        }
+        (mids, n.finish())
+    };
+    let (mids, with) = run(true);
+    let (_, without) = run(false);
+    assert_same_report(&with, &without);
+    // Before 2 forwards the first payload, 1→2 is counted as unforwarded; after, as redirection.
+    let first = &mids[0];
+    assert_eq!(first.totals.figures.payload_bytes, 4 * B);
+    assert!(first.edges.iter().all(|e| e.class != Class::Redirection));
+    let second = &mids[1];
+    assert_eq!(edge(second, "198.18.0.1", "198.18.0.2", Class::Redirection).figures.payload_bytes, 4 * B);
+    assert_eq!(second.totals.figures.payload_bytes, 8 * B);
+}
+
+#[test]
+fn snapshot_of_an_empty_index() {
+    let n = Net::new();
+    let s = n.d.snapshot();
+    assert!(s.edges.is_empty());
+    assert_eq!(s.totals.dup_ratio, Some(1.0));
+    n.finish();
 }

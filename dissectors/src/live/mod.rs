@@ -18,6 +18,10 @@ pub mod afpacket;
 #[cfg(target_os = "linux")]
 pub mod ebpf;
 #[cfg(target_os = "linux")]
+pub mod rotate;
+#[cfg(target_os = "linux")]
+pub mod session;
+#[cfg(target_os = "linux")]
 mod sys;
 
 use std::io;

@@ -1,7 +1,7 @@
 //! Ethernet II / IPv4 / TCP frames for the synthesizer, emitted through the `crate::wire`
 //! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
 
-use crate::wire::{ethernet, ipv4, tcp};
+use crate::wire::{ethernet, ipv4, tcp, udp};
 use std::net::{IpAddr, Ipv4Addr};
 
 pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
@@ -101,6 +101,62 @@ impl FrameBuilder {
             IpAddr::V4(dst.ip),
         );
         &self.frame
+    }
+
+    /// One Ethernet/IPv4/UDP frame whose UDP payload is the concatenation of `payload`
+    /// parts followed by `trailer_len` zero bytes the caller fills in afterwards (the
+    /// RoCEv2 ICRC). The UDP checksum is 0, "not computed" (RFC 768), as RoCEv2 senders
+    /// send it (annex A17.4.2 leaves it to the sender; the ICRC protects the packet).
+    /// Returns the frame and the offset of the IPv4 header.
+    #[allow(clippy::too_many_arguments)]
+    pub fn udp_frame(
+        &mut self,
+        src: &Endpoint,
+        dst: &Endpoint,
+        ip_id: u16,
+        dscp_ecn: u8,
+        payload: &[&[u8]],
+        trailer_len: usize,
+    ) -> &mut [u8] {
+        self.payload.clear();
+        for p in payload {
+            self.payload.extend_from_slice(p);
+        }
+        self.payload.resize(self.payload.len() + trailer_len, 0);
+        let dgram = udp::Repr {
+            src_port: src.port,
+            dst_port: dst.port,
+            payload: &self.payload,
+        };
+        let ip = ipv4::Repr {
+            src_addr: src.ip,
+            dst_addr: dst.ip,
+            next_header: ipv4::protocol::UDP,
+            payload_len: dgram.buffer_len(),
+            hop_limit: TTL,
+            ident: ip_id,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn,
+        };
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address(src.mac),
+            dst_addr: ethernet::Address(dst.mac),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::IPV4,
+        };
+        let ip_at = eth.header_len();
+        let udp_at = ip_at + ip.buffer_len();
+        let len = udp_at + dgram.buffer_len();
+        self.frame.clear();
+        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
+        ip.emit(&mut ipv4::Packet::new_unchecked(&mut self.frame[ip_at..len]));
+        let mut u = udp::Packet::new_unchecked(&mut self.frame[udp_at..len]);
+        dgram.emit(&mut u, IpAddr::V4(src.ip), IpAddr::V4(dst.ip));
+        u.set_checksum(0);
+        &mut self.frame[..]
     }
 }
 

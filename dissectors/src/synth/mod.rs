@@ -8,16 +8,27 @@
 //! - `pcap`: the streaming writer and the capture point (link clock, mirror port);
 //! - `truth`: the expected results, tallied while writing.
 //!
+//! - `smbdirect`: SMB Direct (MS-SMBD) over an RDMA link (`rdma::RdmaLink`): `roce`
+//!   (RoCEv2, with the RDMA CM exchange of `ib_cm`) or `iwarp` (RDMAP/DDP/MPA on `tcp`);
+//!   `crc`: the ICRC and MPA CRC.
+//!
 //! A transport carries whole SMB2 messages between the two ends of a connection
-//! (`Transport`). SMB Direct (RoCEv2, iWARP) will be another implementation; it will also need
-//! a hook for WRITE/READ data that moves by RDMA Read/Write instead of inline (MS-SMBD
-//! §3.1.4.5), which the scenario layer will call instead of `send` for the data part.
+//! (`Transport`). Over SMB Direct, WRITE/READ data does not travel in the SMB2 message: the
+//! client registers a buffer (`register`), names it in the request's channel info, and the
+//! server pulls it with RDMA Read (`rdma_read`) or pushes it with RDMA Write (`rdma_write`)
+//! (MS-SMB2 §3.3.5.12, §3.3.5.13; MS-SMBD §3.1.4.5).
 
+pub mod crc;
 pub mod data;
 pub mod frames;
+pub mod ib_cm;
+pub mod iwarp;
 pub mod pcap;
+pub mod rdma;
+pub mod roce;
 pub mod scenario;
 pub mod smb2;
+pub mod smbdirect;
 pub mod spec;
 pub mod tcp;
 pub mod truth;
@@ -89,6 +100,46 @@ pub trait Transport<W: Write> {
     ) -> io::Result<()>;
     /// Close the connection (the client closes first).
     fn close(&mut self, tap: &mut pcap::Tap<W>, conn: ConnId) -> io::Result<()>;
+
+    /// Whether WRITE/READ data moves by RDMA (SMB Direct) rather than inline.
+    fn rdma(&self) -> bool {
+        false
+    }
+    /// The client registers a `len`-byte buffer on `conn` for the server to read or write.
+    fn register(&mut self, _conn: ConnId, _len: usize) -> Vec<smbdirect::BufferDescriptor> {
+        Vec::new()
+    }
+    /// The server pulls `data` from the client's buffers `descs` (RDMA Read).
+    fn rdma_read(
+        &mut self,
+        _tap: &mut pcap::Tap<W>,
+        _conn: ConnId,
+        _descs: &[smbdirect::BufferDescriptor],
+        _data: &[u8],
+    ) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "not an RDMA transport"))
+    }
+    /// The server pushes `data` into the client's buffers `descs` (RDMA Write).
+    fn rdma_write(
+        &mut self,
+        _tap: &mut pcap::Tap<W>,
+        _conn: ConnId,
+        _descs: &[smbdirect::BufferDescriptor],
+        _data: &[u8],
+    ) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "not an RDMA transport"))
+    }
+    /// Send one SMB2 message and remotely invalidate `token` with it (MS-SMBD §3.1.4.2).
+    fn send_invalidate(
+        &mut self,
+        tap: &mut pcap::Tap<W>,
+        conn: ConnId,
+        from: Side,
+        head: &[u8],
+        _token: u32,
+    ) -> io::Result<()> {
+        self.send(tap, conn, from, head, &[])
+    }
 }
 
 /// First frame time: 2025-01-30 12:00:00 UTC (fixed, so a seed gives the same file).
@@ -96,6 +147,8 @@ const START_NS: u64 = 1_738_238_400 * 1_000_000_000;
 /// Seed domains for the generators that are not payload data.
 const PURPOSE_NETWORK: u64 = 0x4e45_5457;
 const PURPOSE_IDS: u64 = 0x4944_5300;
+const PURPOSE_RDMA: u64 = 0x5244_4d41;
+const PURPOSE_KEYS: u64 = 0x4b45_5953;
 
 /// Generate the capture described by `spec` into `out` (pcap, nanosecond timestamps,
 /// Ethernet) and return what it contains.
@@ -112,28 +165,95 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let hosts = hosts();
     let tap = pcap::Tap::new(pcap, START_NS, spec.link_gbps, spec.mirror_dup);
-    let transport = tcp::TcpTransport::new(
-        spec.mss as usize,
-        spec.retransmit,
-        spec.reorder,
-        data::stream(spec.seed, PURPOSE_NETWORK, 0),
-        hosts.len(),
-    );
+    let net = data::stream(spec.seed, PURPOSE_NETWORK, 0);
+    let loss_mode = if spec.loss_mode == "drop" {
+        tcp::LossMode::Drop
+    } else {
+        tcp::LossMode::Retransmit
+    };
+    let keys = data::stream(spec.seed, PURPOSE_KEYS, 0);
+    let max_send = spec.max_send_size as usize;
+    let descs = spec.descriptors as usize;
+    match spec.transport.as_str() {
+        "rocev2" => {
+            let link = roce::RoceLink::new(
+                spec.mtu,
+                spec.loss,
+                loss_mode,
+                data::stream(spec.seed, PURPOSE_RDMA, 0),
+                &hosts,
+            );
+            let t = smbdirect::SmbDirectTransport::new(link, max_send, descs, keys);
+            finish(spec, &flows, &hosts, tap, t, |t| {
+                (tcp::TcpStats::default(), Some(t.link.stats.clone()))
+            })
+        }
+        "iwarp" => {
+            let imp = tcp::Impairments {
+                retransmit: spec.retransmit,
+                reorder: spec.reorder,
+                loss: spec.loss,
+                loss_mode,
+            };
+            let link = iwarp::IwarpLink::new(
+                spec.mss as usize,
+                imp,
+                spec.mpa_markers,
+                spec.mpa_crc,
+                spec.mpa_private_data,
+                net,
+                data::stream(spec.seed, PURPOSE_RDMA, 0),
+                hosts.len(),
+            );
+            let t = smbdirect::SmbDirectTransport::new(link, max_send, descs, keys);
+            finish(spec, &flows, &hosts, tap, t, |t| {
+                let tcp = t.link.tcp.stats;
+                let mut r = t.link.stats.clone();
+                r.lost_packets = tcp.lost_segments;
+                r.dropped_packets = tcp.dropped_segments;
+                r.dropped_bytes = tcp.dropped_bytes;
+                (tcp, Some(r))
+            })
+        }
+        _ => {
+            let t = tcp::TcpTransport::new(
+                spec.mss as usize,
+                spec.retransmit,
+                spec.reorder,
+                net,
+                hosts.len(),
+            );
+            finish(spec, &flows, &hosts, tap, t, |t| (t.link.stats, None))
+        }
+    }
+}
+
+/// Run the scenario on `transport` and assemble the Truth; `stats` reads the transport's
+/// TCP and RDMA figures.
+fn finish<W: Write, T: Transport<W>>(
+    spec: &Spec,
+    flows: &[scenario::Flow],
+    hosts: &[Host],
+    tap: pcap::Tap<W>,
+    transport: T,
+    stats: impl Fn(&T) -> (tcp::TcpStats, Option<rdma::RdmaTruth>),
+) -> io::Result<Truth> {
     let mut run = scenario::Run {
         spec,
-        hosts: &hosts,
+        hosts,
         tap,
         transport,
         tally: truth::Tally::default(),
         rng: data::stream(spec.seed, PURPOSE_IDS, 0),
     };
-    run.run(&flows)?;
+    run.run(flows)?;
     let last_ts_ns = run.tap.pcap.last_ts_ns;
     let mirror_duplicate_frames = run.tap.mirror_duplicates;
     let (frames, file_bytes) = (run.tap.pcap.frames, run.tap.pcap.bytes);
     run.tap.pcap.finish()?;
+    let (tcp_stats, rdma_truth) = stats(&run.transport);
 
-    let edges = run.tally.edges(&hosts);
+    let edges = run.tally.edges(hosts);
     let payload_bytes: u64 = edges.iter().map(|e| e.payload_bytes).sum();
     Ok(Truth {
         schema: truth::SCHEMA,
@@ -160,7 +280,8 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
             },
         },
         smb2: run.tally.smb2.clone(),
-        tcp: run.transport.stats,
+        tcp: tcp_stats,
+        rdma: rdma_truth,
         capture: truth::CaptureTruth {
             frames,
             file_bytes,
@@ -190,3 +311,5 @@ pub fn synth_json(spec_json: &str, out: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_rdma;

@@ -10,6 +10,7 @@
 use super::data::IoData;
 use super::pcap::Tap;
 use super::smb2::{self, command, FileId, Header};
+use super::smbdirect::BufferDescriptor;
 use super::spec::Spec;
 use super::truth::{Class, Tally};
 use super::{ConnId, Host, Side, Transport, OWNER, PARTNER};
@@ -165,6 +166,28 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
             .send(&mut self.tap, s.channels[ch].conn, Side::Server, msg, data)?;
         self.tally.smb2.messages += 1;
         Ok(())
+    }
+
+    /// A response to an RDMA request: with RDMA_V1_INVALIDATE it also invalidates the
+    /// client's token (MS-SMB2 §3.3.5.13 hands it to MS-SMBD §3.1.4.2 Send with Invalidate).
+    fn respond_rdma(&mut self, s: &Session, ch: usize, msg: &[u8], descs: &[BufferDescriptor]) -> io::Result<()> {
+        match descs.first() {
+            Some(d) if self.spec.send_with_invalidate => {
+                self.transport
+                    .send_invalidate(&mut self.tap, s.channels[ch].conn, Side::Server, msg, d.token)?;
+                self.tally.smb2.messages += 1;
+                Ok(())
+            }
+            _ => self.respond(s, ch, msg, &[]),
+        }
+    }
+
+    fn rdma_channel(&self) -> u32 {
+        if self.spec.send_with_invalidate {
+            smb2::channel::RDMA_V1_INVALIDATE
+        } else {
+            smb2::channel::RDMA_V1
+        }
     }
 
     /// A metadata request and its response, with server think time between.
@@ -338,7 +361,9 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
         let has_data = flows.iter().any(|f| f.op != Op::Metadata);
         let ios = if has_data { self.spec.ios() } else { 0 };
         let nch = self.spec.channels;
-        let mut pending: Vec<(usize, usize, usize, Header)> = Vec::new(); // (session, copy, channel, request)
+        // (session, channel, request, the client's RDMA buffers)
+        let mut pending: Vec<(usize, usize, Header, Vec<BufferDescriptor>)> = Vec::new();
+        let rdma = self.transport.rdma();
         for index in 0..ios {
             let offset = index * self.spec.io_size;
             let len = self.spec.io_size.min(self.spec.bytes - offset) as usize;
@@ -356,6 +381,8 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                         tree_id: s.tree_id,
                         ..Default::default()
                     };
+                    let conn = s.channels[ch].conn;
+                    let mut descs = Vec::new();
                     let h = match s.flow.op {
                         Op::Write => {
                             let h = Self::allocate(
@@ -366,8 +393,18 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                                     ..base
                                 },
                             );
-                            let head = smb2::write_request_head(&h, fid, offset, len as u32);
-                            self.request(s, ch, &head, &io.bytes)?;
+                            if rdma {
+                                // The server pulls the data as soon as it has the request.
+                                descs = self.transport.register(conn, len);
+                                let chan = self.rdma_channel();
+                                let head =
+                                    smb2::write_request_rdma(&h, fid, offset, len as u32, chan, &descs);
+                                self.request(s, ch, &head, &[])?;
+                                self.transport.rdma_read(&mut self.tap, conn, &descs, &io.bytes)?;
+                            } else {
+                                let head = smb2::write_request_head(&h, fid, offset, len as u32);
+                                self.request(s, ch, &head, &io.bytes)?;
+                            }
                             self.tally.smb2.write_requests += 1;
                             self.tally.smb2.write_data_bytes += len as u64;
                             self.tally
@@ -383,30 +420,46 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                                     ..base
                                 },
                             );
-                            self.request(
-                                s,
-                                ch,
-                                &smb2::read_request(&h, fid, offset, len as u32),
-                                &[],
-                            )?;
+                            let msg = if rdma {
+                                descs = self.transport.register(conn, len);
+                                let chan = self.rdma_channel();
+                                smb2::read_request_rdma(&h, fid, offset, len as u32, chan, &descs)
+                            } else {
+                                smb2::read_request(&h, fid, offset, len as u32)
+                            };
+                            self.request(s, ch, &msg, &[])?;
                             h
                         }
                         Op::Metadata => continue,
                     };
-                    pending.push((si, k, ch, h));
+                    pending.push((si, ch, h, descs));
                 }
             }
             self.tap.idle(IO_LATENCY_NS);
-            for &(si, _, ch, h) in pending.iter().rev() {
-                let s = &sessions[si];
+            for (si, ch, h, descs) in pending.iter().rev() {
+                let (ch, h) = (*ch, *h);
+                let s = &sessions[*si];
                 match s.flow.op {
                     Op::Write => {
                         let msg = smb2::write_response(&h.response(), len as u32);
-                        self.respond(s, ch, &msg, &[])?;
+                        if rdma {
+                            self.respond_rdma(s, ch, &msg, descs)?;
+                        } else {
+                            self.respond(s, ch, &msg, &[])?;
+                        }
                     }
                     Op::Read => {
-                        let head = smb2::read_response_head(&h.response(), len as u32);
-                        self.respond(s, ch, &head, &io.bytes)?;
+                        if rdma {
+                            // The data goes first; the response follows its completion
+                            // (MS-SMB2 §3.3.5.12).
+                            let conn = s.channels[ch].conn;
+                            self.transport.rdma_write(&mut self.tap, conn, descs, &io.bytes)?;
+                            let msg = smb2::read_response_rdma(&h.response(), len as u32);
+                            self.respond_rdma(s, ch, &msg, descs)?;
+                        } else {
+                            let head = smb2::read_response_head(&h.response(), len as u32);
+                            self.respond(s, ch, &head, &io.bytes)?;
+                        }
                         self.tally.smb2.read_responses += 1;
                         self.tally.smb2.read_data_bytes += len as u64;
                         self.tally

@@ -456,6 +456,91 @@ pub fn read_response_head(h: &Header, length: u32) -> Vec<u8> {
     b
 }
 
+/// Channel values of WRITE/READ requests (MS-SMB2 §2.2.19, §2.2.21).
+pub mod channel {
+    pub const NONE: u32 = 0x0000_0000;
+    pub const RDMA_V1: u32 = 0x0000_0001;
+    /// SMB 3.0.2 and later: the server remotely invalidates the token when done.
+    pub const RDMA_V1_INVALIDATE: u32 = 0x0000_0002;
+}
+
+/// Where WRITE and READ requests put their channel info: right after the 48-byte fixed
+/// part, in the Buffer field (§2.2.19, §2.2.21).
+pub const CHANNEL_INFO_OFFSET: u16 = (HEADER_LEN + 48) as u16;
+
+fn put_descriptors(b: &mut Vec<u8>, descs: &[super::smbdirect::BufferDescriptor]) {
+    for d in descs {
+        d.emit(b);
+    }
+}
+
+/// WRITE request (§2.2.21) whose data the server pulls by RDMA Read: Length and
+/// DataOffset 0, RemainingBytes = the byte count, the SMB_DIRECT_BUFFER_DESCRIPTOR_V1
+/// list in WriteChannelInfo (§3.2.4.7: "RemainingBytes ... the length of the data being
+/// written" when Channel is RDMA).
+pub fn write_request_rdma(
+    h: &Header,
+    file_id: FileId,
+    offset: u64,
+    remaining: u32,
+    chan: u32,
+    descs: &[super::smbdirect::BufferDescriptor],
+) -> Vec<u8> {
+    let mut b = start(h, 48 + 16 * descs.len());
+    put_u16(&mut b, 49); // StructureSize
+    put_u16(&mut b, 0); // DataOffset: no inline data
+    put_u32(&mut b, 0); // Length
+    put_u64(&mut b, offset);
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, chan);
+    put_u32(&mut b, remaining); // RemainingBytes
+    put_u16(&mut b, CHANNEL_INFO_OFFSET); // WriteChannelInfoOffset
+    put_u16(&mut b, (16 * descs.len()) as u16); // WriteChannelInfoLength
+    put_u32(&mut b, 0); // Flags
+    put_descriptors(&mut b, descs);
+    b
+}
+
+/// READ request (§2.2.19) asking the server to RDMA Write the data into the buffers
+/// named by ReadChannelInfo.
+pub fn read_request_rdma(
+    h: &Header,
+    file_id: FileId,
+    offset: u64,
+    length: u32,
+    chan: u32,
+    descs: &[super::smbdirect::BufferDescriptor],
+) -> Vec<u8> {
+    let mut b = start(h, 48 + 16 * descs.len());
+    put_u16(&mut b, 49); // StructureSize
+    b.push(0); // Padding: no inline data wanted
+    b.push(0); // Flags
+    put_u32(&mut b, length);
+    put_u64(&mut b, offset);
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, length); // MinimumCount
+    put_u32(&mut b, chan);
+    put_u32(&mut b, 0); // RemainingBytes
+    put_u16(&mut b, CHANNEL_INFO_OFFSET); // ReadChannelInfoOffset
+    put_u16(&mut b, (16 * descs.len()) as u16); // ReadChannelInfoLength
+    put_descriptors(&mut b, descs);
+    b
+}
+
+/// READ response (§2.2.20) after the data went by RDMA Write: DataLength 0 and
+/// DataRemaining = the bytes written (§3.3.5.12).
+pub fn read_response_rdma(h: &Header, remaining: u32) -> Vec<u8> {
+    let mut b = start(h, 17);
+    put_u16(&mut b, 17); // StructureSize
+    b.push(0); // DataOffset: no data in the message
+    b.push(0); // Reserved
+    put_u32(&mut b, 0); // DataLength
+    put_u32(&mut b, remaining); // DataRemaining
+    put_u32(&mut b, 0); // Flags (3.1.1) / Reserved2
+    b.push(0); // Buffer: the one byte StructureSize 17 counts
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,10 +27,33 @@ pub struct Spec {
     /// such as "3.1.1" or "0x0311").
     #[serde(deserialize_with = "deserialize_dialect")]
     pub dialect: u16,
-    /// "tcp" (SMB2 over Direct TCP). RDMA transports are not implemented yet.
+    /// "tcp" (SMB2 over Direct TCP), "rocev2" or "iwarp" (SMB Direct, MS-SMBD).
     pub transport: String,
-    /// TCP connections (SMB multichannel channels) per client→server session.
+    /// Connections (SMB multichannel channels: TCP connections or RDMA queue pairs) per
+    /// client→server session. Also accepted as `qps`.
+    #[serde(alias = "qps")]
     pub channels: u64,
+    /// RoCEv2 path MTU: 256, 512, 1024, 2048 or 4096.
+    pub mtu: u64,
+    /// SMB Direct max send size each side negotiates (MS-SMBD §3.1.1.1 MaxSendSize);
+    /// larger SMB2 messages are fragmented. Windows uses 1364.
+    pub max_send_size: u64,
+    /// SMB_DIRECT_BUFFER_DESCRIPTOR_V1 entries per WRITE/READ (one registration, cut in
+    /// this many pieces).
+    pub descriptors: u64,
+    /// Channel = RDMA_V1_INVALIDATE, and responses sent with Send with Invalidate.
+    pub send_with_invalidate: bool,
+    /// Fraction of RDMA data packets (RDMA Write, RDMA Read Response; iWARP: their TCP
+    /// segments) missing from the capture.
+    pub loss: f64,
+    /// "retransmit": a lost packet is sent again later; "drop": never seen again.
+    pub loss_mode: String,
+    /// iWARP: MPA CRC32c on (else the CRC field is zero).
+    pub mpa_crc: bool,
+    /// iWARP: MPA markers every 512 bytes.
+    pub mpa_markers: bool,
+    /// iWARP: MPA request/reply carry the 8 bytes of private data Windows sends.
+    pub mpa_private_data: bool,
     /// Fraction of 4 KiB blocks that are all zeros (trivial blocks).
     pub zero_fill: f64,
     /// Link rate that paces frame timestamps, in Gb/s.
@@ -51,6 +74,15 @@ impl Default for Spec {
             dialect: dialect::SMB302,
             transport: "tcp".into(),
             channels: 1,
+            mtu: 4096,
+            max_send_size: 1364,
+            descriptors: 1,
+            send_with_invalidate: false,
+            loss: 0.0,
+            loss_mode: "retransmit".into(),
+            mpa_crc: true,
+            mpa_markers: false,
+            mpa_private_data: true,
             zero_fill: 0.0,
             link_gbps: 10,
         }
@@ -102,6 +134,27 @@ impl Spec {
         fraction("retransmit", self.retransmit)?;
         fraction("reorder", self.reorder)?;
         fraction("zero_fill", self.zero_fill)?;
+        fraction("loss", self.loss)?;
+        if self.loss > 0.0 && self.transport == "tcp" {
+            return Err("loss applies to RDMA transports (rocev2, iwarp)".into());
+        }
+        if !["retransmit", "drop"].contains(&self.loss_mode.as_str()) {
+            return Err(format!("loss_mode must be \"retransmit\" or \"drop\", got {:?}", self.loss_mode));
+        }
+        if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
+            return Err(format!("mtu must be 256, 512, 1024, 2048 or 4096, got {}", self.mtu));
+        }
+        // MS-SMBD §3.1.5.8 needs room for the 24-byte header plus data; 128 is the smallest
+        // receive size a peer must accept.
+        if !(128..=65536).contains(&self.max_send_size) {
+            return Err(format!("max_send_size must be between 128 and 65536, got {}", self.max_send_size));
+        }
+        if !(1..=16).contains(&self.descriptors) {
+            return Err(format!("descriptors must be between 1 and 16, got {}", self.descriptors));
+        }
+        if self.send_with_invalidate && self.dialect < dialect::SMB302 {
+            return Err("send_with_invalidate needs SMB 3.0.2 or later".into());
+        }
         if !(512..=u64::from(MAX_IO_SIZE)).contains(&self.io_size) {
             return Err(format!(
                 "io_size must be between 512 and {MAX_IO_SIZE} bytes, got {}",
@@ -136,17 +189,19 @@ impl Spec {
             ));
         }
         match self.transport.as_str() {
-            "tcp" => {}
-            "rocev2" | "iwarp" => {
+            "tcp" | "rocev2" | "iwarp" => {}
+            other => {
                 return Err(format!(
-                    "transport {:?} is not implemented yet (only \"tcp\")",
-                    self.transport
+                    "unknown transport {other:?} (\"tcp\", \"rocev2\" or \"iwarp\")"
                 ))
             }
-            other => return Err(format!("unknown transport {other:?} (only \"tcp\")")),
         }
         super::scenario::flows(&self.scenario)?;
         Ok(())
+    }
+
+    pub fn rdma(&self) -> bool {
+        self.transport != "tcp"
     }
 
     /// Number of I/Os: W / io_size, rounded up.
@@ -166,6 +221,8 @@ mod tests {
             (s.bytes, s.io_size, s.mss, s.channels, s.dialect),
             (64 * MIB, MIB, 1448, 1, 0x0302)
         );
+        let r = Spec::from_json(r#"{"scenario":"six","transport":"rocev2","qps":2}"#).unwrap();
+        assert_eq!((r.channels, r.mtu, r.max_send_size, r.rdma()), (2, 4096, 1364, true));
         for form in [r#""3.1.1""#, r#""0x0311""#, "785"] {
             let s = Spec::from_json(&format!(r#"{{"scenario":"six","dialect":{form}}}"#)).unwrap();
             assert_eq!(s.dialect, 0x0311);
@@ -180,7 +237,12 @@ mod tests {
             r#"{"scenario":"mirror2","io_size":0}"#,
             r#"{"scenario":"mirror2","io_size":16777216}"#,
             r#"{"scenario":"mirror2","dialect":"2.1"}"#,
-            r#"{"scenario":"mirror2","transport":"rocev2"}"#,
+            r#"{"scenario":"mirror2","transport":"ib"}"#,
+            r#"{"scenario":"mirror2","transport":"rocev2","mtu":1500}"#,
+            r#"{"scenario":"mirror2","transport":"rocev2","loss":2}"#,
+            r#"{"scenario":"mirror2","loss":0.1}"#,
+            r#"{"scenario":"mirror2","transport":"iwarp","loss_mode":"maybe"}"#,
+            r#"{"scenario":"mirror2","transport":"iwarp","max_send_size":64}"#,
             r#"{"scenario":"mirror2","chanels":2}"#,
             r#"{"scenario":"mirror2","channels":0}"#,
             r#"not json"#,

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 const MIB: u64 = 1 << 20;
 
-struct Frame {
-    ts: u64,
-    data: Vec<u8>,
+pub(super) struct Frame {
+    pub(super) ts: u64,
+    pub(super) data: Vec<u8>,
 }
 
-fn read_pcap(b: &[u8]) -> Vec<Frame> {
+pub(super) fn read_pcap(b: &[u8]) -> Vec<Frame> {
     assert!(b.len() >= 24);
     assert_eq!(
         u32::from_le_bytes(b[0..4].try_into().unwrap()),
@@ -44,7 +44,7 @@ fn read_pcap(b: &[u8]) -> Vec<Frame> {
     out
 }
 
-fn csum(data: &[u8]) -> u16 {
+pub(super) fn csum(data: &[u8]) -> u16 {
     let mut acc: u32 = 0;
     for c in data.chunks(2) {
         acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
@@ -55,10 +55,10 @@ fn csum(data: &[u8]) -> u16 {
     acc as u16
 }
 
-type FlowKey = ([u8; 4], u16, [u8; 4], u16);
+pub(super) type FlowKey = ([u8; 4], u16, [u8; 4], u16);
 
 #[derive(Clone)]
-struct Segment {
+pub(super) struct Segment {
     seq: u32,
     flags: u8,
     ip_id: u16,
@@ -66,7 +66,7 @@ struct Segment {
 }
 
 /// Decode every frame (checking both checksums) and group TCP segments per direction.
-fn segments(frames: &[Frame]) -> (BTreeMap<FlowKey, Vec<Segment>>, usize) {
+pub(super) fn segments(frames: &[Frame]) -> (BTreeMap<FlowKey, Vec<Segment>>, usize) {
     let mut flows: BTreeMap<FlowKey, Vec<Segment>> = BTreeMap::new();
     let mut max_frame = 0;
     for f in frames {
@@ -104,7 +104,7 @@ fn segments(frames: &[Frame]) -> (BTreeMap<FlowKey, Vec<Segment>>, usize) {
 }
 
 /// Reassemble one direction: every byte once, no gaps, repeats identical.
-fn reassemble(segs: &[Segment]) -> Vec<u8> {
+pub(super) fn reassemble(segs: &[Segment]) -> Vec<u8> {
     let syn = segs.iter().find(|s| s.flags & 0x02 != 0).expect("SYN");
     let base = syn.seq.wrapping_add(1);
     let mut by_off: BTreeMap<u32, &[u8]> = BTreeMap::new();

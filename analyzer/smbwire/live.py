@@ -1,0 +1,136 @@
+"""Live capture: a typed wrapper around the engine's `_core.LiveSession`.
+
+The engine captures (eBPF ring buffer, or AF_PACKET) and analyses on its own thread; this
+module starts it, hands out its snapshots as dicts, and stops it. No packet ever passes
+through Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+from .engine import DEFAULT_TOP_N, DEFAULT_WINDOW_SECONDS, build_config, load_core
+from .errors import SmbwireError, UserError
+from .topology import Topology
+
+#: What a live capture needs; named in the error when one is missing.
+CAPABILITIES = "CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW"
+BACKENDS = ("auto", "ebpf", "af-packet")
+#: Environment variable that forces a backend (tests, kernels where eBPF misbehaves).
+BACKEND_ENV = "SMBWIRE_LIVE_BACKEND"
+
+
+class LivePermissionError(UserError):
+    """The process lacks a capability the capture needs."""
+
+
+class EbpfRequired(UserError):
+    """`--require-ebpf` and eBPF cannot be used."""
+
+
+class LiveRun:
+    """A running capture. `poll()` the latest snapshot, `stop()` for the final result."""
+
+    def __init__(self, session: Any, iface: str):
+        self._s = session
+        self.iface = iface
+
+    @property
+    def backend(self) -> str:
+        return str(self._s.backend)
+
+    @property
+    def fallback_reason(self) -> str | None:
+        r = self._s.fallback_reason
+        return None if r is None else str(r)
+
+    @property
+    def finished(self) -> bool:
+        """The capture ended by itself (an error): call `stop`."""
+        return bool(self._s.finished)
+
+    def poll(self, timeout: float = 0.0) -> dict[str, Any] | None:
+        """The newest snapshot not returned before (waits up to `timeout` s), or None."""
+        text = self._s.poll(timeout)
+        return None if text is None else _parse(text)
+
+    def stop(self) -> dict[str, Any]:
+        """Stop, drain, and return the final result (schema "smbwire/1" + a "live" section)."""
+        try:
+            return _parse(self._s.stop())
+        except OSError as e:
+            raise SmbwireError(f"live capture: {_one_line(e)}") from None
+
+
+def start(
+    iface: str,
+    *,
+    topology: Topology | Mapping[str, Any] | None = None,
+    window: float = DEFAULT_WINDOW_SECONDS,
+    top_n: int = DEFAULT_TOP_N,
+    write: str | None = None,
+    write_size: int = 0,
+    write_count: int = 10,
+    require_ebpf: bool = False,
+    backend: str | None = None,
+    tcp_ports: list[int] | None = None,
+    interval: float = 1.0,
+    history_seconds: int = 300,
+) -> LiveRun:
+    """Open `iface` and start capturing. Raises `LivePermissionError` (names the
+    capabilities), `EbpfRequired`, or `UserError` for what the user can fix."""
+    if not iface or "/" in iface or len(iface) > 15:
+        raise UserError(f"{iface!r} is not a network interface name")
+    backend = backend or os.environ.get(BACKEND_ENV) or "auto"
+    if backend not in BACKENDS:
+        raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "af-packet" and require_ebpf:
+        raise UserError("--require-ebpf and the af-packet backend exclude each other")
+    config = build_config(topology=topology, window=window, top_n=top_n)
+    options: dict[str, Any] = {
+        "require_ebpf": require_ebpf or backend == "ebpf",
+        "force_af_packet": backend == "af-packet",
+        "interval_seconds": interval,
+        "history_seconds": history_seconds,
+    }
+    if tcp_ports:
+        options["tcp_ports"] = list(tcp_ports)
+    if write is not None:
+        options["write"] = {"path": os.fspath(write), "size_limit": int(write_size), "count": int(write_count)}
+    core = load_core()
+    if not hasattr(core, "LiveSession"):
+        raise UserError("live capture needs Linux (this engine was built without it)")
+    try:
+        session = core.LiveSession(iface, json.dumps(options), json.dumps(config))
+    except PermissionError as e:
+        raise LivePermissionError(
+            f"live capture on {iface} needs {CAPABILITIES} (run as root, or grant them with "
+            f"setcap or systemd AmbientCapabilities): {_one_line(e)}"
+        ) from None
+    except (ValueError, NotImplementedError) as e:
+        msg = _one_line(e)
+        if options["require_ebpf"]:
+            raise EbpfRequired(f"eBPF required but unavailable: {msg}") from None
+        raise UserError(msg) from None
+    except OSError as e:
+        msg = _one_line(e)
+        if options["require_ebpf"]:
+            raise EbpfRequired(f"eBPF required but unavailable: {msg}") from None
+        raise UserError(msg) from None
+    return LiveRun(session, iface)
+
+
+def _parse(text: Any) -> dict[str, Any]:
+    try:
+        v = json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise SmbwireError(f"the engine returned a live snapshot that is not JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise SmbwireError("the engine returned a live snapshot that is not a JSON object")
+    return v
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__

@@ -1,0 +1,300 @@
+"""The live view of `smbwire live`: a function of one snapshot dict and the screen size.
+
+`build_live_view(snapshot, width, height)` returns one renderable that fits `width` x
+`height` exactly: every line is cut to the width (never wrapped) and sections get rows by
+priority — header and capture health always, then the bytes/s history per class, then the
+duplicate-payload ratio per edge (as many edges as fit, "… N more" after), then top
+duplicated payloads with whatever is left. `status_line(snapshot)` is the one-line form of
+the plain mode (non-terminals, systemd).
+
+The snapshot is the engine's result so far (schema "smbwire/1", sends still in the window
+counted provisionally) with a "live" section: backend, counters, rate history.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from .report import CLASS_STYLE
+from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, is_number
+
+#: Rate rows, in the order engineers compare them (perfmon-style: client writes vs
+#: redirection vs replication), with the engine's class names.
+RATE_ROWS = (
+    ("client", "client I/O"),
+    ("redirection", "redirection"),
+    ("replication", "replication"),
+    ("redirected-read", "redirected read"),
+)
+SPARK = " ▁▂▃▄▅▆▇█"
+#: Accounting categories that are bytes of storage traffic smbwire could not analyse.
+NOT_ANALYSED = ("smb_encrypted", "smb_compressed", "smb_unparsed", "tcp_undelivered", "malformed")
+
+
+def build_live_view(snap: dict[str, Any] | None, width: int, height: int) -> RenderableType:
+    lines = live_lines(snap, width, height)
+    return Group(*lines)
+
+
+def live_lines(snap: dict[str, Any] | None, width: int, height: int) -> list[Text]:
+    """The view as at most `height` lines of at most `width` cells."""
+    width, height = max(width, 20), max(height, 4)
+    snap = snap if isinstance(snap, dict) else {}
+    live = _dict(snap.get("live"))
+    head = _header(snap, live, width)
+    health = _health(snap, live, width)
+    rates = _rates(live, width)
+    budget = height - len(head) - len(health)
+    body: list[Text] = []
+    if budget >= len(rates) + 4:
+        # Rates only when at least a title, a header and two edge rows still fit.
+        body += rates
+        budget -= len(rates)
+    edges_block = _edges(snap, width, budget)
+    body += edges_block
+    budget -= len(edges_block)
+    if budget >= 3:
+        body += _top(snap, width, budget)
+    out = head + body + health
+    for line in out:
+        line.no_wrap = True
+        line.overflow = "ellipsis"
+        line.truncate(width, overflow="ellipsis")
+    return out[:height]
+
+
+# ------------------------------------------------------------------ sections
+
+
+def _header(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text]:
+    t = Text()
+    t.append("smbwire live", style="bold")
+    t.append(f" · {live.get('iface', DASH)}")
+    backend = live.get("backend")
+    t.append(f" · {backend or DASH}", style="green" if backend == "ebpf" else "yellow")
+    t.append(f" · up {fmt_seconds(live.get('uptime_seconds'))}")
+    t.append(f" · window {fmt_seconds(snap.get('window_seconds'))}", style="dim")
+    stats = _dict(live.get("stats"))
+    t.append(f" · {fmt_count(stats.get('packets_matched'))} pkts, {fmt_bytes(stats.get('bytes_matched'))}",
+             style="dim")
+    out = [t]
+    why = live.get("fallback_reason")
+    if backend != "ebpf" and why:
+        out.append(Text(f"eBPF not used: {why}", style="yellow"))
+    for err in live.get("errors") or []:
+        out.append(Text(f"error: {err}", style="bold red"))
+    return out
+
+
+def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text]:
+    stats = _dict(live.get("stats"))
+    tcp = _dict(snap.get("tcp"))
+    cats = _dict(_dict(snap.get("accounting")).get("categories"))
+    not_analysed = sum(v for k, v in cats.items() if k in NOT_ANALYSED and is_number(v))
+    kd, rd = stats.get("kernel_drops", 0), stats.get("ring_drops", 0)
+    bad = any(is_number(x) and x > 0 for x in (kd, rd, stats.get("copy_errors"), tcp.get("gap_bytes")))
+    t = Text()
+    t.append("Capture health ", style="bold")
+    t.append("OK " if not bad else "LOSS ", style="green" if not bad else "bold red")
+    parts = [
+        f"kernel drops {fmt_count(kd)}",
+        f"ring drops {fmt_count(rd)}",
+        f"gaps {fmt_count(tcp.get('gaps', 0))} ({fmt_bytes(tcp.get('gap_bytes', 0))})",
+        f"not analysed {fmt_bytes(not_analysed)}",
+    ]
+    if stats.get("copy_errors"):
+        parts.append(f"copy errors {fmt_count(stats.get('copy_errors'))}")
+    # Greedy packing: on a narrow screen the health facts take two lines, never get cut.
+    out = [t]
+    first = True
+    for part in parts:
+        sep = "" if first else " · "
+        if not first and t.cell_len + len(sep) + len(part) > width:
+            t = Text("  ")
+            out.append(t)
+            sep = ""
+        t.append(sep + part)
+        first = False
+    w = _dict(live.get("write"))
+    if w:
+        files = w.get("files") or []
+        line = Text(f"writing {len(files)} file{'s' if len(files) != 1 else ''}, "
+                    f"{fmt_bytes(w.get('bytes_written'))}", style="dim")
+        if files:
+            line.append(f" → {files[-1]}", style="dim")
+        if w.get("error"):
+            line.append(f"  write error: {w['error']}", style="bold red")
+        out.append(line)
+    return out
+
+
+def _rates(live: dict[str, Any], width: int) -> list[Text]:
+    rates = _dict(live.get("rates"))
+    samples = [s for s in rates.get("samples") or [] if isinstance(s, dict)]
+    label_w, value_w = 16, 22
+    spark_w = max(width - label_w - value_w - 2, 8)
+    shown = samples[-spark_w:]
+    minutes = fmt_seconds(sum(s.get("seconds", 1) for s in shown if is_number(s.get("seconds", 1))))
+    out = [Text.assemble(("Payload bytes/s per class", "bold"), (f"  last {minutes}, now / peak", "dim"))]
+    series = {cls: [_num(_dict(s.get("classes")).get(cls)) for s in shown] for cls, _ in RATE_ROWS}
+    scale = max([max(v) for v in series.values() if v] + [1.0])
+    for cls, label in RATE_ROWS:
+        vals = series[cls]
+        t = Text(f"{label:<{label_w}}", style=CLASS_STYLE.get(cls, ""))
+        t.append(_spark(vals, scale, spark_w), style=CLASS_STYLE.get(cls, ""))
+        now = vals[-1] if vals else 0.0
+        peak = max(vals) if vals else 0.0
+        t.append(f" {fmt_bytes(now) + '/s':>11}", style="bold")
+        t.append(f" {fmt_bytes(peak):>10}", style="dim")
+        out.append(t)
+    wire = [_num(s.get("wire_bytes")) for s in shown]
+    t = Text(f"{'wire (storage)':<{label_w}}", style="dim")
+    t.append(_spark(wire, max(wire + [1.0]), spark_w), style="dim")
+    t.append(f" {fmt_bytes(wire[-1] if wire else 0) + '/s':>11}", style="dim")
+    out.append(t)
+    return out
+
+
+def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
+    if budget < 1:
+        return []
+    edges = [e for e in snap.get("edges") or [] if isinstance(e, dict)]
+    edges.sort(key=lambda e: -_num(e.get("payload_bytes")))
+    totals = _dict(snap.get("totals"))
+    title = Text("Duplicate-payload ratio per edge and class", style="bold")
+    if totals:
+        title.append(f"  all edges {fmt_ratio(totals.get('dup_ratio'))}, amplification "
+                     f"{fmt_ratio(totals.get('amplification'), '×')}", style="dim")
+    out = [title]
+    if not edges:
+        if budget >= 2:
+            out.append(Text("  no SMB payload seen yet", style="dim"))
+        return out[:budget]
+    wide = width >= 120
+    cols = [("Ratio", 7), ("Class", 15), ("Payload", 11), ("Unique", 11)]
+    if wide:
+        cols += [("Sends", 9), ("Per-copy dup", 13), ("Repeated", 11), ("Trivial", 11)]
+    fixed = sum(w + 1 for _, w in cols)
+    name_w = max(width - fixed - 2, 10)
+    header = Text("  " + f"{'Edge':<{name_w}}", style="dim")
+    for name, w in cols:
+        header.append(" " + (f"{name:<{w}}" if name == "Class" else f"{name:>{w}}"), style="dim")
+    out.append(header)
+    room = budget - len(out)
+    show = edges if len(edges) <= room else edges[: max(room - 1, 0)]
+    for e in show:
+        name = _pair(str(e.get("src", DASH)), str(e.get("dst", DASH)), name_w)
+        cls = str(e.get("class", DASH))
+        t = Text("  " + f"{name:<{name_w}}")
+        t.append(" " + f"{fmt_ratio(e.get('dup_ratio')):>7}", style="bold")
+        t.append(" " + f"{cls[:15]:<15}", style=CLASS_STYLE.get(cls, ""))
+        t.append(f" {fmt_bytes(e.get('payload_bytes')):>11} {fmt_bytes(e.get('unique_bytes')):>11}")
+        if wide:
+            t.append(f" {fmt_count(e.get('sends')):>9}"
+                     f" {fmt_bytes(e.get('per_copy_duplicate_bytes')):>13}"
+                     f" {fmt_bytes(e.get('repeated_content_bytes')):>11}"
+                     f" {fmt_bytes(e.get('trivial_bytes')):>11}")
+        out.append(t)
+    if len(show) < len(edges):
+        out.append(Text(f"  … {len(edges) - len(show)} more edge rows (see the final report / --json)",
+                        style="dim"))
+    return out
+
+
+def _top(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
+    dups = [d for d in snap.get("top_duplicates") or [] if isinstance(d, dict)]
+    if not dups:
+        return []
+    out = [Text("Top duplicated payloads", style="bold")]
+    for i, d in enumerate(dups[: budget - 1], 1):
+        sends = [s for s in d.get("sends") or [] if isinstance(s, dict)]
+        pairs: list[str] = []
+        for s in sends:
+            p = f"{s.get('src_node', s.get('src', DASH))}→{s.get('dst_node', s.get('dst', DASH))}"
+            if p not in pairs:
+                pairs.append(p)
+        f = next((s.get("file_name") for s in sends if s.get("file_name")), None)
+        t = Text(f"  {i}. ")
+        t.append(f"{fmt_bytes(d.get('size'))} × {fmt_count(d.get('sends_total'))}", style="bold")
+        t.append(f"  repeats {fmt_bytes(d.get('duplicate_bytes'))}  {', '.join(pairs[:3])}"
+                 + (f" +{len(pairs) - 3}" if len(pairs) > 3 else ""))
+        if f:
+            t.append(f"  {f}", style="dim")
+        out.append(t)
+    return out
+
+
+# ------------------------------------------------------------------ plain mode
+
+
+def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
+    """One line per interval for logs: time, backend, rates, ratios, capture health."""
+    snap = snap if isinstance(snap, dict) else {}
+    live = _dict(snap.get("live"))
+    stats = _dict(live.get("stats"))
+    tcp = _dict(snap.get("tcp"))
+    totals = _dict(snap.get("totals"))
+    samples = [s for s in _dict(live.get("rates")).get("samples") or [] if isinstance(s, dict)]
+    last = samples[-1] if samples else {}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now if now is not None else time.time()))
+    parts = [
+        stamp,
+        f"iface={live.get('iface', DASH)}",
+        f"backend={live.get('backend', DASH)}",
+        f"pkts={stats.get('packets_matched', 0)}",
+        f"wire={fmt_bytes(_num(last.get('wire_bytes')))}/s",
+    ]
+    for cls, _ in RATE_ROWS:
+        parts.append(f"{cls}={fmt_bytes(_num(_dict(last.get('classes')).get(cls)))}/s")
+    parts.append(f"ratio={fmt_ratio(totals.get('dup_ratio'))}")
+    parts.append(f"amplification={fmt_ratio(totals.get('amplification'))}")
+    edges = [e for e in snap.get("edges") or [] if isinstance(e, dict)]
+    edges.sort(key=lambda e: -_num(e.get("payload_bytes")))
+    for e in edges[:3]:
+        parts.append(f"{e.get('src')}->{e.get('dst')}:{e.get('class')}={fmt_ratio(e.get('dup_ratio'))}")
+    if len(edges) > 3:
+        parts.append(f"+{len(edges) - 3}edges")
+    parts.append(f"kernel_drops={stats.get('kernel_drops', 0)}")
+    parts.append(f"ring_drops={stats.get('ring_drops', 0)}")
+    parts.append(f"gap_bytes={tcp.get('gap_bytes', 0)}")
+    for err in live.get("errors") or []:
+        parts.append(f"error={' '.join(str(err).split())!r}")
+    return " ".join(str(p).replace("\n", " ") for p in parts)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _pair(src: str, dst: str, width: int) -> str:
+    """`src → dst` in at most `width` cells, shortening both ends alike (both must stay
+    recognisable)."""
+    name = f"{src} → {dst}"
+    if len(name) <= width:
+        return name
+    side = max((width - 3) // 2, 2)
+    cut = lambda s: s if len(s) <= side else s[: side - 1] + "…"  # noqa: E731
+    return f"{cut(src)} → {cut(dst)}"[:width]
+
+
+def _spark(vals: list[float], scale: float, width: int) -> str:
+    vals = vals[-width:]
+    chars = []
+    for v in vals:
+        if v <= 0:
+            chars.append(" " if v == 0 else SPARK[1])
+            continue
+        i = 1 + int((len(SPARK) - 2) * min(v / scale, 1.0) + 0.5)
+        chars.append(SPARK[min(i, len(SPARK) - 1)])
+    return "".join(chars).rjust(width, " ")
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _num(v: Any) -> float:
+    return float(v) if is_number(v) else 0.0

@@ -1,0 +1,579 @@
+//! A live analysis session: the capture source and a `Pipeline` on their own thread.
+//!
+//! The thread reads frames from the source into the pipeline (and, with `--write`, into a
+//! rotating pcapng set) and, every interval, publishes a snapshot JSON: the result so far
+//! (same shape as `smbwire/1`, sends in the window counted provisionally), the source's
+//! counters, and bytes per second per class over the last minutes. The Python side polls
+//! the latest snapshot and renders it; rendering never holds up the capture. `stop` ends the
+//! loop, drains what is queued, and returns the final result of `Pipeline::finish` — the
+//! same figures `smbwire analyze` gives on a capture of the same frames.
+//!
+//! Memory is bounded: the pipeline by its window, the history by `history_seconds`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use super::rotate::{RotatingPcapng, WriteOptions};
+use super::{Backend, LiveError, LiveOptions, LiveSource, LiveStats};
+use crate::accounting::{cat, Accounting};
+use crate::dedupe::Class;
+use crate::pipeline::{Config, Pipeline, PipelineView};
+use crate::report::{self, InputFile};
+
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    pub live: LiveOptions,
+    pub write: Option<WriteOptions>,
+    /// Per-second rate samples kept (the TUI's history).
+    pub history_seconds: usize,
+    /// Snapshot period.
+    pub interval: Duration,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            live: LiveOptions::default(),
+            write: None,
+            history_seconds: 300,
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Payload bytes per second of each class, and wire totals, over one interval.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RateSample {
+    /// End of the interval, seconds since the epoch.
+    pub t: f64,
+    pub seconds: f64,
+    /// Storage-traffic wire bytes and packets per second (the source's exact counters).
+    pub wire_bytes: f64,
+    pub packets: f64,
+    /// Payload bytes per second by class, in `Class::ALL` order (keys are class names).
+    pub classes: std::collections::BTreeMap<&'static str, f64>,
+}
+
+#[derive(Default)]
+struct Published {
+    seq: u64,
+    snapshot: Option<Arc<str>>,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    published: Mutex<Published>,
+    changed: Condvar,
+}
+
+pub struct LiveSession {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<Result<String, String>>>,
+    backend: Backend,
+    fallback_reason: Option<String>,
+    seen: Mutex<u64>,
+}
+
+type Ready = Result<(Backend, Option<String>), LiveError>;
+
+impl LiveSession {
+    /// Opens `iface` (eBPF, else AF_PACKET unless required) and starts the capture thread.
+    /// Errors (permission, no such interface, unwritable `--write` path) come back here.
+    pub fn start(iface: &str, opts: SessionOptions, config: Config) -> Result<LiveSession, LiveError> {
+        let writer = match &opts.write {
+            Some(w) => Some(RotatingPcapng::create(w.clone()).map_err(|e| {
+                LiveError::Io(format!("{}: cannot write capture file: {e}", w.path.display()))
+            })?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            published: Mutex::new(Published::default()),
+            changed: Condvar::new(),
+        });
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Ready>(1);
+        let thread_shared = shared.clone();
+        let iface_owned = iface.to_string();
+        let thread = std::thread::Builder::new()
+            .name("smbwire-live".into())
+            .spawn(move || {
+                // The source is opened on this thread: it is not Send (raw ring pointers).
+                let (source, backend, why) = match super::open(&iface_owned, &opts.live) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        let _ = ready_tx.send(Err(e));
+                        return Err(msg);
+                    }
+                };
+                let _ = ready_tx.send(Ok((backend, why.clone())));
+                let mut cap = Capture::new(iface_owned, source, backend, why, opts, config, writer);
+                Ok(cap.run(&thread_shared))
+            })
+            .map_err(|e| LiveError::Io(format!("cannot start the capture thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok((backend, fallback_reason))) => Ok(LiveSession {
+                shared,
+                thread: Some(thread),
+                backend,
+                fallback_reason,
+                seen: Mutex::new(0),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let why = match thread.join() {
+                    Err(_) => "the capture thread panicked".to_string(),
+                    Ok(Err(e)) => e,
+                    Ok(Ok(_)) => "the capture thread ended early".to_string(),
+                };
+                Err(LiveError::Io(why))
+            }
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Why eBPF is not used, when it is not.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
+    }
+
+    /// The newest snapshot not returned before, waiting up to `timeout` for one.
+    pub fn poll(&self, timeout: Duration) -> Option<Arc<str>> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = self.shared.published.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = self
+            .shared
+            .changed
+            .wait_timeout_while(guard, timeout, |p| p.seq == *seen)
+            .unwrap_or_else(|e| e.into_inner());
+        if guard.seq == *seen {
+            return None;
+        }
+        *seen = guard.seq;
+        guard.snapshot.clone()
+    }
+
+    /// Whether the capture thread has ended on its own (a capture error).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the capture, drains what is queued, and returns the final result JSON.
+    /// A second call returns an error.
+    pub fn stop(&mut self) -> Result<String, String> {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let thread = self.thread.take().ok_or("the live session is already stopped")?;
+        match thread.join() {
+            Ok(r) => r,
+            Err(_) => Err("the capture thread panicked".to_string()),
+        }
+    }
+}
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.stop();
+        }
+    }
+}
+
+/// After a stop, reading goes on until this many empty batches in a row (AF_PACKET hands
+/// a partly filled block over only when its retire timer fires) or `DRAIN_MAX` passes.
+const DRAIN_EMPTY_BATCHES: u32 = 2;
+const DRAIN_MAX: Duration = Duration::from_secs(2);
+const BATCH_WAIT_MS: i32 = 100;
+
+struct Capture {
+    iface: String,
+    source: Box<dyn LiveSource>,
+    backend: Backend,
+    fallback_reason: Option<String>,
+    opts: SessionOptions,
+    pipeline: Option<Pipeline>,
+    writer: Option<RotatingPcapng>,
+    started: Instant,
+    started_wall: f64,
+    frames: u64,
+    captured_bytes: u64,
+    history: VecDeque<RateSample>,
+    prev_classes: [u64; 4],
+    prev_wire: (u64, u64),
+    prev_at: Instant,
+    error: Option<String>,
+}
+
+impl Capture {
+    fn new(
+        iface: String,
+        source: Box<dyn LiveSource>,
+        backend: Backend,
+        fallback_reason: Option<String>,
+        opts: SessionOptions,
+        config: Config,
+        writer: Option<RotatingPcapng>,
+    ) -> Capture {
+        Capture {
+            iface,
+            source,
+            backend,
+            fallback_reason,
+            pipeline: Some(Pipeline::new(&config, None)),
+            writer,
+            started: Instant::now(),
+            started_wall: wall_now(),
+            frames: 0,
+            captured_bytes: 0,
+            history: VecDeque::with_capacity(opts.history_seconds),
+            prev_classes: [0; 4],
+            prev_wire: (0, 0),
+            prev_at: Instant::now(),
+            error: None,
+            opts,
+        }
+    }
+
+    fn run(&mut self, shared: &Shared) -> String {
+        let mut next_snapshot = Instant::now() + self.opts.interval;
+        let mut drain: Option<(Instant, u32)> = None;
+        loop {
+            if drain.is_none() && shared.stop.load(Ordering::SeqCst) {
+                drain = Some((Instant::now(), 0));
+            }
+            if let Some((since, empty)) = drain {
+                if empty >= DRAIN_EMPTY_BATCHES || since.elapsed() >= DRAIN_MAX {
+                    break;
+                }
+            }
+            let wait = next_snapshot
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(BATCH_WAIT_MS as u128) as i32;
+            let n = match self.read_batch(wait) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.error = Some(format!("capture on {} failed: {e}", self.iface));
+                    break;
+                }
+            };
+            if let Some((_, empty)) = drain.as_mut() {
+                *empty = if n == 0 { *empty + 1 } else { 0 };
+            }
+            if Instant::now() >= next_snapshot {
+                next_snapshot += self.opts.interval;
+                if next_snapshot < Instant::now() {
+                    // Fell behind (a long batch): skip missed ticks rather than bursting.
+                    next_snapshot = Instant::now() + self.opts.interval;
+                }
+                self.publish(shared);
+            }
+        }
+        if let Some(w) = self.writer.as_mut() {
+            w.flush();
+        }
+        // A last snapshot, so a poller sees the final counters even on a capture error.
+        self.publish(shared);
+        self.finish()
+    }
+
+    fn read_batch(&mut self, wait_ms: i32) -> std::io::Result<usize> {
+        let pipeline = self.pipeline.as_mut().expect("pipeline lives until finish");
+        let writer = &mut self.writer;
+        let frames = &mut self.frames;
+        let bytes = &mut self.captured_bytes;
+        self.source.next_batch(wait_ms, &mut |f| {
+            *frames += 1;
+            *bytes += f.data.len() as u64;
+            if let Some(w) = writer.as_mut() {
+                w.write(&f);
+            }
+            pipeline.process(&f);
+        })
+    }
+
+    fn input(&self) -> InputFile {
+        InputFile {
+            path: format!("live:{}", self.iface),
+            size_bytes: self.captured_bytes,
+            frames: self.frames,
+        }
+    }
+
+    fn live_section(&self, stats: &LiveStats) -> Value {
+        let mut errors = Vec::new();
+        if let Some(e) = &self.error {
+            errors.push(e.clone());
+        }
+        json!({
+            "iface": self.iface,
+            "backend": self.backend,
+            "fallback_reason": self.fallback_reason,
+            "started": self.started_wall,
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "stats": stats,
+            "write": self.writer.as_ref().map(|w| w.stats()),
+            "errors": errors,
+        })
+    }
+
+    fn publish(&mut self, shared: &Shared) {
+        let Some(pipeline) = self.pipeline.as_ref() else {
+            return;
+        };
+        let view = pipeline.view();
+        let stats = self.source.stats();
+        self.sample(&view, &stats);
+        let mut result = view_result(&view, self.input(), self.started);
+        let mut live = self.live_section(&stats);
+        live["rates"] = json!({
+            "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "samples": self.history,
+        });
+        result["live"] = live;
+        let text: Arc<str> = result.to_string().into();
+        if let Some(w) = self.writer.as_mut() {
+            w.flush();
+        }
+        let mut p = shared.published.lock().unwrap_or_else(|e| e.into_inner());
+        p.seq += 1;
+        p.snapshot = Some(text);
+        shared.changed.notify_all();
+    }
+
+    /// One rate sample: the change in (provisional) payload bytes per class since the last
+    /// one. A block reclassified later (its receiver forwarded it) moves between classes in
+    /// the interval where that is seen; a class never shows a negative rate.
+    fn sample(&mut self, view: &PipelineView, stats: &LiveStats) {
+        let now = Instant::now();
+        let seconds = now.duration_since(self.prev_at).as_secs_f64().max(1e-3);
+        self.prev_at = now;
+        let mut totals = [0u64; 4];
+        for e in &view.dedupe.edges {
+            if let Some(i) = Class::ALL.iter().position(|c| *c == e.class) {
+                totals[i] += e.figures.payload_bytes;
+            }
+        }
+        let mut classes = std::collections::BTreeMap::new();
+        for (i, c) in Class::ALL.iter().enumerate() {
+            let d = totals[i].saturating_sub(self.prev_classes[i]);
+            classes.insert(c.name(), d as f64 / seconds);
+        }
+        self.prev_classes = totals;
+        let wire = (stats.bytes_matched, stats.packets_matched);
+        let sample = RateSample {
+            t: wall_now(),
+            seconds,
+            wire_bytes: wire.0.saturating_sub(self.prev_wire.0) as f64 / seconds,
+            packets: wire.1.saturating_sub(self.prev_wire.1) as f64 / seconds,
+            classes,
+        };
+        self.prev_wire = wire;
+        if self.history.len() >= self.opts.history_seconds.max(1) {
+            self.history.pop_front();
+        }
+        self.history.push_back(sample);
+    }
+
+    fn finish(&mut self) -> String {
+        let stats = self.source.stats();
+        let pipeline = self.pipeline.take().expect("finish once");
+        let results = pipeline.finish(vec![self.input()], Accounting::default(), self.started);
+        let mut v = serde_json::to_value(&results).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+        let mut live = self.live_section(&stats);
+        live["rates"] = json!({
+            "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "samples": self.history,
+        });
+        v["live"] = live;
+        v.to_string()
+    }
+}
+
+/// A snapshot in the shape of the final result (`smbwire/1`), from a `PipelineView`.
+fn view_result(view: &PipelineView, input: InputFile, started: Instant) -> Value {
+    let input_bytes = input.size_bytes;
+    let total = view.accounting.total();
+    let mut warnings = Vec::new();
+    if view.tcp.gap_bytes > 0 {
+        warnings.push(format!(
+            "{} bytes missing from TCP streams in {} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed",
+            view.tcp.gap_bytes, view.tcp.gaps
+        ));
+    }
+    let enc = view.accounting.get(cat::SMB_ENCRYPTED);
+    if enc > 0 {
+        warnings.push(format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"));
+    }
+    let n_anom: u64 = view.anomalies.values().sum();
+    if n_anom > 0 {
+        warnings.push(format!("{n_anom} anomalies in the input (see \"anomalies\")"));
+    }
+    let first = view.first_ts_ns.map(|t| t as f64 / 1e9);
+    let last = view.first_ts_ns.map(|_| view.last_ts_ns as f64 / 1e9);
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut out = Map::new();
+    out.insert("schema".into(), json!(report::SCHEMA));
+    out.insert("smbwire_version".into(), json!(env!("CARGO_PKG_VERSION")));
+    out.insert("snapshot".into(), json!(true));
+    out.insert("inputs".into(), json!([input]));
+    out.insert("window_seconds".into(), json!(view.window_ns as f64 / 1e9));
+    out.insert(
+        "capture".into(),
+        json!({
+            "first_ts": first,
+            "last_ts": last,
+            "duration_seconds": match (first, last) { (Some(a), Some(b)) => b - a, _ => 0.0 },
+        }),
+    );
+    if let Ok(Value::Object(d)) = serde_json::to_value(&view.dedupe) {
+        out.extend(d);
+    }
+    out.insert(
+        "accounting".into(),
+        json!({
+            "categories": view.accounting.iter().map(|(k, v)| (k.to_string(), v)).collect::<std::collections::BTreeMap<_, _>>(),
+            "total_bytes": total,
+            "input_bytes": input_bytes,
+            // Bytes still buffered in reassembly are accounted when they are delivered.
+            "reconciled": total == input_bytes,
+        }),
+    );
+    out.insert("anomalies".into(), json!(view.anomalies));
+    out.insert("tcp".into(), json!(view.tcp));
+    out.insert("smb2".into(), json!(view.smb2));
+    out.insert("warnings".into(), json!(warnings));
+    out.insert(
+        "analysis".into(),
+        json!({
+            "elapsed_seconds": elapsed,
+            "frames": view.frames,
+            "bytes_per_second": if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
+        }),
+    );
+    Value::Object(out)
+}
+
+fn wall_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_interface_fails_at_start_and_leaves_no_thread() {
+        let r = LiveSession::start("smbwire-no-such-if0", SessionOptions::default(), Config::default());
+        match r {
+            Err(LiveError::NoSuchInterface(i)) => assert_eq!(i, "smbwire-no-such-if0"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("opened a missing interface"),
+        }
+    }
+
+    #[test]
+    fn unwritable_capture_path_fails_at_start() {
+        let opts = SessionOptions {
+            write: Some(WriteOptions {
+                path: "/nonexistent-dir-smbwire/x.pcapng".into(),
+                size_limit: 0,
+                count: 1,
+                snaplen: 100,
+            }),
+            ..Default::default()
+        };
+        match LiveSession::start("lo", opts, Config::default()) {
+            Err(LiveError::Io(msg)) => assert!(msg.contains("cannot write capture file"), "{msg}"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("started with an unwritable capture path"),
+        }
+    }
+}
+
+/// Real capture on the loopback interface (needs root: CI runs as root).
+#[cfg(test)]
+mod capture_tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    fn run_on_lo(force_af_packet: bool) {
+        if !is_root() {
+            eprintln!("not root: live capture test not run");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut opts = SessionOptions {
+            interval: Duration::from_millis(200),
+            history_seconds: 3,
+            ..Default::default()
+        };
+        opts.live.tcp_ports = vec![port];
+        opts.live.force_af_packet = force_af_packet;
+        opts.live.promisc = false;
+        let mut s = LiveSession::start("lo", opts, Config::default()).expect("start on lo");
+        assert_eq!(s.backend() == Backend::AfPacket, force_af_packet || s.fallback_reason().is_some());
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            c.read_to_end(&mut buf).unwrap();
+            buf.len()
+        });
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(&[0x5a; 100_000]).unwrap();
+        drop(c);
+        assert_eq!(server.join().unwrap(), 100_000);
+        let snap = s.poll(Duration::from_secs(5)).expect("a snapshot within 5 s");
+        let snap: Value = serde_json::from_str(&snap).unwrap();
+        assert_eq!(snap["snapshot"], json!(true));
+        assert_eq!(snap["schema"], json!(report::SCHEMA));
+        // Samples are bounded by history_seconds.
+        std::thread::sleep(Duration::from_millis(1000));
+        let snap: Value = serde_json::from_str(&s.poll(Duration::from_secs(2)).unwrap()).unwrap();
+        assert!(snap["live"]["rates"]["samples"].as_array().unwrap().len() <= 3);
+        let t = Instant::now();
+        let fin: Value = serde_json::from_str(&s.stop().expect("final result")).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "stop took {:?}", t.elapsed());
+        assert!(s.is_finished());
+        assert!(s.stop().is_err(), "second stop");
+        assert!(fin.get("snapshot").is_none());
+        let stats = &fin["live"]["stats"];
+        assert!(stats["bytes_matched"].as_u64().unwrap() >= 100_000, "{stats}");
+        let frames = fin["inputs"][0]["frames"].as_u64().unwrap();
+        assert!(frames > 0);
+        assert_eq!(fin["analysis"]["frames"].as_u64().unwrap(), frames);
+        assert_eq!(fin["accounting"]["reconciled"], json!(true), "{}", fin["accounting"]);
+    }
+
+    #[test]
+    fn session_on_loopback_ebpf_or_fallback() {
+        run_on_lo(false);
+    }
+
+    #[test]
+    fn session_on_loopback_af_packet() {
+        run_on_lo(true);
+    }
+}

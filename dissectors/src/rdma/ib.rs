@@ -1,0 +1,383 @@
+//! InfiniBand transport headers as carried by RoCEv1 and RoCEv2 (IBTA vol. 1 §9.2, §9.3;
+//! Annex A16/A17): the Base Transport Header and the extended transport headers that follow it
+//! per opcode (RETH, AETH, IETH, ImmDt, DETH, AtomicETH, AtomicAckETH), then the payload,
+//! `PadCnt` pad bytes and the 4-byte ICRC.
+
+use std::fmt;
+
+/// Why a packet was refused. `name()` is the anomaly raised by the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// Shorter than BTH + extension headers + pad + ICRC.
+    Truncated,
+    /// An opcode the transport does not define (reserved values, CNP, vendor opcodes).
+    UnknownOpcode,
+}
+
+impl Error {
+    pub fn name(self) -> &'static str {
+        match self {
+            Error::Truncated => "ib.truncated",
+            Error::UnknownOpcode => "ib.unknown_opcode",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+pub const BTH_LEN: usize = 12;
+pub const RETH_LEN: usize = 16;
+pub const AETH_LEN: usize = 4;
+pub const IETH_LEN: usize = 4;
+pub const IMMDT_LEN: usize = 4;
+pub const DETH_LEN: usize = 8;
+pub const ICRC_LEN: usize = 4;
+/// The GSI queue pair, which carries Communication Management MADs (IBTA §13.5.1).
+pub const QP1: u32 = 1;
+
+/// RC opcodes (IBTA Table 38, transport 000); UC uses the same low bits with transport 001.
+pub mod opcode {
+    pub const SEND_FIRST: u8 = 0x00;
+    pub const SEND_MIDDLE: u8 = 0x01;
+    pub const SEND_LAST: u8 = 0x02;
+    pub const SEND_LAST_WITH_IMMEDIATE: u8 = 0x03;
+    pub const SEND_ONLY: u8 = 0x04;
+    pub const SEND_ONLY_WITH_IMMEDIATE: u8 = 0x05;
+    pub const RDMA_WRITE_FIRST: u8 = 0x06;
+    pub const RDMA_WRITE_MIDDLE: u8 = 0x07;
+    pub const RDMA_WRITE_LAST: u8 = 0x08;
+    pub const RDMA_WRITE_LAST_WITH_IMMEDIATE: u8 = 0x09;
+    pub const RDMA_WRITE_ONLY: u8 = 0x0A;
+    pub const RDMA_WRITE_ONLY_WITH_IMMEDIATE: u8 = 0x0B;
+    pub const RDMA_READ_REQUEST: u8 = 0x0C;
+    pub const RDMA_READ_RESPONSE_FIRST: u8 = 0x0D;
+    pub const RDMA_READ_RESPONSE_MIDDLE: u8 = 0x0E;
+    pub const RDMA_READ_RESPONSE_LAST: u8 = 0x0F;
+    pub const RDMA_READ_RESPONSE_ONLY: u8 = 0x10;
+    pub const ACKNOWLEDGE: u8 = 0x11;
+    pub const ATOMIC_ACKNOWLEDGE: u8 = 0x12;
+    pub const COMPARE_SWAP: u8 = 0x13;
+    pub const FETCH_ADD: u8 = 0x14;
+    pub const SEND_LAST_WITH_INVALIDATE: u8 = 0x16;
+    pub const SEND_ONLY_WITH_INVALIDATE: u8 = 0x17;
+    /// UD transport (011): SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE, with a DETH.
+    pub const UD_SEND_ONLY: u8 = 0x64;
+    pub const UD_SEND_ONLY_WITH_IMMEDIATE: u8 = 0x65;
+}
+
+/// What an opcode is, for the state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Part of a Send message: first/middle/last/only.
+    Send { first: bool, last: bool },
+    RdmaWrite { first: bool, last: bool },
+    ReadRequest,
+    ReadResponse { first: bool, last: bool },
+    Ack,
+    Atomic,
+    /// Unreliable Datagram send (CM MADs on QP1, other UD traffic).
+    UdSend,
+}
+
+/// Extension headers present after the BTH (in wire order: DETH, RETH, AtomicETH, AETH,
+/// AtomicAckETH, ImmDt, IETH).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ext {
+    pub deth: bool,
+    pub reth: bool,
+    pub atomic_eth: bool,
+    pub aeth: bool,
+    pub atomic_ack_eth: bool,
+    pub immdt: bool,
+    pub ieth: bool,
+}
+
+impl Ext {
+    pub fn len(&self) -> usize {
+        usize::from(self.deth) * DETH_LEN
+            + usize::from(self.reth) * RETH_LEN
+            + usize::from(self.atomic_eth) * 28
+            + usize::from(self.aeth) * AETH_LEN
+            + usize::from(self.atomic_ack_eth) * 8
+            + usize::from(self.immdt) * IMMDT_LEN
+            + usize::from(self.ieth) * IETH_LEN
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Kind and extension headers of an opcode; `None` for reserved/unsupported opcodes.
+pub fn describe(op: u8) -> Option<(Kind, Ext)> {
+    use opcode::*;
+    let e = Ext::default();
+    let transport = op >> 5;
+    let low = op & 0x1f;
+    match transport {
+        // RC (000) and UC (001): UC defines only the Send and RDMA Write subset.
+        0 | 1 => {
+            let uc = transport == 1;
+            let r = match low {
+                SEND_FIRST => (Kind::Send { first: true, last: false }, e),
+                SEND_MIDDLE => (Kind::Send { first: false, last: false }, e),
+                SEND_LAST => (Kind::Send { first: false, last: true }, e),
+                SEND_LAST_WITH_IMMEDIATE => (Kind::Send { first: false, last: true }, Ext { immdt: true, ..e }),
+                SEND_ONLY => (Kind::Send { first: true, last: true }, e),
+                SEND_ONLY_WITH_IMMEDIATE => (Kind::Send { first: true, last: true }, Ext { immdt: true, ..e }),
+                RDMA_WRITE_FIRST => (Kind::RdmaWrite { first: true, last: false }, Ext { reth: true, ..e }),
+                RDMA_WRITE_MIDDLE => (Kind::RdmaWrite { first: false, last: false }, e),
+                RDMA_WRITE_LAST => (Kind::RdmaWrite { first: false, last: true }, e),
+                RDMA_WRITE_LAST_WITH_IMMEDIATE => (Kind::RdmaWrite { first: false, last: true }, Ext { immdt: true, ..e }),
+                RDMA_WRITE_ONLY => (Kind::RdmaWrite { first: true, last: true }, Ext { reth: true, ..e }),
+                RDMA_WRITE_ONLY_WITH_IMMEDIATE => {
+                    (Kind::RdmaWrite { first: true, last: true }, Ext { reth: true, immdt: true, ..e })
+                }
+                _ if uc => return None,
+                RDMA_READ_REQUEST => (Kind::ReadRequest, Ext { reth: true, ..e }),
+                RDMA_READ_RESPONSE_FIRST => (Kind::ReadResponse { first: true, last: false }, Ext { aeth: true, ..e }),
+                RDMA_READ_RESPONSE_MIDDLE => (Kind::ReadResponse { first: false, last: false }, e),
+                RDMA_READ_RESPONSE_LAST => (Kind::ReadResponse { first: false, last: true }, Ext { aeth: true, ..e }),
+                RDMA_READ_RESPONSE_ONLY => (Kind::ReadResponse { first: true, last: true }, Ext { aeth: true, ..e }),
+                ACKNOWLEDGE => (Kind::Ack, Ext { aeth: true, ..e }),
+                ATOMIC_ACKNOWLEDGE => (Kind::Ack, Ext { aeth: true, atomic_ack_eth: true, ..e }),
+                COMPARE_SWAP | FETCH_ADD => (Kind::Atomic, Ext { atomic_eth: true, ..e }),
+                SEND_LAST_WITH_INVALIDATE => (Kind::Send { first: false, last: true }, Ext { ieth: true, ..e }),
+                SEND_ONLY_WITH_INVALIDATE => (Kind::Send { first: true, last: true }, Ext { ieth: true, ..e }),
+                _ => return None,
+            };
+            Some(r)
+        }
+        3 => match op {
+            UD_SEND_ONLY => Some((Kind::UdSend, Ext { deth: true, ..e })),
+            UD_SEND_ONLY_WITH_IMMEDIATE => Some((Kind::UdSend, Ext { deth: true, immdt: true, ..e })),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+mod field {
+    use std::ops::Range;
+    pub const OPCODE: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const P_KEY: Range<usize> = 2..4;
+    pub const DEST_QP: Range<usize> = 5..8;
+    pub const ACK_REQ: usize = 8;
+    pub const PSN: Range<usize> = 9..12;
+}
+
+fn be24(b: &[u8]) -> u32 {
+    (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2])
+}
+
+/// Zero-copy view of a BTH and what follows it (payload, pad, ICRC).
+#[derive(Debug, Clone, Copy)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    pub fn new_unchecked(buffer: T) -> Self {
+        Packet { buffer }
+    }
+    /// Refuses a buffer shorter than the BTH.
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        if buffer.as_ref().len() < BTH_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(Packet { buffer })
+    }
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+    pub fn opcode(&self) -> u8 {
+        self.b()[field::OPCODE]
+    }
+    pub fn solicited_event(&self) -> bool {
+        self.b()[field::FLAGS] & 0x80 != 0
+    }
+    pub fn mig_req(&self) -> bool {
+        self.b()[field::FLAGS] & 0x40 != 0
+    }
+    pub fn pad_count(&self) -> u8 {
+        (self.b()[field::FLAGS] >> 4) & 0x03
+    }
+    pub fn tver(&self) -> u8 {
+        self.b()[field::FLAGS] & 0x0f
+    }
+    pub fn p_key(&self) -> u16 {
+        u16::from_be_bytes([self.b()[field::P_KEY.start], self.b()[field::P_KEY.start + 1]])
+    }
+    pub fn dest_qp(&self) -> u32 {
+        be24(&self.b()[field::DEST_QP])
+    }
+    pub fn ack_req(&self) -> bool {
+        self.b()[field::ACK_REQ] & 0x80 != 0
+    }
+    pub fn psn(&self) -> u32 {
+        be24(&self.b()[field::PSN])
+    }
+}
+
+/// RDMA Extended Transport Header (IBTA §9.3.3): where an RDMA Write lands or a Read reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reth {
+    pub va: u64,
+    pub r_key: u32,
+    pub dma_length: u32,
+}
+
+impl Reth {
+    pub fn parse(b: &[u8]) -> Result<Reth, Error> {
+        let b = b.get(..RETH_LEN).ok_or(Error::Truncated)?;
+        Ok(Reth {
+            va: u64::from_be_bytes(b[0..8].try_into().map_err(|_| Error::Truncated)?),
+            r_key: u32::from_be_bytes(b[8..12].try_into().map_err(|_| Error::Truncated)?),
+            dma_length: u32::from_be_bytes(b[12..16].try_into().map_err(|_| Error::Truncated)?),
+        })
+    }
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.va.to_be_bytes());
+        out.extend_from_slice(&self.r_key.to_be_bytes());
+        out.extend_from_slice(&self.dma_length.to_be_bytes());
+    }
+}
+
+/// A BTH packet split into its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr<'a> {
+    pub opcode: u8,
+    pub kind: Kind,
+    pub solicited_event: bool,
+    pub pad_count: u8,
+    pub p_key: u16,
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    pub psn: u32,
+    /// RETH when the opcode carries one.
+    pub reth: Option<Reth>,
+    /// Source QP from the DETH (UD).
+    pub src_qp: Option<u32>,
+    /// BTH + extension headers.
+    pub header_len: usize,
+    pub payload: &'a [u8],
+    /// Pad bytes + ICRC actually present in the buffer.
+    pub trailer_len: usize,
+}
+
+impl<'a> Repr<'a> {
+    /// Parses BTH, extension headers, payload, pad and ICRC. The buffer must end with the ICRC.
+    pub fn parse(b: &'a [u8]) -> Result<Repr<'a>, Error> {
+        let p = Packet::new_checked(b)?;
+        let (kind, ext) = describe(p.opcode()).ok_or(Error::UnknownOpcode)?;
+        let header_len = BTH_LEN + ext.len();
+        let trailer_len = usize::from(p.pad_count()) + ICRC_LEN;
+        if b.len() < header_len + trailer_len {
+            return Err(Error::Truncated);
+        }
+        let mut off = BTH_LEN;
+        let mut src_qp = None;
+        if ext.deth {
+            src_qp = Some(be24(&b[off + 5..off + 8]));
+            off += DETH_LEN;
+        }
+        let reth = if ext.reth { Some(Reth::parse(&b[off..])?) } else { None };
+        Ok(Repr {
+            opcode: p.opcode(),
+            kind,
+            solicited_event: p.solicited_event(),
+            pad_count: p.pad_count(),
+            p_key: p.p_key(),
+            dest_qp: p.dest_qp(),
+            ack_req: p.ack_req(),
+            psn: p.psn(),
+            reth,
+            src_qp,
+            header_len,
+            payload: &b[header_len..b.len() - trailer_len],
+            trailer_len,
+        })
+    }
+}
+
+/// Builds a packet (for tests and the synthesizer): BTH, `ext` bytes as given, payload, pad, a
+/// zero ICRC. `ext` must match the opcode's extension headers.
+pub fn emit(opcode: u8, dest_qp: u32, psn: u32, ack_req: bool, ext: &[u8], payload: &[u8]) -> Vec<u8> {
+    let pad = (4 - payload.len() % 4) % 4;
+    let mut v = Vec::with_capacity(BTH_LEN + ext.len() + payload.len() + pad + ICRC_LEN);
+    v.push(opcode);
+    v.push((pad as u8) << 4);
+    v.extend_from_slice(&0xffffu16.to_be_bytes());
+    v.push(0);
+    v.extend_from_slice(&dest_qp.to_be_bytes()[1..]);
+    v.push(if ack_req { 0x80 } else { 0 });
+    v.extend_from_slice(&psn.to_be_bytes()[1..]);
+    v.extend_from_slice(ext);
+    v.extend_from_slice(payload);
+    v.resize(v.len() + pad + ICRC_LEN, 0);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RDMA_WRITE_FIRST with RETH: every BTH field and the RETH read back.
+    #[test]
+    fn deconstruct_and_construct_bth() {
+        let pkt = emit(opcode::RDMA_WRITE_FIRST, 0x000123, 0xabcdef, true, &{
+            let mut r = Vec::new();
+            Reth { va: 0x1122_3344_5566_7788, r_key: 0xdead_beef, dma_length: 9000 }.emit(&mut r);
+            r
+        }, &[7u8; 1024]);
+        let p = Packet::new_checked(&pkt[..]).unwrap();
+        assert_eq!((p.opcode(), p.dest_qp(), p.psn(), p.ack_req(), p.p_key(), p.pad_count()), (6, 0x123, 0xabcdef, true, 0xffff, 0));
+        let r = Repr::parse(&pkt).unwrap();
+        assert_eq!(r.reth, Some(Reth { va: 0x1122_3344_5566_7788, r_key: 0xdead_beef, dma_length: 9000 }));
+        assert_eq!((r.header_len, r.payload.len(), r.trailer_len), (28, 1024, 4));
+        assert_eq!(r.kind, Kind::RdmaWrite { first: true, last: false });
+    }
+
+    #[test]
+    fn pad_and_short_buffers() {
+        let pkt = emit(opcode::SEND_ONLY, 5, 1, false, &[], b"abcde");
+        let r = Repr::parse(&pkt).unwrap();
+        assert_eq!((r.payload, r.pad_count, r.trailer_len), (&b"abcde"[..], 3, 7));
+        assert_eq!(Repr::parse(&pkt[..15]).unwrap_err(), Error::Truncated);
+        assert_eq!(Repr::parse(&[0x15; 20]).unwrap_err(), Error::UnknownOpcode);
+        assert_eq!(Packet::new_checked(&[0u8; 11][..]).unwrap_err(), Error::Truncated);
+        // A Read Request without room for its RETH.
+        let short = emit(opcode::RDMA_READ_REQUEST, 5, 1, false, &[0; 8], &[]);
+        assert_eq!(Repr::parse(&short).unwrap_err(), Error::Truncated);
+    }
+
+    #[test]
+    fn every_defined_opcode_has_a_consistent_header_length() {
+        for op in 0..=255u8 {
+            if let Some((kind, ext)) = describe(op) {
+                let reth = matches!(kind, Kind::ReadRequest) || matches!(kind, Kind::RdmaWrite { first: true, .. });
+                assert_eq!(ext.reth, reth, "opcode {op:#x}");
+                let aeth = matches!(kind, Kind::Ack) || matches!(kind, Kind::ReadResponse { first, last } if first || last);
+                assert_eq!(ext.aeth, aeth, "opcode {op:#x}");
+            }
+        }
+        assert!(describe(0x15).is_none() && describe(0x2c).is_none() && describe(0x81).is_none());
+    }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+        proptest! {
+            #[test]
+            fn parse_never_panics(data in proptest::collection::vec(any::<u8>(), 0..80)) {
+                if let Ok(r) = Repr::parse(&data) {
+                    prop_assert_eq!(r.header_len + r.payload.len() + r.trailer_len, data.len());
+                }
+            }
+        }
+    }
+}

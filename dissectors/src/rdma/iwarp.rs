@@ -1,0 +1,481 @@
+//! iWARP on TCP: one direction of an MPA connection (RFC 5044) as a TCP stream consumer.
+//!
+//! The stream starts with the MPA Request (initiator) or Reply (responder) frame; FPDUs follow.
+//! Markers (when the peer's frame asked for them) are removed by stream position; the CRC is
+//! checked when negotiated or non-zero; each FPDU's DDP segment is decoded (`ddp`) and:
+//! untagged Sends (QN 0) are reassembled into messages for SMB Direct, RDMA Read Requests
+//! (QN 1) are remembered so Read Responses (tagged to the Sink STag) can be mapped back to the
+//! Source STag/TO (= the SMB2 buffer descriptor's Token/Offset), RDMA Writes are tagged with the
+//! descriptor's Token/Offset directly. After a gap, framing is found again from the next marker
+//! or, without markers, by scanning for a plausible FPDU whose CRC (when present) verifies.
+//!
+//! Accounting: Request/Reply frames → `rdma_cm`; markers, length, pad, CRC and DDP/RDMAP
+//! headers → `rdma_headers`; bytes that could not be framed → `rdma_unparsed`; Send payloads of
+//! SMB Direct → `smbdirect`; of another upper layer → `rdma_other_ulp`; tagged data → linker.
+
+use super::ddp::{self, Buffer, Segment};
+use super::mpa;
+use crate::accounting::cat;
+use crate::frame::FrameCtx;
+use crate::pipeline::Shared;
+use crate::smb2::stream::Parts;
+use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
+use crate::tcp::StreamConsumer;
+use std::net::IpAddr;
+
+/// Bytes scanned for a frame start after a gap before older ones are given up.
+const SCAN_LIMIT: usize = 128 * 1024;
+/// Read Requests remembered per connection.
+const MAX_READS: usize = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for the first bytes: an MPA frame, or FPDUs of a connection already running.
+    Start,
+    /// Collecting the Request/Reply frame (`buf`).
+    Frame,
+    Fpdu,
+    Resync,
+}
+
+pub struct IwarpStream {
+    conn: u64,
+    side: usize,
+    ends: [(IpAddr, u16); 2],
+    /// SMB Direct on this connection: Some(true) by port, decided by the first Send otherwise.
+    smbd: Option<bool>,
+    state: State,
+    /// Stream position relative to the marker base (first octet after the MPA frame).
+    pos: u64,
+    markers: Option<bool>,
+    crc: bool,
+    buf: Vec<u8>,
+    /// Current FPDU: bytes as on the wire (markers included) and without markers.
+    raw: Vec<u8>,
+    logical: Vec<u8>,
+    crc_raw_len: usize,
+    /// Send message being assembled from DDP segments (MSN, bytes).
+    send: Option<(u32, Vec<u8>)>,
+    /// Resync: stream position of `buf[0]`.
+    scan_pos: u64,
+    /// Bytes of this direction's stream known to be missing before framing was found.
+    closed: bool,
+}
+
+impl IwarpStream {
+    /// `side` 0 is the TCP initiator. `smbd`: the connection is on an SMB Direct port.
+    pub fn new(conn: u64, side: usize, ends: [(IpAddr, u16); 2], smbd: bool) -> Self {
+        IwarpStream {
+            conn,
+            side,
+            ends,
+            smbd: smbd.then_some(true),
+            state: State::Start,
+            pos: 0,
+            markers: None,
+            crc: false,
+            buf: Vec::new(),
+            raw: Vec::new(),
+            logical: Vec::new(),
+            crc_raw_len: 0,
+            send: None,
+            scan_pos: 0,
+            closed: false,
+        }
+    }
+
+    fn feed(&mut self, mut input: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+        while !input.is_empty() {
+            let n = match self.state {
+                State::Start => {
+                    if mpa::Frame::parse(&input[..input.len().min(mpa::KEY_LEN)]).is_some() {
+                        self.state = State::Frame;
+                    } else {
+                        sh.anomalies.raise("iwarp.no_mpa_frame");
+                        self.markers = Some(false);
+                        self.enter_resync(0);
+                    }
+                    0
+                }
+                State::Frame => self.frame_bytes(input, sh),
+                State::Fpdu => self.fpdu_bytes(input, ctx, sh),
+                State::Resync => self.resync_bytes(input, ctx, sh),
+            };
+            input = &input[n..];
+        }
+    }
+
+    fn frame_bytes(&mut self, input: &[u8], sh: &mut Shared) -> usize {
+        let want = match mpa::Frame::parse(&self.buf) {
+            Some(Ok(f)) => f.len().min(mpa::FRAME_HEADER_LEN + mpa::MAX_PRIVATE_DATA),
+            _ => mpa::FRAME_HEADER_LEN,
+        };
+        let n = (want - self.buf.len()).min(input.len());
+        self.buf.extend_from_slice(&input[..n]);
+        match mpa::Frame::parse(&self.buf) {
+            None => {
+                // Not MPA after all: give up framing this direction.
+                sh.anomalies.raise("iwarp.bad_mpa_frame");
+                sh.accounting.add(cat::RDMA_UNPARSED, self.buf.len() as u64);
+                self.buf.clear();
+                self.markers = Some(false);
+                self.enter_resync(0);
+            }
+            Some(Ok(f)) if self.buf.len() >= f.len().min(mpa::FRAME_HEADER_LEN + mpa::MAX_PRIVATE_DATA) => {
+                if f.private_data_len as usize > mpa::MAX_PRIVATE_DATA {
+                    sh.anomalies.raise("iwarp.mpa_private_data_too_long");
+                }
+                if f.reply {
+                    sh.rdma.stats.iwarp.mpa_replies += 1;
+                    if f.rejected {
+                        sh.anomalies.raise("iwarp.mpa_rejected");
+                    }
+                } else {
+                    sh.rdma.stats.iwarp.mpa_requests += 1;
+                }
+                sh.accounting.add(cat::RDMA_CM, self.buf.len() as u64);
+                sh.rdma.mpa.entry(self.conn).or_default()[self.side] = Some(f);
+                self.buf.clear();
+                self.pos = 0;
+                self.state = State::Fpdu;
+            }
+            _ => {}
+        }
+        n
+    }
+
+    /// Markers and CRC of this direction, decided at its first FPDU byte (the peer's frame
+    /// was seen by then).
+    fn flags(&mut self, sh: &Shared) -> bool {
+        if let Some(m) = self.markers {
+            return m;
+        }
+        let frames = sh.rdma.mpa.get(&self.conn).copied().unwrap_or_default();
+        let peer = frames[1 - self.side];
+        let mine = frames[self.side];
+        let m = peer.is_some_and(|f| f.markers);
+        self.crc = peer.is_some_and(|f| f.crc) || mine.is_some_and(|f| f.crc);
+        self.markers = Some(m);
+        m
+    }
+
+    fn fpdu_bytes(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared) -> usize {
+        let markers = self.flags(sh);
+        let m = self.pos % mpa::MARKER_INTERVAL;
+        if markers && m < mpa::MARKER_LEN as u64 {
+            let n = ((mpa::MARKER_LEN as u64 - m) as usize).min(input.len());
+            if m == 0 {
+                sh.rdma.stats.iwarp.markers += 1;
+            }
+            self.raw.extend_from_slice(&input[..n]);
+            sh.accounting.add(cat::RDMA_HEADERS, n as u64);
+            self.pos += n as u64;
+            return n;
+        }
+        let need = if self.logical.len() >= 2 {
+            mpa::fpdu_len(usize::from(u16::from_be_bytes([self.logical[0], self.logical[1]])))
+        } else {
+            2
+        };
+        let mut n = (need - self.logical.len()).min(input.len());
+        if need > 2 && self.logical.len() < need - mpa::CRC_LEN {
+            // Stop where the CRC field starts: the CRC covers the raw bytes before it.
+            n = n.min(need - mpa::CRC_LEN - self.logical.len());
+        }
+        if markers {
+            n = n.min((mpa::MARKER_INTERVAL - m) as usize);
+        }
+        self.raw.extend_from_slice(&input[..n]);
+        self.logical.extend_from_slice(&input[..n]);
+        self.pos += n as u64;
+        if self.logical.len() + mpa::CRC_LEN == need && need > 2 {
+            self.crc_raw_len = self.raw.len();
+        }
+        if self.logical.len() == need && need > 2 {
+            self.on_fpdu(ctx, sh);
+        }
+        n
+    }
+
+    fn on_fpdu(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+        let logical = std::mem::take(&mut self.logical);
+        let raw = std::mem::take(&mut self.raw);
+        let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
+        sh.rdma.stats.iwarp.mpa_fpdus += 1;
+        let crc_field = &logical[logical.len() - mpa::CRC_LEN..];
+        if self.crc || crc_field != [0; 4] {
+            let want = mpa::crc32c(&raw[..self.crc_raw_len.min(raw.len())]).to_le_bytes();
+            if want != crc_field {
+                sh.rdma.stats.iwarp.crc_errors += 1;
+                sh.anomalies.raise("iwarp.crc_error");
+            }
+        }
+        let ulpdu = &logical[2..2 + l];
+        let framing = (logical.len() - l) as u64;
+        sh.accounting.add(cat::RDMA_HEADERS, framing);
+        self.on_segment(ulpdu, ctx, sh);
+        self.raw = raw;
+        self.raw.clear();
+        self.logical = logical;
+        self.logical.clear();
+    }
+
+    fn conn<'a>(&self, sh: &'a mut Shared) -> (Parts<'a>, &'a mut super::RdmaState) {
+        let Shared { anomalies, accounting, smb, dedupe, rdma } = sh;
+        (Parts { anomalies, accounting, smb, sink: dedupe }, rdma)
+    }
+
+    fn on_segment(&mut self, ulpdu: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+        let seg = match Segment::parse(ulpdu) {
+            Ok(s) => s,
+            Err(e) => {
+                sh.anomalies.raise(e.name());
+                sh.accounting.add(cat::RDMA_UNPARSED, ulpdu.len() as u64);
+                return;
+            }
+        };
+        *sh.rdma.stats.iwarp.opcodes.entry(format!("0x{:02x}", seg.opcode)).or_insert(0) += 1;
+        sh.accounting.add(cat::RDMA_HEADERS, seg.header_len as u64);
+        let payload = seg.payload;
+        let (conn_id, side, ends) = (self.conn, self.side, self.ends);
+        match (seg.opcode, seg.buffer) {
+            (op, Buffer::Untagged { qn: 0, msn, mo, .. }) if ddp::opcode::is_send(op) => {
+                let msg: Option<Vec<u8>> = match self.send.take() {
+                    None if mo == 0 && seg.last => None,
+                    None if mo == 0 => {
+                        self.send = Some((msn, payload.to_vec()));
+                        return;
+                    }
+                    Some((m, mut buf)) if m == msn && mo as usize == buf.len() && buf.len() + payload.len() <= MAX_FRAGMENTED_SIZE => {
+                        buf.extend_from_slice(payload);
+                        if !seg.last {
+                            self.send = Some((m, buf));
+                            return;
+                        }
+                        Some(buf)
+                    }
+                    other => {
+                        sh.anomalies.raise("iwarp.send_segment_lost");
+                        let held = other.map(|(_, b)| b.len()).unwrap_or(0);
+                        sh.accounting.add(cat::SMB_UNPARSED, (held + payload.len()) as u64);
+                        let (mut p, rdma) = self.conn(sh);
+                        if let Some(c) = rdma.conns.get_mut(&conn_id) {
+                            c.lost(side, &mut p);
+                        }
+                        return;
+                    }
+                };
+                let msg: &[u8] = msg.as_deref().unwrap_or(payload);
+                if self.smbd.is_none() {
+                    self.smbd = Some(looks_like_smbdirect(msg));
+                }
+                if self.smbd != Some(true) {
+                    sh.accounting.add(cat::RDMA_OTHER_ULP, msg.len() as u64);
+                    return;
+                }
+                let (mut p, rdma) = self.conn(sh);
+                let c = rdma.conns.entry(conn_id).or_insert_with(|| {
+                    rdma.stats.smbdirect_connections += 1;
+                    SmbdConn::new(conn_id, ends, None)
+                });
+                c.on_send(side, msg, ctx, &mut p, &mut rdma.stats);
+            }
+            (ddp::opcode::READ_REQUEST, Buffer::Untagged { qn: 1, .. }) => {
+                sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64);
+                match ddp::ReadRequest::parse(payload) {
+                    Ok(r) => {
+                        let list = sh.rdma.iwarp_reads.entry(conn_id).or_default();
+                        if list.len() >= MAX_READS {
+                            list.pop_front();
+                        }
+                        list.push_back(r);
+                    }
+                    Err(e) => sh.anomalies.raise(e.name()),
+                }
+            }
+            (ddp::opcode::WRITE, Buffer::Tagged { stag, to }) => self.tagged(stag, to, payload, ctx, sh),
+            (ddp::opcode::READ_RESPONSE, Buffer::Tagged { stag, to }) => {
+                let mapped = sh.rdma.iwarp_reads.get(&conn_id).and_then(|l| {
+                    l.iter()
+                        .rev()
+                        .find(|r| r.sink_stag == stag && to >= r.sink_to && to - r.sink_to < u64::from(r.size))
+                        .map(|r| (r.src_stag, r.src_to + (to - r.sink_to)))
+                });
+                match mapped {
+                    Some((token, va)) => self.tagged(token, va, payload, ctx, sh),
+                    None if self.smbd == Some(true) => {
+                        sh.anomalies.raise("iwarp.read_response_without_request");
+                        sh.rdma.stats.unlinked_bytes += payload.len() as u64;
+                        sh.accounting.add(cat::RDMA_UNLINKED, payload.len() as u64);
+                    }
+                    None => sh.accounting.add(cat::RDMA_OTHER_ULP, payload.len() as u64),
+                }
+            }
+            _ => sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64),
+        }
+    }
+
+    fn tagged(&mut self, token: u32, va: u64, payload: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+        if self.smbd != Some(true) {
+            sh.accounting.add(cat::RDMA_OTHER_ULP, payload.len() as u64);
+            return;
+        }
+        let (conn_id, side, ends) = (self.conn, self.side, self.ends);
+        let (mut p, rdma) = self.conn(sh);
+        let c = rdma.conns.entry(conn_id).or_insert_with(|| {
+            rdma.stats.smbdirect_connections += 1;
+            SmbdConn::new(conn_id, ends, None)
+        });
+        c.rdma_data(side, token, va, payload, ctx, &mut p, &mut rdma.stats);
+    }
+
+    fn enter_resync(&mut self, pos: u64) {
+        self.state = State::Resync;
+        self.scan_pos = pos;
+        self.buf.clear();
+        self.raw.clear();
+        self.logical.clear();
+    }
+
+    /// Is an FPDU at `b[0..]`? None = need more bytes.
+    fn candidate(b: &[u8]) -> Option<bool> {
+        if b.len() < 2 + ddp::TAGGED_HEADER_LEN {
+            return None;
+        }
+        let l = usize::from(u16::from_be_bytes([b[0], b[1]]));
+        if l < ddp::TAGGED_HEADER_LEN {
+            return Some(false);
+        }
+        let head = &b[2..(2 + l).min(b.len())];
+        match Segment::parse(&head[..head.len().min(ddp::UNTAGGED_HEADER_LEN)]) {
+            Ok(_) | Err(ddp::Error::Truncated) => {}
+            Err(_) => return Some(false),
+        }
+        let total = mpa::fpdu_len(l);
+        if b.len() < total {
+            return None;
+        }
+        if Segment::parse(&b[2..2 + l]).is_err() {
+            return Some(false);
+        }
+        let crc = &b[total - mpa::CRC_LEN..total];
+        Some(crc == [0; 4] || mpa::crc32c(&b[..total - mpa::CRC_LEN]).to_le_bytes() == crc)
+    }
+
+    fn resync_bytes(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared) -> usize {
+        let take = input.len().min(SCAN_LIMIT);
+        self.buf.extend_from_slice(&input[..take]);
+        let markers = self.markers == Some(true);
+        let mut i = 0;
+        let mut found = None;
+        while i < self.buf.len() {
+            let pos = self.scan_pos + i as u64;
+            if markers {
+                // The next marker says where its FPDU starts.
+                let to_marker = ((mpa::MARKER_INTERVAL - pos % mpa::MARKER_INTERVAL) % mpa::MARKER_INTERVAL) as usize;
+                let at = i + to_marker;
+                if at + mpa::MARKER_LEN > self.buf.len() {
+                    break;
+                }
+                let ptr = u64::from(u16::from_be_bytes([self.buf[at + 2], self.buf[at + 3]]));
+                let marker_pos = self.scan_pos + at as u64;
+                if let Some(start) = marker_pos.checked_sub(ptr).filter(|s| *s >= self.scan_pos) {
+                    found = Some((start - self.scan_pos) as usize);
+                    break;
+                }
+                i = at + mpa::MARKER_LEN;
+                continue;
+            }
+            match Self::candidate(&self.buf[i..]) {
+                Some(true) => {
+                    found = Some(i);
+                    break;
+                }
+                Some(false) => i += 1,
+                None => break,
+            }
+        }
+        match found {
+            Some(start) => {
+                sh.accounting.add(cat::RDMA_UNPARSED, start as u64);
+                sh.rdma.stats.iwarp.resyncs += 1;
+                let rest = self.buf.split_off(start);
+                self.buf.clear();
+                self.pos = self.scan_pos + start as u64;
+                self.state = State::Fpdu;
+                self.feed(&rest, ctx, sh);
+            }
+            None => {
+                // Keep what may still hold a frame start; the rest is unparsed.
+                let drop = if self.buf.len() > SCAN_LIMIT { self.buf.len() - SCAN_LIMIT } else { i.min(self.buf.len()) };
+                sh.accounting.add(cat::RDMA_UNPARSED, drop as u64);
+                self.buf.drain(..drop);
+                self.scan_pos += drop as u64;
+            }
+        }
+        take
+    }
+
+    fn drop_partial(&mut self, sh: &mut Shared) {
+        // Markers inside `raw` were accounted as they passed; logical bytes were not.
+        sh.accounting.add(cat::RDMA_UNPARSED, (self.logical.len() + self.buf.len()) as u64);
+        if let Some((_, b)) = self.send.take() {
+            sh.accounting.add(cat::SMB_UNPARSED, b.len() as u64);
+        }
+        let (mut p, rdma) = self.conn(sh);
+        if let Some(c) = rdma.conns.get_mut(&self.conn) {
+            c.lost(self.side, &mut p);
+        }
+        self.raw.clear();
+        self.logical.clear();
+        self.buf.clear();
+    }
+}
+
+impl StreamConsumer<Shared> for IwarpStream {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+        self.feed(bytes, ctx, sh);
+    }
+
+    fn gap(&mut self, missing: u64, _ctx: &FrameCtx, sh: &mut Shared) {
+        if missing == 0 {
+            return;
+        }
+        sh.rdma.stats.gaps += 1;
+        sh.anomalies.raise("iwarp.gap");
+        let pos = match self.state {
+            State::Resync => self.scan_pos + self.buf.len() as u64,
+            _ => self.pos,
+        };
+        self.drop_partial(sh);
+        if self.markers.is_none() {
+            self.markers = Some(false);
+        }
+        self.enter_resync(pos + missing);
+    }
+
+    fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        if !self.logical.is_empty() || !self.buf.is_empty() {
+            sh.anomalies.raise("iwarp.stream_ended_mid_fpdu");
+        }
+        self.drop_partial(sh);
+        let both = {
+            let n = sh.rdma.iwarp_closed.entry(self.conn).or_insert(0);
+            *n += 1;
+            *n >= 2
+        };
+        if both {
+            sh.rdma.iwarp_closed.remove(&self.conn);
+            sh.rdma.mpa.remove(&self.conn);
+            sh.rdma.iwarp_reads.remove(&self.conn);
+            let (mut p, rdma) = self.conn(sh);
+            if let Some(mut c) = rdma.conns.remove(&self.conn) {
+                c.close(ctx, &mut p, &mut rdma.stats);
+            }
+        }
+    }
+}

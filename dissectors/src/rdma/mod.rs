@@ -1,0 +1,126 @@
+//! RDMA transports that carry SMB Direct: InfiniBand transport headers over RoCEv2 (UDP 4791)
+//! and RoCEv1 (EtherType 0x8915), and iWARP (MPA/DDP/RDMAP over TCP).
+//!
+//! - `ib`, `cm`: wire records of the IB transport (BTH and extension headers) and CM MADs.
+//! - `mpa`, `ddp`: wire records of iWARP.
+//! - `psn`: per-QP PSN window (retransmissions, gaps).
+//! - `roce`: queue pairs, their upper layer (from CM or inferred), RDMA Read/Write contexts.
+//! - `iwarp`: the MPA stream consumer riding TCP reassembly.
+//!
+//! SMB Direct itself (messages, reassembly, payload linking) is in `crate::smbdirect`.
+//! `RdmaState` lives in the pipeline's `Shared`; `RdmaStats` is the report's `"rdma"` section.
+
+pub mod cm;
+pub mod ddp;
+pub mod ib;
+pub mod iwarp;
+pub mod mpa;
+pub mod psn;
+pub mod roce;
+
+use crate::frame::FrameCtx;
+use crate::smb2::stream::Parts;
+use crate::smbdirect::SmbdConn;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SmbDirectStats {
+    pub negotiate_requests: u64,
+    pub negotiate_responses: u64,
+    pub data_messages: u64,
+    /// Sum of DataLength over data transfer messages (fragments counted individually).
+    pub data_length_sum: u64,
+    /// Sums of CreditsGranted / CreditsRequested over all messages that carry them.
+    pub credits_granted: u64,
+    pub credits_requested: u64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct IwarpStats {
+    /// RDMAP opcode ("0x03") → DDP segments.
+    pub opcodes: BTreeMap<String, u64>,
+    pub mpa_requests: u64,
+    pub mpa_replies: u64,
+    pub mpa_fpdus: u64,
+    pub markers: u64,
+    pub crc_errors: u64,
+    /// Times framing was lost (gap, bad FPDU) and found again.
+    pub resyncs: u64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct InfinibandStats {
+    /// BTH opcode (decimal, like tshark's infiniband.bth.opcode) → packets.
+    pub bth_opcodes: BTreeMap<String, u64>,
+    pub packets: u64,
+    pub cm_requests: u64,
+    pub cm_replies: u64,
+}
+
+/// The `"rdma"` section of the report.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RdmaStats {
+    pub smbdirect: SmbDirectStats,
+    pub iwarp: IwarpStats,
+    pub infiniband: InfinibandStats,
+    /// Queue pairs seen (RoCE), by receiving (address, QPN).
+    pub qps: u64,
+    /// SMB Direct connections (iWARP TCP connections and RoCE QP pairs).
+    pub smbdirect_connections: u64,
+    /// RDMA transfers linked to an SMB2 WRITE/READ, hashed and sent to dedupe, and their bytes.
+    pub linked_transfers: u64,
+    pub linked_bytes: u64,
+    /// Transfers with missing bytes (not hashed), and transfers of which nothing was seen.
+    pub incomplete_transfers: u64,
+    pub unseen_transfers: u64,
+    /// RDMA data bytes of SMB Direct connections not linked to any request.
+    pub unlinked_bytes: u64,
+    /// PSNs never seen (RoCE) plus gaps in iWARP TCP streams.
+    pub gaps: u64,
+    pub retransmitted_bytes: u64,
+}
+
+/// RDMA state of a run, in the pipeline's `Shared`.
+#[derive(Default)]
+pub struct RdmaState {
+    pub stats: RdmaStats,
+    /// SMB Direct connections by id.
+    pub conns: HashMap<u64, SmbdConn>,
+    /// MPA Request/Reply frames of iWARP connections, by conn id and sending side.
+    pub mpa: HashMap<u64, [Option<mpa::Frame>; 2]>,
+    pub roce: roce::Roce,
+    /// iWARP RDMA Read Requests by conn id (Read Responses are mapped back through them).
+    pub iwarp_reads: HashMap<u64, std::collections::VecDeque<ddp::ReadRequest>>,
+    /// iWARP connections: directions closed so far.
+    pub iwarp_closed: HashMap<u64, u8>,
+}
+
+/// Conn ids of RoCE connections start here, apart from TCP connection ids.
+pub const ROCE_CONN_BASE: u64 = 1 << 40;
+
+impl RdmaState {
+    pub fn new() -> Self {
+        RdmaState::default()
+    }
+
+    /// A RoCE packet (BTH through ICRC) from `src` to `dst`; accounts every byte of `bth`.
+    pub fn roce(&mut self, src: std::net::IpAddr, dst: std::net::IpAddr, bth: &[u8], ctx: &FrameCtx, p: &mut Parts) {
+        roce::packet(self, src, dst, bth, ctx, p);
+    }
+
+    /// End of input: close every connection (open transfers end, leftovers are accounted).
+    pub fn finish(&mut self, ctx: &FrameCtx, p: &mut Parts) {
+        roce::finish(self, p);
+        let mut ids: Vec<u64> = self.conns.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(mut c) = self.conns.remove(&id) {
+                c.close(ctx, p, &mut self.stats);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,285 @@
+"""`smbwire live` end to end on real Samba traffic.
+
+The real-traffic lab (tests/realtraffic/netlab.py) mirrors two smbd nodes' traffic onto the
+span veth; `smbwire live` runs in the monitor namespace on `span1` (mirrored frames arrive
+there as ingress, where the eBPF program is attached), while tcpdump captures the same span.
+A known workload runs; the live final JSON must match the workload's truth and equal
+`smbwire analyze` on the tcpdump capture. Then: nothing of ours stays in the kernel after a
+normal exit, SIGTERM or SIGKILL; missing privileges and a refused eBPF are one clear line.
+
+Needs root (CI runs as root): the lab raises, never skips, when it cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from realtraffic.analyzer_cli import analyze, analyzer_command, edge_sum
+from realtraffic.netlab import Lab, check_prerequisites
+from realtraffic.workloads import CHUNKS, REDIRECTION, REPLICATION, W, copies, redirect
+
+PROGRAM = "smbwire_tc"
+SPAN = "span1"
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=60)
+
+
+def bpftool_json(*args):
+    return json.loads(sh("bpftool", "-j", *args).stdout or "[]")
+
+
+def our_progs() -> set[int]:
+    return {p["id"] for p in bpftool_json("prog", "show") if p.get("name") == PROGRAM}
+
+
+def links_of(prog_ids: set[int]) -> set[int]:
+    return {l["id"] for l in bpftool_json("link", "show") if l.get("prog_id") in prog_ids}
+
+
+def tc_ingress(lab: Lab) -> str:
+    return sh("ip", "netns", "exec", lab.mon, "tc", "filter", "show", "dev", SPAN, "ingress").stdout.strip()
+
+
+def qdiscs(lab: Lab) -> str:
+    return sh("ip", "netns", "exec", lab.mon, "tc", "qdisc", "show", "dev", SPAN).stdout
+
+
+class LiveProc:
+    """`smbwire live` in the monitor namespace; `ip netns exec` execs it, so pid is ours."""
+
+    def __init__(self, lab: Lab, out_dir: Path, *args: str):
+        self.json = out_dir / "live.json"
+        self.stdout = open(out_dir / "live.stdout", "w+")
+        self.stderr_path = out_dir / "live.stderr"
+        self.stderr = open(self.stderr_path, "w+")
+        cmd = ["ip", "netns", "exec", lab.mon, *analyzer_command(), "live", "-i", SPAN, "--plain",
+               "--json", str(self.json), *args]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stderr)
+        deadline = time.monotonic() + 30
+        while "capturing on" not in self.err():
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"smbwire live did not start ({self.p.poll()}): {self.err()}")
+            time.sleep(0.05)
+
+    def err(self) -> str:
+        return self.stderr_path.read_text()
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.p.wait(timeout=timeout)
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+                self.p.wait()
+            self.stdout.close()
+            self.stderr.close()
+
+    def result(self) -> dict:
+        return json.loads(self.json.read_text())
+
+    def status_lines(self) -> list[str]:
+        return [l for l in Path(self.stdout.name).read_text().splitlines() if " iface=" in l]
+
+
+@pytest.fixture(scope="module")
+def ready():
+    check_prerequisites()
+
+
+def run_workloads(lab: Lab) -> None:
+    for w in (copies(3), redirect()):
+        for r in w.runs:
+            lab.run_client(r.node, r.server, r.ops)
+
+
+def compare_with_analyze(live: dict, offline: dict) -> None:
+    key = lambda e: (e["src"], e["dst"], e["class"])  # noqa: E731
+    strip = lambda e: {k: v for k, v in e.items()}  # noqa: E731
+    assert sorted(map(key, live["edges"])) == sorted(map(key, offline["edges"]))
+    off = {key(e): e for e in offline["edges"]}
+    for e in live["edges"]:
+        assert strip(e) == strip(off[key(e)]), key(e)
+    for k in ("payload_bytes", "unique_bytes", "nontrivial_bytes", "sends", "per_copy_duplicate_bytes",
+              "repeated_content_bytes", "trivial_bytes", "dup_ratio", "globally_unique_bytes", "amplification"):
+        assert live["totals"][k] == offline["totals"][k], k
+    assert [(d["digest"], d["sends_total"]) for d in live["top_duplicates"]] == \
+        [(d["digest"], d["sends_total"]) for d in offline["top_duplicates"]]
+    assert live["smb2"]["write_req_pdus"] == offline["smb2"]["write_req_pdus"]
+
+
+def check_truth(r: dict) -> None:
+    # copies(3): n1 -> n2, 3 back-to-back copies of W: replication, ratio 3.
+    # redirect(): n1 -> n2 W, forwarded by n2: redirection; n2 -> n1 two copies: replication, ratio 2.
+    rows = {(e["src"], e["dst"], e["class"]): e for e in r["edges"]}
+    rep12 = rows[("n1", "n2", REPLICATION)]
+    assert rep12["payload_bytes"] == 3 * W and rep12["unique_bytes"] == W
+    assert rep12["per_copy_duplicate_bytes"] == 2 * W and rep12["sends"] == 3 * CHUNKS
+    assert rep12["dup_ratio"] == pytest.approx(3.0)
+    red12 = rows[("n1", "n2", REDIRECTION)]
+    assert red12["payload_bytes"] == W and red12["unique_bytes"] == W and red12["sends"] == CHUNKS
+    rep21 = rows[("n2", "n1", REPLICATION)]
+    assert rep21["payload_bytes"] == 2 * W and rep21["unique_bytes"] == W
+    assert rep21["dup_ratio"] == pytest.approx(2.0)
+    assert set(rows) == {("n1", "n2", REPLICATION), ("n1", "n2", REDIRECTION), ("n2", "n1", REPLICATION)}
+
+
+@pytest.mark.parametrize("backend", ["ebpf", "af-packet"])
+def test_live_equals_truth_and_offline_analysis(ready, tmp_path, backend):
+    with Lab(capture_dir=tmp_path) as lab:
+        topo = tmp_path / "lab.toml"
+        topo.write_text(lab.topology_toml())
+        before = our_progs()
+        args = ["--topology", str(topo), "--backend", backend, "--write", str(tmp_path / "live.pcapng"),
+                "--write-size", "4MiB", "--write-count", "1000"]
+        if backend == "ebpf":
+            args += ["--require-ebpf", "--duration", "300"]
+        else:
+            # Long enough for the workloads on a busy 2-core machine; stopped by --duration.
+            args += ["--duration", "20"]
+        live = LiveProc(lab, tmp_path, *args)
+        t0 = time.monotonic()
+        if backend == "ebpf":
+            mine = our_progs() - before
+            assert len(mine) == 1 and len(links_of(mine)) == 1
+        run_workloads(lab)
+        took = time.monotonic() - t0
+        if backend == "ebpf":
+            time.sleep(1.0)  # the last ACKs reach the span
+            live.p.send_signal(signal.SIGTERM)
+            assert live.wait() == 0, live.err()
+        else:
+            assert took < 17, f"workloads took {took:.0f} s: raise --duration"
+            assert live.wait(timeout=80) == 0, live.err()
+        capture = lab.stop_capture()
+        result = live.result()
+        assert result["live"]["backend"] == backend
+        assert result["live"]["errors"] == []
+        stats = result["live"]["stats"]
+        assert stats["kernel_drops"] == 0 and stats["ring_drops"] == 0
+        assert result["tcp"]["gap_bytes"] == 0
+        assert result["accounting"]["reconciled"] is True
+        check_truth(result)
+        offline = analyze(capture.path, topo, tmp_path / "offline.json")
+        compare_with_analyze(result, offline)
+        # The --write files are a faithful copy: analysed offline they give the same figures.
+        files = result["live"]["write"]["files"]
+        assert len(files) >= 3, files  # > 24 MiB in 4 MiB files
+        assert all(os.path.getsize(f) <= 4 << 20 for f in files)
+        written = subprocess.run([*analyzer_command(), "analyze", *files, "--topology", str(topo), "--json",
+                                  str(tmp_path / "written.json"), "--quiet"], capture_output=True, text=True)
+        assert written.returncode == 0, written.stderr
+        compare_with_analyze(result, json.loads((tmp_path / "written.json").read_text()))
+        # Plain mode: one status line per second.
+        lines = live.status_lines()
+        assert len(lines) >= 2 and all(f"backend={backend}" in l for l in lines)
+        assert "n1->n2:replication=3.00" in lines[-1], lines[-1]
+        if backend == "ebpf":
+            deadline = time.time() + 5
+            while our_progs() & mine and time.time() < deadline:
+                time.sleep(0.1)
+            assert not our_progs() & mine and not links_of(mine)
+        assert tc_ingress(lab) == ""
+        assert "clsact" not in qdiscs(lab)
+
+
+@pytest.mark.parametrize("how", ["exit", "SIGTERM", "SIGKILL"])
+def test_nothing_stays_in_the_kernel(ready, tmp_path, how):
+    with Lab(capture_dir=tmp_path, capture=False) as lab:
+        before = our_progs()
+        duration = "2" if how == "exit" else "120"
+        live = LiveProc(lab, tmp_path, "--require-ebpf", "--duration", duration)
+        mine = our_progs() - before
+        assert len(mine) == 1, "one smbwire_tc program while running"
+        assert len(links_of(mine)) == 1, "attached through one bpf_link"
+        if how != "exit":
+            live.p.send_signal(getattr(signal, how))
+        code = live.wait()
+        assert code == {"exit": 0, "SIGTERM": 0, "SIGKILL": -signal.SIGKILL}[how], live.err()
+        if how != "SIGKILL":
+            assert live.result()["live"]["backend"] == "ebpf"
+        deadline = time.time() + 5
+        while (our_progs() & mine or links_of(mine)) and time.time() < deadline:
+            time.sleep(0.1)  # freed after an RCU grace period
+        assert not our_progs() & mine, "program still loaded"
+        assert not links_of(mine), "link still present"
+        assert tc_ingress(lab) == ""
+        assert "clsact" not in qdiscs(lab)
+        assert not [f for f in os.listdir("/sys/fs/bpf") if "smbwire" in f]
+
+
+def test_missing_privileges_is_one_line_exit_2(ready, tmp_path):
+    unpriv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+              "--bounding-set=-all"]
+    r = subprocess.run([*unpriv, *analyzer_command(), "live", "-i", "lo", "--duration", "1", "--plain"],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for cap in ("CAP_BPF", "CAP_NET_ADMIN", "CAP_NET_RAW"):
+        assert cap in lines[0]
+
+
+def test_ebpf_refused_falls_back_with_one_line_unless_required(ready, tmp_path):
+    # More TCP ports than the kernel program's ports map holds: eBPF refuses them.
+    ports = [a for p in range(1000, 1070) for a in ("--port", str(p))]
+    cmd = [*analyzer_command(), "live", "-i", "lo", "--duration", "1", "--plain", *ports]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    fallback = [l for l in r.stderr.splitlines() if "eBPF not used" in l]
+    assert len(fallback) == 1 and "AF_PACKET" in fallback[0] and "64 TCP ports" in fallback[0], r.stderr
+    r = subprocess.run([*cmd, "--require-ebpf"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "eBPF" in r.stderr and "64 TCP ports" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (200, 50)])
+def test_tui_in_a_terminal(ready, tmp_path, width, height):
+    """The real full-screen view on a pseudo-terminal of that size (tmux's server does not
+    start in every sandbox, so a pty stands in for it): the alternate screen is used, the
+    view shows its sections, and after --duration the final report is printed and --json
+    written."""
+    import fcntl
+    import re
+    import struct
+    import termios
+
+    out = tmp_path / "tui.json"
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(width), LINES=str(height))
+    p = subprocess.Popen([*analyzer_command(), "live", "-i", "lo", "--duration", "3", "--json", str(out)],
+                         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    chunks = []
+    try:
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not b:
+                break
+            chunks.append(b)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    raw = b"".join(chunks).decode(errors="replace")
+    assert "\x1b[?1049h" in raw, "full-screen (alternate screen) view"
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
+    for needle in ("smbwire live · lo", "Capture health", "Payload bytes/s per class",
+                   "no SMB payload seen yet", "Byte accounting"):
+        assert needle in text, needle
+    assert json.loads(out.read_text())["live"]["iface"] == "lo"
