@@ -130,7 +130,7 @@ pub fn emit_fpdu(ulpdu: &[u8], pos: u64, markers: bool, crc: bool) -> Vec<u8> {
     let mut i = 0;
     let mut at = pos;
     let put = |raw: &mut Vec<u8>, at: &mut u64, b: u8| {
-        if markers && *at % MARKER_INTERVAL == 0 {
+        if markers && (*at).is_multiple_of(MARKER_INTERVAL) {
             let back = (*at - pos) as u16;
             raw.extend_from_slice(&[0, 0]);
             raw.extend_from_slice(&back.to_be_bytes());

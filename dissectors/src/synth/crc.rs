@@ -32,10 +32,16 @@ pub struct Crc {
 
 impl Crc {
     pub fn crc32() -> Self {
-        Crc { table: &CRC32_TABLE, state: !0 }
+        Crc {
+            table: &CRC32_TABLE,
+            state: !0,
+        }
     }
     pub fn crc32c() -> Self {
-        Crc { table: &CRC32C_TABLE, state: !0 }
+        Crc {
+            table: &CRC32C_TABLE,
+            state: !0,
+        }
     }
     pub fn update(&mut self, data: &[u8]) {
         let mut c = self.state;

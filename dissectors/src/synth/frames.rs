@@ -1,12 +1,16 @@
 //! Ethernet II / IPv4 / TCP frames for the synthesizer, emitted through the `crate::wire`
 //! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
 
-use crate::wire::{ethernet, ipv4, tcp, udp};
-use std::net::{IpAddr, Ipv4Addr};
+use crate::wire::{ethernet, ipv4, ipv6, tcp, udp};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
 pub const IPV4_HEADER_LEN: usize = ipv4::HEADER_LEN;
 pub const TCP_HEADER_LEN: usize = tcp::HEADER_LEN;
+/// The InfiniBand Global Route Header has the IPv6 header's layout (IBTA vol. 1 §8.3.1).
+pub const GRH_LEN: usize = ipv6::HEADER_LEN;
+/// GRH NxtHdr of a packet whose next header is the BTH ("IBA transport", §8.3.1).
+pub const GRH_NEXT_HEADER_BTH: u8 = 0x1b;
 /// Ethernet + IPv4 + TCP without options.
 pub const HEADERS_LEN: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + TCP_HEADER_LEN;
 /// Minimum Ethernet frame without FCS (IEEE 802.3 clause 3.2.8): shorter frames are padded.
@@ -152,12 +156,70 @@ impl FrameBuilder {
         self.frame.clear();
         self.frame.resize(len.max(MIN_FRAME_LEN), 0);
         eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
-        ip.emit(&mut ipv4::Packet::new_unchecked(&mut self.frame[ip_at..len]));
+        ip.emit(&mut ipv4::Packet::new_unchecked(
+            &mut self.frame[ip_at..len],
+        ));
         let mut u = udp::Packet::new_unchecked(&mut self.frame[udp_at..len]);
         dgram.emit(&mut u, IpAddr::V4(src.ip), IpAddr::V4(dst.ip));
         u.set_checksum(0);
         &mut self.frame[..]
     }
+
+    /// One RoCEv1 frame (IBTA vol. 1 annex A16): Ethernet with EtherType 0x8915, then the
+    /// GRH, then the concatenation of `payload` parts (BTH onwards) followed by
+    /// `trailer_len` zero bytes the caller fills in afterwards (the ICRC). The GIDs are the
+    /// IPv4-mapped IPv6 addresses of the two ends (::ffff:a.b.c.d), the GID form RoCE
+    /// adapters give an IPv4-configured port. Returns the whole frame; the GRH starts at
+    /// `ETHERNET_HEADER_LEN`.
+    pub fn roce_v1_frame(
+        &mut self,
+        src: &Endpoint,
+        dst: &Endpoint,
+        grh: GrhFields,
+        payload: &[&[u8]],
+        trailer_len: usize,
+    ) -> &mut [u8] {
+        self.payload.clear();
+        for p in payload {
+            self.payload.extend_from_slice(p);
+        }
+        self.payload.resize(self.payload.len() + trailer_len, 0);
+        let gid = |ip: Ipv4Addr| Ipv6Addr::from(super::ib_cm::ipv4_gid(ip));
+        let hdr = ipv6::Repr {
+            src_addr: gid(src.ip),
+            dst_addr: gid(dst.ip),
+            next_header: GRH_NEXT_HEADER_BTH,
+            payload_len: self.payload.len(),
+            hop_limit: grh.hop_limit,
+            traffic_class: grh.traffic_class,
+            flow_label: grh.flow_label,
+        };
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address(src.mac),
+            dst_addr: ethernet::Address(dst.mac),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::ROCE_V1,
+        };
+        let grh_at = eth.header_len();
+        let body_at = grh_at + hdr.buffer_len();
+        let len = body_at + self.payload.len();
+        self.frame.clear();
+        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
+        hdr.emit(&mut ipv6::Packet::new_unchecked(
+            &mut self.frame[grh_at..len],
+        ));
+        self.frame[body_at..len].copy_from_slice(&self.payload);
+        &mut self.frame[..]
+    }
+}
+
+/// The GRH fields the RoCEv1 synthesizer varies (the ones the ICRC does not cover).
+#[derive(Clone, Copy, Debug)]
+pub struct GrhFields {
+    pub traffic_class: u8,
+    pub flow_label: u32,
+    pub hop_limit: u8,
 }
 
 #[cfg(test)]

@@ -53,7 +53,16 @@ pub fn ipv4_gid(ip: Ipv4Addr) -> [u8; 16] {
 
 /// Modified EUI-64 from a MAC, the usual node GUID of a RoCE adapter.
 pub fn guid_from_mac(mac: [u8; 6]) -> u64 {
-    u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
 }
 
 /// Path MTU encoding (§9.7.2 / table of IBA MTU values).
@@ -106,11 +115,11 @@ pub fn connect_request(tid: u64, client: &End, server: &End, mtu: u64) -> [u8; M
     d[0..4].copy_from_slice(&client.comm_id.to_be_bytes()); // LocalCommID
     d[8..16].copy_from_slice(&ip_service_id(server.port).to_be_bytes()); // ServiceID
     d[16..24].copy_from_slice(&client.guid.to_be_bytes()); // LocalCAGUID
-    // 28..32 LocalQ_Key: 0 (RC)
+                                                           // 28..32 LocalQ_Key: 0 (RC)
     put24(d, 32, client.qpn, RDMA_READ_DEPTH); // LocalQPN, ResponderResources
     put24(d, 36, 0, RDMA_READ_DEPTH); // LocalEECN, InitiatorDepth
-    // RemoteEECN, RemoteCMResponseTimeout 20 (5 bits), TransportServiceType RC (2 bits),
-    // EndToEndFlowControl 1.
+                                      // RemoteEECN, RemoteCMResponseTimeout 20 (5 bits), TransportServiceType RC (2 bits),
+                                      // EndToEndFlowControl 1.
     put24(d, 40, 0, (20 << 3) | 1);
     put24(d, 44, client.start_psn, (20 << 3) | 7); // StartingPSN, LocalCMResponseTimeout, RetryCount
     d[48..50].copy_from_slice(&0xffffu16.to_be_bytes()); // PartitionKey: default
@@ -120,12 +129,12 @@ pub fn connect_request(tid: u64, client: &End, server: &End, mtu: u64) -> [u8; M
     d[54..56].copy_from_slice(&0xffffu16.to_be_bytes()); // PrimaryRemotePortLID
     d[56..72].copy_from_slice(&ipv4_gid(client.ip)); // PrimaryLocalPortGID
     d[72..88].copy_from_slice(&ipv4_gid(server.ip)); // PrimaryRemotePortGID
-    // 88..92 PrimaryFlowLabel, PrimaryPacketRate: 0; 92 PrimaryTrafficClass 0
+                                                     // 88..92 PrimaryFlowLabel, PrimaryPacketRate: 0; 92 PrimaryTrafficClass 0
     d[93] = 64; // PrimaryHopLimit
-    // 94 PrimarySL 0, PrimarySubnetLocal 0 (routed, RoCEv2)
+                // 94 PrimarySL 0, PrimarySubnetLocal 0 (routed, RoCEv2)
     d[95] = 18 << 3; // PrimaryLocalACKTimeout
-    // 96..140 alternate path: none
-    // 140..232 PrivateData: the IP CM header (annex A11.2.4), then nothing.
+                     // 96..140 alternate path: none
+                     // 140..232 PrivateData: the IP CM header (annex A11.2.4), then nothing.
     let p = &mut d[140..];
     p[0] = 0x00; // MajV 0, MinV 0
     p[1] = 4 << 4; // IPV 4
@@ -141,7 +150,7 @@ pub fn connect_reply(tid: u64, server: &End, client: &End) -> [u8; MAD_LEN] {
     let d = &mut m[MAD_HEADER_LEN..];
     d[0..4].copy_from_slice(&server.comm_id.to_be_bytes()); // LocalCommID
     d[4..8].copy_from_slice(&client.comm_id.to_be_bytes()); // RemoteCommID
-    // 8..12 LocalQ_Key 0
+                                                            // 8..12 LocalQ_Key 0
     put24(d, 12, server.qpn, 0); // LocalQPN
     put24(d, 16, 0, 0); // LocalEEContext
     put24(d, 20, server.start_psn, 0); // StartingPSN
@@ -198,13 +207,19 @@ mod tests {
         let m = connect_request(7, &c, &s, 1024);
         assert_eq!(&m[..4], &[1, 7, 2, 3]);
         assert_eq!(u16::from_be_bytes([m[16], m[17]]), 0x0010);
-        assert_eq!(u64::from_be_bytes(m[32..40].try_into().unwrap()), 0x0106_01BD);
+        assert_eq!(
+            u64::from_be_bytes(m[32..40].try_into().unwrap()),
+            0x0106_01BD
+        );
         assert_eq!(&m[56..60], &[0x00, 0x01, 0x23, 16]);
         assert_eq!(&m[68..71], &[0xAB, 0xCD, 0xEF]);
         assert_eq!(m[74] >> 4, 3, "MTU 1024");
         assert_eq!(&m[80 + 10..80 + 16], &[0xff, 0xff, 198, 18, 0, 1]);
         assert_eq!(&m[164..166], &[0x00, 0x40]);
-        assert_eq!(guid_from_mac([2, 0x53, 0x32, 0x44, 0, 1]), 0x0053_32ff_fe44_0001);
+        assert_eq!(
+            guid_from_mac([2, 0x53, 0x32, 0x44, 0, 1]),
+            0x0053_32ff_fe44_0001
+        );
         let r = connect_reply(7, &s, &c);
         assert_eq!(&r[36..39], &[0x00, 0x04, 0x56]);
     }

@@ -80,7 +80,14 @@ pub enum DdpHeader {
 impl DdpHeader {
     pub fn emit(&self, b: &mut Vec<u8>) {
         match *self {
-            DdpHeader::Untagged { opcode, last, invalidate_stag, qn, msn, mo } => {
+            DdpHeader::Untagged {
+                opcode,
+                last,
+                invalidate_stag,
+                qn,
+                msn,
+                mo,
+            } => {
                 b.push(if last { DDP_LAST } else { 0 } | DDP_VERSION);
                 b.push(RDMAP_VERSION | opcode);
                 b.extend_from_slice(&invalidate_stag.to_be_bytes());
@@ -88,7 +95,12 @@ impl DdpHeader {
                 b.extend_from_slice(&msn.to_be_bytes());
                 b.extend_from_slice(&mo.to_be_bytes());
             }
-            DdpHeader::Tagged { opcode, last, stag, to } => {
+            DdpHeader::Tagged {
+                opcode,
+                last,
+                stag,
+                to,
+            } => {
                 b.push(DDP_TAGGED | if last { DDP_LAST } else { 0 } | DDP_VERSION);
                 b.push(RDMAP_VERSION | opcode);
                 b.extend_from_slice(&stag.to_be_bytes());
@@ -127,7 +139,7 @@ pub fn fpdu(out: &mut Vec<u8>, pos: usize, ulpdu: &[&[u8]], markers: bool, crc: 
     {
         let mut put = |out: &mut Vec<u8>, bytes: &[u8]| {
             for &b in bytes {
-                if markers && at % MARKER_INTERVAL == 0 {
+                if markers && at.is_multiple_of(MARKER_INTERVAL) {
                     let ptr = (at - pos) as u16;
                     out.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
                     at += 4;
@@ -149,7 +161,7 @@ pub fn fpdu(out: &mut Vec<u8>, pos: usize, ulpdu: &[&[u8]], markers: bool, crc: 
     // A marker due right after the CRC ends this FPDU's TCP segment, so that the next
     // segment starts with an FPDU header (RFC 5044 §6 FPDU alignment); it points back
     // to this FPDU.
-    if markers && at % MARKER_INTERVAL == 0 {
+    if markers && at.is_multiple_of(MARKER_INTERVAL) {
         let ptr = (at - pos) as u16;
         out.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
         at += 4;
@@ -173,7 +185,7 @@ pub fn fpdu_end(pos: usize, ulpdu_len: usize, markers: bool) -> usize {
     }
     let mut at = pos;
     while remaining > 0 {
-        if at % MARKER_INTERVAL == 0 {
+        if at.is_multiple_of(MARKER_INTERVAL) {
             at += 4;
         }
         let next = (at / MARKER_INTERVAL + 1) * MARKER_INTERVAL;
@@ -220,7 +232,13 @@ impl IwarpLink {
         hosts: usize,
     ) -> Self {
         // FPDU = 2 + ULPDU + pad (≤ 3) + 4, plus up to 4 markers within an MSS.
-        let overhead = 2 + 4 + if markers { 4 * (mss / MARKER_INTERVAL + 2) } else { 0 };
+        let overhead = 2
+            + 4
+            + if markers {
+                4 * (mss / MARKER_INTERVAL + 2)
+            } else {
+                0
+            };
         let max_ulpdu = (mss - overhead) & !3;
         IwarpLink {
             tcp: TcpLink::new(imp, tcp_rng, hosts),
@@ -280,7 +298,7 @@ impl IwarpLink {
             let mut take = cap.min(data.len() - off);
             if self.markers
                 && take > 4
-                && fpdu_end(pos, hlen + take, true) % MARKER_INTERVAL == 0
+                && fpdu_end(pos, hlen + take, true).is_multiple_of(MARKER_INTERVAL)
             {
                 take -= 4;
             }
@@ -305,8 +323,13 @@ impl IwarpLink {
             h.emit(&mut hdr);
             self.stats.opcode(h.opcode());
             let start = buf.len();
-            self.conns[conn].pos[f] =
-                fpdu(&mut buf, pos, &[&hdr, &data[off..off + take]], self.markers, self.crc);
+            self.conns[conn].pos[f] = fpdu(
+                &mut buf,
+                pos,
+                &[&hdr, &data[off..off + take]],
+                self.markers,
+                self.crc,
+            );
             ranges.push((start, buf.len(), is_data));
             off += take;
             if last {
@@ -329,30 +352,59 @@ enum Message {
 
 impl<W: Write> RdmaLink<W> for IwarpLink {
     fn connect(&mut self, tap: &mut Tap<W>, client: &Host, server: &Host) -> io::Result<ConnId> {
-        let tcp = self.tcp.open(tap, client, server, SMBDIRECT_IWARP_PORT, self.mss)?;
+        let tcp = self
+            .tcp
+            .open(tap, client, server, SMBDIRECT_IWARP_PORT, self.mss)?;
         let id = self.conns.len();
-        self.conns.push(Connection { tcp, pos: [0, 0], msn: [[1, 1], [1, 1]] });
+        self.conns.push(Connection {
+            tcp,
+            pos: [0, 0],
+            msn: [[1, 1], [1, 1]],
+        });
         self.stats.connections += 1;
-        let (pq, pr): (&[u8], &[u8]) = if self.private_data { (&PRIVATE_REQUEST, &PRIVATE_REPLY) } else { (&[], &[]) };
+        let (pq, pr): (&[u8], &[u8]) = if self.private_data {
+            (&PRIVATE_REQUEST, &PRIVATE_REPLY)
+        } else {
+            (&[], &[])
+        };
         let req = mpa_frame(MPA_REQUEST_KEY, self.markers, self.crc, pq);
-        self.tcp.send_segments(tap, tcp, Side::Client, &[&req], &[(0, req.len(), false)])?;
+        self.tcp
+            .send_segments(tap, tcp, Side::Client, &[&req], &[(0, req.len(), false)])?;
         tap.idle(20_000);
         let rep = mpa_frame(MPA_REPLY_KEY, self.markers, self.crc, pr);
-        self.tcp.send_segments(tap, tcp, Side::Server, &[&rep], &[(0, rep.len(), false)])?;
+        self.tcp
+            .send_segments(tap, tcp, Side::Server, &[&rep], &[(0, rep.len(), false)])?;
         tap.idle(20_000);
         Ok(id)
     }
 
-    fn post_send(&mut self, tap: &mut Tap<W>, conn: ConnId, from: Side, msg: &[u8], invalidate: Option<u32>) -> io::Result<()> {
+    fn post_send(
+        &mut self,
+        tap: &mut Tap<W>,
+        conn: ConnId,
+        from: Side,
+        msg: &[u8],
+        invalidate: Option<u32>,
+    ) -> io::Result<()> {
         let (op, inval) = match invalidate {
             Some(k) => (opcode::SEND_WITH_INVALIDATE, k),
             None => (opcode::SEND, 0),
         };
-        let kind = Message::Untagged { opcode: op, qn: QN_SEND, inval };
+        let kind = Message::Untagged {
+            opcode: op,
+            qn: QN_SEND,
+            inval,
+        };
         self.message(tap, conn, from, kind, msg, false)
     }
 
-    fn rdma_read(&mut self, tap: &mut Tap<W>, conn: ConnId, remote: &BufferDescriptor, data: &[u8]) -> io::Result<()> {
+    fn rdma_read(
+        &mut self,
+        tap: &mut Tap<W>,
+        conn: ConnId,
+        remote: &BufferDescriptor,
+        data: &[u8],
+    ) -> io::Result<()> {
         // The server's sink buffer for this read.
         let sink_stag = (self.rng.next_u64() as u32) | 1;
         let sink_to = 0xffff_b000_0000_0000u64 + (self.next_sink << 24);
@@ -363,18 +415,36 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
         rr.extend_from_slice(&(data.len() as u32).to_be_bytes());
         rr.extend_from_slice(&remote.token.to_be_bytes());
         rr.extend_from_slice(&remote.offset.to_be_bytes());
-        let kind = Message::Untagged { opcode: opcode::RDMA_READ_REQUEST, qn: QN_READ_REQUEST, inval: 0 };
+        let kind = Message::Untagged {
+            opcode: opcode::RDMA_READ_REQUEST,
+            qn: QN_READ_REQUEST,
+            inval: 0,
+        };
         self.message(tap, conn, Side::Server, kind, &rr, false)?;
         tap.idle(2_000);
-        let kind = Message::Tagged { opcode: opcode::RDMA_READ_RESPONSE, stag: sink_stag, to: sink_to };
+        let kind = Message::Tagged {
+            opcode: opcode::RDMA_READ_RESPONSE,
+            stag: sink_stag,
+            to: sink_to,
+        };
         self.message(tap, conn, Side::Client, kind, data, true)?;
         self.stats.rdma_reads += 1;
         self.stats.rdma_read_bytes += data.len() as u64;
         Ok(())
     }
 
-    fn rdma_write(&mut self, tap: &mut Tap<W>, conn: ConnId, remote: &BufferDescriptor, data: &[u8]) -> io::Result<()> {
-        let kind = Message::Tagged { opcode: opcode::RDMA_WRITE, stag: remote.token, to: remote.offset };
+    fn rdma_write(
+        &mut self,
+        tap: &mut Tap<W>,
+        conn: ConnId,
+        remote: &BufferDescriptor,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let kind = Message::Tagged {
+            opcode: opcode::RDMA_WRITE,
+            stag: remote.token,
+            to: remote.offset,
+        };
         self.message(tap, conn, Side::Server, kind, data, true)?;
         self.stats.rdma_writes += 1;
         self.stats.rdma_write_bytes += data.len() as u64;

@@ -9,7 +9,8 @@
 //! - `truth`: the expected results, tallied while writing.
 //!
 //! - `smbdirect`: SMB Direct (MS-SMBD) over an RDMA link (`rdma::RdmaLink`): `roce`
-//!   (RoCEv2, with the RDMA CM exchange of `ib_cm`) or `iwarp` (RDMAP/DDP/MPA on `tcp`);
+//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, with the RDMA CM exchange of `ib_cm`)
+//!   or `iwarp` (RDMAP/DDP/MPA on `tcp`);
 //!   `crc`: the ICRC and MPA CRC.
 //!
 //! A transport carries whole SMB2 messages between the two ends of a connection
@@ -117,7 +118,10 @@ pub trait Transport<W: Write> {
         _descs: &[smbdirect::BufferDescriptor],
         _data: &[u8],
     ) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::Unsupported, "not an RDMA transport"))
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "not an RDMA transport",
+        ))
     }
     /// The server pushes `data` into the client's buffers `descs` (RDMA Write).
     fn rdma_write(
@@ -127,7 +131,10 @@ pub trait Transport<W: Write> {
         _descs: &[smbdirect::BufferDescriptor],
         _data: &[u8],
     ) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::Unsupported, "not an RDMA transport"))
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "not an RDMA transport",
+        ))
     }
     /// Send one SMB2 message and remotely invalidate `token` with it (MS-SMBD §3.1.4.2).
     fn send_invalidate(
@@ -175,11 +182,22 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
     let max_send = spec.max_send_size as usize;
     let descs = spec.descriptors as usize;
     match spec.transport.as_str() {
-        "rocev2" => {
-            let link = roce::RoceLink::new(
-                spec.mtu,
-                spec.loss,
+        "rocev1" | "rocev2" => {
+            let version = if spec.transport == "rocev1" {
+                roce::RoceVersion::V1
+            } else {
+                roce::RoceVersion::V2
+            };
+            let imp = tcp::Impairments {
+                retransmit: spec.retransmit,
+                reorder: spec.reorder,
+                loss: spec.loss,
                 loss_mode,
+            };
+            let link = roce::RoceLink::new(
+                version,
+                spec.mtu,
+                imp,
                 data::stream(spec.seed, PURPOSE_RDMA, 0),
                 &hosts,
             );
@@ -313,3 +331,5 @@ pub fn synth_json(spec_json: &str, out: &str) -> Result<String, String> {
 mod tests;
 #[cfg(test)]
 mod tests_rdma;
+#[cfg(test)]
+mod tests_rocev1;

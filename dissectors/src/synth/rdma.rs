@@ -1,6 +1,6 @@
 //! What SMB Direct needs from an RDMA provider (MS-SMBD §3.1.4: Send, RDMA Read from the
 //! peer's buffer, RDMA Write to it), implemented on the wire by `roce` (IBTA RC over
-//! RoCEv2) and `iwarp` (RDMAP/DDP/MPA over TCP), and the counts the Truth reports for it.
+//! RoCEv1/v2) and `iwarp` (RDMAP/DDP/MPA over TCP), and the counts the Truth reports for it.
 
 use super::pcap::Tap;
 use super::smbdirect::BufferDescriptor;
@@ -43,9 +43,9 @@ pub trait RdmaLink<W: Write> {
     fn stats(&mut self) -> &mut RdmaTruth;
 }
 
-/// Figures of the RDMA side of a capture (Truth `rdma`, present for rocev2 and iwarp).
+/// Figures of the RDMA side of a capture (Truth `rdma`, present for rocev1, rocev2 and iwarp).
 ///
-/// `opcodes` counts RDMA packets (RoCEv2: IB BTH opcode; iWARP: RDMAP opcode of each
+/// `opcodes` counts RDMA packets (RoCE: IB BTH opcode; iWARP: RDMAP opcode of each
 /// FPDU) by decimal opcode, each packet once as its sender sent it: mirror copies and
 /// resends of lost packets are not counted, and a dropped packet is.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -84,6 +84,16 @@ pub struct RdmaTruth {
     pub lost_packets: u64,
     pub dropped_packets: u64,
     pub dropped_bytes: u64,
+    /// RoCE data packets also sent a second time later (same PSN and bytes), and data
+    /// packets sent after the one that followed them. iWARP reports these in `tcp`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub retransmitted_packets: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reordered_pairs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RdmaTruth {

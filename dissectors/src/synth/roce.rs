@@ -1,5 +1,8 @@
-//! RoCEv2 (IBTA vol. 1 annex A17): InfiniBand reliable-connected transport packets in
-//! UDP (destination port 4791) over IPv4, each ending in the invariant CRC.
+//! RoCE: InfiniBand reliable-connected transport packets over Ethernet, each ending in the
+//! invariant CRC. RoCEv2 (IBTA vol. 1 annex A17) carries them in UDP (destination port 4791)
+//! over IPv4; RoCEv1 (annex A16) puts the IB Global Route Header straight after Ethernet
+//! (EtherType 0x8915), with IPv4-mapped GIDs (::ffff:a.b.c.d) as source and destination.
+//! Everything from the BTH on is the same for both.
 //!
 //! Per connection: the RDMA CM exchange on QP1 (`ib_cm`), then RC traffic between two QPs.
 //! Sends and RDMA Writes are cut at the path MTU into FIRST/MIDDLE/LAST (or ONLY)
@@ -11,15 +14,18 @@
 //! Loss (data packets only, RDMA Write and RDMA Read Response): in `Retransmit` mode the
 //! packet is first missing and appears `RETRANSMIT_LAG` packets later with the same PSN
 //! and bytes (a simplification of go-back-N: the packets after it are not resent); in
-//! `Drop` mode it never appears.
+//! `Drop` mode it never appears. Capture noise besides loss: a `retransmit` fraction of
+//! data packets is sent a second time `RETRANSMIT_LAG` packets later (same PSN and bytes),
+//! and a `reorder` fraction is swapped with the packet after it.
 
 use super::data::SplitMix64;
+use super::frames::GrhFields;
 use super::frames::{Endpoint, FrameBuilder};
 use super::ib_cm::{self, End};
 use super::pcap::Tap;
 use super::rdma::{RdmaLink, RdmaTruth};
 use super::smbdirect::BufferDescriptor;
-use super::tcp::LossMode;
+use super::tcp::{Impairments, LossMode};
 use super::{ConnId, Host, Side};
 use std::io::{self, Write};
 
@@ -62,6 +68,10 @@ const GSI_Q_KEY: u32 = 0x8001_0000;
 const AETH_ACK: u8 = 0x1f;
 /// IPv4 DSCP 26 with ECT(0): a lossless RoCE traffic class as commonly configured.
 const DSCP_ECN: u8 = (26 << 2) | 0b10;
+/// RoCEv1 GRH: the same DSCP (ECN is an IP notion, RoCEv1 has no ECN marking) and a hop
+/// limit as Linux RDMA CM sets for RoCE paths (64).
+const GRH_TRAFFIC_CLASS: u8 = 26 << 2;
+const GRH_HOP_LIMIT: u8 = 64;
 const RETRANSMIT_LAG: usize = 3;
 const PSN_MASK: u32 = 0x00ff_ffff;
 
@@ -102,6 +112,24 @@ fn aeth(b: &mut Vec<u8>, syndrome: u8, msn: u32) {
     b.extend_from_slice(&(msn & PSN_MASK).to_be_bytes()[1..]);
 }
 
+/// Which RoCE encapsulation a `RoceLink` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoceVersion {
+    /// Annex A16: Ethernet / GRH / BTH.
+    V1,
+    /// Annex A17: Ethernet / IPv4 / UDP 4791 / BTH.
+    V2,
+}
+
+impl RoceVersion {
+    pub fn name(self) -> &'static str {
+        match self {
+            RoceVersion::V1 => "rocev1",
+            RoceVersion::V2 => "rocev2",
+        }
+    }
+}
+
 /// The ICRC of a RoCEv2 packet `ip` (IPv4 header through the payload and pad, without the
 /// ICRC): CRC-32 over 8 bytes of ones standing for the LRH, then the packet with the
 /// variant fields replaced by ones: IPv4 TOS, TTL and header checksum, UDP checksum, and
@@ -122,6 +150,30 @@ pub fn icrc(ip: &[u8]) -> u32 {
     h[ihl + 8 + 4] = 0xff; // BTH resv8a
     c.update(&h[..n]);
     c.update(&ip[n..]);
+    c.finish()
+}
+
+/// The ICRC of a RoCEv1 packet `grh` (GRH through the payload and pad, without the ICRC):
+/// the ICRC of an InfiniBand packet with a GRH (IBTA vol. 1 §7.8.1), RoCEv1 having no LRH:
+/// CRC-32 over 8 bytes of ones standing for the LRH (all of it variant in a routed packet),
+/// then the GRH with TClass, FlowLabel and HopLmt replaced by ones (IPVer, PayLen, NxtHdr
+/// and the GIDs are covered), the BTH with resv8a replaced by ones, and the rest as is.
+/// RoCEv2's rule (`icrc`) is this one with IPv4/UDP in place of the GRH. Sent least
+/// significant byte first.
+pub fn icrc_v1(grh: &[u8]) -> u32 {
+    const GRH: usize = super::frames::GRH_LEN;
+    let mut c = super::crc::Crc::crc32();
+    c.update(&[0xff; 8]);
+    let mut h = [0u8; GRH + BTH_LEN];
+    h.copy_from_slice(&grh[..GRH + BTH_LEN]);
+    h[0] |= 0x0f; // TClass (high nibble)
+    h[1] = 0xff; // TClass (low nibble), FlowLabel
+    h[2] = 0xff;
+    h[3] = 0xff;
+    h[7] = 0xff; // HopLmt
+    h[GRH + 4] = 0xff; // BTH resv8a
+    c.update(&h);
+    c.update(&grh[GRH + BTH_LEN..]);
     c.finish()
 }
 
@@ -151,9 +203,9 @@ struct Resend {
 }
 
 pub struct RoceLink {
+    version: RoceVersion,
     mtu: usize,
-    loss: f64,
-    loss_mode: LossMode,
+    imp: Impairments,
     rng: SplitMix64,
     ip_id: Vec<u16>,
     conns: Vec<Connection>,
@@ -173,11 +225,18 @@ fn entropy_port(qpn: u32) -> u16 {
 }
 
 impl RoceLink {
-    pub fn new(mtu: u64, loss: f64, loss_mode: LossMode, rng: SplitMix64, hosts: &[Host]) -> Self {
+    /// `imp.retransmit` and `imp.reorder` apply to RDMA data packets as `imp.loss` does.
+    pub fn new(
+        version: RoceVersion,
+        mtu: u64,
+        imp: Impairments,
+        rng: SplitMix64,
+        hosts: &[Host],
+    ) -> Self {
         RoceLink {
+            version,
             mtu: mtu as usize,
-            loss,
-            loss_mode,
+            imp,
             rng,
             ip_id: (0..hosts.len()).map(|h| 0x2000 * (h as u16 + 1)).collect(),
             conns: Vec::new(),
@@ -186,15 +245,16 @@ impl RoceLink {
             frames: FrameBuilder::default(),
             headers: Vec::new(),
             stats: RdmaTruth {
-                transport: "rocev2".into(),
+                transport: version.name().into(),
                 mtu,
                 ..Default::default()
             },
         }
     }
 
-    /// Emit one RoCEv2 packet from `src_host`/`src` to `dst` with headers `hdr` (BTH first)
-    /// and `payload` (padded to 4 bytes here, as BTH PadCnt says).
+    /// Emit one RoCE packet from `src_host`/`src` to `dst` with headers `hdr` (BTH first)
+    /// and `payload` (padded to 4 bytes here, as BTH PadCnt says). `src.port` is the flow's
+    /// entropy: the UDP source port on RoCEv2, the GRH FlowLabel on RoCEv1.
     #[allow(clippy::too_many_arguments)]
     fn packet<W: Write>(
         &mut self,
@@ -205,10 +265,27 @@ impl RoceLink {
         hdr: &[u8],
         payload: &[u8],
     ) -> io::Result<()> {
-        let ip_id = self.ip_id[src_host];
-        self.ip_id[src_host] = ip_id.wrapping_add(1);
         let pad = [0u8; 3];
         let npad = (4 - payload.len() % 4) % 4;
+        let ip_at = super::frames::ETHERNET_HEADER_LEN;
+        if self.version == RoceVersion::V1 {
+            let grh = GrhFields {
+                traffic_class: GRH_TRAFFIC_CLASS,
+                flow_label: u32::from(src.port),
+                hop_limit: GRH_HOP_LIMIT,
+            };
+            let frame =
+                self.frames
+                    .roce_v1_frame(&src, &dst, grh, &[hdr, payload, &pad[..npad]], ICRC_LEN);
+            let len = usize::from(u16::from_be_bytes([frame[ip_at + 4], frame[ip_at + 5]]));
+            let end = ip_at + super::frames::GRH_LEN + len;
+            let crc = icrc_v1(&frame[ip_at..end - ICRC_LEN]);
+            frame[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
+            self.stats.opcode(hdr[0]);
+            return tap.emit(frame);
+        }
+        let ip_id = self.ip_id[src_host];
+        self.ip_id[src_host] = ip_id.wrapping_add(1);
         let frame = self.frames.udp_frame(
             &src,
             &dst,
@@ -217,7 +294,6 @@ impl RoceLink {
             &[hdr, payload, &pad[..npad]],
             ICRC_LEN,
         );
-        let ip_at = super::frames::ETHERNET_HEADER_LEN;
         let total = usize::from(u16::from_be_bytes([frame[ip_at + 2], frame[ip_at + 3]]));
         let end = ip_at + total;
         let crc = icrc(&frame[ip_at..end - ICRC_LEN]);
@@ -267,7 +343,13 @@ impl RoceLink {
     }
 
     /// The responder `from` acknowledges everything up to `psn` of its peer.
-    fn ack<W: Write>(&mut self, tap: &mut Tap<W>, conn: ConnId, from: usize, psn: u32) -> io::Result<()> {
+    fn ack<W: Write>(
+        &mut self,
+        tap: &mut Tap<W>,
+        conn: ConnId,
+        from: usize,
+        psn: u32,
+    ) -> io::Result<()> {
         tap.idle(1_000);
         let c = &self.conns[conn];
         let (dest_qp, msn) = (c.qp[1 - from].qpn, c.qp[from].msn);
@@ -322,13 +404,16 @@ impl RoceLink {
         Ok(())
     }
 
-    fn lost(&mut self) -> bool {
-        self.loss > 0.0 && self.rng.unit() < self.loss
+    /// Whether an event of probability `p` happens (no draw when `p` is 0, so captures
+    /// without that noise stay as they were).
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.unit() < p
     }
 
     /// Packets of one data-carrying message (RDMA Write or Read Response) from `from`:
     /// `plan` gives per packet its headers (already built) and payload range. Lost
-    /// packets are handled per the loss mode.
+    /// packets are handled per the loss mode; retransmitted and reordered ones as the
+    /// module header says.
     fn data_packets<W: Write>(
         &mut self,
         tap: &mut Tap<W>,
@@ -338,17 +423,51 @@ impl RoceLink {
         data: &[u8],
     ) -> io::Result<()> {
         let mut pending: Vec<Resend> = Vec::new();
+        let n = plan.len();
         for (k, (hdr, s, e)) in plan.into_iter().enumerate() {
-            if self.lost() {
-                if self.loss_mode == LossMode::Drop {
+            if self.chance(self.imp.loss) {
+                if self.imp.loss_mode == LossMode::Drop {
                     self.stats.dropped_packets += 1;
                     self.stats.dropped_bytes += (e - s) as u64;
                     self.stats.opcode(hdr[0]);
                 } else {
                     self.stats.lost_packets += 1;
-                    pending.push(Resend { due: k + RETRANSMIT_LAG, from, headers: hdr, start: s, end: e });
+                    self.stats.opcode(hdr[0]); // the resend is not counted
+                    pending.push(Resend {
+                        due: k + RETRANSMIT_LAG,
+                        from,
+                        headers: hdr,
+                        start: s,
+                        end: e,
+                    });
                 }
+            } else if k + 1 < n
+                && !pending.iter().any(|r| r.due == k)
+                && self.chance(self.imp.reorder)
+            {
+                // Sent after the next packet (flushed at k + 1, once that one is out); not
+                // when a packet is already waiting for this one, which would undo the swap.
+                self.stats.reordered_pairs += 1;
+                self.stats.opcode(hdr[0]);
+                pending.push(Resend {
+                    due: k + 1,
+                    from,
+                    headers: hdr,
+                    start: s,
+                    end: e,
+                });
             } else {
+                let again = self.chance(self.imp.retransmit);
+                if again {
+                    self.stats.retransmitted_packets += 1;
+                    pending.push(Resend {
+                        due: k + RETRANSMIT_LAG,
+                        from,
+                        headers: hdr.clone(),
+                        start: s,
+                        end: e,
+                    });
+                }
                 self.headers = hdr;
                 self.rc_packet(tap, conn, from, &data[s..e])?;
             }
@@ -363,7 +482,13 @@ impl RoceLink {
         Ok(())
     }
 
-    fn resend<W: Write>(&mut self, tap: &mut Tap<W>, conn: ConnId, r: Resend, data: &[u8]) -> io::Result<()> {
+    fn resend<W: Write>(
+        &mut self,
+        tap: &mut Tap<W>,
+        conn: ConnId,
+        r: Resend,
+        data: &[u8],
+    ) -> io::Result<()> {
         let (h, src, dst) = self.ends(conn, r.from);
         let before = self.stats.opcodes.clone();
         self.packet(tap, h, src, dst, &r.headers, &data[r.start..r.end])?;
@@ -412,8 +537,18 @@ impl<W: Write> RdmaLink<W> for RoceLink {
             hosts: [client.index, server.index],
             ends: [ep(client), ep(server)],
             qp: [
-                Qp { qpn: cq, psn: cpsn, msn: 0, udp_port: entropy_port(cq) },
-                Qp { qpn: sq, psn: spsn, msn: 0, udp_port: entropy_port(sq) },
+                Qp {
+                    qpn: cq,
+                    psn: cpsn,
+                    msn: 0,
+                    udp_port: entropy_port(cq),
+                },
+                Qp {
+                    qpn: sq,
+                    psn: spsn,
+                    msn: 0,
+                    udp_port: entropy_port(sq),
+                },
             ],
             cm,
         });
@@ -472,7 +607,12 @@ impl<W: Write> RdmaLink<W> for RoceLink {
         let n = self.npackets(data.len());
         let first_psn = self.conns[conn].qp[server].psn;
         self.next_bth(conn, server, opcode::RDMA_READ_REQUEST, 0, true);
-        reth(&mut self.headers, remote.offset, remote.token, data.len() as u32);
+        reth(
+            &mut self.headers,
+            remote.offset,
+            remote.token,
+            data.len() as u32,
+        );
         self.rc_packet(tap, conn, server, &[])?;
         // The request reserves one PSN per response packet (§9.7.1).
         let c = &mut self.conns[conn];
@@ -567,22 +707,36 @@ mod tests {
     /// rdma-rocev2-rc-send.pcap (shared corpus) frame 16 from the IPv4 header on: an RC
     /// ACK; tshark shows its ICRC as 0x259cc216 (the bytes in wire order).
     static ACK_PACKET: [u8; 48] = [
-        0x45, 0x02, 0x00, 0x30, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x2d, 0x60, 0xc0, 0xa8, 0x46, 0x06,
-        0xc0, 0xa8, 0x46, 0x04, 0x00, 0x48, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x11, 0x40, 0xff, 0xff,
-        0x00, 0x00, 0x00, 0x45, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x01, 0x25, 0x9c, 0xc2, 0x16,
+        0x45, 0x02, 0x00, 0x30, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x2d, 0x60, 0xc0, 0xa8, 0x46,
+        0x06, 0xc0, 0xa8, 0x46, 0x04, 0x00, 0x48, 0x12, 0xb7, 0x00, 0x1c, 0x00, 0x00, 0x11, 0x40,
+        0xff, 0xff, 0x00, 0x00, 0x00, 0x45, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x01, 0x25,
+        0x9c, 0xc2, 0x16,
     ];
 
     #[test]
     fn icrc_matches_a_real_capture() {
         let n = ACK_PACKET.len();
-        assert_eq!(icrc(&ACK_PACKET[..n - 4]).to_le_bytes(), ACK_PACKET[n - 4..]);
+        assert_eq!(
+            icrc(&ACK_PACKET[..n - 4]).to_le_bytes(),
+            ACK_PACKET[n - 4..]
+        );
     }
 
     #[test]
     fn bth_layout() {
         let mut b = Vec::new();
-        Bth { opcode: 0x0c, solicited: false, pad: 3, dest_qp: 0x123456, ack_req: true, psn: 0xabcdef }
-            .emit(&mut b);
-        assert_eq!(b, [0x0c, 0x70, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef]);
+        Bth {
+            opcode: 0x0c,
+            solicited: false,
+            pad: 3,
+            dest_qp: 0x123456,
+            ack_req: true,
+            psn: 0xabcdef,
+        }
+        .emit(&mut b);
+        assert_eq!(
+            b,
+            [0x0c, 0x70, 0xff, 0xff, 0, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef]
+        );
     }
 }

@@ -170,11 +170,22 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
 
     /// A response to an RDMA request: with RDMA_V1_INVALIDATE it also invalidates the
     /// client's token (MS-SMB2 §3.3.5.13 hands it to MS-SMBD §3.1.4.2 Send with Invalidate).
-    fn respond_rdma(&mut self, s: &Session, ch: usize, msg: &[u8], descs: &[BufferDescriptor]) -> io::Result<()> {
+    fn respond_rdma(
+        &mut self,
+        s: &Session,
+        ch: usize,
+        msg: &[u8],
+        descs: &[BufferDescriptor],
+    ) -> io::Result<()> {
         match descs.first() {
             Some(d) if self.spec.send_with_invalidate => {
-                self.transport
-                    .send_invalidate(&mut self.tap, s.channels[ch].conn, Side::Server, msg, d.token)?;
+                self.transport.send_invalidate(
+                    &mut self.tap,
+                    s.channels[ch].conn,
+                    Side::Server,
+                    msg,
+                    d.token,
+                )?;
                 self.tally.smb2.messages += 1;
                 Ok(())
             }
@@ -397,10 +408,12 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                                 // The server pulls the data as soon as it has the request.
                                 descs = self.transport.register(conn, len);
                                 let chan = self.rdma_channel();
-                                let head =
-                                    smb2::write_request_rdma(&h, fid, offset, len as u32, chan, &descs);
+                                let head = smb2::write_request_rdma(
+                                    &h, fid, offset, len as u32, chan, &descs,
+                                );
                                 self.request(s, ch, &head, &[])?;
-                                self.transport.rdma_read(&mut self.tap, conn, &descs, &io.bytes)?;
+                                self.transport
+                                    .rdma_read(&mut self.tap, conn, &descs, &io.bytes)?;
                             } else {
                                 let head = smb2::write_request_head(&h, fid, offset, len as u32);
                                 self.request(s, ch, &head, &io.bytes)?;
@@ -453,7 +466,8 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                             // The data goes first; the response follows its completion
                             // (MS-SMB2 §3.3.5.12).
                             let conn = s.channels[ch].conn;
-                            self.transport.rdma_write(&mut self.tap, conn, descs, &io.bytes)?;
+                            self.transport
+                                .rdma_write(&mut self.tap, conn, descs, &io.bytes)?;
                             let msg = smb2::read_response_rdma(&h.response(), len as u32);
                             self.respond_rdma(s, ch, &msg, descs)?;
                         } else {

@@ -211,12 +211,22 @@ impl<W: Write, L: RdmaLink<W>> Transport<W> for SmbDirectTransport<L> {
             unreplenished: [0, 0],
         });
         let size = self.max_send as u32;
-        self.link
-            .post_send(tap, link, Side::Client, &negotiate_request(size, size), None)?;
+        self.link.post_send(
+            tap,
+            link,
+            Side::Client,
+            &negotiate_request(size, size),
+            None,
+        )?;
         self.link.stats().smbd_negotiate_requests += 1;
         tap.idle(20_000);
-        self.link
-            .post_send(tap, link, Side::Server, &negotiate_response(size, size), None)?;
+        self.link.post_send(
+            tap,
+            link,
+            Side::Server,
+            &negotiate_response(size, size),
+            None,
+        )?;
         self.link.stats().smbd_negotiate_responses += 1;
         tap.idle(20_000);
         Ok(id)
@@ -324,7 +334,10 @@ mod tests {
         assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), 1364);
         let p = negotiate_response(1364, 1364);
         assert_eq!(p.len(), NEGOTIATE_RESPONSE_LEN);
-        assert_eq!(u32::from_le_bytes(p[16..20].try_into().unwrap()), MAX_READ_WRITE_SIZE);
+        assert_eq!(
+            u32::from_le_bytes(p[16..20].try_into().unwrap()),
+            MAX_READ_WRITE_SIZE
+        );
         let h = DataHeader {
             credits_requested: 255,
             credits_granted: 3,
@@ -335,7 +348,11 @@ mod tests {
         .emit();
         assert_eq!(u32::from_le_bytes(h[12..16].try_into().unwrap()), 24);
         assert_eq!(u32::from_le_bytes(h[8..12].try_into().unwrap()), 7);
-        let d = BufferDescriptor { offset: 0x1122_3344_5566_7788, token: 0xAABBCCDD, length: 4096 };
+        let d = BufferDescriptor {
+            offset: 0x1122_3344_5566_7788,
+            token: 0xAABBCCDD,
+            length: 4096,
+        };
         let mut b = Vec::new();
         d.emit(&mut b);
         assert_eq!(BufferDescriptor::parse(&b), Some(d));
@@ -345,7 +362,10 @@ mod tests {
     #[test]
     fn fragments_count_down() {
         assert_eq!(fragments(0, 100), vec![(0, 0, 0)]);
-        assert_eq!(fragments(250, 100), vec![(0, 100, 150), (100, 200, 50), (200, 250, 0)]);
+        assert_eq!(
+            fragments(250, 100),
+            vec![(0, 100, 150), (100, 200, 50), (200, 250, 0)]
+        );
         assert_eq!(fragments(100, 100), vec![(0, 100, 0)]);
     }
 }

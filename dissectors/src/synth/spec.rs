@@ -16,9 +16,10 @@ pub struct Spec {
     pub io_size: u64,
     /// Record every frame twice, as a mirror port copying ingress and egress (+1 µs).
     pub mirror_dup: bool,
-    /// Fraction of data segments also sent again later (same seq and payload, new IP ID).
+    /// Fraction of data segments also sent again later (same seq and payload, new IP ID;
+    /// RoCE: RDMA data packets, same PSN).
     pub retransmit: f64,
-    /// Fraction of data segments swapped with the next one.
+    /// Fraction of data segments swapped with the next one (RoCE: RDMA data packets).
     pub reorder: f64,
     pub seed: u64,
     /// TCP maximum segment size (payload bytes per segment).
@@ -27,13 +28,13 @@ pub struct Spec {
     /// such as "3.1.1" or "0x0311").
     #[serde(deserialize_with = "deserialize_dialect")]
     pub dialect: u16,
-    /// "tcp" (SMB2 over Direct TCP), "rocev2" or "iwarp" (SMB Direct, MS-SMBD).
+    /// "tcp" (SMB2 over Direct TCP), "rocev1", "rocev2" or "iwarp" (SMB Direct, MS-SMBD).
     pub transport: String,
     /// Connections (SMB multichannel channels: TCP connections or RDMA queue pairs) per
     /// client→server session. Also accepted as `qps`.
     #[serde(alias = "qps")]
     pub channels: u64,
-    /// RoCEv2 path MTU: 256, 512, 1024, 2048 or 4096.
+    /// RoCE path MTU: 256, 512, 1024, 2048 or 4096.
     pub mtu: u64,
     /// SMB Direct max send size each side negotiates (MS-SMBD §3.1.1.1 MaxSendSize);
     /// larger SMB2 messages are fragmented. Windows uses 1364.
@@ -136,21 +137,33 @@ impl Spec {
         fraction("zero_fill", self.zero_fill)?;
         fraction("loss", self.loss)?;
         if self.loss > 0.0 && self.transport == "tcp" {
-            return Err("loss applies to RDMA transports (rocev2, iwarp)".into());
+            return Err("loss applies to RDMA transports (rocev1, rocev2, iwarp)".into());
         }
         if !["retransmit", "drop"].contains(&self.loss_mode.as_str()) {
-            return Err(format!("loss_mode must be \"retransmit\" or \"drop\", got {:?}", self.loss_mode));
+            return Err(format!(
+                "loss_mode must be \"retransmit\" or \"drop\", got {:?}",
+                self.loss_mode
+            ));
         }
         if ![256, 512, 1024, 2048, 4096].contains(&self.mtu) {
-            return Err(format!("mtu must be 256, 512, 1024, 2048 or 4096, got {}", self.mtu));
+            return Err(format!(
+                "mtu must be 256, 512, 1024, 2048 or 4096, got {}",
+                self.mtu
+            ));
         }
         // MS-SMBD §3.1.5.8 needs room for the 24-byte header plus data; 128 is the smallest
         // receive size a peer must accept.
         if !(128..=65536).contains(&self.max_send_size) {
-            return Err(format!("max_send_size must be between 128 and 65536, got {}", self.max_send_size));
+            return Err(format!(
+                "max_send_size must be between 128 and 65536, got {}",
+                self.max_send_size
+            ));
         }
         if !(1..=16).contains(&self.descriptors) {
-            return Err(format!("descriptors must be between 1 and 16, got {}", self.descriptors));
+            return Err(format!(
+                "descriptors must be between 1 and 16, got {}",
+                self.descriptors
+            ));
         }
         if self.send_with_invalidate && self.dialect < dialect::SMB302 {
             return Err("send_with_invalidate needs SMB 3.0.2 or later".into());
@@ -189,10 +202,10 @@ impl Spec {
             ));
         }
         match self.transport.as_str() {
-            "tcp" | "rocev2" | "iwarp" => {}
+            "tcp" | "rocev1" | "rocev2" | "iwarp" => {}
             other => {
                 return Err(format!(
-                    "unknown transport {other:?} (\"tcp\", \"rocev2\" or \"iwarp\")"
+                    "unknown transport {other:?} (\"tcp\", \"rocev1\", \"rocev2\" or \"iwarp\")"
                 ))
             }
         }
@@ -222,7 +235,10 @@ mod tests {
             (64 * MIB, MIB, 1448, 1, 0x0302)
         );
         let r = Spec::from_json(r#"{"scenario":"six","transport":"rocev2","qps":2}"#).unwrap();
-        assert_eq!((r.channels, r.mtu, r.max_send_size, r.rdma()), (2, 4096, 1364, true));
+        assert_eq!(
+            (r.channels, r.mtu, r.max_send_size, r.rdma()),
+            (2, 4096, 1364, true)
+        );
         for form in [r#""3.1.1""#, r#""0x0311""#, "785"] {
             let s = Spec::from_json(&format!(r#"{{"scenario":"six","dialect":{form}}}"#)).unwrap();
             assert_eq!(s.dialect, 0x0311);

@@ -46,21 +46,68 @@ fn le64(b: &[u8], o: usize) -> u64 {
 /// What the RDMA layer carried: Send messages per direction, and the data of RDMA Reads
 /// (by the source buffer: token, address) and RDMA Writes (by the target buffer).
 #[derive(Default)]
-struct Ops {
-    sends: Vec<([u8; 4], [u8; 4], Vec<u8>)>,
-    read_data: HashMap<(u32, u64), Vec<u8>>,
-    write_data: HashMap<(u32, u64), Vec<u8>>,
-    opcodes: BTreeMap<String, u64>,
-    invalidated: Vec<u32>,
-    cm: u64,
+pub(super) struct Ops {
+    pub(super) sends: Vec<([u8; 4], [u8; 4], Vec<u8>)>,
+    pub(super) read_data: HashMap<(u32, u64), Vec<u8>>,
+    pub(super) write_data: HashMap<(u32, u64), Vec<u8>>,
+    pub(super) opcodes: BTreeMap<String, u64>,
+    pub(super) invalidated: Vec<u32>,
+    pub(super) cm: u64,
 }
 
 fn op_count(o: &mut Ops, op: u8) {
     *o.opcodes.entry(op.to_string()).or_default() += 1;
 }
 
-/// RoCEv2: every frame is IPv4/UDP 4791 with a good ICRC.
-fn roce_ops(frames: &[Frame]) -> Ops {
+/// A RoCE frame's sender (IPv4 address; RoCEv1: from its IPv4-mapped source GID) and the
+/// packet from the BTH through the ICRC, after checking the encapsulation and the ICRC with
+/// the variant fields masked. RoCEv2: IPv4 / UDP 4791. RoCEv1: EtherType 0x8915 / GRH.
+fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
+    if d[12..14] == [0x89, 0x15] {
+        let grh = &d[14..];
+        assert_eq!(grh[0] >> 4, 6, "GRH IPVer");
+        assert_eq!(grh[6], 0x1b, "GRH NxtHdr: BTH");
+        let end = 40 + u16::from_be_bytes([grh[4], grh[5]]) as usize;
+        let pkt = &grh[..end];
+        for gid in [&pkt[8..24], &pkt[24..40]] {
+            assert_eq!(
+                gid[..12],
+                [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff],
+                "IPv4-mapped GID"
+            );
+        }
+        let mut masked = pkt[..end - 4].to_vec();
+        masked[0] |= 0x0f;
+        masked[1..4].fill(0xff);
+        masked[7] = 0xff;
+        masked[40 + 4] = 0xff;
+        let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
+        assert_eq!(crc.to_le_bytes(), pkt[end - 4..], "ICRC");
+        return (pkt[20..24].try_into().unwrap(), &pkt[40..]);
+    }
+    assert_eq!(&d[12..14], &[8, 0]);
+    let ip = &d[14..];
+    assert_eq!(ip[9], 17, "UDP");
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let pkt = &ip[..total];
+    assert_eq!(u16::from_be_bytes([pkt[22], pkt[23]]), 4791);
+    assert_eq!(&pkt[26..28], &[0, 0], "UDP checksum not used");
+    // ICRC, with the variant fields masked.
+    let mut masked = pkt[..total - 4].to_vec();
+    masked[1] = 0xff;
+    masked[8] = 0xff;
+    masked[10] = 0xff;
+    masked[11] = 0xff;
+    masked[26] = 0xff;
+    masked[27] = 0xff;
+    masked[28 + 4] = 0xff;
+    let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
+    assert_eq!(crc.to_le_bytes(), pkt[total - 4..], "ICRC");
+    (pkt[12..16].try_into().unwrap(), &pkt[28..])
+}
+
+/// RoCE (v1 or v2): every frame is a RoCE packet with a good ICRC.
+pub(super) fn roce_ops(frames: &[Frame]) -> Ops {
     // (src ip, dest QP, response?) -> PSN -> (opcode, headers+payload); first PSN seen.
     type Key = ([u8; 4], u32, bool);
     let mut streams: BTreeMap<Key, (u32, BTreeMap<u32, Vec<u8>>)> = BTreeMap::new();
@@ -69,32 +116,13 @@ fn roce_ops(frames: &[Frame]) -> Ops {
     // CM: client comm ID -> client QPN (REQ), and -> server QPN (REP).
     let (mut req_qpn, mut rep_qpn) = (HashMap::new(), HashMap::new());
     for f in frames {
-        let d = &f.data;
-        assert_eq!(&d[12..14], &[8, 0]);
-        let ip = &d[14..];
-        assert_eq!(ip[9], 17, "UDP");
-        let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-        let pkt = &ip[..total];
-        assert_eq!(u16::from_be_bytes([pkt[22], pkt[23]]), 4791);
-        assert_eq!(&pkt[26..28], &[0, 0], "UDP checksum not used");
-        // ICRC, with the variant fields masked.
-        let mut masked = pkt[..total - 4].to_vec();
-        masked[1] = 0xff;
-        masked[8] = 0xff;
-        masked[10] = 0xff;
-        masked[11] = 0xff;
-        masked[26] = 0xff;
-        masked[27] = 0xff;
-        masked[28 + 4] = 0xff;
-        let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
-        assert_eq!(crc.to_le_bytes(), pkt[total - 4..], "ICRC");
-        let bth = &pkt[28..40];
+        let (src, body) = roce_packet(&f.data);
+        let bth = &body[..12];
         let op = bth[0];
         let pad = usize::from((bth[1] >> 4) & 3);
         let dest_qp = be24(&bth[5..8]);
         let psn = be24(&bth[9..12]);
-        let rest = pkt[40..total - 4 - pad].to_vec();
-        let src: [u8; 4] = pkt[12..16].try_into().unwrap();
+        let rest = body[12..body.len() - 4 - pad].to_vec();
         if op == 0x64 {
             assert_eq!(dest_qp, 1, "CM MADs go to QP1");
             assert_eq!(rest.len(), 8 + 256);
@@ -141,8 +169,17 @@ fn roce_ops(frames: &[Frame]) -> Ops {
         for (&rel, p) in pkts {
             let (op, body) = (p[0], &p[1..]);
             if op == 0x0c {
-                read_requests.push((src, qp, (base + rel) & 0xff_ffff, be64(body), be32(&body[8..]), be32(&body[12..])));
-                let n = (be32(&body[12..]) as usize).div_ceil(mtu_of(&streams)).max(1) as u32;
+                read_requests.push((
+                    src,
+                    qp,
+                    (base + rel) & 0xff_ffff,
+                    be64(body),
+                    be32(&body[8..]),
+                    be32(&body[12..]),
+                ));
+                let n = (be32(&body[12..]) as usize)
+                    .div_ceil(mtu_of(&streams))
+                    .max(1) as u32;
                 expect = rel + n;
                 continue;
             }
@@ -240,7 +277,10 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
             continue;
         }
         assert!(stream.starts_with(b"MPA ID Req Frame") || stream.starts_with(b"MPA ID Rep Frame"));
-        assert_eq!(stream[16] & 0xc0, u8::from(markers) << 7 | u8::from(crc) << 6);
+        assert_eq!(
+            stream[16] & 0xc0,
+            u8::from(markers) << 7 | u8::from(crc) << 6
+        );
         assert_eq!(stream[17], 1, "MPA revision 1");
         let pd = u16::from_be_bytes([stream[18], stream[19]]) as usize;
         let marked = &stream[20 + pd..];
@@ -249,7 +289,7 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
         let mut starts = HashSet::new();
         let mut i = 0;
         let mut next_fpdu = 0usize;
-        let mut fpdu_start_pos = 0usize;
+        let mut begins = HashSet::new();
         while i < marked.len() {
             if markers && i % 512 == 0 {
                 let ptr = u16::from_be_bytes([marked[i + 2], marked[i + 3]]) as usize;
@@ -259,8 +299,10 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
                 continue;
             }
             if fp.len() == next_fpdu {
-                fpdu_start_pos = i;
-                let _ = fpdu_start_pos;
+                begins.insert(i);
+                if markers && i >= 4 && (i - 4) % 512 == 0 {
+                    begins.insert(i - 4); // a marker right before the header
+                }
                 let hi = marked[i];
                 // length needs two bytes; a marker cannot split them (never at odd offsets here)
                 let len = u16::from_be_bytes([hi, marked[i + 1]]) as usize;
@@ -269,6 +311,10 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
             fp.push(marked[i]);
             i += 1;
         }
+        assert!(
+            starts.is_subset(&begins),
+            "every FPDUPTR points at an FPDU start"
+        );
         let mut off = 0;
         let mut send_msg: HashMap<u32, Vec<u8>> = HashMap::new();
         while off < fp.len() {
@@ -287,7 +333,10 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
             op_count(&mut o, op);
             if tagged_flag {
                 let (stag, to) = (be32(&u[2..]), be64(&u[6..]));
-                tagged.entry((op, stag)).or_default().push((to, u[14..].to_vec()));
+                tagged
+                    .entry((op, stag))
+                    .or_default()
+                    .push((to, u[14..].to_vec()));
                 if last && op == 0 {
                     // One RDMA Write message ends: its segments are contiguous from the first.
                     let parts = tagged.remove(&(op, stag)).unwrap();
@@ -300,7 +349,8 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
                     o.write_data.insert((stag, start), v);
                 }
             } else {
-                let (inval, qn, msn, mo) = (be32(&u[2..]), be32(&u[6..]), be32(&u[10..]), be32(&u[14..]));
+                let (inval, qn, msn, mo) =
+                    (be32(&u[2..]), be32(&u[6..]), be32(&u[10..]), be32(&u[14..]));
                 let body = &u[18..];
                 match qn {
                     0 => {
@@ -316,7 +366,13 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
                     }
                     1 => {
                         assert_eq!((op, last, body.len()), (1, true, 28));
-                        read_requests.push((be32(body), be64(&body[4..]), be32(&body[12..]), be32(&body[16..]), be64(&body[20..])));
+                        read_requests.push((
+                            be32(body),
+                            be64(&body[4..]),
+                            be32(&body[12..]),
+                            be32(&body[16..]),
+                            be64(&body[20..]),
+                        ));
                     }
                     other => panic!("queue {other}"),
                 }
@@ -343,16 +399,19 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
     o
 }
 
+/// Per (source, destination) IPv4: the WRITE/READ payloads, in order.
+type Payloads = BTreeMap<([u8; 4], [u8; 4]), Vec<Vec<u8>>>;
+
 #[derive(Default, Debug)]
-struct Smbd {
-    negotiate_requests: u64,
-    negotiate_responses: u64,
-    data_messages: u64,
-    data_length: u64,
+pub(super) struct Smbd {
+    pub(super) negotiate_requests: u64,
+    pub(super) negotiate_responses: u64,
+    pub(super) data_messages: u64,
+    pub(super) data_length: u64,
     smb2: u64,
-    writes: u64,
-    read_responses: u64,
-    payloads: BTreeMap<([u8; 4], [u8; 4]), Vec<Vec<u8>>>,
+    pub(super) writes: u64,
+    pub(super) read_responses: u64,
+    pub(super) payloads: Payloads,
 }
 
 /// SMB Direct messages, reassembled SMB2 messages, and the data behind the descriptors.
@@ -396,11 +455,18 @@ fn smbd_pass(o: &Ops, reads: &ReadDescs, collect: bool) -> (Smbd, ReadDescs) {
         s.smb2 += 1;
         let (cmd, resp, mid) = (le16(&msg, 12), le32(&msg, 16) & 1 == 1, le64(&msg, 24));
         let descs = |off: usize, len: usize| -> Vec<(u64, u32, u32)> {
-            msg[off..off + len].chunks(16).map(|c| (le64(c, 0), le32(c, 8), le32(c, 12))).collect()
+            msg[off..off + len]
+                .chunks(16)
+                .map(|c| (le64(c, 0), le32(c, 8), le32(c, 12)))
+                .collect()
         };
         match (cmd, resp) {
             (9, false) if !collect => {
-                assert_eq!((le16(&msg, 66), le32(&msg, 68)), (0, 0), "DataOffset, Length");
+                assert_eq!(
+                    (le16(&msg, 66), le32(&msg, 68)),
+                    (0, 0),
+                    "DataOffset, Length"
+                );
                 assert!([1, 2].contains(&le32(&msg, 96)), "Channel RDMA");
                 let total = le32(&msg, 100);
                 let d = descs(le16(&msg, 104) as usize, le16(&msg, 106) as usize);
@@ -416,7 +482,10 @@ fn smbd_pass(o: &Ops, reads: &ReadDescs, collect: bool) -> (Smbd, ReadDescs) {
             }
             (8, false) => {
                 assert!([1, 2].contains(&le32(&msg, 100)));
-                read_descs.insert(mid, descs(le16(&msg, 108) as usize, le16(&msg, 110) as usize));
+                read_descs.insert(
+                    mid,
+                    descs(le16(&msg, 108) as usize, le16(&msg, 110) as usize),
+                );
             }
             (8, true) if !collect => {
                 assert_eq!(le32(&msg, 68), 0, "DataLength");
@@ -434,28 +503,34 @@ fn smbd_pass(o: &Ops, reads: &ReadDescs, collect: bool) -> (Smbd, ReadDescs) {
             _ => {}
         }
     }
-    assert!(partial.values().all(|b| b.is_empty()), "no unfinished fragments");
+    assert!(
+        partial.values().all(|b| b.is_empty()),
+        "no unfinished fragments"
+    );
     (s, read_descs)
 }
 
-fn gen(json: &str) -> (Vec<u8>, Truth, Vec<Frame>) {
+pub(super) fn gen(json: &str) -> (Vec<u8>, Truth, Vec<Frame>) {
     let spec = Spec::from_json(json).unwrap();
     let mut buf = Vec::new();
     let truth = generate_to(&spec, pcap::PcapWriter::new(&mut buf).unwrap()).unwrap();
     let mut again = Vec::new();
     let t2 = generate_to(&spec, pcap::PcapWriter::new(&mut again).unwrap()).unwrap();
     assert!(buf == again, "deterministic bytes");
-    assert_eq!(serde_json::to_string(&t2).unwrap(), serde_json::to_string(&truth).unwrap());
+    assert_eq!(
+        serde_json::to_string(&t2).unwrap(),
+        serde_json::to_string(&truth).unwrap()
+    );
     let frames = read_pcap(&buf);
     assert_eq!(frames.len() as u64, truth.capture.frames);
     (buf, truth, frames)
 }
 
-fn check(json: &str) -> (Truth, Ops, Smbd) {
+pub(super) fn check(json: &str) -> (Truth, Ops, Smbd) {
     let spec = Spec::from_json(json).unwrap();
     let (_, t, frames) = gen(json);
     MTU.with(|m| m.set(spec.mtu as usize));
-    let o = if spec.transport == "rocev2" {
+    let o = if spec.transport.starts_with("roce") {
         roce_ops(&frames)
     } else {
         iwarp_ops(&frames, spec.mpa_markers, spec.mpa_crc)
@@ -476,10 +551,19 @@ fn check(json: &str) -> (Truth, Ops, Smbd) {
     assert_eq!(o.invalidated.len() as u64, r.send_with_invalidate);
     // Per edge: count, bytes and distinct content as in the truth.
     for e in &t.edges {
-        let ip = |n: &str| if n == "owner" { [198, 18, 0, 1] } else { [198, 18, 0, 2] };
+        let ip = |n: &str| {
+            if n == "owner" {
+                [198, 18, 0, 1]
+            } else {
+                [198, 18, 0, 2]
+            }
+        };
         let p = &s.payloads[&(ip(&e.src), ip(&e.dst))];
         assert_eq!(p.len() as u64, e.sends);
-        assert_eq!(p.iter().map(|x| x.len() as u64).sum::<u64>(), e.payload_bytes);
+        assert_eq!(
+            p.iter().map(|x| x.len() as u64).sum::<u64>(),
+            e.payload_bytes
+        );
         let mut distinct: HashSet<&[u8]> = HashSet::new();
         let unique: u64 = p
             .iter()
@@ -492,21 +576,36 @@ fn check(json: &str) -> (Truth, Ops, Smbd) {
     (t, o, s)
 }
 
-fn spec(scenario: &str, extra: &str) -> String {
+pub(super) fn spec(scenario: &str, extra: &str) -> String {
     format!(r#"{{"scenario":"{scenario}","bytes":{SMALL},"io_size":{MIB},"seed":3{extra}}}"#)
 }
 
 #[test]
 fn roce_scenarios_carry_the_table() {
-    for (name, mtu) in [("mirror2", 4096), ("nested4", 1024), ("redirect4", 4096), ("read-nonowner", 1024), ("read-owner", 4096)] {
-        let (t, o, _) = check(&spec(name, &format!(r#","transport":"rocev2","mtu":{mtu}"#)));
+    for (name, mtu) in [
+        ("mirror2", 4096),
+        ("nested4", 1024),
+        ("redirect4", 4096),
+        ("read-nonowner", 1024),
+        ("read-owner", 4096),
+    ] {
+        let (t, o, _) = check(&spec(
+            name,
+            &format!(r#","transport":"rocev2","mtu":{mtu}"#),
+        ));
         let r = t.rdma.unwrap();
         // REQ, REP, RTU, DREQ, DREP per connection.
         assert_eq!(o.cm, 5 * r.connections);
         assert_eq!(r.rdma_read_bytes, t.smb2.write_data_bytes);
         assert_eq!(r.rdma_write_bytes, t.smb2.read_data_bytes);
-        let data_packets: u64 = ["13", "14", "15", "16", "6", "7", "8", "10"].iter().map(|k| r.opcodes.get(*k).copied().unwrap_or(0)).sum();
-        let expect: u64 = (0..t.ios).map(|i| SMALL.min((i + 1) * MIB) - i * MIB).map(|l| l.div_ceil(mtu)).sum::<u64>()
+        let data_packets: u64 = ["13", "14", "15", "16", "6", "7", "8", "10"]
+            .iter()
+            .map(|k| r.opcodes.get(*k).copied().unwrap_or(0))
+            .sum();
+        let expect: u64 = (0..t.ios)
+            .map(|i| SMALL.min((i + 1) * MIB) - i * MIB)
+            .map(|l| l.div_ceil(mtu))
+            .sum::<u64>()
             * t.edges.iter().map(|e| e.sends / t.ios.max(1)).sum::<u64>();
         assert_eq!(data_packets, expect, "{name}: packets at MTU {mtu}");
     }
@@ -517,7 +616,10 @@ fn iwarp_scenarios_carry_the_table() {
     for (name, extra) in [
         ("six", ""),
         ("redirect4", r#","mpa_markers":true"#),
-        ("read-nonowner", r#","mpa_crc":false,"mpa_private_data":false"#),
+        (
+            "read-nonowner",
+            r#","mpa_crc":false,"mpa_private_data":false"#,
+        ),
         ("read-nonowner", r#","mpa_markers":true,"descriptors":3"#),
     ] {
         let (t, _, _) = check(&spec(name, &format!(r#","transport":"iwarp"{extra}"#)));
@@ -532,7 +634,9 @@ fn fragmentation_invalidate_descriptors_multichannel() {
     for tr in ["rocev2", "iwarp"] {
         let (t, o, _) = check(&spec(
             "redirect4",
-            &format!(r#","transport":"{tr}","max_send_size":128,"send_with_invalidate":true,"descriptors":2,"qps":2"#),
+            &format!(
+                r#","transport":"{tr}","max_send_size":128,"send_with_invalidate":true,"descriptors":2,"qps":2"#
+            ),
         ));
         let r = t.rdma.unwrap();
         assert!(r.smbd_fragmented_messages > 0);
@@ -545,34 +649,55 @@ fn fragmentation_invalidate_descriptors_multichannel() {
 
 #[test]
 fn loss_retransmit_repairs_and_drop_leaves_a_gap() {
-    let (t, _, _) = check(&spec("nested4", r#","transport":"rocev2","mtu":1024,"loss":0.01"#));
+    let (t, _, _) = check(&spec(
+        "nested4",
+        r#","transport":"rocev2","mtu":1024,"loss":0.01"#,
+    ));
     let r = t.rdma.unwrap();
     assert!(r.lost_packets > 0 && r.dropped_packets == 0);
     let (_, t2, frames) = gen(&spec("nested4", r#","transport":"rocev2","mtu":1024"#));
-    assert_eq!(t.capture.frames, t2.capture.frames, "every lost packet is resent once");
+    assert_eq!(
+        t.capture.frames, t2.capture.frames,
+        "every lost packet is resent once"
+    );
     let _ = frames;
 
-    let (_, d, frames) = gen(&spec("nested4", r#","transport":"rocev2","mtu":1024,"loss":0.01,"loss_mode":"drop"}"#.trim_end_matches('}')));
+    let (_, d, frames) = gen(&spec(
+        "nested4",
+        r#","transport":"rocev2","mtu":1024,"loss":0.01,"loss_mode":"drop"}"#.trim_end_matches('}'),
+    ));
     let r = d.rdma.as_ref().unwrap();
     assert!(r.dropped_packets > 0);
     assert_eq!(d.capture.frames + r.dropped_packets, t2.capture.frames);
     let bytes: u64 = frames.iter().map(|f| f.data.len() as u64).sum();
-    let full: u64 = read_pcap(&gen(&spec("nested4", r#","transport":"rocev2","mtu":1024"#)).0).iter().map(|f| f.data.len() as u64).sum();
+    let full: u64 = read_pcap(&gen(&spec("nested4", r#","transport":"rocev2","mtu":1024"#)).0)
+        .iter()
+        .map(|f| f.data.len() as u64)
+        .sum();
     assert!(full - bytes >= r.dropped_bytes);
 
     let (t, _, _) = check(&spec("mirror2", r#","transport":"iwarp","loss":0.02"#));
     assert!(t.rdma.unwrap().lost_packets > 0);
-    let (_, d, _) = gen(&spec("mirror2", r#","transport":"iwarp","loss":0.02,"loss_mode":"drop""#));
+    let (_, d, _) = gen(&spec(
+        "mirror2",
+        r#","transport":"iwarp","loss":0.02,"loss_mode":"drop""#,
+    ));
     assert!(d.rdma.unwrap().dropped_bytes > 0);
 }
 
 #[test]
 fn mirror_noise_keeps_rdma_payload() {
-    let (_, t, frames) = gen(&spec("mirror2", r#","transport":"rocev2","mirror_dup":true"#));
+    let (_, t, frames) = gen(&spec(
+        "mirror2",
+        r#","transport":"rocev2","mirror_dup":true"#,
+    ));
     let (_, c, _) = gen(&spec("mirror2", r#","transport":"rocev2""#));
     assert_eq!(t.capture.frames, 2 * c.capture.frames);
     let single: Vec<Frame> = frames.into_iter().step_by(2).collect();
     let s = smbd(&roce_ops(&single));
     assert_eq!(s.writes, c.smb2.write_requests);
-    check(&spec("nested4", r#","transport":"iwarp","retransmit":0.01,"reorder":0.01"#));
+    check(&spec(
+        "nested4",
+        r#","transport":"iwarp","retransmit":0.01,"reorder":0.01"#,
+    ));
 }

@@ -100,7 +100,7 @@ pub struct Truth {
     pub totals: Totals,
     pub smb2: Smb2Counts,
     pub tcp: super::tcp::TcpStats,
-    /// SMB Direct and RDMA figures (rocev2 and iwarp only).
+    /// SMB Direct and RDMA figures (rocev1, rocev2 and iwarp only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rdma: Option<super::rdma::RdmaTruth>,
     pub capture: CaptureTruth,
