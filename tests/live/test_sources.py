@@ -96,8 +96,14 @@ class Lab:
         return self.tcp_counter(self.b, "InSegs")
 
     def tcp_outsegs(self):
-        """Tcp OutSegs of namespace A: Linux adds every segment of a GSO skb."""
-        return self.tcp_counter(self.a, "OutSegs")
+        """Segments namespace A put on the wire: Tcp OutSegs (every segment of a GSO skb, but
+        not retransmissions: Linux counts those in RetransSegs only) plus RetransSegs."""
+        return self.tcp_counter(self.a, "OutSegs") + self.tcp_counter(self.a, "RetransSegs")
+
+    def tx_dropped(self):
+        """Frames A's veth could not hand to B (B's backlog full): sent, never seen by B."""
+        stats = json.loads(sh("ip", "-n", self.a, "-s", "-j", "link", "show", self.va).stdout)[0]["stats64"]
+        return stats["tx"]["dropped"]
 
     def udp(self, dst, port, count, size=100):
         code = (
@@ -123,13 +129,16 @@ class Lab:
         srv = subprocess.Popen(["ip", "netns", "exec", self.b, "python3", "-c", server], stdout=subprocess.PIPE, text=True)
         try:
             assert srv.stdout.readline().strip() == "up"
+            # struct tcp_info (linux/tcp.h): tcpi_bytes_retrans is the u64 at offset 208.
             client = (
-                "import socket\n"
+                "import socket,struct\n"
                 f"c=socket.create_connection(('198.18.0.2',{port}),timeout=20)\n"
                 f"c.sendall(bytes({nbytes})); c.shutdown(socket.SHUT_WR)\n"
-                "print(int.from_bytes(c.recv(8),'big')); c.recv(1); c.close()\n"
+                "n=int.from_bytes(c.recv(8),'big'); c.recv(1)\n"
+                "ti=c.getsockopt(socket.IPPROTO_TCP,socket.TCP_INFO,232)\n"
+                "print(n, struct.unpack_from('<Q',ti,208)[0]); c.close()\n"
             )
-            got = int(self.ns(self.a, "python3", "-c", client, timeout=60).stdout)
+            got, retrans_bytes = map(int, self.ns(self.a, "python3", "-c", client, timeout=60).stdout.split())
             assert got == nbytes
             assert int(srv.stdout.readline()) == nbytes
             srv.wait(timeout=20)
@@ -138,6 +147,7 @@ class Lab:
                 srv.kill()
                 srv.wait()
         time.sleep(0.3)  # the last ACK
+        return retrans_bytes
 
 
 @pytest.fixture
@@ -219,18 +229,22 @@ def test_gso_frames_count_as_their_wire_packets(livecat, lab, backend):
     packets (as TCP's InSegs counts them) and wire bytes, and copies must be whole."""
     lab.allow_gso()
     cap = Capture(livecat, lab, backend)
-    before, frames_before = lab.tcp_outsegs(), lab.tcp_insegs()
+    before, frames_before, dropped_before = lab.tcp_outsegs(), lab.tcp_insegs(), lab.tx_dropped()
     nbytes = 4 << 20
-    lab.tcp_transfer(445, nbytes)
+    retrans_bytes = lab.tcp_transfer(445, nbytes)
     segs, frames = lab.tcp_outsegs() - before, lab.tcp_insegs() - frames_before
     r = cap.finish()
     check_invariants(r)
     st = r["stats"]
+    # A frame dropped between A and B was counted by A's TCP but never reached the hook; the
+    # byte check below cannot account for it, so such a run proves nothing and says so.
+    assert lab.tx_dropped() == dropped_before, "frames were lost on the veth: rerun on a quieter machine"
     assert st["frames_matched"] == frames < segs // 4, "the peer did hand over GSO frames"
+    # Retransmitted segments (a busy machine makes a few) were on the wire: counted again.
     assert st["packets_matched"] == segs
     # Linux defaults: SYN 74 bytes (MSS, SACK-permitted, timestamps, window scale); every
     # other segment A->B carries the timestamp option: 14 + 20 + 32 = 66 bytes of headers.
-    assert st["bytes_matched"] == nbytes + 66 * segs + 8
+    assert st["bytes_matched"] == nbytes + retrans_bytes + 66 * segs + 8
     assert r["truncated"] == 0 and r["captured_bytes"] == r["delivered_wire_bytes"]
     assert r["delivered_wire_bytes"] == nbytes + 66 * st["frames_matched"] + 8
 

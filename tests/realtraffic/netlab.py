@@ -78,6 +78,42 @@ def run(cmd: list[str], *, input: bytes | None = None, check: bool = True) -> su
     return proc
 
 
+# --- the per-CPU receive backlog --------------------------------------------------------------
+# Every veth hop (node -> bridge port, bridge -> node, mirred -> span) queues the frame on the
+# per-CPU backlog (net.core.netdev_max_backlog, 1000 by default, not per namespace). A burst of
+# READ responses on a busy 2-core machine can fill it: TCP recovers the nodes' own frames by
+# retransmission, but a mirror copy dropped there is lost to the span for good. While any lab
+# is up the backlog is raised; the last lab to close restores the old value.
+BACKLOG_SYSCTL = Path("/proc/sys/net/core/netdev_max_backlog")
+LAB_BACKLOG = 100_000
+_backlog_users = 0
+_backlog_saved: str | None = None
+
+
+def _raise_backlog() -> None:
+    global _backlog_users, _backlog_saved
+    if _backlog_users == 0:
+        _backlog_saved = BACKLOG_SYSCTL.read_text().strip()
+        if int(_backlog_saved) < LAB_BACKLOG:
+            BACKLOG_SYSCTL.write_text(f"{LAB_BACKLOG}\n")
+    _backlog_users += 1
+
+
+def _restore_backlog() -> None:
+    global _backlog_users, _backlog_saved
+    _backlog_users -= 1
+    if _backlog_users == 0 and _backlog_saved is not None:
+        BACKLOG_SYSCTL.write_text(f"{_backlog_saved}\n")
+        _backlog_saved = None
+
+
+def backlog_drops() -> int:
+    """Frames the kernel dropped because a CPU's backlog was full (/proc/net/softnet_stat,
+    second column, summed over CPUs)."""
+    cols = Path("/proc/net/softnet_stat").read_text().splitlines()
+    return sum(int(line.split()[1], 16) for line in cols if line.strip())
+
+
 def lab_namespaces(prefix: str = "smbw-") -> list[str]:
     """Names of existing namespaces that start with ``prefix``."""
     out = run(["ip", "netns", "list"]).stdout.decode()
@@ -104,6 +140,7 @@ class CaptureResult:
     packets_captured: int | None
     packets_dropped: int | None
     stderr: str
+    backlog_drops: int = 0  # frames the kernel's receive backlog dropped while capturing
 
 
 @dataclasses.dataclass
@@ -154,6 +191,8 @@ class Lab:
         self.namespaces: list[str] = []
         self.pids: list[int] = []  # every process this lab started (for the teardown check)
         self.created_user = False
+        self.backlog_raised = False
+        self.backlog_drops_at_start = 0
         self.capture_proc: subprocess.Popen | None = None
         self.capture_path: Path | None = None
         self.capture_result: CaptureResult | None = None
@@ -167,6 +206,8 @@ class Lab:
             self.tmp = Path(tempfile.mkdtemp(prefix=self.prefix))
             # smbd drops to the test user for share access: it must traverse the temp dir.
             self.tmp.chmod(0o755)
+            _raise_backlog()
+            self.backlog_raised = True
             self._ensure_user()
             self._build_network()
             for name in ("n1", "n2"):
@@ -340,6 +381,7 @@ class Lab:
     def _start_capture(self) -> None:
         out_dir = self.capture_dir or self.tmp
         self.capture_path = out_dir / f"{self.prefix}span.pcap"
+        self.backlog_drops_at_start = backlog_drops()
         self._cap_err = open(self.tmp / "capture.stderr", "w+b")
         # pcap, whole frames (-s 0), each packet flushed to the file (-U), handed over at once
         # (--immediate-mode: no TPACKET_V3 blocks that sit in the ring until they fill or
@@ -398,7 +440,8 @@ class Lab:
             dropped = int(m.group(1))
         if self.capture_proc.returncode != 0:
             raise LabError(f"tcpdump exited with {self.capture_proc.returncode}: {err}")
-        self.capture_result = CaptureResult(self.capture_path, captured, dropped, err)
+        self.capture_result = CaptureResult(self.capture_path, captured, dropped, err,
+                                            backlog_drops() - self.backlog_drops_at_start)
         return self.capture_result
 
     # --- workloads -------------------------------------------------------------------------
@@ -487,6 +530,9 @@ class Lab:
             self._cap_err = None
         if self.tmp is not None and self.tmp.exists():
             shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.backlog_raised:
+            _restore_backlog()
+            self.backlog_raised = False
         if self.created_user:
             # Only when this lab created it, and only when no other lab run still uses it.
             if not lab_namespaces("smbw-"):
