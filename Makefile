@@ -5,11 +5,11 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-APT_PACKAGES := tshark samba smbclient tcpdump iproute2 clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux
+APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
-.PHONY: setup apt venv build demo test test-rust test-python bench fuzz clean
+.PHONY: setup apt venv build demo test test-rust test-python bench clean
 
 setup: apt build
 
