@@ -125,6 +125,59 @@ def test_unusable_input_is_one_line_and_exit_2(tmp_path, content, message):
     assert "Traceback" not in p.stderr
 
 
+def test_unusable_input_beside_a_good_one_is_a_warning_and_the_rest_is_analysed(tmp_path):
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"this is a text file, not a capture\n" * 3)
+    alone = analyze([str(NESTED4)], topology=None)
+    out = tmp_path / "r.json"
+    p = smbwire("analyze", str(garbage), str(NESTED4), "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    # One warning line on stderr naming the unusable file, and no error.
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("smbwire: warning: "), p.stderr
+    assert f"{garbage}: not a pcap or pcapng capture file" in lines[0] and "skipped" in lines[0]
+    # The full report went to stdout, its warnings naming the file too.
+    assert "Duplicate-payload ratio per edge" in p.stdout and "Warnings" in p.stdout
+    assert "garbage.bin" in p.stdout.split("Warnings", 1)[1]
+    r = json.loads(out.read_text())
+    assert any(w.startswith(f"{garbage}: not a pcap or pcapng capture file: skipped") for w in r["warnings"]), r["warnings"]
+    assert r["anomalies"].get("capture.unusable_input") == 1
+    # Exactly the figures of the good file alone; only it is an input.
+    assert _edges(r) == _edges(alone) and r["edges"]
+    assert r["totals"] == alone["totals"]
+    assert [i["path"] for i in r["inputs"]] == [str(NESTED4)]
+    assert r["inputs"][0]["frames"] == alone["inputs"][0]["frames"] > 0
+    assert r["accounting"]["reconciled"]
+
+
+def test_missing_and_empty_inputs_beside_a_good_one_are_skipped(tmp_path):
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    missing = tmp_path / "missing.pcap"
+    r = analyze([str(empty), str(NESTED4), str(missing)])
+    alone = analyze([str(NESTED4)])
+    assert _edges(r) == _edges(alone)
+    assert r["anomalies"].get("capture.unusable_input") == 2
+    skipped = [w for w in r["warnings"] if ": skipped; " in w]
+    assert len(skipped) == 2
+    assert skipped[0].startswith(f"{empty}: empty file") and skipped[1].startswith(f"{missing}: cannot read")
+    # Frames still name the usable file as input 0 (evidence and the report index inputs).
+    assert [i["path"] for i in r["inputs"]] == [str(NESTED4)]
+
+
+def test_no_usable_input_among_several_is_one_line_and_exit_2(tmp_path):
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"\x00" * 100)
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    p = smbwire("analyze", str(garbage), str(empty))
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("smbwire: error:"), p.stderr
+    assert "garbage.bin" in lines[0]
+    assert "Traceback" not in p.stderr
+
+
 def test_missing_file_is_one_line_and_exit_2():
     p = smbwire("analyze", "/nonexistent/capture.pcap")
     assert p.returncode == 2

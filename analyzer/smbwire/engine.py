@@ -9,6 +9,7 @@ Importing this module does not load `_core`; the first call does.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
@@ -22,6 +23,10 @@ ProgressFn = Callable[[int, int], None]
 
 DEFAULT_WINDOW_SECONDS = 60.0
 DEFAULT_TOP_N = 10
+
+#: Warnings about the inputs (an unusable file skipped). Unconfigured, Python prints them as
+#: one line on stderr (logging's last-resort handler); an application can route or silence them.
+log = logging.getLogger("smbwire")
 
 
 def load_core() -> ModuleType:
@@ -43,33 +48,42 @@ def engine_version() -> str | None:
 
 
 def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The paths as strings, after checking each names a readable, non-empty regular file
-    and none is given twice. Raises `InputError`."""
+    """The paths as strings, after checking that at least one names a readable, non-empty
+    regular file and none is given twice. Raises `InputError`.
+
+    A file that cannot be used (missing, a directory, unreadable, empty) is an error only
+    when no file is usable; among usable ones it is passed on, and the engine skips it with
+    a warning naming it (as it does a file that is not a capture)."""
     if not paths:
         raise InputError("no capture file given")
     out: list[str] = []
+    problems: list[str] = []
     seen: dict[tuple[int, int], str] = {}
     for p in paths:
         path = os.fspath(p)
+        out.append(path)
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
+            problems.append(f"{path}: no such file")
+            continue
         except OSError as e:
-            raise InputError(f"{path}: {e.strerror or e}") from None
+            problems.append(f"{path}: {e.strerror or e}")
+            continue
         if os.path.isdir(path):
-            raise InputError(f"{path}: is a directory, not a capture file")
-        if not os.access(path, os.R_OK):
-            raise InputError(f"{path}: permission denied")
-        if st.st_size == 0 and os.path.isfile(path):
-            raise InputError(f"{path}: empty file (0 bytes), not a capture")
+            problems.append(f"{path}: is a directory, not a capture file")
+        elif not os.access(path, os.R_OK):
+            problems.append(f"{path}: permission denied")
+        elif st.st_size == 0 and os.path.isfile(path):
+            problems.append(f"{path}: empty file (0 bytes), not a capture")
         key = (st.st_dev, st.st_ino)
         if key in seen:
             raise InputError(
                 f"{path}: same file as {seen[key]} (a capture given twice would count every payload as duplicated)"
             )
         seen[key] = path
-        out.append(path)
+    if len(problems) == len(out):
+        raise InputError(problems[0])
     return out
 
 
@@ -121,7 +135,19 @@ def analyze(
         raise InputError(_one_line(e)) from None
     except OSError as e:
         raise InputError(_one_line(e)) from None
-    return _parse_result(text)
+    result = _parse_result(text)
+    _log_skipped_inputs(result, files)
+    return result
+
+
+def _log_skipped_inputs(result: dict[str, Any], files: list[str]) -> None:
+    """One line on stderr (logger "smbwire", WARNING) per input file the engine skipped as
+    unusable; the result's "warnings" already hold the same lines for the report and JSON."""
+    if not (result.get("anomalies") or {}).get("capture.unusable_input"):
+        return
+    for w in result.get("warnings") or []:
+        if isinstance(w, str) and ": skipped; " in w and any(w.startswith(f"{f}: ") for f in files):
+            log.warning("smbwire: warning: %s", _one_line(Exception(w)))
 
 
 def synth(spec: Mapping[str, Any], out_path: str | os.PathLike[str]) -> dict[str, Any]:

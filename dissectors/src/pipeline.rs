@@ -147,6 +147,8 @@ pub struct Pipeline {
     last_ts: u64,
     last_sweep: u64,
     window_ns: u64,
+    /// Warnings raised before or outside the frames (an unusable input file); first in the result.
+    pub warnings: Vec<String>,
 }
 
 impl Pipeline {
@@ -170,6 +172,7 @@ impl Pipeline {
             last_ts: 0,
             last_sweep: 0,
             window_ns: config.dedupe.window_ns,
+            warnings: Vec::new(),
         }
     }
 
@@ -353,7 +356,7 @@ impl Pipeline {
         let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum();
         let total_bytes = accounting.total();
         let smb2 = smb.stats();
-        let mut warnings = Vec::new();
+        let mut warnings = std::mem::take(&mut self.warnings);
         let tcp = TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1);
         if tcp.gap_bytes > 0 {
             warnings.push(format!(
@@ -467,8 +470,16 @@ pub fn analyze_files(
     };
     let total = merged.total_size();
     let mut pipeline = Pipeline::new(config, evidence);
+    for (_, e) in &merged.skipped {
+        pipeline.shared.anomalies.raise("capture.unusable_input");
+        let others = merged.used.len();
+        pipeline.warnings.push(format!(
+            "{e}: skipped; the report covers the {others} other input{}",
+            if others == 1 { "" } else { "s" }
+        ));
+    }
     let mut container = Accounting::default();
-    let mut frames_per_file = vec![0u64; paths.len()];
+    let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
     loop {
         let frame = match merged.next_frame(&mut container, &mut pipeline.shared.anomalies) {
@@ -488,12 +499,14 @@ pub fn analyze_files(
         }
     }
     tick(total, total);
-    let inputs = paths
+    // Only the files that were analysed: frames and evidence name them by this index.
+    let inputs = merged
+        .used
         .iter()
         .enumerate()
-        .map(|(i, p)| InputFile {
-            path: p.clone(),
-            size_bytes: std::fs::metadata(p).map(|m| m.len()).unwrap_or(0),
+        .map(|(i, &p)| InputFile {
+            path: paths[p].clone(),
+            size_bytes: std::fs::metadata(&paths[p]).map(|m| m.len()).unwrap_or(0),
             frames: frames_per_file[i],
         })
         .collect();

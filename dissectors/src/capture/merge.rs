@@ -1,4 +1,8 @@
 //! Several capture files (one per mirror port, say) merged in timestamp order.
+//!
+//! A file that cannot be read at all (missing, not a capture, damaged header) does not stop
+//! the others: `open` keeps the usable files and names the unusable ones in `skipped`; it
+//! fails only when no file is usable.
 use super::{open, CaptureError, FrameReader, RawFrame};
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
@@ -8,21 +12,41 @@ pub struct Merged {
     live: Vec<bool>,
     picked: Option<usize>,
     started: bool,
+    /// For each reader, the index of its path in the `paths` given to `open`. Frames carry
+    /// the reader's index (its position here), not the path's.
+    pub used: Vec<usize>,
+    /// The paths that could not be opened as captures: (index in `paths`, why).
+    pub skipped: Vec<(usize, CaptureError)>,
 }
 
 impl Merged {
+    /// Open every file; unusable ones are left out and listed in `skipped`. Err (the first
+    /// file's error) only when files were given and none is usable.
     pub fn open(paths: &[String]) -> Result<Self, CaptureError> {
         let mut readers = Vec::with_capacity(paths.len());
+        let mut used = Vec::with_capacity(paths.len());
+        let mut skipped = Vec::new();
         for (i, p) in paths.iter().enumerate() {
-            readers.push(open(p, i as u16)?);
+            match open(p, readers.len() as u16) {
+                Ok(r) => {
+                    readers.push(r);
+                    used.push(i);
+                }
+                Err(e) => skipped.push((i, e)),
+            }
         }
-        let n = readers.len();
-        Ok(Merged { readers, live: vec![true; n], picked: None, started: false })
+        if readers.is_empty() && !skipped.is_empty() {
+            return Err(skipped.swap_remove(0).1);
+        }
+        let mut m = Self::from_readers(readers);
+        m.used = used;
+        m.skipped = skipped;
+        Ok(m)
     }
 
     pub fn from_readers(readers: Vec<Box<dyn FrameReader>>) -> Self {
         let n = readers.len();
-        Merged { readers, live: vec![true; n], picked: None, started: false }
+        Merged { readers, live: vec![true; n], picked: None, started: false, used: (0..n).collect(), skipped: Vec::new() }
     }
 
     /// The next frame in timestamp order across all files (ties: lower file index first).

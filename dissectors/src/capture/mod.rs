@@ -651,6 +651,39 @@ mod tests {
         assert_eq!(acct.total() + bytes, m.total_size());
     }
 
+    #[test]
+    fn merge_skips_unusable_files_and_fails_only_when_none_is_usable() {
+        let dir = std::env::temp_dir().join(format!("smbwire-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.pcap");
+        std::fs::write(&good, pcap(false, false, 1, &[(10, 0, &[0xa1], 1), (20, 0, &[0xa2], 1)])).unwrap();
+        let garbage = dir.join("garbage.bin");
+        std::fs::write(&garbage, b"this is not a capture at all\n").unwrap();
+        let missing = dir.join("missing.pcap");
+        let s = |p: &std::path::PathBuf| p.to_str().unwrap().to_string();
+
+        let paths = vec![s(&garbage), s(&good), s(&missing)];
+        let mut m = merge::Merged::open(&paths).unwrap();
+        assert_eq!(m.used, vec![1]);
+        assert_eq!(m.skipped.len(), 2);
+        assert_eq!(m.skipped[0], (0, CaptureError::NotACapture { path: s(&garbage) }));
+        assert_eq!(m.skipped[1].0, 2);
+        assert!(matches!(m.skipped[1].1, CaptureError::Io { .. }));
+        let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+        let mut got = Vec::new();
+        while let Some(f) = m.next_frame(&mut acct, &mut an) {
+            // The usable file is reader 0: frames name the reader, not the path's position.
+            got.push((f.data[0], f.info.frame.file));
+        }
+        assert_eq!(got, vec![(0xa1, 0), (0xa2, 0)]);
+        assert_eq!(m.total_size(), std::fs::metadata(&good).unwrap().len());
+
+        // Nothing usable: the first file's error.
+        let err = merge::Merged::open(&[s(&garbage), s(&missing)]).err().expect("no usable input");
+        assert_eq!(err, CaptureError::NotACapture { path: s(&garbage) });
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     mod fuzz {
         use super::super::testutil::*;
         use proptest::prelude::*;
