@@ -72,6 +72,12 @@ def test_smb2_counts_agree_with_tshark(capture: Path) -> None:
         if field in deferred:
             continue
         assert ours[field] == theirs[field], f"{capture.name}: {field}: smbwire {ours[field]!r} != tshark {theirs[field]!r}"
+    # Encrypted and compressed messages are recognised one for one with tshark, on every
+    # capture; the deferred fields above are exactly what sits inside compressed messages.
+    enc, comp = oracle.transform_header_counts(capture, extra)
+    assert (smb2["encrypted_messages"], smb2["compressed_messages"]) == (enc, comp), capture.name
+    if deferred:
+        assert comp > 0 and result["accounting"]["categories"].get("smb_compressed", 0) > 0, capture.name
     # Every byte of the file is accounted for in some category.
     acct = result["accounting"]
     assert acct["reconciled"], f"{capture.name}: accounting {acct}"

@@ -144,6 +144,16 @@ def histogram(path: Path, extra: list[str], field: str, display_filter: str = ""
     return counts
 
 
+def transform_header_counts(path: Path, extra: list[str] = ()) -> tuple[int, int]:
+    """(encrypted, compressed): SMB2 TRANSFORM (0xFD 'SMB') and COMPRESSION_TRANSFORM (0xFC 'SMB')
+    headers tshark finds, one occurrence of the header's size field per header."""
+    enc = sum(len(r[0]) for r in field_rows(path, extra, ["smb2.header.transform.msg_size"],
+                                             "smb2.header.transform.msg_size"))
+    comp = sum(len(r[0]) for r in field_rows(path, extra, ["smb2.header.comp_transform.original_size"],
+                                              "smb2.header.comp_transform.original_size"))
+    return enc, comp
+
+
 SMBD_NO_REASSEMBLY = ["-o", "smb_direct.reassemble_smb_direct:FALSE",
                       "-o", "iwarp_ddp_rdmap.reassemble_iwarp_rdma_send:FALSE"]
 
