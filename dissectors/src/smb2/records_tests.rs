@@ -24,6 +24,33 @@ const WRITE_REQ_HEAD: &str = "fe534d424000010000000000090001000000000000000000d6
 /// Frame 21: WRITE response, Count 7000.
 const WRITE_RESP: &str = "fe534d424000010000000000090001000100000000000000d604000000000000fffe00007a6c1953c01c233c000000000000000000000000000000000000000011000000581b00000000000000000000";
 
+// smb302-reads-writes.pcap (SMB 3.0.2, Samba on loopback; NetBIOS header stripped). Field
+// values in the tests below are as `tshark -V -O smb2` shows them for these frames.
+/// Frame 63: SESSION_SETUP request, NTLMSSP_NEGOTIATE (SessionId 0, MessageId 2).
+const SESSION_SETUP_REQ: &str = "fe534d4240000100000000000100000100000000000000000200000000000000fffe00000000000000000000000000000000000000000000000000000000000019000001010000000000000058004a000000000000000000604806062b0601050502a03e303ca00e300c060a2b06010401823702020aa22a04284e544c4d535350000100000005028862000000000000000000000000000000000601b01d0000000f";
+/// Frame 29: SESSION_SETUP response, STATUS_SUCCESS, signed, SessionId 0x9b71db6b00000005.
+const SESSION_SETUP_RESP: &str = "fe534d4240000100000000000100000109000000000000000200000000000000fffe000000000000050000006bdb719bf4b6567739a3b0d31049f8c020af3e250900000048000501a18201013081fea0030a0100a10b06092a864886f712010202a281e90481e66081e306092a864886f71201020202006f81d33081d0a003020105a10302010fa27a3078a003020112a271046f20487f6a8313106e046cd6d30cc83c54a6c9cfea12416ec97292fd4cdb85f9fd678f3c09c98ba0e0341c823e197c2d42e3b827408c4b5da5ce529733b6553082848c62e2d2f31353a5f9836922d9fd31bab721a2a00e0f5a6e1ae82af4833ec305e32e3ebfb7eaf03ab7e5f7e1802fa3483046a0173015a003020110a10e040c8a8128fc42912f47f861b6c8a12b3029a003020102a1220420d1584ab2119128a47d25b4b3f2a1d03a92d047841b7d3a4751bf82feece6c323";
+/// Frame 65: SESSION_SETUP response, STATUS_MORE_PROCESSING_REQUIRED (NTLMSSP_CHALLENGE);
+/// header, fixed part and the first bytes of the blob only.
+const SESSION_SETUP_RESP_MORE: &str = "fe534d4240000100160000c00100000101000000000000000200000000000000fffe000000000000060000006bdb719b000000000000000000000000000000000900000048002001a182011c30820118";
+/// Frame 35: TREE_CONNECT request for \\127.0.0.1\PUBLIC.
+const TREE_CONNECT_REQ: &str = "fe534d4240000100000000000300000108000000000000000300000000000000fffe000000000000050000006bdb719b4b59c1a4aaac525bec567068c0d3fc6c09000000480024005c005c003100320037002e0030002e0030002e0031005c005000550042004c0049004300";
+/// Frame 37: TREE_CONNECT response, TreeId 1, disk share.
+const TREE_CONNECT_RESP: &str = "fe534d4240000100000000000300000109000000000000000300000000000000fffe000001000000050000006bdb719bc8efd732b6a7e1f01374e74dba6ef2b0100001003008000000000000ff011f00";
+/// Frame 316: CLOSE request (not in a compound) for .DS_Store, MessageId 74.
+const CLOSE_REQ: &str = "fe534d4240000100000000000600000108000000000000004a00000000000000fffe000001000000050000006bdb719b7eceebf43b4fc99b4f8ef6aeea9120c61800000000000000cd000000000000001300000000000000";
+/// Frame 318: CLOSE response.
+const CLOSE_RESP: &str = "fe534d4240000100000000000600000109000000000000004a00000000000000fffe000001000000050000006bdb719bdbfa2cac5f4d24e99f9c55d48c889deb3c0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+/// Frame 67: LOGOFF request, SessionId 0x9b71db6b00000006, MessageId 3.
+const LOGOFF_REQ: &str = "fe534d4240000100000000000200010000000000000000000300000000000000fffe000000000000060000006bdb719b0000000000000000000000000000000004000000";
+/// Frame 69: LOGOFF response.
+const LOGOFF_RESP: &str = "fe534d4240000100000000000200010001000000000000000300000000000000fffe000000000000060000006bdb719b0000000000000000000000000000000004000000";
+// smb300-dac-getinfo-setinfo.pcap (SMB 3.0; smb302-reads-writes.pcap has no TREE_DISCONNECT).
+/// Frame 715: TREE_DISCONNECT request, TreeId 3 (\\bb1file2\IPC$), SessionId 0x5c122c2c00000001.
+const TREE_DISCONNECT_REQ: &str = "fe534d4240000100040000000400010000000000000000006f00000000000000fffe000003000000010000002c2c125c0000000000000000000000000000000004000000";
+/// Frame 716: TREE_DISCONNECT response.
+const TREE_DISCONNECT_RESP: &str = "fe534d4240000100000000000400010001000000000000006f00000000000000fffe000003000000010000002c2c125c0000000000000000000000000000000004000000";
+
 const FILE_ID: [u8; 16] = [0x2e, 0x8c, 0x2f, 0xc5, 0, 0, 0, 0, 0x4d, 0x57, 0xff, 0xae, 0, 0, 0, 0];
 
 #[test]
@@ -149,6 +176,123 @@ fn rdma_write_channel_info_descriptors() {
     assert_eq!(WriteRequest::parse(&b), Err(Error::BadOffset));
 }
 
+/// Header fields as tshark shows them: (command, response, MessageId, SessionId, TreeId, status, signed).
+fn header_of(m: &str) -> (u16, bool, u64, u64, Option<u32>, u32, bool) {
+    let h = HeaderRepr::parse(&hex(m)).unwrap();
+    (h.command, h.is_response(), h.message_id, h.session_id, h.tree_id, h.status, h.flags & flags::SIGNED != 0)
+}
+
+#[test]
+fn session_setup_request_from_capture() {
+    assert_eq!(header_of(SESSION_SETUP_REQ), (command::SESSION_SETUP, false, 2, 0, Some(0), status::SUCCESS, false));
+    let s = SessionSetupRequest::parse(&hex(SESSION_SETUP_REQ)).unwrap();
+    // tshark: Flags 0, Security mode 0x01 (signing enabled), Capabilities 0x00000001 (DFS),
+    // Previous Session Id 0.
+    assert_eq!(s, SessionSetupRequest { flags: 0, security_mode: 0x01, capabilities: 0x0000_0001, previous_session_id: 0 });
+    assert_eq!(s.flags & SessionSetupRequest::FLAG_BINDING, 0);
+    // Binding flag set by hand: a new channel of an existing session.
+    let mut b = hex(SESSION_SETUP_REQ);
+    b[64 + 2] = SessionSetupRequest::FLAG_BINDING;
+    b[64 + 16..64 + 24].copy_from_slice(&0x9b71_db6b_0000_0005u64.to_le_bytes());
+    let bound = SessionSetupRequest::parse(&b).unwrap();
+    assert_eq!((bound.flags, bound.previous_session_id), (1, 0x9b71_db6b_0000_0005));
+    // Another command's body is refused by its StructureSize.
+    assert_eq!(SessionSetupRequest::parse(&hex(TREE_CONNECT_REQ)), Err(Error::BadStructureSize));
+}
+
+#[test]
+fn session_setup_responses_from_capture() {
+    // Success: the SessionId every later message of the session carries is in the header.
+    assert_eq!(
+        header_of(SESSION_SETUP_RESP),
+        (command::SESSION_SETUP, true, 2, 0x9b71_db6b_0000_0005, Some(0), status::SUCCESS, true)
+    );
+    assert_eq!(SessionSetupResponse::parse(&hex(SESSION_SETUP_RESP)).unwrap(), SessionSetupResponse { session_flags: 0 });
+    // A guest session flag set by hand comes out as is.
+    let mut b = hex(SESSION_SETUP_RESP);
+    b[64 + 2] = 0x01;
+    assert_eq!(SessionSetupResponse::parse(&b).unwrap().session_flags, 0x0001);
+    // The NTLM challenge leg: STATUS_MORE_PROCESSING_REQUIRED with a session setup body (not
+    // an error body), SessionId 0x9b71db6b00000006.
+    let (cmd, resp, mid, sid, _, st, _) = header_of(SESSION_SETUP_RESP_MORE);
+    assert_eq!((cmd, resp, mid, sid, st), (command::SESSION_SETUP, true, 2, 0x9b71_db6b_0000_0006, status::MORE_PROCESSING_REQUIRED));
+    assert_eq!(SessionSetupResponse::parse(&hex(SESSION_SETUP_RESP_MORE)).unwrap().session_flags, 0);
+    assert_eq!(SessionSetupResponse::parse(&hex(SESSION_SETUP_RESP)[..65]), Err(Error::Truncated));
+}
+
+#[test]
+fn tree_connect_request_share_path_from_capture() {
+    assert_eq!(
+        header_of(TREE_CONNECT_REQ),
+        (command::TREE_CONNECT, false, 3, 0x9b71_db6b_0000_0005, Some(0), status::SUCCESS, true)
+    );
+    let t = TreeConnectRequest::parse(&hex(TREE_CONNECT_REQ)).unwrap();
+    // tshark: Flags 0x0000, Tree: \\127.0.0.1\PUBLIC (Blob Offset 0x48, Length 36).
+    assert_eq!(t, TreeConnectRequest { flags: 0, path: r"\\127.0.0.1\PUBLIC".to_string() });
+    // A PathLength reaching past the message is refused, not a panic.
+    let mut b = hex(TREE_CONNECT_REQ);
+    b[64 + 6] = 38;
+    assert_eq!(TreeConnectRequest::parse(&b), Err(Error::Truncated));
+    // A PathOffset inside the fixed part is refused.
+    let mut b = hex(TREE_CONNECT_REQ);
+    b[64 + 4] = 0x40;
+    assert_eq!(TreeConnectRequest::parse(&b), Err(Error::BadOffset));
+}
+
+#[test]
+fn tree_connect_response_tree_id_from_capture() {
+    // The TreeId the server assigns is in the response header: 1.
+    assert_eq!(
+        header_of(TREE_CONNECT_RESP),
+        (command::TREE_CONNECT, true, 3, 0x9b71_db6b_0000_0005, Some(1), status::SUCCESS, true)
+    );
+    let r = TreeConnectResponse::parse(&hex(TREE_CONNECT_RESP)).unwrap();
+    // tshark: Share Type disk (0x01), Share flags 0x00000830, Capabilities 0, Access Mask 0x001f01ff.
+    assert_eq!(r, TreeConnectResponse { share_type: 1, share_flags: 0x0000_0830, capabilities: 0, maximal_access: 0x001f_01ff });
+    assert_eq!(TreeConnectResponse::parse(&hex(TREE_CONNECT_RESP)[..75]), Err(Error::Truncated));
+}
+
+#[test]
+fn close_request_and_response_from_capture() {
+    assert_eq!(header_of(CLOSE_REQ), (command::CLOSE, false, 74, 0x9b71_db6b_0000_0005, Some(1), status::SUCCESS, true));
+    let c = CloseRequest::parse(&hex(CLOSE_REQ)).unwrap();
+    // tshark: Close Flags 0x0000, File Id 000000cd-0000-0000-1300-000000000000 (its GUID
+    // rendering of the bytes cd 00 00 00 00 00 00 00 13 00 ...).
+    assert_eq!(c.flags, 0);
+    assert_eq!(c.file_id, [0xcd, 0, 0, 0, 0, 0, 0, 0, 0x13, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(header_of(CLOSE_RESP), (command::CLOSE, true, 74, 0x9b71_db6b_0000_0005, Some(1), status::SUCCESS, true));
+    assert_eq!(parse_close_response(&hex(CLOSE_RESP)), Ok(()));
+    // Request and response bodies are not interchangeable.
+    assert_eq!(parse_close_response(&hex(CLOSE_REQ)), Err(Error::BadStructureSize));
+    assert_eq!(CloseRequest::parse(&hex(CLOSE_RESP)), Err(Error::BadStructureSize));
+    assert_eq!(CloseRequest::parse(&hex(CLOSE_REQ)[..80]), Err(Error::Truncated));
+}
+
+#[test]
+fn tree_disconnect_from_capture() {
+    assert_eq!(
+        header_of(TREE_DISCONNECT_REQ),
+        (command::TREE_DISCONNECT, false, 111, 0x5c12_2c2c_0000_0001, Some(3), 4, false)
+    );
+    assert_eq!(
+        header_of(TREE_DISCONNECT_RESP),
+        (command::TREE_DISCONNECT, true, 111, 0x5c12_2c2c_0000_0001, Some(3), status::SUCCESS, false)
+    );
+    assert_eq!(parse_empty_body(&hex(TREE_DISCONNECT_REQ)), Ok(()));
+    assert_eq!(parse_empty_body(&hex(TREE_DISCONNECT_RESP)), Ok(()));
+    assert_eq!(parse_empty_body(&hex(CLOSE_REQ)), Err(Error::BadStructureSize));
+    assert_eq!(parse_empty_body(&hex(TREE_DISCONNECT_REQ)[..65]), Err(Error::Truncated));
+}
+
+#[test]
+fn logoff_from_capture() {
+    assert_eq!(header_of(LOGOFF_REQ), (command::LOGOFF, false, 3, 0x9b71_db6b_0000_0006, Some(0), status::SUCCESS, false));
+    assert_eq!(header_of(LOGOFF_RESP), (command::LOGOFF, true, 3, 0x9b71_db6b_0000_0006, Some(0), status::SUCCESS, false));
+    assert_eq!(parse_empty_body(&hex(LOGOFF_REQ)), Ok(()));
+    assert_eq!(parse_empty_body(&hex(LOGOFF_RESP)), Ok(()));
+    assert_eq!(command::counter_name(command::LOGOFF, true), "LOGOFF.response");
+}
+
 #[test]
 fn command_names() {
     assert_eq!(command::counter_name(command::WRITE, false), "WRITE.request");
@@ -159,7 +303,11 @@ fn command_names() {
 
 #[test]
 fn parsers_never_panic_on_prefixes() {
-    for m in [NEGOTIATE_REQ, NEGOTIATE_RESP, CREATE_REQ, CREATE_RESP, READ_REQ, READ_RESP_HEAD, WRITE_REQ_HEAD, WRITE_RESP] {
+    for m in [
+        NEGOTIATE_REQ, NEGOTIATE_RESP, CREATE_REQ, CREATE_RESP, READ_REQ, READ_RESP_HEAD, WRITE_REQ_HEAD, WRITE_RESP,
+        SESSION_SETUP_REQ, SESSION_SETUP_RESP, TREE_CONNECT_REQ, TREE_CONNECT_RESP, CLOSE_REQ, CLOSE_RESP, LOGOFF_REQ,
+        TREE_DISCONNECT_REQ,
+    ] {
         let b = hex(m);
         for n in 0..b.len() {
             let p = &b[..n];
@@ -172,6 +320,12 @@ fn parsers_never_panic_on_prefixes() {
             let _ = ReadResponse::parse(p);
             let _ = WriteRequest::parse(p);
             let _ = TreeConnectRequest::parse(p);
+            let _ = TreeConnectResponse::parse(p);
+            let _ = SessionSetupRequest::parse(p);
+            let _ = SessionSetupResponse::parse(p);
+            let _ = CloseRequest::parse(p);
+            let _ = parse_close_response(p);
+            let _ = parse_empty_body(p);
             let _ = CompressionTransform::parse(p);
         }
     }
