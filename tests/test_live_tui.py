@@ -131,3 +131,75 @@ def test_status_line_is_one_line_with_key_figures():
     assert "backend=ebpf" in line and "n1->n2:replication=3.00" in line
     assert "ring_drops=17" in line and "replication=" in line and "gap_bytes=1448" in line
     assert "\n" not in status_line(None)
+
+
+def history(n=300):
+    """`n` one-second samples: a replication burst in the oldest 10 s only, client I/O in the
+    newest 10 s only (the default history is 300 s: "the last minutes")."""
+    return [{"t": 1.7e9 + i, "seconds": 1.0, "wire_bytes": 1e6, "packets": 10.0,
+             "classes": {"client": 4e6 if i >= n - 10 else 0.0, "redirection": 0.0,
+                         "replication": 8e6 if i < 10 else 0.0, "redirected-read": 0.0}}
+            for i in range(n)]
+
+
+def spark_of(lines, label, width):
+    row = next(l for l in lines if l.startswith(label))
+    spark_w = max(width - 16 - 22 - 2, 8)
+    return row[16:16 + spark_w]
+
+
+@pytest.mark.parametrize("width,height,per,span", [(80, 24, 8, "last 5 min 0 s, 8 s per column"),
+                                                   (200, 50, 2, "last 5 min 0 s, 2 s per column")])
+def test_history_graph_spans_the_whole_history(width, height, per, span):
+    snap = snapshot([edge("n1", "n2", "replication", 3 << 20, 1 << 20)])
+    snap["live"]["rates"]["samples"] = history()
+    lines = check_fits(render(snap, width, height), width, height)
+    title = next(l for l in lines if l.startswith("Payload bytes/s per class"))
+    assert span in title, title
+    rep, client = spark_of(lines, "replication", width), spark_of(lines, "client I/O", width)
+    cols = -(-300 // per)
+    assert len(rep) == max(width - 40, 8) and rep.strip() and client.strip()
+    # The burst five minutes ago is at the left end of the graph, the recent client I/O at
+    # the right end; nothing else.
+    start = len(rep) - cols
+    assert rep[start] != " " and rep[start + 10 // per + 1:].strip() == "", rep
+    assert client[-1] != " " and client[:len(client) - 10 // per - 1].strip() == "", client
+    # Now and peak stay one-second figures.
+    assert "7.63 MiB" in next(l for l in lines if l.startswith("replication"))  # peak 8e6 B/s
+    assert "3.81 MiB/s" in next(l for l in lines if l.startswith("client I/O"))  # now 4e6 B/s
+
+
+@pytest.mark.parametrize("n,width", [(0, 40), (1, 40), (39, 40), (40, 40), (41, 40), (300, 40), (300, 160), (7, 3)])
+def test_downsample_keeps_every_byte_and_fits(n, width):
+    from smbwire.tui import downsample
+
+    samples = history(n)
+    cols, per = downsample(samples, width)
+    assert len(cols) <= width
+    assert per == max(1, -(-n // width))
+    assert sum(c["seconds"] for c in cols) == pytest.approx(n) if n <= width * per else True
+    for cls in ("client", "replication"):
+        want = sum(s["classes"][cls] * s["seconds"] for s in samples)
+        assert sum(c["classes"].get(cls, 0.0) * c["seconds"] for c in cols) == pytest.approx(want)
+
+
+def test_health_counts_rdma_gaps_and_rdma_not_analysed():
+    snap = snapshot([edge("n1", "n2", "replication", 3 << 20, 1 << 20)])
+    snap["live"]["stats"]["ring_drops"] = 0
+    snap["tcp"] = {"gaps": 1, "gap_bytes": 1000}
+    snap["rdma"] = {"gaps": 4}
+    snap["accounting"]["categories"] = {"smb_payload": 10 ** 9, "rdma_unlinked": 1 << 20, "rdma_unparsed": 1 << 20,
+                                        "rdma_other_ulp": 1 << 20, "truncated_tail": 1 << 20, "rdma_payload": 1 << 30}
+    for width, height in SIZES:
+        text = render(snap, width, height)
+        check_fits(text, width, height)
+        assert "not analysed 4.00 MiB" in text, text
+        assert "gaps 5 (1000 B TCP, 4 RDMA PSN)" in text, text
+        assert "LOSS" in text
+    snap["tcp"] = {"gaps": 0, "gap_bytes": 0}
+    text = render(snap, 200, 50)
+    assert "LOSS" in text and "gaps 4 (0 B TCP, 4 RDMA PSN)" in text  # RDMA gaps alone are loss
+    snap["rdma"] = {"gaps": 0}
+    assert "OK" in render(snap, 200, 50)
+    line = status_line(snap, now=0)
+    assert "rdma_gaps=0" in line and f"not_analysed={4 << 20}" in line

@@ -31,8 +31,12 @@ RATE_ROWS = (
     ("redirected-read", "redirected read"),
 )
 SPARK = " ▁▂▃▄▅▆▇█"
-#: Accounting categories that are bytes of storage traffic smbwire could not analyse.
-NOT_ANALYSED = ("smb_encrypted", "smb_compressed", "smb_unparsed", "tcp_undelivered", "malformed")
+#: Accounting categories that are bytes of storage traffic smbwire could not analyse: SMB it
+#: could not read, TCP bytes never delivered in order, malformed frames, the cut-off tail of a
+#: capture, and RDMA data it could not tie to SMB (unlinked transfers, unparsed iWARP, queue
+#: pairs of other upper-layer protocols).
+NOT_ANALYSED = ("smb_encrypted", "smb_compressed", "smb_unparsed", "tcp_undelivered", "malformed",
+                "truncated_tail", "rdma_unlinked", "rdma_unparsed", "rdma_other_ulp")
 
 
 def build_live_view(snap: dict[str, Any] | None, width: int, height: int) -> RenderableType:
@@ -93,17 +97,20 @@ def _header(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
 def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text]:
     stats = _dict(live.get("stats"))
     tcp = _dict(snap.get("tcp"))
-    cats = _dict(_dict(snap.get("accounting")).get("categories"))
-    not_analysed = sum(v for k, v in cats.items() if k in NOT_ANALYSED and is_number(v))
+    not_analysed = _not_analysed(snap)
     kd, rd = stats.get("kernel_drops", 0), stats.get("ring_drops", 0)
-    bad = any(is_number(x) and x > 0 for x in (kd, rd, stats.get("copy_errors"), tcp.get("gap_bytes")))
+    tcp_gaps, rdma_gaps = _num(tcp.get("gaps")), _num(_dict(snap.get("rdma")).get("gaps"))
+    bad = any(is_number(x) and x > 0 for x in (kd, rd, stats.get("copy_errors"), tcp.get("gap_bytes"), rdma_gaps))
     t = Text()
     t.append("Capture health ", style="bold")
     t.append("OK " if not bad else "LOSS ", style="green" if not bad else "bold red")
+    # Gaps: holes in TCP streams (their bytes) and RDMA packets never seen (PSN gaps).
+    gaps = f"gaps {fmt_count(int(tcp_gaps + rdma_gaps))} ({fmt_bytes(tcp.get('gap_bytes', 0))} TCP"
+    gaps += f", {fmt_count(int(rdma_gaps))} RDMA PSN)" if rdma_gaps else ")"
     parts = [
         f"kernel drops {fmt_count(kd)}",
         f"ring drops {fmt_count(rd)}",
-        f"gaps {fmt_count(tcp.get('gaps', 0))} ({fmt_bytes(tcp.get('gap_bytes', 0))})",
+        gaps,
         f"not analysed {fmt_bytes(not_analysed)}",
     ]
     if stats.get("copy_errors"):
@@ -133,30 +140,69 @@ def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
 
 
 def _rates(live: dict[str, Any], width: int) -> list[Text]:
+    """Bytes/s per class over the whole history (300 one-second samples by default), each
+    column the average of `per` seconds so the graph spans the history at any width."""
     rates = _dict(live.get("rates"))
     samples = [s for s in rates.get("samples") or [] if isinstance(s, dict)]
     label_w, value_w = 16, 22
     spark_w = max(width - label_w - value_w - 2, 8)
-    shown = samples[-spark_w:]
-    minutes = fmt_seconds(sum(s.get("seconds", 1) for s in shown if is_number(s.get("seconds", 1))))
-    out = [Text.assemble(("Payload bytes/s per class", "bold"), (f"  last {minutes}, now / peak", "dim"))]
-    series = {cls: [_num(_dict(s.get("classes")).get(cls)) for s in shown] for cls, _ in RATE_ROWS}
+    columns, per = downsample(samples, spark_w)
+    span = sum(c["seconds"] for c in columns)
+    title = f"  last {fmt_seconds(span)}" if columns else "  no samples yet"
+    if per > 1:
+        title += f", {per} s per column"
+    out = [Text.assemble(("Payload bytes/s per class", "bold"), (f"{title}, now / peak", "dim"))]
+    series = {cls: [_num(c["classes"].get(cls)) for c in columns] for cls, _ in RATE_ROWS}
+    # Now and peak are one-second figures, whatever the column width.
+    raw = {cls: [_num(_dict(s.get("classes")).get(cls)) for s in samples] for cls, _ in RATE_ROWS}
     scale = max([max(v) for v in series.values() if v] + [1.0])
     for cls, label in RATE_ROWS:
-        vals = series[cls]
+        vals = raw[cls]
         t = Text(f"{label:<{label_w}}", style=CLASS_STYLE.get(cls, ""))
-        t.append(_spark(vals, scale, spark_w), style=CLASS_STYLE.get(cls, ""))
+        t.append(_spark(series[cls], scale, spark_w), style=CLASS_STYLE.get(cls, ""))
         now = vals[-1] if vals else 0.0
         peak = max(vals) if vals else 0.0
         t.append(f" {fmt_bytes(now) + '/s':>11}", style="bold")
         t.append(f" {fmt_bytes(peak):>10}", style="dim")
         out.append(t)
-    wire = [_num(s.get("wire_bytes")) for s in shown]
+    wire = [c["wire_bytes"] for c in columns]
+    last_wire = _num(samples[-1].get("wire_bytes")) if samples else 0.0
     t = Text(f"{'wire (storage)':<{label_w}}", style="dim")
     t.append(_spark(wire, max(wire + [1.0]), spark_w), style="dim")
-    t.append(f" {fmt_bytes(wire[-1] if wire else 0) + '/s':>11}", style="dim")
+    t.append(f" {fmt_bytes(last_wire) + '/s':>11}", style="dim")
     out.append(t)
     return out
+
+
+def downsample(samples: list[dict[str, Any]], width: int) -> tuple[list[dict[str, Any]], int]:
+    """At most `width` columns covering all of `samples`, oldest first, and how many samples
+    each column stands for. A column is the time-weighted mean rate of its samples; columns
+    are aligned on the samples' end times (`t`), so they do not shift as new samples arrive."""
+    width = max(width, 1)
+    per = max(1, -(-len(samples) // width))  # ceil
+    # Samples are one interval apart (1 s by default): bucket by time when stamped, else by
+    # position.
+    intervals = sorted(_num(s.get("seconds", 1.0)) for s in samples)
+    step = max(round(intervals[len(intervals) // 2], 2), 0.05) if intervals else 1.0
+    cols: list[dict[str, Any]] = []
+    key_prev: Any = object()
+    for i, s in enumerate(samples):
+        secs = _num(s.get("seconds", 1.0)) or step
+        t = s.get("t")
+        key = int(_num(t) // (per * step)) if per > 1 and is_number(t) else i // per
+        if not cols or key != key_prev:
+            cols.append({"seconds": 0.0, "wire_bytes": 0.0, "classes": {}, "n": 0})
+            key_prev = key
+        c = cols[-1]
+        c["seconds"] += secs
+        c["n"] += 1
+        c["wire_bytes"] += _num(s.get("wire_bytes")) * secs
+        for cls, v in _dict(s.get("classes")).items():
+            c["classes"][cls] = c["classes"].get(cls, 0.0) + _num(v) * secs
+    for c in cols:
+        c["wire_bytes"] /= c["seconds"]
+        c["classes"] = {k: v / c["seconds"] for k, v in c["classes"].items()}
+    return cols[-width:], per
 
 
 def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
@@ -261,6 +307,8 @@ def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
     parts.append(f"kernel_drops={stats.get('kernel_drops', 0)}")
     parts.append(f"ring_drops={stats.get('ring_drops', 0)}")
     parts.append(f"gap_bytes={tcp.get('gap_bytes', 0)}")
+    parts.append(f"rdma_gaps={_dict(snap.get('rdma')).get('gaps', 0)}")
+    parts.append(f"not_analysed={int(_not_analysed(snap))}")
     for err in live.get("errors") or []:
         parts.append(f"error={' '.join(str(err).split())!r}")
     return " ".join(str(p).replace("\n", " ") for p in parts)
@@ -290,6 +338,11 @@ def _spark(vals: list[float], scale: float, width: int) -> str:
         i = 1 + int((len(SPARK) - 2) * min(v / scale, 1.0) + 0.5)
         chars.append(SPARK[min(i, len(SPARK) - 1)])
     return "".join(chars).rjust(width, " ")
+
+
+def _not_analysed(snap: dict[str, Any]) -> float:
+    cats = _dict(_dict(snap.get("accounting")).get("categories"))
+    return sum(v for k, v in cats.items() if k in NOT_ANALYSED and is_number(v))
 
 
 def _dict(v: Any) -> dict[str, Any]:
