@@ -8,7 +8,11 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::process::Command;
 
-const CAPTURES: &str = "/work/shared/captures/public";
+/// The shared public captures, relative to the crate (`shared/` beside the repository, as
+/// `capture::testutil::public_dir` finds them); a missing directory fails the test.
+fn captures() -> std::path::PathBuf {
+    crate::capture::testutil::public_dir()
+}
 
 #[derive(Default)]
 struct Recorder {
@@ -88,7 +92,7 @@ fn follow(file: &str, n: u32) -> Segments {
 fn follow_uncached(file: &str, n: u32) -> Segments {
     let out = Command::new("tshark")
         .args(["-n", "-r", file, "-q", "-z", &format!("follow,tcp,raw,{n}")])
-        .current_dir(CAPTURES)
+        .current_dir(captures())
         .output()
         .expect("tshark must be installed for the capture tests");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -116,7 +120,7 @@ fn follow_uncached(file: &str, n: u32) -> Segments {
 fn smb_streams(file: &str) -> Vec<u32> {
     let out = Command::new("tshark")
         .args(["-n", "-r", file, "-Y", "tcp.port==445 || tcp.port==139", "-T", "fields", "-e", "tcp.stream"])
-        .current_dir(CAPTURES)
+        .current_dir(captures())
         .output()
         .expect("tshark");
     let mut v: Vec<u32> = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect();
@@ -146,7 +150,7 @@ fn run_capture(file: &str, chunk: usize) -> Harness {
 }
 
 fn expected(file: &str) -> serde_json::Value {
-    let text = std::fs::read_to_string(format!("{CAPTURES}/expected.json")).unwrap();
+    let text = std::fs::read_to_string(captures().join("expected.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["files"][file]["variants"]["nokeys"]["values"].clone()
 }
