@@ -6,9 +6,14 @@ Makes (once) a capture of at least 1 GiB with the scenario generator: nested mir
   2. tshark -q -z smb2,srt -r FILE
   3. tshark -Y smb2.cmd==9 -T fields -e smb2.write_length -r FILE
 Each runs --repeat times (median wall time, after warming the page cache) in its own child process; peak RSS comes from wait4()'s rusage of that child.
+The same run then generates the SAME workload (scenario, bytes, I/O size, seed) over each
+--also transport (default rocev2, SMB Direct over RoCEv2, itself >= 1 GiB) and times
+`smbwire analyze` on it the same way, reporting its MB/s, peak RSS and the ratio of its MB/s
+to the --transport capture's (issue 3: RoCEv2 must be no slower than TCP, ratio >= 1), and
+checks that both captures give the same duplicate-payload ratios.
 Results go to stdout (a Markdown table) and bench/out/results.json.
 
-Usage: python bench/run.py [--bytes N] [--scenario nested4] [--transport tcp] [--keep]
+Usage: python bench/run.py [--bytes N] [--scenario nested4] [--transport tcp] [--also rocev2] [--keep]
 """
 
 from __future__ import annotations
@@ -51,11 +56,29 @@ def make_capture(path: Path, scenario: str, nbytes: int, transport: str) -> dict
     return truth
 
 
+def warm(path: Path) -> None:
+    """Read the file once so no tool pays for the first read from disk."""
+    with open(path, "rb") as f:
+        while f.read(8 << 20):
+            pass
+
+
+def measure(cmd: list[str], sink: str, size: int, repeat: int, name: str) -> dict:
+    """Median wall time of `repeat` runs, max peak RSS."""
+    samples = sorted(run_measured(cmd, sink) for _ in range(max(1, repeat)))
+    wall, rss = samples[len(samples) // 2][0], max(r for _, r in samples)
+    print(f"{name}: {wall:.2f} s, {size / 1e6 / wall:.0f} MB/s, peak RSS {rss / 2**20:.0f} MiB", file=sys.stderr)
+    return {"seconds": wall, "mb_per_s": size / 1e6 / wall, "peak_rss_bytes": rss, "samples_s": [w for w, _ in samples]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bytes", type=int, default=512 << 20, help="bytes the VM writes (W); nested4 puts 2W on the wire")
     ap.add_argument("--scenario", default="nested4")
     ap.add_argument("--transport", default="tcp")
+    ap.add_argument("--also", default="rocev2",
+                    help="comma-separated transports to run the same workload over with smbwire only ('' = none)")
+    ap.add_argument("--no-tshark", action="store_true", help="time smbwire only")
     ap.add_argument("--keep", action="store_true", help="keep the generated capture")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the median is reported")
     args = ap.parse_args()
@@ -68,43 +91,72 @@ def main() -> None:
         print(f"warning: capture is {size / 2**30:.2f} GiB (< 1 GiB)", file=sys.stderr)
     smbwire = shutil.which("smbwire") or str(Path(sys.executable).parent / "smbwire")
     tshark = shutil.which("tshark")
-    if tshark is None:
+    if tshark is None and not args.no_tshark:
         raise SystemExit("tshark is not installed (make bench installs it)")
     runs = {
         "smbwire analyze": ([smbwire, "analyze", str(cap), "--quiet", "--json", str(OUT / "bench-result.json")], os.devnull),
-        "tshark -z smb2,srt": ([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull),
-        "tshark -T fields write_length": ([tshark, "-n", "-Y", "smb2.cmd==9", "-T", "fields", "-e", "smb2.write_length",
-                                           "-r", str(cap)], os.devnull),
     }
-    # Warm the page cache so no tool pays for the first read from disk.
-    with open(cap, "rb") as f:
-        while f.read(8 << 20):
-            pass
+    if not args.no_tshark:
+        runs["tshark -z smb2,srt"] = ([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull)
+        runs["tshark -T fields write_length"] = ([tshark, "-n", "-Y", "smb2.cmd==9", "-T", "fields", "-e",
+                                                  "smb2.write_length", "-r", str(cap)], os.devnull)
+    warm(cap)
     results = {}
     for name, (cmd, sink) in runs.items():
-        samples = sorted(run_measured(cmd, sink) for _ in range(max(1, args.repeat)))
-        wall, rss = samples[len(samples) // 2][0], max(r for _, r in samples)
-        results[name] = {"seconds": wall, "mb_per_s": size / 1e6 / wall, "peak_rss_bytes": rss}
-        print(f"{name}: {wall:.2f} s, {size / 1e6 / wall:.0f} MB/s, peak RSS {rss / 2**20:.0f} MiB", file=sys.stderr)
+        results[name] = measure(cmd, sink, size, args.repeat, name)
     ours = results["smbwire analyze"]
     report = json.loads((OUT / "bench-result.json").read_text())
     summary = {
         "capture": cap.name,
         "capture_bytes": size,
         "runs": results,
-        "speedup_vs_tshark_srt": results["tshark -z smb2,srt"]["seconds"] / ours["seconds"],
-        "speedup_vs_tshark_fields": results["tshark -T fields write_length"]["seconds"] / ours["seconds"],
-        "rss_ratio_vs_tshark_srt": ours["peak_rss_bytes"] / results["tshark -z smb2,srt"]["peak_rss_bytes"],
         "smbwire_dup_ratio": [(e["src"], e["dst"], e["class"], e["dup_ratio"]) for e in report["edges"]],
         "smbwire_index_peak": report.get("index"),
     }
+    if not args.no_tshark:
+        summary["speedup_vs_tshark_srt"] = results["tshark -z smb2,srt"]["seconds"] / ours["seconds"]
+        summary["speedup_vs_tshark_fields"] = results["tshark -T fields write_length"]["seconds"] / ours["seconds"]
+        summary["rss_ratio_vs_tshark_srt"] = ours["peak_rss_bytes"] / results["tshark -z smb2,srt"]["peak_rss_bytes"]
+
+    # The same workload over the other transports (SMB Direct): smbwire only, same measurement.
+    transports = {args.transport: {"capture": cap.name, "capture_bytes": size, **ours,
+                                   "dup_ratio": summary["smbwire_dup_ratio"]}}
+    also = [t for t in args.also.split(",") if t and t != args.transport]
+    for t in also:
+        tcap = OUT / f"bench-{args.scenario}-{t}-{args.bytes >> 20}MiB.pcap"
+        if not tcap.exists():
+            make_capture(tcap, args.scenario, args.bytes, t)
+        tsize = tcap.stat().st_size
+        if tsize < (1 << 30):
+            print(f"warning: {t} capture is {tsize / 2**30:.2f} GiB (< 1 GiB)", file=sys.stderr)
+        js = OUT / f"bench-result-{t}.json"
+        warm(tcap)
+        r = measure([smbwire, "analyze", str(tcap), "--quiet", "--json", str(js)], os.devnull, tsize, args.repeat,
+                    f"smbwire analyze ({t})")
+        rep = json.loads(js.read_text())
+        dup = [(e["src"], e["dst"], e["class"], e["dup_ratio"]) for e in rep["edges"]]
+        linked = (rep.get("rdma") or {}).get("linked_bytes")
+        transports[t] = {"capture": tcap.name, "capture_bytes": tsize, **r, "dup_ratio": dup,
+                         "rdma_linked_payload_bytes": linked,
+                         "mb_per_s_ratio_vs_" + args.transport: r["mb_per_s"] / ours["mb_per_s"]}
+        if sorted(dup) != sorted(summary["smbwire_dup_ratio"]):
+            print(f"WARNING: {t} duplicate ratios {dup} differ from {args.transport} {summary['smbwire_dup_ratio']}",
+                  file=sys.stderr)
+        print(f"{t}/{args.transport} MB/s ratio: {r['mb_per_s'] / ours['mb_per_s']:.2f}", file=sys.stderr)
+    summary["transports"] = transports
     # Memory is bounded by the window, not the capture: the same workload at half and full length
     # with a short window must peak at about the same RSS and live-block count.
     half = OUT / f"bench-{args.scenario}-{args.transport}-{args.bytes >> 21}MiB.pcap"
     if not half.exists():
         make_capture(half, args.scenario, args.bytes // 2, args.transport)
     bounded = {}
-    for f in (half, cap):
+    pairs = [half, cap]
+    for t in also:
+        thalf = OUT / f"bench-{args.scenario}-{t}-{args.bytes >> 21}MiB.pcap"
+        if not thalf.exists():
+            make_capture(thalf, args.scenario, args.bytes // 2, t)
+        pairs += [thalf, OUT / f"bench-{args.scenario}-{t}-{args.bytes >> 20}MiB.pcap"]
+    for f in pairs:
         js = OUT / f"bounded-{f.stem}.json"
         wall, rss = run_measured([smbwire, "analyze", str(f), "--quiet", "--window", "0.05", "--json", str(js)])
         idx = json.loads(js.read_text())["index"]
@@ -117,8 +169,14 @@ def main() -> None:
     print(f"\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} |")
-    print(f"\ncapture {size / 2**30:.2f} GiB; smbwire is {summary['speedup_vs_tshark_srt']:.1f}x faster than "
-          f"tshark -z smb2,srt and uses {summary['rss_ratio_vs_tshark_srt']:.2%} of its peak memory")
+    if not args.no_tshark:
+        print(f"\ncapture {size / 2**30:.2f} GiB; smbwire is {summary['speedup_vs_tshark_srt']:.1f}x faster than "
+              f"tshark -z smb2,srt and uses {summary['rss_ratio_vs_tshark_srt']:.2%} of its peak memory")
+    print(f"\nSame workload ({args.scenario}, {args.bytes >> 20} MiB written), smbwire analyze per transport:\n"
+          f"\n| transport | capture (GiB) | seconds | MB/s | peak RSS (MiB) | MB/s vs {args.transport} |\n|---|---|---|---|---|---|")
+    for t, r in transports.items():
+        print(f"| {t} | {r['capture_bytes'] / 2**30:.2f} | {r['seconds']:.2f} | {r['mb_per_s']:.0f} | "
+              f"{r['peak_rss_bytes'] / 2**20:.0f} | {r['mb_per_s'] / ours['mb_per_s']:.2f} |")
     if not args.keep:
         pass  # the capture is reused by later runs; `make clean` or rm bench/out removes it
 
