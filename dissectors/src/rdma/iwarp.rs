@@ -311,6 +311,12 @@ impl IwarpStream {
                     None => sh.accounting.add(cat::RDMA_OTHER_ULP, payload.len() as u64),
                 }
             }
+            (ddp::opcode::TERMINATE, _) => {
+                // RDMAP Terminate (RFC 5040 §5.2.1.6): the peer tore the stream down with an error.
+                sh.rdma.stats.iwarp.terminates += 1;
+                sh.anomalies.raise("iwarp.terminate");
+                sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64);
+            }
             _ => sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64),
         }
     }
@@ -455,14 +461,15 @@ impl StreamConsumer<Shared> for IwarpStream {
     }
 
     fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+        if !self.logical.is_empty() || !self.buf.is_empty() {
+            sh.anomalies.raise("iwarp.stream_ended_mid_fpdu");
+        }
+        // Bytes that arrived after an earlier close are dropped here too, so they stay accounted.
+        self.drop_partial(sh);
         if self.closed {
             return;
         }
         self.closed = true;
-        if !self.logical.is_empty() || !self.buf.is_empty() {
-            sh.anomalies.raise("iwarp.stream_ended_mid_fpdu");
-        }
-        self.drop_partial(sh);
         let both = {
             let n = sh.rdma.iwarp_closed.entry(self.conn).or_insert(0);
             *n += 1;

@@ -45,6 +45,8 @@ pub struct IwarpStats {
     pub mpa_fpdus: u64,
     pub markers: u64,
     pub crc_errors: u64,
+    /// RDMAP Terminate messages (opcode 7): also raised as the `iwarp.terminate` anomaly.
+    pub terminates: u64,
     /// Times framing was lost (gap, bad FPDU) and found again.
     pub resyncs: u64,
 }
@@ -124,3 +126,5 @@ impl RdmaState {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod fuzz;

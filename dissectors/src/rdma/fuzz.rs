@@ -1,0 +1,251 @@
+//! Property tests of the iWARP parsers, like the TCP ones: `mpa::Frame::parse` on arbitrary
+//! bytes, and `IwarpStream` (both directions of one connection) fed random bytes or a plausible
+//! MPA/DDP/RDMAP stream (with and without markers, CRC on and off) cut at random points, with
+//! random byte flips, gaps and early closes. Nothing may panic, and every byte handed to the
+//! streams must land in exactly one accounting category.
+
+use super::ddp::{self, Buffer};
+use super::iwarp::IwarpStream;
+use super::mpa;
+use crate::accounting::Accounting;
+use crate::anomaly::Anomalies;
+use crate::dedupe::Dedupe;
+use crate::frame::{FrameCtx, FrameRef};
+use crate::pipeline::{Config, Shared};
+use crate::smb2::state::SmbState;
+use crate::smbdirect::records::{DataTransfer, NegotiateRequest, NegotiateResponse};
+use crate::tcp::StreamConsumer;
+use proptest::prelude::*;
+use std::net::{IpAddr, Ipv4Addr};
+
+const C: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), 50000);
+const S: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 5445);
+
+fn shared() -> Shared {
+    let c = Config::default();
+    Shared {
+        anomalies: Anomalies::default(),
+        accounting: Accounting::default(),
+        smb: SmbState::new(),
+        dedupe: Dedupe::new(c.dedupe, c.topology, None),
+        rdma: super::RdmaState::new(),
+    }
+}
+
+/// One event of a direction's stream.
+#[derive(Debug, Clone)]
+enum Ev {
+    Data(usize, Vec<u8>),
+    Gap(usize, u64),
+    Close(usize),
+}
+
+/// Feeds the events, then closes both directions and ends the run; returns the bytes fed.
+fn drive(evs: &[Ev], smbd: bool) -> (Shared, u64) {
+    let mut sh = shared();
+    let mut st = [IwarpStream::new(7, 0, [C, S], smbd), IwarpStream::new(7, 1, [C, S], smbd)];
+    let mut fed = 0u64;
+    for (i, e) in evs.iter().enumerate() {
+        let ctx = FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: i as u64 * 1000 };
+        match e {
+            Ev::Data(s, b) => {
+                fed += b.len() as u64;
+                st[*s].data(b, &ctx, &mut sh);
+            }
+            Ev::Gap(s, n) => st[*s].gap(*n, &ctx, &mut sh),
+            Ev::Close(s) => st[*s].close(&ctx, &mut sh),
+        }
+    }
+    let ctx = FrameCtx { frame: FrameRef { file: 0, number: evs.len() as u64 + 1 }, ts_ns: evs.len() as u64 * 1000 };
+    for s in &mut st {
+        s.close(&ctx, &mut sh);
+    }
+    {
+        let (mut p, rdma) = sh.split();
+        rdma.finish(&ctx, &mut p);
+    }
+    (sh, fed)
+}
+
+/// A plausible SMB Direct over iWARP exchange, as the two directions' byte streams (after their
+/// MPA frames): negotiate, a Send fragmented over DDP segments, an RDMA Read Request and its
+/// Read Response, an RDMA Write, a Terminate. Returns the MPA Request/Reply frames and the
+/// FPDUs that follow each (marker positions count from the first octet after the frame).
+fn streams(markers: bool, crc: bool, seed: u8) -> ([Vec<u8>; 2], [Vec<u8>; 2]) {
+    let req = mpa::Frame { reply: false, markers, crc, rejected: false, revision: 1, private_data_len: 8 };
+    let rep = mpa::Frame { reply: true, markers, crc, rejected: false, revision: 1, private_data_len: 8 };
+    let mut out = [Vec::new(), Vec::new()];
+    let frames = [req.emit(&[seed; 8]), rep.emit(&[seed; 8])];
+    let mut put = |side: usize, ulpdu: Vec<u8>| {
+        let pos = out[side].len() as u64;
+        let f = mpa::emit_fpdu(&ulpdu, pos, markers, crc);
+        out[side].extend_from_slice(&f);
+    };
+    let send = |msn: u32, mo: u32, last: bool, b: &[u8]| {
+        ddp::emit(ddp::opcode::SEND, last, Buffer::Untagged { qn: 0, msn, mo, inval_stag: 0 }, b)
+    };
+    let nreq = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 10, preferred_send_size: 1364, max_receive_size: 1364, max_fragmented_size: 1 << 20 };
+    put(0, send(1, 0, true, &nreq.emit()));
+    let nrep = NegotiateResponse {
+        min_version: 0x100,
+        max_version: 0x100,
+        negotiated_version: 0x100,
+        credits_requested: 10,
+        credits_granted: 10,
+        status: 0,
+        max_read_write_size: 1 << 20,
+        preferred_send_size: 1364,
+        max_receive_size: 1364,
+        max_fragmented_size: 1 << 20,
+    };
+    put(1, send(1, 0, true, &nrep.emit()));
+    // A data transfer message carrying random "SMB2" bytes, in two DDP segments.
+    let body: Vec<u8> = (0..300u32).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
+    let dt = DataTransfer { credits_requested: 1, credits_granted: 1, flags: 0, remaining_data_length: 0, data_offset: 24, data_length: 0 }.emit(&body);
+    let (a, b) = dt.split_at(dt.len() / 2);
+    put(0, send(2, 0, false, a));
+    put(0, send(2, a.len() as u32, true, b));
+    let rr = ddp::ReadRequest { sink_stag: 0x10, sink_to: 0x1000, size: 600, src_stag: 0x20, src_to: 0x9000 };
+    put(1, ddp::emit(ddp::opcode::READ_REQUEST, true, Buffer::Untagged { qn: 1, msn: 1, mo: 0, inval_stag: 0 }, &rr.emit()));
+    let data: Vec<u8> = (0..600u32).map(|i| (i as u8) ^ seed).collect();
+    put(0, ddp::emit(ddp::opcode::READ_RESPONSE, false, Buffer::Tagged { stag: 0x10, to: 0x1000 }, &data[..400]));
+    put(0, ddp::emit(ddp::opcode::READ_RESPONSE, true, Buffer::Tagged { stag: 0x10, to: 0x1000 + 400 }, &data[400..]));
+    put(1, ddp::emit(ddp::opcode::WRITE, true, Buffer::Tagged { stag: 0x30, to: 0x4000 }, &data));
+    put(1, ddp::emit(ddp::opcode::TERMINATE, true, Buffer::Untagged { qn: 2, msn: 1, mo: 0, inval_stag: 0 }, &[0; 28]));
+    (frames, out)
+}
+
+/// The MPA Request then the Reply (an initiator sends no FPDU before it has the Reply), then
+/// the FPDUs of both directions cut into interleaved Data events at `cuts`, applying `flips`
+/// (position, xor) and turning some pieces into gaps (`holes`: piece indexes) and one optional
+/// early close.
+fn events(x: &([Vec<u8>; 2], [Vec<u8>; 2]), cuts: &[(bool, u16)], flips: &[(u16, u8)], holes: &[u16], close: Option<u16>) -> Vec<Ev> {
+    let mut st = x.1.clone();
+    for &(at, x) in flips {
+        let side = usize::from(at % 2 == 1);
+        if !st[side].is_empty() {
+            let i = usize::from(at) % st[side].len();
+            st[side][i] ^= x;
+        }
+    }
+    let mut pos = [0usize; 2];
+    let mut evs = vec![Ev::Data(0, x.0[0].clone()), Ev::Data(1, x.0[1].clone())];
+    let mut piece = 0u16;
+    for &(side, len) in cuts.iter().chain(std::iter::repeat(&(false, 997)).take(64)).chain(std::iter::repeat(&(true, 997)).take(64)) {
+        let s = usize::from(side);
+        let n = usize::from(len % 1500).min(st[s].len() - pos[s]);
+        if n == 0 {
+            continue;
+        }
+        let b = st[s][pos[s]..pos[s] + n].to_vec();
+        pos[s] += n;
+        if holes.contains(&piece) {
+            evs.push(Ev::Gap(s, n as u64));
+        } else {
+            evs.push(Ev::Data(s, b));
+        }
+        if close == Some(piece) {
+            evs.push(Ev::Close(s));
+        }
+        piece += 1;
+    }
+    evs
+}
+
+#[test]
+fn clean_exchange_decodes_and_balances() {
+    for markers in [false, true] {
+        for crc in [false, true] {
+            let st = streams(markers, crc, 3);
+            let evs = events(&st, &[(false, 37), (true, 5), (false, 1499)], &[], &[], None);
+            let (sh, fed) = drive(&evs, true);
+            let i = &sh.rdma.stats.iwarp;
+            assert_eq!((i.mpa_requests, i.mpa_replies, i.mpa_fpdus, i.crc_errors, i.resyncs), (1, 1, 9, 0, 0), "{markers} {crc}");
+            assert_eq!(i.markers > 0, markers);
+            assert_eq!(sh.rdma.stats.smbdirect.negotiate_requests, 1);
+            assert_eq!(sh.rdma.stats.smbdirect.data_messages, 1);
+            assert_eq!(i.opcodes.get("0x07"), Some(&1));
+            assert_eq!((i.terminates, sh.anomalies.get("iwarp.terminate")), (1, 1));
+            assert_eq!(sh.accounting.total(), fed, "{:?}", sh.accounting);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mpa_frame_parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..40), key in 0u8..3) {
+        let mut v = match key {
+            0 => Vec::new(),
+            1 => mpa::REQ_KEY.to_vec(),
+            _ => mpa::REP_KEY.to_vec(),
+        };
+        v.extend_from_slice(&b);
+        for n in 0..=v.len() {
+            match mpa::Frame::parse(&v[..n]) {
+                None => prop_assert!(key == 0 || n > mpa::KEY_LEN || v[..n.min(mpa::KEY_LEN)] != mpa::REQ_KEY[..n.min(mpa::KEY_LEN)]),
+                Some(Err(need)) => prop_assert!(n < need && need == mpa::FRAME_HEADER_LEN),
+                Some(Ok(f)) => {
+                    prop_assert!(n >= mpa::FRAME_HEADER_LEN);
+                    prop_assert_eq!(f.len(), mpa::FRAME_HEADER_LEN + usize::from(u16::from_be_bytes([v[18], v[19]])));
+                    // Parsing what it emits gives it back.
+                    let again = f.emit(&vec![0; usize::from(f.private_data_len)]);
+                    prop_assert_eq!(mpa::Frame::parse(&again), Some(Ok(mpa::Frame { rejected: f.rejected, ..f })));
+                }
+            }
+        }
+    }
+
+    /// Arbitrary bytes on both directions, arbitrary gaps and closes, on an SMB Direct port or not.
+    #[test]
+    fn iwarp_stream_random_bytes_balance(
+        evs in proptest::collection::vec((0u8..6, proptest::collection::vec(any::<u8>(), 0..700), 0u64..5000), 0..24),
+        smbd in any::<bool>(),
+        mpa_start in any::<bool>(),
+    ) {
+        let mut list = Vec::new();
+        if mpa_start {
+            list.push(Ev::Data(0, mpa::Frame { reply: false, markers: true, crc: true, rejected: false, revision: 1, private_data_len: 0 }.emit(&[])));
+            list.push(Ev::Data(1, mpa::Frame { reply: true, markers: false, crc: false, rejected: false, revision: 1, private_data_len: 4 }.emit(&[1, 2, 3, 4])));
+        }
+        for (k, b, n) in evs {
+            let s = usize::from(k % 2);
+            list.push(match k {
+                0 | 1 => Ev::Data(s, b),
+                2 | 3 => Ev::Gap(s, n),
+                _ => Ev::Close(s),
+            });
+        }
+        let (sh, fed) = drive(&list, smbd);
+        prop_assert_eq!(sh.accounting.total(), fed, "{:?}", sh.accounting);
+    }
+
+    /// A real exchange, with and without markers and CRC, cut anywhere, with flipped bytes,
+    /// lost pieces (gaps) and an early close: no panic, every byte accounted; untouched, the
+    /// CRC never fails.
+    #[test]
+    fn iwarp_stream_mutated_exchange_balances(
+        markers in any::<bool>(),
+        crc in any::<bool>(),
+        seed in any::<u8>(),
+        cuts in proptest::collection::vec((any::<bool>(), 0u16..1600), 0..40),
+        flips in proptest::collection::vec((any::<u16>(), 1u8..=255), 0..4),
+        holes in proptest::collection::vec(0u16..30, 0..3),
+        close in proptest::option::of(0u16..30),
+        smbd in any::<bool>(),
+    ) {
+        let st = streams(markers, crc, seed);
+        let evs = events(&st, &cuts, &flips, &holes, close);
+        let (sh, fed) = drive(&evs, smbd);
+        prop_assert_eq!(sh.accounting.total(), fed, "{:?}", sh.accounting);
+        if flips.is_empty() && holes.is_empty() {
+            prop_assert_eq!(sh.rdma.stats.iwarp.crc_errors, 0);
+            prop_assert_eq!(sh.rdma.stats.iwarp.mpa_requests, 1);
+        }
+        if flips.is_empty() && holes.is_empty() && close.is_none() {
+            prop_assert_eq!(sh.rdma.stats.iwarp.mpa_fpdus, 9);
+            prop_assert_eq!(sh.rdma.stats.iwarp.resyncs, 0);
+        }
+    }
+}
