@@ -155,6 +155,9 @@ impl Dedupe {
     }
 
     pub fn send(&mut self, s: SendRecord) {
+        let header_frame = super::take_header_frame(s.conn, s.message_id)
+            .filter(|h| h.file == s.first_frame.file && *h != s.first_frame)
+            .map(|h| h.number);
         if s.ts_ns < self.clock_ns {
             // Sends are handed over when their last byte is seen, so one that started
             // earlier can arrive after a later one; windows use the running clock.
@@ -205,7 +208,7 @@ impl Dedupe {
         let ev = SendEvidence {
             file: s.first_frame.file,
             frames: [s.first_frame.number, s.last_frame.number],
-            header_frame: None,
+            header_frame,
             time: s.ts_ns as f64 / 1e9,
             time_ns: s.ts_ns,
             src: s.src,

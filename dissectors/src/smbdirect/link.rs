@@ -41,6 +41,8 @@ pub struct Request {
     pub share: Option<Arc<str>>,
     pub file_name: Option<Arc<str>>,
     pub descriptors: Vec<BufferDescriptorV1>,
+    /// Frame of the SMB Direct Send that completed the request message (a WRITE's header frame).
+    pub frame: Option<FrameRef>,
 }
 
 struct Transfer {
@@ -55,6 +57,19 @@ struct Transfer {
     held_bytes: usize,
     first: Option<(FrameRef, u64, IpAddr, IpAddr)>,
     last_frame: FrameRef,
+    /// Frame that carried the SMB2 header of the payload's message: the WRITE request's Send,
+    /// or the READ response's Send (known only once the response is seen).
+    header: Option<FrameRef>,
+    /// READ: the response was seen. A READ transfer is handed over at its response (which
+    /// follows the RDMA Writes, MS-SMB2 §3.3.5.12), so its evidence names the response frame.
+    responded: bool,
+}
+
+impl Transfer {
+    /// Every byte is in and nothing more is awaited (a READ also waits for its response).
+    fn done(&self) -> bool {
+        self.next >= self.total && (self.req.kind == SendKind::Write || self.responded)
+    }
 }
 
 struct Orphan {
@@ -93,11 +108,19 @@ impl Linker {
         }
         if self.transfers.len() >= MAX_TRANSFERS {
             if let Some(t) = self.transfers.pop_front() {
-                p.anomalies.raise("rdma.transfer_evicted");
-                Self::end_incomplete(t, c, p);
+                if t.next >= t.total && t.hasher.is_some() {
+                    // A READ whose response was never seen: its data is whole all the same.
+                    Self::finish(conn, t, p, c);
+                } else {
+                    p.anomalies.raise("rdma.transfer_evicted");
+                    Self::end_incomplete(t, c, p);
+                }
             }
         }
+        let header = if req.kind == SendKind::Write { req.frame } else { None };
         self.transfers.push_back(Transfer {
+            header,
+            responded: false,
             req,
             starts,
             total,
@@ -157,7 +180,7 @@ impl Linker {
         }
         t.last_frame = ctx.frame;
         Self::place(t, pos, inside, p, c);
-        if t.next >= t.total {
+        if t.done() {
             let t = self.transfers.remove(i).expect("index in range");
             Self::finish(conn, t, p, c);
         }
@@ -216,13 +239,15 @@ impl Linker {
         }
     }
 
-    /// The READ response said how many bytes were written (DataRemaining); the transfer ends
-    /// at that length.
-    pub fn read_response(&mut self, conn: u64, message_id: u64, data_remaining: u32, p: &mut Parts, c: &mut Counters) {
+    /// The READ response (carried by `frame`) said how many bytes were written
+    /// (DataRemaining); the transfer ends at that length.
+    pub fn read_response(&mut self, conn: u64, message_id: u64, data_remaining: u32, frame: FrameRef, p: &mut Parts, c: &mut Counters) {
         if let Some(i) = self.transfers.iter().position(|t| t.req.message_id == message_id && t.req.kind == SendKind::Read) {
             let t = &mut self.transfers[i];
             t.total = t.total.min(u64::from(data_remaining));
-            if t.next >= t.total {
+            t.responded = true;
+            t.header = Some(frame);
+            if t.done() {
                 let t = self.transfers.remove(i).expect("index in range");
                 Self::finish(conn, t, p, c);
             }
@@ -230,7 +255,7 @@ impl Linker {
     }
 
     fn try_finish_back(&mut self, conn: u64, p: &mut Parts, c: &mut Counters) {
-        if self.transfers.back().is_some_and(|t| t.next >= t.total && t.first.is_some()) {
+        if self.transfers.back().is_some_and(|t| t.done() && t.first.is_some()) {
             let t = self.transfers.pop_back().expect("non-empty");
             Self::finish(conn, t, p, c);
         }
@@ -250,6 +275,9 @@ impl Linker {
         p.smb.stats.payloads_sent += 1;
         p.smb.stats.payload_bytes_sent += digest.len;
         let r = t.req;
+        if let Some(h) = t.header {
+            crate::dedupe::note_header_frame(conn, r.message_id, h);
+        }
         p.sink.send(SendRecord {
             conn,
             message_id: r.message_id,

@@ -164,7 +164,7 @@ impl SmbdConn {
     }
 
     fn deliver(&mut self, from: usize, msg: &[u8], ctx: &FrameCtx, p: &mut Parts, c: &mut Counters) {
-        self.inspect(msg, p, c);
+        self.inspect(msg, ctx, p, c);
         let id = self.id;
         let client = self.client;
         let d = &mut self.dirs[from];
@@ -183,7 +183,7 @@ impl SmbdConn {
 
     /// Registers RDMA descriptors of WRITE/READ requests and ends READ transfers at their
     /// response, walking the compound chain (MS-SMB2 §3.2.4.1.4).
-    fn inspect(&mut self, msg: &[u8], p: &mut Parts, c: &mut Counters) {
+    fn inspect(&mut self, msg: &[u8], ctx: &FrameCtx, p: &mut Parts, c: &mut Counters) {
         let mut off = 0usize;
         let mut prev_file: Option<[u8; 16]> = None;
         for _ in 0..64 {
@@ -198,7 +198,7 @@ impl SmbdConn {
                         let file_id = resolve(w.file_id);
                         prev_file = Some(file_id);
                         if (w.channel == channel::RDMA_V1 || w.channel == channel::RDMA_V1_INVALIDATE) && !w.write_channel_info.is_empty() {
-                            self.register(h, SendKind::Write, file_id, w.offset, w.write_channel_info, p, c);
+                            self.register(h, SendKind::Write, file_id, w.offset, w.write_channel_info, ctx, p, c);
                         }
                     }
                 }
@@ -207,13 +207,13 @@ impl SmbdConn {
                         let file_id = resolve(r.file_id);
                         prev_file = Some(file_id);
                         if (r.channel == channel::RDMA_V1 || r.channel == channel::RDMA_V1_INVALIDATE) && !r.read_channel_info.is_empty() {
-                            self.register(h, SendKind::Read, file_id, r.offset, r.read_channel_info, p, c);
+                            self.register(h, SendKind::Read, file_id, r.offset, r.read_channel_info, ctx, p, c);
                         }
                     }
                 }
                 (command::READ, true) if !h.is_interim() => {
                     let remaining = if h.status == 0 { rec::ReadResponse::parse(e).map(|r| r.data_remaining).unwrap_or(0) } else { 0 };
-                    self.linker.read_response(self.id, h.message_id, remaining, p, c);
+                    self.linker.read_response(self.id, h.message_id, remaining, ctx.frame, p, c);
                 }
                 _ => {}
             }
@@ -232,6 +232,7 @@ impl SmbdConn {
         file_id: [u8; 16],
         offset: u64,
         descriptors: Vec<rec::BufferDescriptorV1>,
+        ctx: &FrameCtx,
         p: &mut Parts,
         c: &mut Counters,
     ) {
@@ -246,6 +247,7 @@ impl SmbdConn {
             share: p.smb.share(h.session_id, tree_id),
             file_name: p.smb.file_name(&file_id),
             descriptors,
+            frame: Some(ctx.frame),
         };
         self.linker.register(self.id, req, p, c);
     }

@@ -22,10 +22,12 @@ const QP_C: u32 = 0x11;
 const QP_S: u32 = 0x22;
 const PMTU: usize = 1024;
 
+/// Sends, and the header frame noted for each (`dedupe::note_header_frame`).
 #[derive(Default)]
-struct Sink(Vec<SendRecord>);
+struct Sink(Vec<SendRecord>, Vec<Option<FrameRef>>);
 impl PayloadSink for Sink {
     fn send(&mut self, rec: SendRecord) {
+        self.1.push(crate::dedupe::take_header_frame(rec.conn, rec.message_id));
         self.0.push(rec)
     }
     fn complete(&mut self, _: u64, _: u64, _: u64) {}
@@ -188,6 +190,7 @@ fn exchange(seed: u8) -> Exchange {
 
 struct Outcome {
     sends: Vec<SendRecord>,
+    headers: Vec<Option<FrameRef>>,
     rdma: crate::rdma::RdmaStats,
     accounted: u64,
     fed: u64,
@@ -206,7 +209,7 @@ fn run(pkts: &[Pkt]) -> Outcome {
         }
         st.finish(&FrameCtx::default(), &mut p);
     }
-    Outcome { sends: sink.0, rdma: st.stats, accounted: acct.total(), fed }
+    Outcome { sends: sink.0, headers: sink.1, rdma: st.stats, accounted: acct.total(), fed }
 }
 
 fn digest(b: &[u8]) -> crate::payload::PayloadDigest {
@@ -230,6 +233,33 @@ fn exchange_in_order_links_both_payloads() {
     assert_eq!(w.conn, r.conn);
     assert_eq!((o.rdma.smbdirect.negotiate_requests, o.rdma.smbdirect.negotiate_responses, o.rdma.smbdirect.data_messages), (1, 1, 4));
     assert_eq!((o.rdma.linked_transfers, o.rdma.gaps, o.rdma.retransmitted_bytes, o.rdma.unlinked_bytes), (2, 0, 0, 0));
+}
+
+/// Evidence over RDMA names the Send that carried the SMB2 header (the WRITE request; the READ
+/// response, which follows the RDMA Writes) as well as the first and last RDMA data frames.
+#[test]
+fn header_frames_are_the_request_and_response_sends() {
+    let x = exchange(5);
+    let o = run(&x.pkts);
+    assert_eq!(o.sends.len(), 2);
+    let frame = |i: usize| FrameRef { file: 0, number: i as u64 + 1 };
+    let is_send_of = |i: usize, msg: &[u8]| x.pkts[i].data_of.is_none() && x.pkts[i].bytes.windows(msg.len()).any(|w| w == msg);
+    let wreq = rdma_request(true, 5, 0x10000, &[(0x1000, 0xaaa, 5000), (0x9000, 0xbbb, 3000)]);
+    let rresp = response(true, 6, 6000);
+    let w_hdr = (0..x.pkts.len()).find(|&i| is_send_of(i, &wreq)).unwrap();
+    let r_hdr = (0..x.pkts.len()).find(|&i| is_send_of(i, &rresp)).unwrap();
+    for (k, hdr) in [(0usize, w_hdr), (1, r_hdr)] {
+        let data: Vec<usize> = (0..x.pkts.len()).filter(|&i| x.pkts[i].data_of == Some(k)).collect();
+        let s = &o.sends[k];
+        assert_eq!(o.headers[k], Some(frame(hdr)), "{:?}", s.kind);
+        assert_eq!((s.first_frame, s.last_frame), (frame(data[0]), frame(*data.last().unwrap())));
+    }
+    // The WRITE's header comes before its data, the READ's after.
+    assert!(o.headers[0].unwrap() < o.sends[0].first_frame && o.headers[1].unwrap() > o.sends[1].last_frame);
+    // No response: the READ is still handed over at the end, whole, without a header frame.
+    let o = run(&x.pkts[..x.pkts.len() - 1]);
+    assert_eq!((o.sends.len(), o.headers[1]), (2, None));
+    assert_eq!(o.sends[1].digest, digest(&x.payloads[1]));
 }
 
 proptest! {
