@@ -555,3 +555,7 @@ impl Pipeline {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;
