@@ -46,6 +46,15 @@ def links_of(prog_ids: set[int]) -> set[int]:
     return {l["id"] for l in bpftool_json("link", "show") if l.get("prog_id") in prog_ids}
 
 
+def maps_of(prog_ids: set[int]) -> set[int]:
+    """The maps the running program uses (its ring buffer, flow and port tables, totals, ...)."""
+    return {m for p in bpftool_json("prog", "show") if p["id"] in prog_ids for m in p.get("map_ids", [])}
+
+
+def all_maps() -> set[int]:
+    return {m["id"] for m in bpftool_json("map", "show")}
+
+
 def tc_ingress(lab: Lab) -> str:
     return sh("ip", "netns", "exec", lab.mon, "tc", "filter", "show", "dev", SPAN, "ingress").stdout.strip()
 
@@ -201,6 +210,9 @@ def test_nothing_stays_in_the_kernel(ready, tmp_path, how):
         mine = our_progs() - before
         assert len(mine) == 1, "one smbwire_tc program while running"
         assert len(links_of(mine)) == 1, "attached through one bpf_link"
+        maps = maps_of(mine)
+        # ring, tcp_ports, flows, totals, config, scratch_buf
+        assert len(maps) >= 6 and maps <= all_maps(), maps
         if how != "exit":
             live.p.send_signal(getattr(signal, how))
         code = live.wait()
@@ -208,10 +220,11 @@ def test_nothing_stays_in_the_kernel(ready, tmp_path, how):
         if how != "SIGKILL":
             assert live.result()["live"]["backend"] == "ebpf"
         deadline = time.time() + 5
-        while (our_progs() & mine or links_of(mine)) and time.time() < deadline:
+        while (our_progs() & mine or links_of(mine) or all_maps() & maps) and time.time() < deadline:
             time.sleep(0.1)  # freed after an RCU grace period
         assert not our_progs() & mine, "program still loaded"
         assert not links_of(mine), "link still present"
+        assert not all_maps() & maps, f"maps still present: {sorted(all_maps() & maps)}"
         assert tc_ingress(lab) == ""
         assert "clsact" not in qdiscs(lab)
         assert not [f for f in os.listdir("/sys/fs/bpf") if "smbwire" in f]

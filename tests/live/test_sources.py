@@ -24,7 +24,12 @@ LIVECAT = ROOT / "target" / "release" / "examples" / "livecat"
 PROGRAM = "smbwire_tc"
 BACKENDS = ["ebpf", "af-packet"]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and BPF")
+
+
+@pytest.fixture(autouse=True)
+def _root():
+    # CI runs as root: a missing privilege is a failure, never a skip.
+    assert os.geteuid() == 0, "tests/live needs root: network namespaces and BPF"
 
 
 def sh(*args, check=True, **kw):
@@ -390,6 +395,15 @@ def links_of(prog_ids):
     return {l["id"] for l in bpftool_json("link", "show") if l.get("prog_id") in prog_ids}
 
 
+def maps_of(prog_ids):
+    """The maps the running program uses (bpftool prog show: map_ids)."""
+    return {m for p in bpftool_json("prog", "show") if p["id"] in prog_ids for m in p.get("map_ids", [])}
+
+
+def all_maps():
+    return {m["id"] for m in bpftool_json("map", "show")}
+
+
 def promisc(lab):
     """Promiscuity count: PACKET_MR_PROMISC memberships raise it without showing in the flags."""
     return json.loads(sh("ip", "-n", lab.b, "-d", "-j", "link", "show", lab.vb).stdout)[0]["promiscuity"] > 0
@@ -406,6 +420,9 @@ def test_ebpf_leaves_nothing_behind(livecat, lab, how):
         assert len(mine) == 1, "exactly one smbwire_tc program while running"
         links = links_of(mine)
         assert len(links) == 1, "attached through one bpf_link"
+        maps = maps_of(mine)
+        # ring, tcp_ports, flows, totals, config, scratch_buf
+        assert len(maps) >= 6 and maps <= all_maps(), maps
         assert promisc(lab)
         if how == "exit":
             p.wait(timeout=30)
@@ -422,10 +439,11 @@ def test_ebpf_leaves_nothing_behind(livecat, lab, how):
         p.stdout.close()
         p.stderr.close()
     deadline = time.time() + 5
-    while (our_progs() & mine or links_of(mine)) and time.time() < deadline:
-        time.sleep(0.1)  # programs are freed after an RCU grace period
+    while (our_progs() & mine or links_of(mine) or all_maps() & maps) and time.time() < deadline:
+        time.sleep(0.1)  # programs and maps are freed after an RCU grace period
     assert not (our_progs() & mine), "program still loaded"
     assert not links_of(mine), "link still present"
+    assert not all_maps() & maps, f"maps still present: {sorted(all_maps() & maps)}"
     assert our_progs() == before
     assert sh("ip", "netns", "exec", lab.b, "tc", "filter", "show", "dev", lab.vb, "ingress").stdout.strip() == ""
     assert not promisc(lab)
