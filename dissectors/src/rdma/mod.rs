@@ -70,6 +70,13 @@ pub struct RdmaStats {
     pub qps: u64,
     /// SMB Direct connections (iWARP TCP connections and RoCE QP pairs).
     pub smbdirect_connections: u64,
+    /// RoCE: of those, learned from a CM REQ/REP (service ID port 445) and inferred from
+    /// traffic (the first Send that is an SMB Direct message).
+    pub cm_connections: u64,
+    pub inferred_connections: u64,
+    /// RoCE: connections a CM REQ/REP named for another upper layer (service ID port not SMB
+    /// Direct, e.g. 4420 NVMe-oF); their traffic is `rdma_other_ulp`.
+    pub other_ulp_connections: u64,
     /// RDMA transfers linked to an SMB2 WRITE/READ, hashed and sent to dedupe, and their bytes.
     pub linked_transfers: u64,
     pub linked_bytes: u64,
@@ -81,6 +88,29 @@ pub struct RdmaStats {
     /// PSNs never seen (RoCE) plus gaps in iWARP TCP streams.
     pub gaps: u64,
     pub retransmitted_bytes: u64,
+}
+
+/// Counts one packet under an opcode key without allocating once the key exists (this runs
+/// for every RDMA packet). `hex`: "0x03" (iWARP RDMAP) rather than "3" (IB BTH, as tshark).
+pub(crate) fn count_opcode(map: &mut BTreeMap<String, u64>, op: u8, hex: bool) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 4];
+    let key: &[u8] = if hex {
+        buf = [b'0', b'x', HEX[usize::from(op >> 4)], HEX[usize::from(op & 15)]];
+        &buf
+    } else {
+        let (h, t, o) = (op / 100, op / 10 % 10, op % 10);
+        let n = if h > 0 { 3 } else if t > 0 { 2 } else { 1 };
+        buf[..3].copy_from_slice(&[b'0' + h, b'0' + t, b'0' + o]);
+        &buf[3 - n..3]
+    };
+    let key = std::str::from_utf8(key).expect("ascii digits");
+    match map.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key.to_owned(), 1);
+        }
+    }
 }
 
 /// RDMA state of a run, in the pipeline's `Shared`.

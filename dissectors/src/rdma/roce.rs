@@ -107,7 +107,7 @@ pub fn packet(st: &mut RdmaState, src: IpAddr, dst: IpAddr, b: &[u8], ctx: &Fram
     st.stats.infiniband.packets += 1;
     if let Some(&op) = b.first() {
         if b.len() >= ib::BTH_LEN {
-            *st.stats.infiniband.bth_opcodes.entry(op.to_string()).or_insert(0) += 1;
+            super::count_opcode(&mut st.stats.infiniband.bth_opcodes, op, false);
         }
     }
     let r = match ib::Repr::parse(b) {
@@ -155,10 +155,12 @@ fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], p: &mut Parts
                 let id = ROCE_CONN_BASE + roce.next_conn;
                 roce.next_conn += 1;
                 st.stats.smbdirect_connections += 1;
+                st.stats.cm_connections += 1;
                 st.conns.insert(id, SmbdConn::new(id, [(client.0, client.1 as u16), (server.0, server.1 as u16)], Some(0)));
                 set_ulp(roce, &mut st.stats.qps, client, Ulp::Smbd { conn: id, side: 0 });
                 set_ulp(roce, &mut st.stats.qps, server, Ulp::Smbd { conn: id, side: 1 });
             } else {
+                st.stats.other_ulp_connections += 1;
                 set_ulp(roce, &mut st.stats.qps, client, Ulp::Other);
                 set_ulp(roce, &mut st.stats.qps, server, Ulp::Other);
             }
@@ -186,6 +188,7 @@ fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32)) -> Ulp {
         let id = ROCE_CONN_BASE + roce.next_conn;
         roce.next_conn += 1;
         st.stats.smbdirect_connections += 1;
+        st.stats.inferred_connections += 1;
         st.conns.insert(id, SmbdConn::new(id, [(key.0, key.1 as u16), (src, 0)], None));
         if roce.half_open.len() >= 1024 {
             roce.half_open.remove(0);
@@ -212,6 +215,13 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
     }
     let mut ulp = st.roce.qps[&key].ulp;
     if ulp == Ulp::Unknown && matches!(r.kind, Kind::Send { first: true, .. }) && looks_like_smbdirect(r.payload) {
+        ulp = adopt(st, src, key);
+    } else if ulp == Ulp::Unknown
+        && matches!(r.kind, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. })
+        && st.roce.half_open.iter().any(|&(_, known, other)| known == src && other == dst)
+    {
+        // The reverse QP of a connection inferred from its first Send: the server's first RDMA
+        // Read Request (or Write) for a WRITE (READ) reaches it before any Send does.
         ulp = adopt(st, src, key);
     }
     let Ulp::Smbd { conn, side } = ulp else {

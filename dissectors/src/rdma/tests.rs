@@ -37,3 +37,19 @@ fn public_rdma_captures_decode_and_reconcile() {
     assert_eq!(r.rdma.infiniband.bth_opcodes.get("17"), Some(&37));
     assert!(r.accounting.categories.get("rdma_other_ulp").is_some_and(|n| *n > 0));
 }
+
+#[test]
+fn opcode_keys_match_their_formatting() {
+    let mut dec = std::collections::BTreeMap::new();
+    let mut hex = std::collections::BTreeMap::new();
+    for op in 0..=255u8 {
+        super::count_opcode(&mut dec, op, false);
+        super::count_opcode(&mut hex, op, true);
+        super::count_opcode(&mut hex, op, true);
+    }
+    for op in 0..=255u8 {
+        assert_eq!(dec.get(&op.to_string()), Some(&1));
+        assert_eq!(hex.get(&format!("0x{op:02x}")), Some(&2));
+    }
+    assert_eq!((dec.len(), hex.len()), (256, 256));
+}

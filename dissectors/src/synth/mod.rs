@@ -194,13 +194,17 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
                 loss: spec.loss,
                 loss_mode,
             };
-            let link = roce::RoceLink::new(
+            let mut link = roce::RoceLink::new(
                 version,
                 spec.mtu,
                 imp,
                 data::stream(spec.seed, PURPOSE_RDMA, 0),
                 &hosts,
             );
+            let mut tap = tap;
+            if spec.other_ulp_port != 0 {
+                link.other_ulp(&mut tap, &hosts[0], &hosts[1], spec.other_ulp_port)?;
+            }
             let t = smbdirect::SmbDirectTransport::new(link, max_send, descs, keys);
             finish(spec, &flows, &hosts, tap, t, |t| {
                 (tcp::TcpStats::default(), Some(t.link.stats.clone()))
@@ -213,7 +217,7 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
                 loss: spec.loss,
                 loss_mode,
             };
-            let link = iwarp::IwarpLink::new(
+            let mut link = iwarp::IwarpLink::new(
                 spec.mss as usize,
                 imp,
                 spec.mpa_markers,
@@ -223,6 +227,7 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
                 data::stream(spec.seed, PURPOSE_RDMA, 0),
                 hosts.len(),
             );
+            link.terminate = spec.iwarp_terminate;
             let t = smbdirect::SmbDirectTransport::new(link, max_send, descs, keys);
             finish(spec, &flows, &hosts, tap, t, |t| {
                 let tcp = t.link.tcp.stats;

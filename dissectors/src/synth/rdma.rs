@@ -90,6 +90,16 @@ pub struct RdmaTruth {
     pub retransmitted_packets: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub reordered_pairs: u64,
+    /// RoCE connections of another upper layer (spec `other_ulp_port`), and the bytes of
+    /// their RC packets from BTH through ICRC, ACKs excepted (the analyzer's
+    /// `rdma_other_ulp`); their CM MADs are counted in `cm` like the others.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub other_ulp_connections: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub other_ulp_bytes: u64,
+    /// iWARP: RDMAP Terminate messages sent (spec `iwarp_terminate`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub terminates: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

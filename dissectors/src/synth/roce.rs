@@ -215,6 +215,8 @@ pub struct RoceLink {
     frames: FrameBuilder,
     headers: Vec<u8>,
     pub stats: RdmaTruth,
+    /// Packets now being sent belong to another upper layer (tallied in `other_ulp_bytes`).
+    other_ulp: bool,
 }
 
 /// UDP source port for a QP: the RoCEv2 entropy field, 0xC000 + a hash of the QPN
@@ -249,7 +251,36 @@ impl RoceLink {
                 mtu,
                 ..Default::default()
             },
+            other_ulp: false,
         }
+    }
+
+    /// One RC connection of another upper layer (NVMe-oF-like) from `client` to `server`,
+    /// its CM REQ naming `port`: the CM exchange, a 64-byte command capsule, 4 KiB of data
+    /// pushed by RDMA Write, a 16-byte completion, a second command and completion, then
+    /// disconnect. Payload bytes are arbitrary (not SMB Direct).
+    pub fn other_ulp<W: Write>(&mut self, tap: &mut Tap<W>, client: &Host, server: &Host, port: u16) -> io::Result<()> {
+        let conn = self.connect_port(tap, client, server, port)?;
+        self.stats.connections -= 1;
+        self.stats.other_ulp_connections += 1;
+        self.other_ulp = true;
+        let data: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        for k in 0..2u8 {
+            let mut cmd = [0u8; 64];
+            cmd[0] = 0x02; // an NVMe Read opcode, command id k
+            cmd[2] = k;
+            RdmaLink::<W>::post_send(self, tap, conn, Side::Client, &cmd, None)?;
+            let desc = BufferDescriptor { offset: 0x7000_0000 + u64::from(k) * 0x1000, token: 0x4420, length: 4096 };
+            RdmaLink::<W>::rdma_write(self, tap, conn, &desc, &data)?;
+            let mut cqe = [0u8; 16];
+            cqe[12] = k;
+            RdmaLink::<W>::post_send(self, tap, conn, Side::Server, &cqe, None)?;
+        }
+        self.other_ulp = false;
+        // The RDMA Writes above are not SMB Direct's.
+        self.stats.rdma_writes -= 2;
+        self.stats.rdma_write_bytes -= 2 * data.len() as u64;
+        RdmaLink::<W>::close(self, tap, conn)
     }
 
     /// Emit one RoCE packet from `src_host`/`src` to `dst` with headers `hdr` (BTH first)
@@ -282,6 +313,9 @@ impl RoceLink {
             let crc = icrc_v1(&frame[ip_at..end - ICRC_LEN]);
             frame[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
             self.stats.opcode(hdr[0]);
+            if self.other_ulp && hdr[0] != opcode::ACKNOWLEDGE {
+                self.stats.other_ulp_bytes += (hdr.len() + payload.len() + npad + ICRC_LEN) as u64;
+            }
             return tap.emit(frame);
         }
         let ip_id = self.ip_id[src_host];
@@ -299,6 +333,9 @@ impl RoceLink {
         let crc = icrc(&frame[ip_at..end - ICRC_LEN]);
         frame[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());
         self.stats.opcode(hdr[0]);
+        if self.other_ulp && hdr[0] != opcode::ACKNOWLEDGE {
+            self.stats.other_ulp_bytes += (hdr.len() + payload.len() + npad + ICRC_LEN) as u64;
+        }
         tap.emit(frame)
     }
 
@@ -502,8 +539,9 @@ impl RoceLink {
     }
 }
 
-impl<W: Write> RdmaLink<W> for RoceLink {
-    fn connect(&mut self, tap: &mut Tap<W>, client: &Host, server: &Host) -> io::Result<ConnId> {
+impl RoceLink {
+    /// A connection to `port` on `server` (the CM REQ's service ID names it).
+    fn connect_port<W: Write>(&mut self, tap: &mut Tap<W>, client: &Host, server: &Host, service_port: u16) -> io::Result<ConnId> {
         let id = self.conns.len();
         let mut qp = || {
             let qpn = (self.rng.next_u64() as u32 & 0x00ff_fff0) | 0x100;
@@ -526,7 +564,7 @@ impl<W: Write> RdmaLink<W> for RoceLink {
         let tid = self.rng.next_u64();
         let cm = [
             end(client, cq, cpsn, ccomm, port),
-            end(server, sq, spsn, scomm, SMBDIRECT_PORT),
+            end(server, sq, spsn, scomm, service_port),
         ];
         let ep = |h: &Host| Endpoint {
             mac: h.mac,
@@ -560,6 +598,12 @@ impl<W: Write> RdmaLink<W> for RoceLink {
         let rtu = ib_cm::ready_to_use(tid, &cm[0], &cm[1]);
         self.cm_mad(tap, id, 0, &rtu)?;
         Ok(id)
+    }
+}
+
+impl<W: Write> RdmaLink<W> for RoceLink {
+    fn connect(&mut self, tap: &mut Tap<W>, client: &Host, server: &Host) -> io::Result<ConnId> {
+        self.connect_port(tap, client, server, SMBDIRECT_PORT)
     }
 
     fn post_send(

@@ -59,6 +59,12 @@ pub struct Spec {
     pub zero_fill: f64,
     /// Link rate that paces frame timestamps, in Gb/s.
     pub link_gbps: u64,
+    /// RoCE: also open, before the scenario, one RC connection of another upper layer
+    /// between the first two hosts, its CM REQ naming this TCP port in the service ID (e.g.
+    /// 4420, NVMe-oF): a few command/completion Sends and an RDMA Write. 0 = none.
+    pub other_ulp_port: u16,
+    /// iWARP: the server ends each connection with an RDMAP Terminate (opcode 7).
+    pub iwarp_terminate: bool,
 }
 
 impl Default for Spec {
@@ -86,6 +92,8 @@ impl Default for Spec {
             mpa_private_data: true,
             zero_fill: 0.0,
             link_gbps: 10,
+            other_ulp_port: 0,
+            iwarp_terminate: false,
         }
     }
 }
@@ -179,6 +187,15 @@ impl Spec {
                 "mss must be between 536 and 9000, got {}",
                 self.mss
             ));
+        }
+        if self.other_ulp_port != 0 && !["rocev1", "rocev2"].contains(&self.transport.as_str()) {
+            return Err("other_ulp_port applies to RoCE (rocev1, rocev2)".into());
+        }
+        if self.iwarp_terminate && self.transport != "iwarp" {
+            return Err("iwarp_terminate applies to iwarp".into());
+        }
+        if [445, 5445].contains(&self.other_ulp_port) {
+            return Err("other_ulp_port must not be an SMB Direct port (445, 5445)".into());
         }
         if !(1..=64).contains(&self.channels) {
             return Err(format!(

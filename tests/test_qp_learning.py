@@ -1,0 +1,120 @@
+"""How the analyzer learns which RoCE queue pairs carry SMB Direct, end to end on generated
+captures:
+
+(a) with the RDMA CM REQ/REP present (service ID port 445), every connection is learned from
+    the CM, none by inference (the counters say which path named each connection);
+(b) a CM exchange for another upper layer (service ID port 4420, NVMe-oF) marks its QPs as not
+    SMB Direct: all their RC bytes land in `rdma_other_ulp`, exactly the generator's count, and
+    the SMB Direct figures are untouched;
+(c) a capture that starts mid-connection (no CM REQ/REP, no SMB Direct negotiate: cut at the
+    first SMB2 WRITE request) still links every payload, by inference from the first Send."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from smbwire import _core
+from smbwire.engine import analyze
+
+MiB = 1 << 20
+W = 4 * MiB
+TOPOLOGY = {
+    "nodes": [
+        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
+        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
+    ]
+}
+
+
+def synth(tmp_path: Path, name: str, **opts) -> tuple[Path, dict]:
+    spec = {"scenario": "nested4", "bytes": W, "io_size": MiB, "seed": 11, "transport": "rocev2", **opts}
+    cap = tmp_path / f"{name}.pcap"
+    truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
+    return cap, truth
+
+
+def records(path: Path) -> tuple[bytes, list[bytes]]:
+    """pcap global header and the records (record header + data), in order."""
+    b = path.read_bytes()
+    out, at = [], 24
+    while at + 16 <= len(b):
+        incl = struct.unpack_from("<I", b, at + 8)[0]
+        out.append(b[at:at + 16 + incl])
+        at += 16 + incl
+    assert at == len(b)
+    return b[:24], out
+
+
+def is_write_request(rec: bytes) -> bool:
+    """An SMB2 WRITE request header (0xFE 'SMB', Command 9, not a response) in the frame."""
+    i = rec.find(b"\xfeSMB")
+    while i >= 0:
+        if i + 20 <= len(rec):
+            cmd, flags = struct.unpack_from("<H", rec, i + 12)[0], struct.unpack_from("<I", rec, i + 16)[0]
+            if cmd == 9 and not flags & 1:
+                return True
+        i = rec.find(b"\xfeSMB", i + 1)
+    return False
+
+
+def test_cm_names_every_smb_direct_connection(tmp_path):
+    cap, truth = synth(tmp_path, "cm", qps=2)
+    conns = truth["rdma"]["connections"]
+    assert conns >= 2
+    assert truth["rdma"]["cm"]["ConnectRequest"] == conns
+    r = analyze([str(cap)], topology=TOPOLOGY)
+    rd = r["rdma"]
+    assert (rd["infiniband"]["cm_requests"], rd["infiniband"]["cm_replies"]) == (conns, conns)
+    assert (rd["cm_connections"], rd["inferred_connections"], rd["smbdirect_connections"]) == (conns, 0, conns)
+    assert rd["other_ulp_connections"] == 0
+    assert rd["linked_bytes"] == 2 * W
+    assert r["accounting"]["categories"].get("rdma_other_ulp", 0) == 0
+
+
+def test_cm_for_another_port_puts_its_traffic_in_other_ulp(tmp_path):
+    cap, truth = synth(tmp_path, "nvme", other_ulp_port=4420)
+    plain, plain_truth = synth(tmp_path, "plain")
+    assert truth["rdma"]["other_ulp_connections"] == 1 and truth["rdma"]["other_ulp_bytes"] > 8192
+    r = analyze([str(cap)], topology=TOPOLOGY)
+    p = analyze([str(plain)], topology=TOPOLOGY)
+    rd = r["rdma"]
+    assert rd["other_ulp_connections"] == 1
+    assert rd["cm_connections"] == truth["rdma"]["connections"] == plain_truth["rdma"]["connections"]
+    assert rd["inferred_connections"] == 0
+    cats = r["accounting"]["categories"]
+    assert cats["rdma_other_ulp"] == truth["rdma"]["other_ulp_bytes"]
+    assert r["accounting"]["reconciled"]
+    # The NVMe-oF connection changes nothing of SMB Direct's figures.
+    for k in ("linked_transfers", "linked_bytes", "smbdirect_connections"):
+        assert rd[k] == p["rdma"][k], k
+    assert [(e["src"], e["dst"], e["class"], e["payload_bytes"]) for e in r["edges"]] == \
+        [(e["src"], e["dst"], e["class"], e["payload_bytes"]) for e in p["edges"]]
+    # Its 4 KiB RDMA Writes are not SMB Direct payload: rdma_payload is the same.
+    assert cats["rdma_payload"] == p["accounting"]["categories"]["rdma_payload"] == 2 * W
+
+
+def test_capture_starting_mid_connection_is_learned_by_inference(tmp_path):
+    full, truth = synth(tmp_path, "full")
+    head, recs = records(full)
+    first = next(i for i, rec in enumerate(recs) if is_write_request(rec))
+    cut = tmp_path / "mid.pcap"
+    cut.write_bytes(head + b"".join(recs[first:]))
+    r = analyze([str(cut)], topology=TOPOLOGY)
+    rd = r["rdma"]
+    conns = truth["rdma"]["connections"]
+    # Neither the CM REQ/REP nor the SMB Direct negotiate is in the cut capture.
+    assert (rd["infiniband"]["cm_requests"], rd["infiniband"]["cm_replies"]) == (0, 0)
+    assert (rd["smbdirect"]["negotiate_requests"], rd["smbdirect"]["negotiate_responses"]) == (0, 0)
+    assert rd["cm_connections"] == 0
+    # Each QP pair is adopted at its first SMB Direct Send, its reverse QP paired by address at
+    # the first Send or RDMA Read Request it receives (the Read Request for the first WRITE
+    # comes before any Send in that direction)...
+    assert rd["inferred_connections"] == conns
+    # ...and every WRITE is still linked and attributed as with the whole capture.
+    assert rd["linked_bytes"] == 2 * W
+    e = [x for x in r["edges"] if x["payload_bytes"]]
+    assert [(x["src"], x["dst"], x["class"], x["payload_bytes"], x["unique_bytes"]) for x in e] == \
+        [("owner", "partner", "replication", 2 * W, W)]
+    assert r["accounting"]["reconciled"]
