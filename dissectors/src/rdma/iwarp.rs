@@ -185,12 +185,14 @@ impl IwarpStream {
         if markers {
             n = n.min((mpa::MARKER_INTERVAL - m) as usize);
         }
+        if need > 2 && self.logical.len() + mpa::CRC_LEN == need {
+            // The first CRC octet: the CRC covers every octet before it, a marker that fell
+            // just before the CRC field included (RFC 5044 §6.1; tshark agrees).
+            self.crc_raw_len = self.raw.len();
+        }
         self.raw.extend_from_slice(&input[..n]);
         self.logical.extend_from_slice(&input[..n]);
         self.pos += n as u64;
-        if self.logical.len() + mpa::CRC_LEN == need && need > 2 {
-            self.crc_raw_len = self.raw.len();
-        }
         if self.logical.len() == need && need > 2 {
             self.on_fpdu(ctx, sh);
         }
@@ -234,7 +236,7 @@ impl IwarpStream {
                 return;
             }
         };
-        *sh.rdma.stats.iwarp.opcodes.entry(format!("0x{:02x}", seg.opcode)).or_insert(0) += 1;
+        super::count_opcode(&mut sh.rdma.stats.iwarp.opcodes, seg.opcode, true);
         sh.accounting.add(cat::RDMA_HEADERS, seg.header_len as u64);
         let payload = seg.payload;
         let (conn_id, side, ends) = (self.conn, self.side, self.ends);

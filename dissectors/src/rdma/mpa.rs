@@ -143,6 +143,12 @@ pub fn emit_fpdu(ulpdu: &[u8], pos: u64, markers: bool, crc: bool) -> Vec<u8> {
         put(&mut raw, &mut at, logical[i]);
         i += 1;
     }
+    if markers && at.is_multiple_of(MARKER_INTERVAL) {
+        // A marker due where the CRC field starts precedes it and is covered by it.
+        raw.extend_from_slice(&[0, 0]);
+        raw.extend_from_slice(&((at - pos) as u16).to_be_bytes());
+        at += MARKER_LEN as u64;
+    }
     let c = if crc { crc32c(&raw) } else { 0 };
     for b in c.to_le_bytes() {
         put(&mut raw, &mut at, b);

@@ -47,6 +47,12 @@ pub mod opcode {
 /// DDP queue numbers for RDMAP (RFC 5040 §5.1).
 const QN_SEND: u32 = 0;
 const QN_READ_REQUEST: u32 = 1;
+/// RFC 5040 §5.1: Terminate messages go on DDP queue 2.
+const QN_TERMINATE: u32 = 2;
+/// RDMAP Terminate (RFC 5040 §5.2.1.6): opcode 7; its header is 4 bytes of
+/// layer/type/code and flags, here "remote operation error, catastrophic", and no copies
+/// of the offending headers.
+const OPCODE_TERMINATE: u8 = 7;
 /// DDP control (RFC 5041 §4.2): Tagged, Last, DDP version 1.
 const DDP_TAGGED: u8 = 0x80;
 const DDP_LAST: u8 = 0x40;
@@ -201,7 +207,7 @@ struct Connection {
     /// FPDU-stream position per direction (markers).
     pos: [usize; 2],
     /// Next MSN per direction for queues 0 (Send) and 1 (Read Request) (RFC 5041 §5.1: from 1).
-    msn: [[u32; 2]; 2],
+    msn: [[u32; 3]; 2],
 }
 
 pub struct IwarpLink {
@@ -217,6 +223,8 @@ pub struct IwarpLink {
     next_sink: u64,
     buf: Vec<u8>,
     pub stats: RdmaTruth,
+    /// The server ends every connection with an RDMAP Terminate before closing TCP.
+    pub terminate: bool,
 }
 
 impl IwarpLink {
@@ -258,6 +266,7 @@ impl IwarpLink {
                 mpa_markers: Some(markers),
                 ..Default::default()
             },
+            terminate: false,
         }
     }
 
@@ -359,7 +368,7 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
         self.conns.push(Connection {
             tcp,
             pos: [0, 0],
-            msn: [[1, 1], [1, 1]],
+            msn: [[1, 1, 1], [1, 1, 1]],
         });
         self.stats.connections += 1;
         let (pq, pr): (&[u8], &[u8]) = if self.private_data {
@@ -452,6 +461,11 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
     }
 
     fn close(&mut self, tap: &mut Tap<W>, conn: ConnId) -> io::Result<()> {
+        if self.terminate {
+            let kind = Message::Untagged { opcode: OPCODE_TERMINATE, qn: QN_TERMINATE, inval: 0 };
+            self.message(tap, conn, Side::Server, kind, &[0x11, 0x00, 0x00, 0x00], false)?;
+            self.stats.terminates += 1;
+        }
         let tcp = self.conns[conn].tcp;
         self.tcp.close(tap, tcp)
     }

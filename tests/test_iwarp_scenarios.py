@@ -1,0 +1,101 @@
+"""iWARP end to end on generated captures: MPA markers on, a corrupted FPDU (its CRC no longer
+matches) and an RDMAP Terminate, each seen in the report's counters and anomalies."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from smbwire import _core
+from smbwire.engine import analyze
+
+MiB = 1 << 20
+W = 4 * MiB
+TOPOLOGY = {
+    "nodes": [
+        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
+        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
+    ]
+}
+
+
+def synth(tmp_path: Path, name: str, **opts) -> tuple[Path, dict]:
+    spec = {"scenario": "nested4", "bytes": W, "io_size": MiB, "seed": 5, "transport": "iwarp", **opts}
+    cap = tmp_path / f"{name}.pcap"
+    return cap, json.loads(_core.synth(json.dumps(spec), str(cap)))
+
+
+def replication(r: dict) -> tuple:
+    (e,) = [x for x in r["edges"] if x["payload_bytes"]]
+    return e["src"], e["dst"], e["class"], e["payload_bytes"], e["unique_bytes"]
+
+
+@pytest.mark.parametrize("crc", [True, False])
+def test_markers_on(tmp_path, crc):
+    cap, truth = synth(tmp_path, "markers", mpa_markers=True, mpa_crc=crc)
+    r = analyze([str(cap)], topology=TOPOLOGY)
+    iw = r["rdma"]["iwarp"]
+    # Markers every 512 octets of each direction's stream: about one per 512 bytes of FPDUs.
+    assert iw["markers"] > 2 * W // 512 * 0.95
+    assert (iw["crc_errors"], iw["resyncs"], r["rdma"]["gaps"]) == (0, 0, 0)
+    assert (iw["mpa_requests"], iw["mpa_replies"]) == (truth["rdma"]["connections"],) * 2
+    assert replication(r) == ("owner", "partner", "replication", 2 * W, W)
+    assert r["rdma"]["linked_bytes"] == 2 * W
+    assert r["accounting"]["reconciled"]
+    assert not {k for k in r["anomalies"] if k.startswith(("iwarp.", "rdma."))}
+
+
+def _flip_one_fpdu_byte(src: Path, dst: Path, nth: int) -> None:
+    """Flip one octet in the middle of the `nth` large iWARP TCP segment (one FPDU per segment
+    in generated captures, so the octet is ULPDU data and only that FPDU's CRC breaks)."""
+    b = bytearray(src.read_bytes())
+    at, seen = 24, 0
+    while at + 16 <= len(b):
+        incl = struct.unpack_from("<I", b, at + 8)[0]
+        f = at + 16
+        if b[f + 12:f + 14] == b"\x08\x00" and b[f + 14 + 9] == 6:  # IPv4, TCP
+            ip = f + 14
+            tcp = ip + (b[ip] & 15) * 4
+            ports = struct.unpack_from(">HH", b, tcp)
+            payload = tcp + (b[tcp + 12] >> 4) * 4
+            n = f + incl - payload
+            if 5445 in ports and n > 1000:
+                seen += 1
+                if seen == nth:
+                    b[payload + n // 2] ^= 0x5A
+                    dst.write_bytes(bytes(b))
+                    return
+        at = f + incl
+    raise AssertionError("no such segment")
+
+
+@pytest.mark.parametrize("markers", [False, True])
+def test_flipped_crc_is_counted(tmp_path, markers):
+    cap, truth = synth(tmp_path, "crc", mpa_crc=True, mpa_markers=markers)
+    bad = tmp_path / "bad.pcap"
+    _flip_one_fpdu_byte(cap, bad, nth=300)
+    good = analyze([str(cap)], topology=TOPOLOGY)
+    r = analyze([str(bad)], topology=TOPOLOGY)
+    assert good["rdma"]["iwarp"]["crc_errors"] == 0
+    assert r["rdma"]["iwarp"]["crc_errors"] == 1
+    assert r["anomalies"].get("iwarp.crc_error") == 1
+    # Framing is not lost over one bad octet of data.
+    assert r["rdma"]["iwarp"]["resyncs"] == 0
+    assert r["rdma"]["iwarp"]["mpa_fpdus"] == good["rdma"]["iwarp"]["mpa_fpdus"]
+    assert r["accounting"]["reconciled"]
+
+
+def test_terminate_is_a_counted_anomaly(tmp_path):
+    cap, truth = synth(tmp_path, "term", iwarp_terminate=True)
+    n = truth["rdma"]["terminates"]
+    assert n == truth["rdma"]["connections"] >= 1
+    r = analyze([str(cap)], topology=TOPOLOGY)
+    assert r["rdma"]["iwarp"]["terminates"] == n
+    assert r["rdma"]["iwarp"]["opcodes"]["0x07"] == n
+    assert r["anomalies"]["iwarp.terminate"] == n
+    # Everything before the Terminate was analysed as usual.
+    assert replication(r) == ("owner", "partner", "replication", 2 * W, W)
+    assert r["accounting"]["reconciled"]
