@@ -182,8 +182,8 @@ def _with_progress(console: Console, run: Any) -> dict[str, Any]:
 @click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, hidden=True)
 @click.option("--backend", type=click.Choice(["auto", "ebpf", "af-packet"]), default=None, hidden=True,
               help="Force a capture backend (tests); also SMBWIRE_LIVE_BACKEND.")
-@click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, hidden=True,
-              help="TCP port of storage traffic (repeatable; default 445 and 5445).")
+@click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
+              help="Also capture TCP PORT as storage traffic (SMB or iWARP), besides 445 and 5445 (repeatable).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, interval: float, backend: str | None, ports: tuple[int, ...]) -> int:
@@ -209,12 +209,17 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     import signal
     import time
 
-    stopping = {"why": None}
+    stopping: dict[str, Any] = {"why": None, "signals": 0}
 
-    def on_term(signum: int, frame: Any) -> None:
-        stopping["why"] = "SIGTERM"
+    def on_stop(signum: int, frame: Any) -> None:
+        # No exception: the loop sees the flag within one tick (0.25 s) and stops cleanly.
+        stopping["signals"] += 1
+        if stopping["why"] is None:
+            stopping["why"] = signal.Signals(signum).name
 
-    old_term = signal.signal(signal.SIGTERM, on_term)
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    for s in stop_signals:
+        signal.signal(s, on_stop)
     tui = not plain and sys.stdout.isatty()
     deadline = None if duration is None else time.monotonic() + duration
     out = Console()
@@ -238,12 +243,15 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                 if snap is not None:
                     latest = snap
                     click.echo(status_line(snap))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # raised by code that was not ours (a library) before the flag
         stopping["why"] = "SIGINT"
-    finally:
-        signal.signal(signal.SIGTERM, on_term)  # a second SIGTERM while draining is ignored
+    # Stopping: the drain, the JSON and the final report are not interrupted by a second
+    # Ctrl-C or SIGTERM; SIGKILL is the way to abandon them. Ignored (not our handler, not the
+    # default) until the process ends: Python puts the default action back at exit only for
+    # signals it was handling, and a Ctrl-C then would kill it with the report half written.
+    for s in stop_signals:
+        signal.signal(s, signal.SIG_IGN)
     result = run.stop()
-    signal.signal(signal.SIGTERM, old_term)
     if json_out is not None:
         jsonout.write_json(result, json_out)
     render_report(result, out if not tui else Console(), top=top)

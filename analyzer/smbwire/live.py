@@ -20,6 +20,8 @@ CAPABILITIES = "CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW"
 BACKENDS = ("auto", "ebpf", "af-packet")
 #: Environment variable that forces a backend (tests, kernels where eBPF misbehaves).
 BACKEND_ENV = "SMBWIRE_LIVE_BACKEND"
+#: TCP ports always captured: SMB2 direct TCP (MS-SMB2 2.1) and SMB Direct over iWARP (MS-SMBD 2.1).
+DEFAULT_TCP_PORTS = (445, 5445)
 
 
 class LivePermissionError(UserError):
@@ -79,7 +81,8 @@ def start(
     interval: float = 1.0,
     history_seconds: int = 300,
 ) -> LiveRun:
-    """Open `iface` and start capturing. Raises `LivePermissionError` (names the
+    """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
+    RoCEv1. Raises `LivePermissionError` (names the
     capabilities), `EbpfRequired`, or `UserError` for what the user can fix."""
     if not iface or "/" in iface or len(iface) > 15:
         raise UserError(f"{iface!r} is not a network interface name")
@@ -95,8 +98,8 @@ def start(
         "interval_seconds": interval,
         "history_seconds": history_seconds,
     }
-    if tcp_ports:
-        options["tcp_ports"] = list(tcp_ports)
+    # Configured ports add to the defaults.
+    options["tcp_ports"] = list(dict.fromkeys([*DEFAULT_TCP_PORTS, *(tcp_ports or ())]))
     if write is not None:
         options["write"] = {"path": os.fspath(write), "size_limit": int(write_size), "count": int(write_count)}
     core = load_core()

@@ -1,12 +1,13 @@
 //! Debug tool for the live capture sources: opens an interface, reads for a while, prints
 //! one JSON object with the backend, the counters and checks on the delivered frames.
 //!
-//! livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports 445,5445]
+//! livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P]
 //!               [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N]
 //!               [--stall SECONDS]
 //! "ready BACKEND" is printed on stderr once the source is attached. It reads until `--seconds`
 //! pass or, with `--stdin-stop`, until stdin is closed, then drains what is queued.
 //! `--stall` waits that long before reading (to make the buffers overflow on purpose).
+//! `--ports` adds TCP ports to the defaults (445, 5445), as `smbwire live --port` does.
 //! Payload bytes are never printed.
 
 use std::io::Read;
@@ -42,10 +43,12 @@ fn main() {
             "--no-promisc" => opts.promisc = false,
             "--snaplen" => opts.snaplen = val().parse().unwrap_or_else(|_| usage()),
             "--ports" => {
-                opts.tcp_ports = val()
-                    .split(',')
-                    .map(|p| p.parse().unwrap_or_else(|_| usage()))
-                    .collect()
+                for p in val().split(',') {
+                    let p: u16 = p.parse().unwrap_or_else(|_| usage());
+                    if !opts.tcp_ports.contains(&p) {
+                        opts.tcp_ports.push(p);
+                    }
+                }
             }
             _ => usage(),
         }

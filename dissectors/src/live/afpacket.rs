@@ -141,6 +141,7 @@ pub struct AfPacketSource {
     flows: FlowTable,
     stats: LiveStats,
     kernel_drops: Cell<u64>,
+    if_drops: super::sys::IfDrops,
 }
 
 impl AfPacketSource {
@@ -237,6 +238,7 @@ impl AfPacketSource {
             flows: FlowTable::default(),
             stats: LiveStats::default(),
             kernel_drops: Cell::new(0),
+            if_drops: super::sys::IfDrops::new(iface, ifindex),
         })
     }
 
@@ -391,7 +393,8 @@ impl LiveSource for AfPacketSource {
                 .set(self.kernel_drops.get() + u64::from(st.tp_drops));
         }
         let mut s = self.stats.clone();
-        s.kernel_drops = self.kernel_drops.get();
+        s.interface_drops = self.if_drops.since_open();
+        s.kernel_drops = self.kernel_drops.get() + s.interface_drops.unwrap_or(0);
         s.flow_count = self.flows.len() as u64;
         s.flows = flows::top(self.flows.stats(), STATS_TOP_FLOWS);
         s

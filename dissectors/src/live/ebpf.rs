@@ -17,7 +17,7 @@ use libbpf_rs::{
 };
 
 use super::flows::{self, FlowKey, FlowStat};
-use super::sys::{self, PromiscGuard};
+use super::sys::{self, IfDrops, PromiscGuard};
 use super::{LiveError, LiveOptions, LiveSource, LiveStats, MAX_SNAPLEN, STATS_TOP_FLOWS};
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
@@ -150,6 +150,7 @@ pub struct EbpfSource {
     totals: MapHandle,
     _obj: Object,
     _promisc: Option<PromiscGuard>,
+    if_drops: IfDrops,
 }
 
 fn bpf_error(e: libbpf_rs::Error, what: String) -> LiveError {
@@ -279,6 +280,7 @@ impl EbpfSource {
             )));
         }
         Ok(EbpfSource {
+            if_drops: IfDrops::new(iface, ifindex),
             rb: RingBuffer(rb),
             consumer,
             _link: link,
@@ -354,8 +356,10 @@ impl LiveSource for EbpfSource {
             }
         }
         let all = self.flow_stats();
+        let interface_drops = self.if_drops.since_open();
         LiveStats {
-            kernel_drops: 0,
+            kernel_drops: interface_drops.unwrap_or(0),
+            interface_drops,
             packets_seen: t[0],
             bytes_seen: t[1],
             packets_matched: t[2],

@@ -109,7 +109,19 @@ impl Default for LiveOptions {
 /// kernel dropped are in `kernel_drops` and not in the other counters.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LiveStats {
+    /// Frames the kernel dropped before smbwire had them, since the source was opened:
+    /// `interface_drops` (both backends) plus, with AF_PACKET, the frames the socket's ring
+    /// had no room for (`tp_drops`). With eBPF the ring's own drops are `ring_drops`.
     pub kernel_drops: u64,
+    /// The interface's receive drop counters since the source was opened (sysfs
+    /// `rx_dropped + rx_missed_errors`): frames the NIC had no room for and frames a full
+    /// receive backlog refused, before the capture point. The kernel also counts in
+    /// `rx_dropped` frames of a protocol no handler on this host takes (e.g. LLDP without
+    /// lldpd, RoCEv1 without an RDMA stack), after the eBPF hook has counted and copied
+    /// them; on such a port this is an upper bound of lost frames. An AF_PACKET socket takes
+    /// every protocol, so then no frame is counted that way. `None`: unreadable (another
+    /// network namespace's /sys).
+    pub interface_drops: Option<u64>,
     pub ring_drops: u64,
     /// eBPF: matched frames whose bytes could not be copied, or malformed ring records.
     pub copy_errors: u64,

@@ -334,9 +334,12 @@ impl Capture {
             return;
         };
         let view = pipeline.view();
+        // RDMA counters (PSN gaps, unlinked transfers) for the capture health line.
+        let rdma = json!(pipeline.shared.rdma.stats);
         let stats = self.source.stats();
         self.sample(&view, &stats);
         let mut result = view_result(&view, self.input(), self.started);
+        result["rdma"] = rdma;
         let mut live = self.live_section(&stats);
         live["rates"] = json!({
             "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
@@ -549,6 +552,9 @@ mod capture_tests {
         let snap: Value = serde_json::from_str(&snap).unwrap();
         assert_eq!(snap["snapshot"], json!(true));
         assert_eq!(snap["schema"], json!(report::SCHEMA));
+        assert!(snap["rdma"]["gaps"].is_u64(), "RDMA counters in the snapshot");
+        // Loopback drops nothing here: the interface counters are read and are zero.
+        assert_eq!(snap["live"]["stats"]["interface_drops"], json!(0));
         // Samples are bounded by history_seconds.
         std::thread::sleep(Duration::from_millis(1000));
         let snap: Value = serde_json::from_str(&s.poll(Duration::from_secs(2)).unwrap()).unwrap();

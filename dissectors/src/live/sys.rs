@@ -168,3 +168,42 @@ mod tests {
         assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
     }
 }
+
+/// The interface's own receive drop counters, as a delta since `new`: sysfs
+/// `statistics/rx_dropped` (the kernel: a full receive backlog, also frames of a protocol no
+/// handler on this host takes) plus `statistics/rx_missed_errors` (the NIC: its receive ring
+/// was full). `None` when they cannot be read, or when this process's /sys shows another
+/// network namespace than the interface's (the ifindex differs).
+pub struct IfDrops {
+    dir: std::path::PathBuf,
+    base: Option<u64>,
+}
+
+impl IfDrops {
+    pub fn new(iface: &str, ifindex: u32) -> IfDrops {
+        let dir = std::path::Path::new("/sys/class/net").join(iface);
+        let same = read_u64(&dir.join("ifindex")) == Some(u64::from(ifindex));
+        let mut d = IfDrops { dir, base: None };
+        if same {
+            d.base = d.total();
+        }
+        d
+    }
+
+    fn total(&self) -> Option<u64> {
+        let stats = self.dir.join("statistics");
+        let dropped = read_u64(&stats.join("rx_dropped"))?;
+        let missed = read_u64(&stats.join("rx_missed_errors")).unwrap_or(0);
+        Some(dropped + missed)
+    }
+
+    /// Frames the interface counted as dropped since `new`.
+    pub fn since_open(&self) -> Option<u64> {
+        let base = self.base?;
+        Some(self.total()?.saturating_sub(base))
+    }
+}
+
+fn read_u64(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
