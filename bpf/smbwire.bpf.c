@@ -64,6 +64,13 @@ struct {
 	__type(value, struct smbwire_config);
 } config SEC(".maps");
 
+/* The reader is woken once this much is queued (or a quarter of the ring, if smaller),
+ * not for every record: by default the kernel wakes it whenever it had caught up, which
+ * under load means one wakeup (irq_work, then a context switch) per frame, paid on the
+ * receiving CPU. The reader also wakes on its poll timeout (100 ms in smbwire), so frames
+ * of a quiet link wait at most that long. */
+#define SMBWIRE_WAKEUP_BYTES (128 << 10)
+
 /* The ring buffer record is assembled here first: bpf_ringbuf_reserve wants a
  * constant size, bpf_ringbuf_output copies a variable-size record. One slot per CPU,
  * indexed by CPU id (a per-CPU array value is limited to 32 KiB); user space sets
@@ -258,7 +265,12 @@ int smbwire_tc(struct __sk_buff *skb)
 		t->copy_errors++;
 		return TCX_NEXT;
 	}
-	if (bpf_ringbuf_output(&ring, s, sizeof(s->hdr) + caplen, 0))
+	__u64 queued = bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA) + sizeof(s->hdr) + caplen;
+	__u64 wake_at = bpf_ringbuf_query(&ring, BPF_RB_RING_SIZE) / 4;
+	if (wake_at > SMBWIRE_WAKEUP_BYTES)
+		wake_at = SMBWIRE_WAKEUP_BYTES;
+	__u64 flags = queued >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&ring, s, sizeof(s->hdr) + caplen, flags))
 		t->ring_drops++;
 	return TCX_NEXT;
 }

@@ -325,13 +325,18 @@ impl LiveSource for EbpfSource {
         // SAFETY: erases the borrow's lifetime only for this call; cleared before returning.
         let sink = unsafe { std::mem::transmute::<&mut dyn FnMut(RawFrame<'_>), *mut Sink>(f) };
         self.consumer.sink = Some(sink);
-        // Take what is already there first; wait only when the ring is empty. The kernel
-        // wakes a waiting reader only when it had caught up (BPF_RB_* adaptive wakeup).
+        // Take what is already there first; wait only when the ring is empty.
         // SAFETY: rb is valid; the callback runs on this thread inside the call.
         let mut rc = unsafe { libbpf_sys::ring_buffer__consume(self.rb.0) };
         if rc == 0 && self.consumer.panic.is_none() {
             // SAFETY: as above.
             rc = unsafe { libbpf_sys::ring_buffer__poll(self.rb.0, timeout_ms) };
+            if rc == 0 && self.consumer.panic.is_none() {
+                // The program wakes us only once enough is queued (SMBWIRE_WAKEUP_BYTES):
+                // take what came in while we slept until the timeout.
+                // SAFETY: as above.
+                rc = unsafe { libbpf_sys::ring_buffer__consume(self.rb.0) };
+            }
         }
         self.consumer.sink = None;
         if let Some(p) = self.consumer.panic.take() {
