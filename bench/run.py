@@ -6,11 +6,13 @@ Makes (once) a capture of at least 1 GiB with the scenario generator: nested mir
   2. tshark -q -z smb2,srt -r FILE
   3. tshark -Y smb2.cmd==9 -T fields -e smb2.write_length -r FILE
 Each runs --repeat times (median wall time, after warming the page cache) in its own child process; peak RSS comes from wait4()'s rusage of that child.
-The same run then generates the SAME workload (scenario, bytes, I/O size, seed) over each
+The same run also generates the SAME workload (scenario, bytes, I/O size, seed) over each
 --also transport (default rocev2, SMB Direct over RoCEv2, itself >= 1 GiB) and times
-`smbwire analyze` on it the same way, reporting its MB/s, peak RSS and the ratio of its MB/s
-to the --transport capture's (issue 3: RoCEv2 must be no slower than TCP, ratio >= 1), and
-checks that both captures give the same duplicate-payload ratios.
+`smbwire analyze` on it the same way, its runs interleaved with those on the --transport
+capture (so both meet the same load on a shared machine), reporting its MB/s, peak RSS, CPU
+time and the ratio of its MB/s to the --transport capture's (issue 3: RoCEv2 must be no
+slower than TCP, ratio >= 1), and checks that both captures give the same duplicate-payload
+ratios.
 Results go to stdout (a Markdown table) and bench/out/results.json.
 
 Usage: python bench/run.py [--bytes N] [--scenario nested4] [--transport tcp] [--also rocev2] [--keep]
@@ -31,8 +33,9 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 
 
-def run_measured(cmd: list[str], stdout_path: str = os.devnull) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process."""
+def run_measured(cmd: list[str], stdout_path: str = os.devnull, cpu: list[float] | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one child process; its CPU seconds (user + system)
+    are appended to `cpu` when given."""
     with open(stdout_path, "wb") as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
@@ -42,6 +45,8 @@ def run_measured(cmd: list[str], stdout_path: str = os.devnull) -> tuple[float, 
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {code}: {err.strip()[:500]}")
+    if cpu is not None:
+        cpu.append(usage.ru_utime + usage.ru_stime)
     return wall, usage.ru_maxrss * 1024
 
 
@@ -63,12 +68,22 @@ def warm(path: Path) -> None:
             pass
 
 
+def summarize(samples: list[tuple[float, int]], cpu: list[float], size: int, name: str) -> dict:
+    """Median wall time, max peak RSS, median CPU time of the runs of one tool on one file."""
+    samples = sorted(samples)
+    wall, rss = samples[len(samples) // 2][0], max(r for _, r in samples)
+    c = sorted(cpu)[len(cpu) // 2] if cpu else None
+    print(f"{name}: {wall:.2f} s, {size / 1e6 / wall:.0f} MB/s, peak RSS {rss / 2**20:.0f} MiB"
+          + (f", CPU {c:.2f} s" if c else ""), file=sys.stderr)
+    return {"seconds": wall, "mb_per_s": size / 1e6 / wall, "peak_rss_bytes": rss, "samples_s": [w for w, _ in samples],
+            "cpu_seconds": c, "mb_per_cpu_s": size / 1e6 / c if c else None}
+
+
 def measure(cmd: list[str], sink: str, size: int, repeat: int, name: str) -> dict:
     """Median wall time of `repeat` runs, max peak RSS."""
-    samples = sorted(run_measured(cmd, sink) for _ in range(max(1, repeat)))
-    wall, rss = samples[len(samples) // 2][0], max(r for _, r in samples)
-    print(f"{name}: {wall:.2f} s, {size / 1e6 / wall:.0f} MB/s, peak RSS {rss / 2**20:.0f} MiB", file=sys.stderr)
-    return {"seconds": wall, "mb_per_s": size / 1e6 / wall, "peak_rss_bytes": rss, "samples_s": [w for w, _ in samples]}
+    cpu: list[float] = []
+    samples = [run_measured(cmd, sink, cpu) for _ in range(max(1, repeat))]
+    return summarize(samples, cpu, size, name)
 
 
 def main() -> None:
@@ -93,19 +108,40 @@ def main() -> None:
     tshark = shutil.which("tshark")
     if tshark is None and not args.no_tshark:
         raise SystemExit("tshark is not installed (make bench installs it)")
-    runs = {
-        "smbwire analyze": ([smbwire, "analyze", str(cap), "--quiet", "--json", str(OUT / "bench-result.json")], os.devnull),
-    }
-    if not args.no_tshark:
-        runs["tshark -z smb2,srt"] = ([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull)
-        runs["tshark -T fields write_length"] = ([tshark, "-n", "-Y", "smb2.cmd==9", "-T", "fields", "-e",
-                                                  "smb2.write_length", "-r", str(cap)], os.devnull)
-    warm(cap)
+    also = [t for t in args.also.split(",") if t and t != args.transport]
+    caps = {args.transport: cap}
+    for t in also:
+        caps[t] = OUT / f"bench-{args.scenario}-{t}-{args.bytes >> 20}MiB.pcap"
+        if not caps[t].exists():
+            make_capture(caps[t], args.scenario, args.bytes, t)
+        if caps[t].stat().st_size < (1 << 30):
+            print(f"warning: {t} capture is {caps[t].stat().st_size / 2**30:.2f} GiB (< 1 GiB)", file=sys.stderr)
     results = {}
-    for name, (cmd, sink) in runs.items():
-        results[name] = measure(cmd, sink, size, args.repeat, name)
-    ours = results["smbwire analyze"]
-    report = json.loads((OUT / "bench-result.json").read_text())
+    if not args.no_tshark:
+        tools = {
+            "tshark -z smb2,srt": [tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)],
+            "tshark -T fields write_length": [tshark, "-n", "-Y", "smb2.cmd==9", "-T", "fields", "-e",
+                                              "smb2.write_length", "-r", str(cap)],
+        }
+        warm(cap)
+        for name, cmd in tools.items():
+            results[name] = measure(cmd, os.devnull, size, args.repeat, name)
+    # smbwire on every transport, runs interleaved (tcp, rocev2, tcp, rocev2, ...) so that both
+    # see the same machine: on a shared machine, load that comes and goes would otherwise land
+    # on one transport's runs only and decide the ratio.
+    js = {t: OUT / ("bench-result.json" if t == args.transport else f"bench-result-{t}.json") for t in caps}
+    samples: dict[str, list] = {t: [] for t in caps}
+    cpu: dict[str, list] = {t: [] for t in caps}
+    for t, c in caps.items():
+        warm(c)
+    for _ in range(max(1, args.repeat)):
+        for t, c in caps.items():
+            samples[t].append(run_measured([smbwire, "analyze", str(c), "--quiet", "--json", str(js[t])], os.devnull, cpu[t]))
+    per = {t: summarize(samples[t], cpu[t], caps[t].stat().st_size,
+                        "smbwire analyze" + ("" if t == args.transport else f" ({t})")) for t in caps}
+    ours = per[args.transport]
+    results = {"smbwire analyze": ours, **results}
+    report = json.loads(js[args.transport].read_text())
     summary = {
         "capture": cap.name,
         "capture_bytes": size,
@@ -118,31 +154,23 @@ def main() -> None:
         summary["speedup_vs_tshark_fields"] = results["tshark -T fields write_length"]["seconds"] / ours["seconds"]
         summary["rss_ratio_vs_tshark_srt"] = ours["peak_rss_bytes"] / results["tshark -z smb2,srt"]["peak_rss_bytes"]
 
-    # The same workload over the other transports (SMB Direct): smbwire only, same measurement.
+    # The same workload over the other transports (SMB Direct).
     transports = {args.transport: {"capture": cap.name, "capture_bytes": size, **ours,
                                    "dup_ratio": summary["smbwire_dup_ratio"]}}
-    also = [t for t in args.also.split(",") if t and t != args.transport]
     for t in also:
-        tcap = OUT / f"bench-{args.scenario}-{t}-{args.bytes >> 20}MiB.pcap"
-        if not tcap.exists():
-            make_capture(tcap, args.scenario, args.bytes, t)
-        tsize = tcap.stat().st_size
-        if tsize < (1 << 30):
-            print(f"warning: {t} capture is {tsize / 2**30:.2f} GiB (< 1 GiB)", file=sys.stderr)
-        js = OUT / f"bench-result-{t}.json"
-        warm(tcap)
-        r = measure([smbwire, "analyze", str(tcap), "--quiet", "--json", str(js)], os.devnull, tsize, args.repeat,
-                    f"smbwire analyze ({t})")
-        rep = json.loads(js.read_text())
+        r = per[t]
+        rep = json.loads(js[t].read_text())
         dup = [(e["src"], e["dst"], e["class"], e["dup_ratio"]) for e in rep["edges"]]
         linked = (rep.get("rdma") or {}).get("linked_bytes")
-        transports[t] = {"capture": tcap.name, "capture_bytes": tsize, **r, "dup_ratio": dup,
+        transports[t] = {"capture": caps[t].name, "capture_bytes": caps[t].stat().st_size, **r, "dup_ratio": dup,
                          "rdma_linked_payload_bytes": linked,
-                         "mb_per_s_ratio_vs_" + args.transport: r["mb_per_s"] / ours["mb_per_s"]}
+                         "mb_per_s_ratio_vs_" + args.transport: r["mb_per_s"] / ours["mb_per_s"],
+                         "mb_per_cpu_s_ratio_vs_" + args.transport: r["mb_per_cpu_s"] / ours["mb_per_cpu_s"]}
         if sorted(dup) != sorted(summary["smbwire_dup_ratio"]):
             print(f"WARNING: {t} duplicate ratios {dup} differ from {args.transport} {summary['smbwire_dup_ratio']}",
                   file=sys.stderr)
-        print(f"{t}/{args.transport} MB/s ratio: {r['mb_per_s'] / ours['mb_per_s']:.2f}", file=sys.stderr)
+        print(f"{t}/{args.transport} MB/s ratio: {r['mb_per_s'] / ours['mb_per_s']:.2f} (wall), "
+              f"{r['mb_per_cpu_s'] / ours['mb_per_cpu_s']:.2f} (CPU time)", file=sys.stderr)
     summary["transports"] = transports
     # Memory is bounded by the window, not the capture: the same workload at half and full length
     # with a short window must peak at about the same RSS and live-block count.
@@ -173,10 +201,12 @@ def main() -> None:
         print(f"\ncapture {size / 2**30:.2f} GiB; smbwire is {summary['speedup_vs_tshark_srt']:.1f}x faster than "
               f"tshark -z smb2,srt and uses {summary['rss_ratio_vs_tshark_srt']:.2%} of its peak memory")
     print(f"\nSame workload ({args.scenario}, {args.bytes >> 20} MiB written), smbwire analyze per transport:\n"
-          f"\n| transport | capture (GiB) | seconds | MB/s | peak RSS (MiB) | MB/s vs {args.transport} |\n|---|---|---|---|---|---|")
+          f"\n| transport | capture (GiB) | seconds | MB/s | peak RSS (MiB) | MB/s vs {args.transport} | CPU s | "
+          f"MB per CPU s vs {args.transport} |\n|---|---|---|---|---|---|---|---|")
     for t, r in transports.items():
         print(f"| {t} | {r['capture_bytes'] / 2**30:.2f} | {r['seconds']:.2f} | {r['mb_per_s']:.0f} | "
-              f"{r['peak_rss_bytes'] / 2**20:.0f} | {r['mb_per_s'] / ours['mb_per_s']:.2f} |")
+              f"{r['peak_rss_bytes'] / 2**20:.0f} | {r['mb_per_s'] / ours['mb_per_s']:.2f} | {r['cpu_seconds']:.2f} | "
+              f"{r['mb_per_cpu_s'] / ours['mb_per_cpu_s']:.2f} |")
     if not args.keep:
         pass  # the capture is reused by later runs; `make clean` or rm bench/out removes it
 
