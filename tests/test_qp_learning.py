@@ -15,6 +15,8 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
+
 from smbwire import _core
 from smbwire.engine import analyze
 
@@ -47,13 +49,13 @@ def records(path: Path) -> tuple[bytes, list[bytes]]:
     return b[:24], out
 
 
-def is_write_request(rec: bytes) -> bool:
-    """An SMB2 WRITE request header (0xFE 'SMB', Command 9, not a response) in the frame."""
+def is_io_request(rec: bytes) -> bool:
+    """An SMB2 WRITE or READ request header (0xFE 'SMB', Command 9 or 8, not a response) in the frame."""
     i = rec.find(b"\xfeSMB")
     while i >= 0:
         if i + 20 <= len(rec):
             cmd, flags = struct.unpack_from("<H", rec, i + 12)[0], struct.unpack_from("<I", rec, i + 16)[0]
-            if cmd == 9 and not flags & 1:
+            if cmd in (8, 9) and not flags & 1:
                 return True
         i = rec.find(b"\xfeSMB", i + 1)
     return False
@@ -95,10 +97,13 @@ def test_cm_for_another_port_puts_its_traffic_in_other_ulp(tmp_path):
     assert cats["rdma_payload"] == p["accounting"]["categories"]["rdma_payload"] == 2 * W
 
 
-def test_capture_starting_mid_connection_is_learned_by_inference(tmp_path):
-    full, truth = synth(tmp_path, "full")
+@pytest.mark.parametrize("opts", [{}, {"qps": 2, "max_send_size": 128}, {"qps": 2, "scenario": "read-nonowner"}],
+                         ids=["writes", "writes-2qps-fragmented", "reads-2qps"])
+def test_capture_starting_mid_connection_is_learned_by_inference(tmp_path, opts):
+    full, truth = synth(tmp_path, "full", **opts)
+    reads = opts.get("scenario") == "read-nonowner"
     head, recs = records(full)
-    first = next(i for i, rec in enumerate(recs) if is_write_request(rec))
+    first = next(i for i, rec in enumerate(recs) if is_io_request(rec))
     cut = tmp_path / "mid.pcap"
     cut.write_bytes(head + b"".join(recs[first:]))
     r = analyze([str(cut)], topology=TOPOLOGY)
@@ -109,12 +114,13 @@ def test_capture_starting_mid_connection_is_learned_by_inference(tmp_path):
     assert (rd["smbdirect"]["negotiate_requests"], rd["smbdirect"]["negotiate_responses"]) == (0, 0)
     assert rd["cm_connections"] == 0
     # Each QP pair is adopted at its first SMB Direct Send, its reverse QP paired by address at
-    # the first Send or RDMA Read Request it receives (the Read Request for the first WRITE
-    # comes before any Send in that direction)...
+    # the first Send, RDMA Read Request or RDMA Write it receives (the Read Request for the
+    # first WRITE, the RDMA Write for the first READ, come before any Send in that direction)...
     assert rd["inferred_connections"] == conns
-    # ...and every WRITE is still linked and attributed as with the whole capture.
-    assert rd["linked_bytes"] == 2 * W
+    # ...and every payload is still linked and attributed as with the whole capture.
+    moved = W if reads else 2 * W
+    assert rd["linked_bytes"] == moved and rd["unlinked_bytes"] == 0
     e = [x for x in r["edges"] if x["payload_bytes"]]
-    assert [(x["src"], x["dst"], x["class"], x["payload_bytes"], x["unique_bytes"]) for x in e] == \
-        [("owner", "partner", "replication", 2 * W, W)]
+    want = ("owner", "partner", "redirected-read", W, W) if reads else ("owner", "partner", "replication", 2 * W, W)
+    assert [(x["src"], x["dst"], x["class"], x["payload_bytes"], x["unique_bytes"]) for x in e] == [want]
     assert r["accounting"]["reconciled"]
