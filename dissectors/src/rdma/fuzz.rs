@@ -131,7 +131,7 @@ fn events(x: &([Vec<u8>; 2], [Vec<u8>; 2]), cuts: &[(bool, u16)], flips: &[(u16,
     let mut pos = [0usize; 2];
     let mut evs = vec![Ev::Data(0, x.0[0].clone()), Ev::Data(1, x.0[1].clone())];
     let mut piece = 0u16;
-    for &(side, len) in cuts.iter().chain(std::iter::repeat(&(false, 997)).take(64)).chain(std::iter::repeat(&(true, 997)).take(64)) {
+    for &(side, len) in cuts.iter().chain(std::iter::repeat_n(&(false, 997), 64)).chain(std::iter::repeat_n(&(true, 997), 64)) {
         let s = usize::from(side);
         let n = usize::from(len % 1500).min(st[s].len() - pos[s]);
         if n == 0 {
