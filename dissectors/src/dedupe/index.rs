@@ -155,7 +155,8 @@ impl Dedupe {
     }
 
     pub fn send(&mut self, s: SendRecord) {
-        let header_frame = super::take_header_frame(s.conn, s.message_id)
+        let header_frame = s
+            .header_frame
             .filter(|h| h.file == s.first_frame.file && *h != s.first_frame)
             .map(|h| h.number);
         if s.ts_ns < self.clock_ns {

@@ -53,27 +53,6 @@ pub enum Transport {
     SmbDirect,
 }
 
-thread_local! {
-    /// The header frame of the next `SendRecord` handed over on this thread (see
-    /// `note_header_frame`).
-    static HEADER_NOTE: std::cell::Cell<Option<(u64, u64, FrameRef)>> = const { std::cell::Cell::new(None) };
-}
-
-/// The SMB2 header of the send about to be handed over for (conn, message_id) travelled in
-/// `frame` (over SMB Direct: the Send that carried the WRITE request or the READ response,
-/// which is not one of the RDMA data frames). Called right before `PayloadSink::send` on the
-/// same thread; `Dedupe::send` takes it when the record matches, and evidence names it as
-/// `header_frame`. (A side note rather than a `SendRecord` field because the record is also
-/// built by the SMB2 layer, which does not know it.)
-pub fn note_header_frame(conn: u64, message_id: u64, frame: FrameRef) {
-    HEADER_NOTE.with(|n| n.set(Some((conn, message_id, frame))));
-}
-
-/// Takes the noted header frame if it belongs to (conn, message_id); any note is cleared.
-pub(crate) fn take_header_frame(conn: u64, message_id: u64) -> Option<FrameRef> {
-    HEADER_NOTE.with(|n| n.take()).filter(|&(c, m, _)| c == conn && m == message_id).map(|(_, _, f)| f)
-}
-
 /// One distinct send of a payload (one SMB2 message, or one RDMA transfer).
 #[derive(Clone, Debug)]
 pub struct SendRecord {
@@ -95,9 +74,13 @@ pub struct SendRecord {
     pub file_name: Option<Arc<str>>,
     /// File offset of the WRITE / READ.
     pub offset: u64,
-    /// Frames that carried the payload (first and last) and the message's header frame.
+    /// Frames that carried the payload (first and last).
     pub first_frame: FrameRef,
     pub last_frame: FrameRef,
+    /// The frame of the SMB2 header when it is not among the payload frames: over SMB Direct,
+    /// the Send that carried the WRITE request or the READ response (the payload moved in RDMA
+    /// Read Responses / RDMA Writes). `None` when the header shares the first payload frame.
+    pub header_frame: Option<FrameRef>,
     /// Time of the first payload byte (ns since epoch).
     pub ts_ns: u64,
     pub digest: PayloadDigest,

@@ -59,6 +59,7 @@ fn rec(
             file: 0,
             number: mid * 10 + 3,
         },
+        header_frame: None,
         ts_ns: t_ms * MS,
         digest: digest_of(bytes),
     }

@@ -656,6 +656,8 @@ impl Smb2Stream {
                         offset: m.offset,
                         first_frame: pl.first_frame,
                         last_frame: pl.last_frame,
+                        // Inline payload follows its header in the same message.
+                        header_frame: None,
                         ts_ns: pl.ts_ns,
                         digest,
                     });

@@ -275,9 +275,6 @@ impl Linker {
         p.smb.stats.payloads_sent += 1;
         p.smb.stats.payload_bytes_sent += digest.len;
         let r = t.req;
-        if let Some(h) = t.header {
-            crate::dedupe::note_header_frame(conn, r.message_id, h);
-        }
         p.sink.send(SendRecord {
             conn,
             message_id: r.message_id,
@@ -293,6 +290,7 @@ impl Linker {
             offset: r.offset,
             first_frame,
             last_frame: t.last_frame,
+            header_frame: t.header,
             ts_ns,
             digest,
         });

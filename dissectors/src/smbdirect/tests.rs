@@ -22,12 +22,12 @@ const QP_C: u32 = 0x11;
 const QP_S: u32 = 0x22;
 const PMTU: usize = 1024;
 
-/// Sends, and the header frame noted for each (`dedupe::note_header_frame`).
+/// Sends, and the header frame each names (`SendRecord::header_frame`).
 #[derive(Default)]
 struct Sink(Vec<SendRecord>, Vec<Option<FrameRef>>);
 impl PayloadSink for Sink {
     fn send(&mut self, rec: SendRecord) {
-        self.1.push(crate::dedupe::take_header_frame(rec.conn, rec.message_id));
+        self.1.push(rec.header_frame);
         self.0.push(rec)
     }
     fn complete(&mut self, _: u64, _: u64, _: u64) {}
