@@ -11,15 +11,10 @@ import pytest
 
 from smbwire import _core
 from smbwire.engine import analyze
+from scenario_support import TOPOLOGY
 
 MiB = 1 << 20
 W = 4 * MiB
-TOPOLOGY = {
-    "nodes": [
-        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
-        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
-    ]
-}
 
 
 def synth(tmp_path: Path, name: str, **opts) -> tuple[Path, dict]:

@@ -23,14 +23,9 @@ import pytest
 
 from smbwire import _core
 from smbwire.engine import analyze
+from scenario_support import TOPOLOGY
 
 MiB = 1 << 20
-TOPOLOGY = {
-    "nodes": [
-        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
-        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
-    ]
-}
 
 
 def _synth(tmp_path: Path, name: str, **spec) -> tuple[Path, dict]:

@@ -12,16 +12,11 @@ import pytest
 from smbwire import _core
 from smbwire.engine import analyze
 import json
+from scenario_support import TOPOLOGY, edge, payload_edges
 
 MiB = 1 << 20
 W = 8 * MiB  # bytes the VM writes or reads
 
-TOPOLOGY = {
-    "nodes": [
-        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
-        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
-    ]
-}
 
 NOISE = {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01}
 
@@ -33,16 +28,6 @@ def _run(tmp_path: Path, scenario: str, **opts) -> dict:
     return analyze([str(cap)], topology=TOPOLOGY)
 
 
-def _edge(result: dict, src: str, dst: str, cls: str) -> dict:
-    found = [e for e in result["edges"] if (e["src"], e["dst"], e["class"]) == (src, dst, cls)]
-    assert len(found) == 1, f"no single {src}->{dst} {cls} edge in {result['edges']}"
-    return found[0]
-
-
-def _payload_edges(result: dict) -> list[tuple[str, str, str]]:
-    return sorted((e["src"], e["dst"], e["class"]) for e in result["edges"] if e["payload_bytes"] > 0)
-
-
 @pytest.fixture(params=[False, True], ids=["clean", "mirror-dup+retx+reorder"])
 def noise(request) -> dict:
     return NOISE if request.param else {}
@@ -51,8 +36,8 @@ def noise(request) -> dict:
 @pytest.mark.parametrize("scenario,copies", [("mirror2", 1), ("nested4", 2), ("six", 3)])
 def test_vm_on_owner_writes(tmp_path, noise, scenario, copies):
     r = _run(tmp_path, scenario, **noise)
-    assert _payload_edges(r) == [("owner", "partner", "replication")]
-    e = _edge(r, "owner", "partner", "replication")
+    assert payload_edges(r) == [("owner", "partner", "replication")]
+    e = edge(r, "owner", "partner", "replication")
     assert e["payload_bytes"] == copies * W
     assert e["unique_bytes"] == W
     assert e["sends"] == copies * (W // MiB)
@@ -64,11 +49,11 @@ def test_vm_on_owner_writes(tmp_path, noise, scenario, copies):
 
 def test_vm_on_non_owner_writes_is_redirected_then_replicated(tmp_path, noise):
     r = _run(tmp_path, "redirect4", **noise)
-    assert _payload_edges(r) == [("owner", "partner", "replication"), ("partner", "owner", "redirection")]
-    red = _edge(r, "partner", "owner", "redirection")
+    assert payload_edges(r) == [("owner", "partner", "replication"), ("partner", "owner", "redirection")]
+    red = edge(r, "partner", "owner", "redirection")
     assert (red["payload_bytes"], red["unique_bytes"]) == (W, W)
     assert red["dup_ratio"] == pytest.approx(1.0)
-    rep = _edge(r, "owner", "partner", "replication")
+    rep = edge(r, "owner", "partner", "replication")
     assert (rep["payload_bytes"], rep["unique_bytes"]) == (2 * W, W)
     assert rep["dup_ratio"] == pytest.approx(2.0)
     assert r["totals"]["payload_bytes"] == 3 * W
@@ -77,15 +62,15 @@ def test_vm_on_non_owner_writes_is_redirected_then_replicated(tmp_path, noise):
 
 def test_vm_on_non_owner_reads_is_redirected_read(tmp_path, noise):
     r = _run(tmp_path, "read-nonowner", **noise)
-    assert _payload_edges(r) == [("owner", "partner", "redirected-read")]
-    e = _edge(r, "owner", "partner", "redirected-read")
+    assert payload_edges(r) == [("owner", "partner", "redirected-read")]
+    e = edge(r, "owner", "partner", "redirected-read")
     assert (e["payload_bytes"], e["unique_bytes"]) == (W, W)
     assert e["dup_ratio"] == pytest.approx(1.0)
 
 
 def test_vm_on_owner_reads_puts_no_payload_on_the_wire(tmp_path, noise):
     r = _run(tmp_path, "read-owner", **noise)
-    assert _payload_edges(r) == []
+    assert payload_edges(r) == []
     assert r["totals"]["payload_bytes"] == 0
     assert r["accounting"]["reconciled"]
 

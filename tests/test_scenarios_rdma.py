@@ -16,16 +16,11 @@ import pytest
 
 from smbwire import _core
 from smbwire.engine import analyze
+from scenario_support import TOPOLOGY, edge, payload_edges
 
 MiB = 1 << 20
 W = 8 * MiB
 
-TOPOLOGY = {
-    "nodes": [
-        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
-        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
-    ]
-}
 
 TRANSPORTS = {
     "rocev2": {"transport": "rocev2"},
@@ -48,16 +43,6 @@ def _run(tmp_path: Path, scenario: str, transport: str, **opts) -> dict:
     return analyze([str(cap)], topology=TOPOLOGY)
 
 
-def _edge(result: dict, src: str, dst: str, cls: str) -> dict:
-    found = [e for e in result["edges"] if (e["src"], e["dst"], e["class"]) == (src, dst, cls)]
-    assert len(found) == 1, f"no single {src}->{dst} {cls} edge in {result['edges']}"
-    return found[0]
-
-
-def _payload_edges(result: dict) -> list[tuple[str, str, str]]:
-    return sorted((e["src"], e["dst"], e["class"]) for e in result["edges"] if e["payload_bytes"] > 0)
-
-
 @pytest.fixture(params=list(TRANSPORTS))
 def transport(request) -> str:
     return request.param
@@ -71,8 +56,8 @@ def noise(request, transport) -> dict:
 @pytest.mark.parametrize("scenario,copies", [("mirror2", 1), ("nested4", 2), ("six", 3)])
 def test_vm_on_owner_writes(tmp_path, transport, noise, scenario, copies):
     r = _run(tmp_path, scenario, transport, **noise)
-    assert _payload_edges(r) == [("owner", "partner", "replication")]
-    e = _edge(r, "owner", "partner", "replication")
+    assert payload_edges(r) == [("owner", "partner", "replication")]
+    e = edge(r, "owner", "partner", "replication")
     assert e["payload_bytes"] == copies * W
     assert e["unique_bytes"] == W
     assert e["sends"] == copies * (W // MiB)
@@ -84,11 +69,11 @@ def test_vm_on_owner_writes(tmp_path, transport, noise, scenario, copies):
 
 def test_vm_on_non_owner_writes_is_redirected_then_replicated(tmp_path, transport, noise):
     r = _run(tmp_path, "redirect4", transport, **noise)
-    assert _payload_edges(r) == [("owner", "partner", "replication"), ("partner", "owner", "redirection")]
-    red = _edge(r, "partner", "owner", "redirection")
+    assert payload_edges(r) == [("owner", "partner", "replication"), ("partner", "owner", "redirection")]
+    red = edge(r, "partner", "owner", "redirection")
     assert (red["payload_bytes"], red["unique_bytes"]) == (W, W)
     assert red["dup_ratio"] == pytest.approx(1.0)
-    rep = _edge(r, "owner", "partner", "replication")
+    rep = edge(r, "owner", "partner", "replication")
     assert (rep["payload_bytes"], rep["unique_bytes"]) == (2 * W, W)
     assert rep["dup_ratio"] == pytest.approx(2.0)
     assert r["totals"]["payload_bytes"] == 3 * W
@@ -97,15 +82,15 @@ def test_vm_on_non_owner_writes_is_redirected_then_replicated(tmp_path, transpor
 
 def test_vm_on_non_owner_reads_is_redirected_read(tmp_path, transport, noise):
     r = _run(tmp_path, "read-nonowner", transport, **noise)
-    assert _payload_edges(r) == [("owner", "partner", "redirected-read")]
-    e = _edge(r, "owner", "partner", "redirected-read")
+    assert payload_edges(r) == [("owner", "partner", "redirected-read")]
+    e = edge(r, "owner", "partner", "redirected-read")
     assert (e["payload_bytes"], e["unique_bytes"]) == (W, W)
     assert e["dup_ratio"] == pytest.approx(1.0)
 
 
 def test_vm_on_owner_reads_puts_no_payload_on_the_wire(tmp_path, transport, noise):
     r = _run(tmp_path, "read-owner", transport, **noise)
-    assert _payload_edges(r) == []
+    assert payload_edges(r) == []
     assert r["totals"]["payload_bytes"] == 0
     assert r["accounting"]["reconciled"]
 
@@ -114,8 +99,8 @@ def test_vm_on_owner_reads_puts_no_payload_on_the_wire(tmp_path, transport, nois
 def test_multichannel_fragments_invalidate_and_descriptors_change_nothing(tmp_path, transport_name):
     r = _run(tmp_path, "redirect4", transport_name, qps=2, max_send_size=128, send_with_invalidate=True,
              descriptors=3, dialect="3.1.1")
-    red = _edge(r, "partner", "owner", "redirection")
-    rep = _edge(r, "owner", "partner", "replication")
+    red = edge(r, "partner", "owner", "redirection")
+    rep = edge(r, "owner", "partner", "replication")
     assert (red["payload_bytes"], red["unique_bytes"], rep["payload_bytes"], rep["unique_bytes"]) == (W, W, 2 * W, W)
 
 
