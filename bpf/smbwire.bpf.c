@@ -265,11 +265,15 @@ int smbwire_tc(struct __sk_buff *skb)
 		t->copy_errors++;
 		return TCX_NEXT;
 	}
-	__u64 queued = bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA) + sizeof(s->hdr) + caplen;
+	/* Wake only on the record that crosses the mark: a reader that is awake drains the
+	 * ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
+	 * and records queued while it is busy cost no wakeup at all. */
+	__u64 before = bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA);
+	__u64 after = before + sizeof(s->hdr) + caplen;
 	__u64 wake_at = bpf_ringbuf_query(&ring, BPF_RB_RING_SIZE) / 4;
 	if (wake_at > SMBWIRE_WAKEUP_BYTES)
 		wake_at = SMBWIRE_WAKEUP_BYTES;
-	__u64 flags = queued >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	__u64 flags = before < wake_at && after >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_output(&ring, s, sizeof(s->hdr) + caplen, flags))
 		t->ring_drops++;
 	return TCX_NEXT;
