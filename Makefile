@@ -9,7 +9,7 @@ APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 clang llvm 
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
-.PHONY: setup apt venv build demo test test-rust test-python bench clean
+.PHONY: setup apt venv build demo test test-rust test-python bench bench-live clean
 
 setup: apt build
 
@@ -46,6 +46,10 @@ test: setup test-rust test-python
 
 bench: setup
 	$(PY) bench/run.py
+
+# Live capture rates, eBPF vs AF_PACKET, on a veth pair in namespaces (root; 3-10 minutes).
+bench-live: setup
+	$(PY) bench/live_rates.py --repeat 3
 
 clean:
 	rm -rf $(VENV) target
