@@ -213,7 +213,7 @@ def test_rocev2_udp_exact_and_other_udp_not_copied(livecat, lab, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tcp_445_exact_against_kernel_and_8080_not_copied(livecat, lab, backend):
     cap = Capture(livecat, lab, backend)
-    before = lab.tcp_insegs()
+    before, dropped_before = lab.tcp_insegs(), rx_dropped(lab)
     lab.tcp_transfer(445, 1 << 20)
     segs_445 = lab.tcp_insegs() - before
     lab.tcp_transfer(8080, 1 << 20)
@@ -225,7 +225,12 @@ def test_tcp_445_exact_against_kernel_and_8080_not_copied(livecat, lab, backend)
     assert st["bytes_matched"] > 1 << 20
     assert st["flow_count"] == 1 and st["flows"][0]["flow"].endswith("> 198.18.0.2:445 tcp")
     assert st["packets_seen"] >= 2 * segs_445 - 10  # the 8080 transfer was seen, not copied
-    assert st["ring_drops"] == 0 and st["kernel_drops"] == 0 and r["truncated"] == 0
+    # A frame B's full receive backlog refused (another busy process on the machine can cause
+    # it; TCP then resends it) never reached either counter above, and must be reported as
+    # exactly that interface drop; the capture itself loses nothing.
+    dropped = rx_dropped(lab) - dropped_before
+    assert st["kernel_drops"] == st["interface_drops"] == dropped, (st, dropped)
+    assert st["ring_drops"] == 0 and r["truncated"] == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -473,7 +478,8 @@ def test_ebpf_leaves_nothing_behind(livecat, lab, how):
     assert not (our_progs() & mine), "program still loaded"
     assert not links_of(mine), "link still present"
     assert not all_maps() & maps, f"maps still present: {sorted(all_maps() & maps)}"
-    assert our_progs() == before
+    # Only ours is asserted gone: another smbwire (a benchmark, say) may come and go meanwhile.
+    assert not (our_progs() - before), "a new smbwire_tc program remains"
     assert sh("ip", "netns", "exec", lab.b, "tc", "filter", "show", "dev", lab.vb, "ingress").stdout.strip() == ""
     assert not promisc(lab)
     assert not [f for f in os.listdir("/sys/fs/bpf") if "smbwire" in f]
