@@ -78,7 +78,7 @@ def test_analyze_prints_the_report(engine, capture):
     r = run("analyze", str(capture))
     assert r.exit_code == 0
     assert "Amplification 2.41×" in r.stdout
-    assert "frame.number in {77 140 190}" in r.stdout
+    assert "frame.number in {77, 140, 190}" in r.stdout
     assert r.stderr == ""
 
 

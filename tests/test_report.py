@@ -145,7 +145,7 @@ def test_wireshark_filters_use_last_frame_per_input(width):
     text = render(sample_result(), width)
     lines = text.splitlines()
     # Input 0: sends with frames [101,140], [150,190], [77,77] -> last frames, sorted.
-    assert any(line.rstrip().endswith("frame.number in {77 140 190}") and "[0]" in line for line in lines)
+    assert any(line.rstrip().endswith("frame.number in {77, 140, 190}") and "[0]" in line for line in lines)
     assert any(line.rstrip().endswith("frame.number in {9}") and "[1]" in line for line in lines)
     assert any(line.rstrip().endswith("frame.number in {5}") for line in lines)
 
@@ -286,7 +286,7 @@ def test_renderer_never_raises_on_any_json(value):
 
 
 def test_frame_filter_sorted_unique():
-    assert frame_filter([40, 12, 77, 12]) == "frame.number in {12 40 77}"
+    assert frame_filter([40, 12, 77, 12]) == "frame.number in {12, 40, 77}"
 
 
 def test_filters_by_input_skips_sends_without_frames():

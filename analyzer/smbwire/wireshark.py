@@ -22,8 +22,9 @@ def last_frame(send: Any) -> int | None:
 
 
 def frame_filter(frames: Iterable[int]) -> str:
-    """`frame.number in {12 40 77}` (sorted, each frame once)."""
-    return "frame.number in {" + " ".join(str(f) for f in sorted(set(frames))) + "}"
+    """`frame.number in {12, 40, 77}` (sorted, each frame once). Wireshark 4 wants the set's
+    elements separated by commas; the whitespace-only form of 3.x is refused there."""
+    return "frame.number in {" + ", ".join(str(f) for f in sorted(set(frames))) + "}"
 
 
 def filters_by_input(sends: Iterable[Any]) -> dict[int, str]:
