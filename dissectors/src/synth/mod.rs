@@ -338,3 +338,5 @@ mod tests;
 mod tests_rdma;
 #[cfg(test)]
 mod tests_rocev1;
+#[cfg(test)]
+mod tests_rdma_property;
