@@ -110,7 +110,7 @@ def start(
     except PermissionError as e:
         raise LivePermissionError(
             f"live capture on {iface} needs {CAPABILITIES} (run as root, or grant them with "
-            f"setcap or systemd AmbientCapabilities): {_one_line(e)}"
+            f"setcap or systemd AmbientCapabilities); missing: {_missing_capabilities()}: {_one_line(e)}"
         ) from None
     except (ValueError, NotImplementedError) as e:
         msg = _one_line(e)
@@ -123,6 +123,22 @@ def start(
             raise EbpfRequired(f"eBPF required but unavailable: {msg}") from None
         raise UserError(msg) from None
     return LiveRun(session, iface)
+
+
+#: Capability bits (linux/capability.h) of what a live capture needs.
+_CAP_BITS = {"CAP_BPF": (39, 21), "CAP_NET_ADMIN": (12,), "CAP_NET_RAW": (13,)}  # 21: CAP_SYS_ADMIN
+
+
+def _missing_capabilities() -> str:
+    """Which of CAPABILITIES this process lacks (its effective set); CAP_SYS_ADMIN stands in
+    for CAP_BPF as the kernel allows. "unknown" when /proc cannot tell."""
+    try:
+        with open("/proc/self/status") as f:
+            eff = next(int(l.split()[1], 16) for l in f if l.startswith("CapEff:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return "unknown"
+    missing = [name for name, bits in _CAP_BITS.items() if not any(eff >> b & 1 for b in bits)]
+    return ", ".join(missing) or "none (the kernel refused anyway)"
 
 
 def _parse(text: Any) -> dict[str, Any]:

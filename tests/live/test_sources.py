@@ -520,3 +520,80 @@ def test_falls_back_to_af_packet_and_says_why(livecat, lab):
     assert r["delivered"] == 10
     r = lab.ns(lab.b, str(livecat), lab.vb, "--ports", ports, "--require-ebpf", check=False)
     assert r.returncode == 1 and r.stderr == "livecat: live capture failed: at most 64 TCP ports\n"
+
+
+# --- the real fallback: no BPF privilege, packet capture privilege kept -----------------------
+
+# Root without CAP_BPF, CAP_SYS_ADMIN (which would also allow BPF) or CAP_PERFMON, still with
+# CAP_NET_RAW and CAP_NET_ADMIN. `capsh --drop` removes them from the bounding set, so neither
+# `capsh`'s shell nor anything it executes as root can get them back.
+NO_BPF = ["capsh", "--drop=cap_bpf,cap_sys_admin,cap_perfmon", "--"]
+
+
+def without_bpf(lab, *args):
+    """argv running `args` in namespace B with the BPF capabilities dropped."""
+    return ["ip", "netns", "exec", lab.b, *NO_BPF, "-c", 'exec "$@"', "no-bpf", *args]
+
+
+def test_caps_dropped_really_lack_bpf(lab):
+    status = subprocess.run(without_bpf(lab, "cat", "/proc/self/status"), capture_output=True, text=True, check=True).stdout
+    caps = {k: int(v, 16) for k, v in (l.split(":\t") for l in status.splitlines() if l.startswith("Cap"))}
+    for bit in (21, 38, 39):  # CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF
+        assert not (caps["CapEff"] | caps["CapPrm"] | caps["CapBnd"] | caps["CapInh"] | caps["CapAmb"]) & (1 << bit), caps
+    for bit in (12, 13):  # CAP_NET_ADMIN, CAP_NET_RAW
+        assert caps["CapEff"] & (1 << bit), caps
+
+
+def test_without_bpf_privilege_falls_back_to_af_packet_exactly(livecat, lab):
+    p = subprocess.Popen(without_bpf(lab, str(livecat), lab.vb, "--seconds", "60", "--stdin-stop"),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        assert line.strip() == "ready af-packet", line + p.stderr.read()
+        lab.udp("198.18.0.2", 4791, 200)
+        lab.udp("198.18.0.2", 4792, 70)
+        before = lab.tcp_insegs()
+        lab.tcp_transfer(445, 1 << 20)
+        segs_445 = lab.tcp_insegs() - before
+        time.sleep(0.2)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    r = json.loads(out)
+    assert r["backend"] == "af-packet"
+    reason = r["fallback_reason"]
+    assert "permission denied" in reason and "CAP_BPF" in reason, reason
+    check_invariants(r)
+    st = r["stats"]
+    assert st["flow_count"] == 2
+    assert st["packets_matched"] == 200 + segs_445 == r["delivered"]
+    assert st["kernel_drops"] == st["interface_drops"] == 0 and st["ring_drops"] == 0
+
+
+def test_without_bpf_privilege_require_ebpf_is_one_line(livecat, lab):
+    r = subprocess.run(without_bpf(lab, str(livecat), lab.vb, "--require-ebpf", "--seconds", "1"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "permission denied" in lines[0] and "CAP_BPF" in lines[0], r.stderr
+
+
+def test_smbwire_live_without_bpf_privilege_says_why_and_falls_back(lab, tmp_path):
+    from realtraffic.analyzer_cli import analyzer_command
+
+    base = [*analyzer_command(), "live", "-i", lab.vb, "--plain", "--duration", "2"]
+    r = subprocess.run(without_bpf(lab, *base, "--json", str(tmp_path / "live.json")),
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    fallback = [l for l in r.stderr.splitlines() if "eBPF not used" in l]
+    assert len(fallback) == 1, r.stderr
+    assert "permission denied" in fallback[0] and "CAP_BPF" in fallback[0] and "AF_PACKET" in fallback[0], fallback
+    assert f"capturing on {lab.vb} with af-packet" in r.stderr, r.stderr
+    assert (tmp_path / "live.json").exists()
+    r = subprocess.run(without_bpf(lab, *base, "--require-ebpf"), capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "missing: CAP_BPF:" in lines[0] and "eBPF" in lines[0], r.stderr
