@@ -232,3 +232,45 @@ def test_noisy_captures_dissect_cleanly(synth, workdir, variant):
     assert frames > 2 * len(fields(workdir / f"quiet-{variant}.pcap", "", ["frame.number"])) - 1, "mirror copies"
     assert clean["smb2"] == truth["smb2"]
     assert problems(path) == []
+
+
+@pytest.mark.parametrize("invalidate", [False, True], ids=["send", "send-invalidate"])
+def test_iwarp_solicited_event_sends(synth, workdir, invalidate):
+    """With the opt-in `solicited_event`, the iWARP Sends are RDMAP Send with Solicited Event
+    (opcode 5) and, with Send with Invalidate, Send with Solicited Event and Invalidate
+    (opcode 6): tshark decodes them without a malformed frame, carries the SMB Direct and SMB2
+    counts as before, and its opcode histogram is the generator's, with 5/6 in place of 3/4."""
+    base = {"scenario": "redirect4", "bytes": W, "io_size": MiB, "seed": 6, "transport": "iwarp",
+            "max_send_size": 512, "send_with_invalidate": invalidate}
+    plain = synth(base, workdir / f"se-off-{invalidate}.pcap")
+    path = workdir / f"se-on-{invalidate}.pcap"
+    truth = synth({**base, "solicited_event": True}, path)
+    check_counts(path, truth)  # includes: tshark's opcode histogram == truth["rdma"]["opcodes"]
+    ops, before = truth["rdma"]["opcodes"], plain["rdma"]["opcodes"]
+    assert "3" not in ops and "4" not in ops and "5" not in before and "6" not in before
+    assert ops["5"] == before["3"] > 0
+    assert ops.get("6", 0) == before.get("4", 0)
+    assert (ops.get("6", 0) > 0) == invalidate
+    hist = Counter(int(v, 16) for v in values(path, "iwarp_rdma.opcode"))
+    assert hist[5] == ops["5"] and hist[6] == ops.get("6", 0)
+    sends = truth["rdma"]
+    assert sends["solicited_events"] == (sends["smbd_negotiate_requests"] + sends["smbd_negotiate_responses"]
+                                         + sends["smbd_data_messages"])
+    # The rest of the capture is what it was without the option.
+    assert {k: v for k, v in truth.items() if k != "rdma"} == {k: v for k, v in plain.items() if k != "rdma"}
+
+
+def test_roce_solicited_event_sets_the_bth_se_bit(synth, workdir):
+    """RoCE has no Solicited Event opcode: the option sets the BTH SE bit on the last (or only)
+    packet of each Send (IBTA §9.2.1). tshark sees it there and nowhere else; opcodes unchanged."""
+    base = {"scenario": "redirect4", "bytes": W, "io_size": MiB, "seed": 6, "transport": "rocev2", "mtu": 1024,
+            "max_send_size": 2048, "send_with_invalidate": True}
+    plain = synth(base, workdir / "roce-se-off.pcap")
+    path = workdir / "roce-se-on.pcap"
+    truth = synth({**base, "solicited_event": True}, path)
+    check_counts(path, truth)
+    assert truth["rdma"]["opcodes"] == plain["rdma"]["opcodes"]
+    rows = fields(path, "infiniband.bth.se == 1", ["infiniband.bth.opcode"])
+    assert Counter(int(r[0]) for r in rows).keys() <= {2, 4, 0x16, 0x17}
+    assert len(rows) == truth["rdma"]["solicited_events"] > 0
+    assert fields(workdir / "roce-se-off.pcap", "infiniband.bth.se == 1", ["frame.number"]) == []

@@ -43,6 +43,8 @@ pub mod opcode {
     pub const RDMA_READ_RESPONSE: u8 = 2;
     pub const SEND: u8 = 3;
     pub const SEND_WITH_INVALIDATE: u8 = 4;
+    pub const SEND_WITH_SOLICITED_EVENT: u8 = 5;
+    pub const SEND_WITH_SOLICITED_EVENT_AND_INVALIDATE: u8 = 6;
 }
 /// DDP queue numbers for RDMAP (RFC 5040 §5.1).
 const QN_SEND: u32 = 0;
@@ -225,6 +227,8 @@ pub struct IwarpLink {
     pub stats: RdmaTruth,
     /// The server ends every connection with an RDMAP Terminate before closing TCP.
     pub terminate: bool,
+    /// Sends use the Solicited Event opcodes (5, and 6 in place of 4).
+    pub solicited_event: bool,
 }
 
 impl IwarpLink {
@@ -267,6 +271,7 @@ impl IwarpLink {
                 ..Default::default()
             },
             terminate: false,
+            solicited_event: false,
         }
     }
 
@@ -395,10 +400,15 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
         msg: &[u8],
         invalidate: Option<u32>,
     ) -> io::Result<()> {
-        let (op, inval) = match invalidate {
-            Some(k) => (opcode::SEND_WITH_INVALIDATE, k),
-            None => (opcode::SEND, 0),
+        let (op, inval) = match (invalidate, self.solicited_event) {
+            (Some(k), false) => (opcode::SEND_WITH_INVALIDATE, k),
+            (Some(k), true) => (opcode::SEND_WITH_SOLICITED_EVENT_AND_INVALIDATE, k),
+            (None, false) => (opcode::SEND, 0),
+            (None, true) => (opcode::SEND_WITH_SOLICITED_EVENT, 0),
         };
+        if self.solicited_event {
+            self.stats.solicited_events += 1;
+        }
         let kind = Message::Untagged {
             opcode: op,
             qn: QN_SEND,

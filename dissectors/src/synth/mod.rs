@@ -201,6 +201,7 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
                 data::stream(spec.seed, PURPOSE_RDMA, 0),
                 &hosts,
             );
+            link.solicited_event = spec.solicited_event;
             let mut tap = tap;
             if spec.other_ulp_port != 0 {
                 link.other_ulp(&mut tap, &hosts[0], &hosts[1], spec.other_ulp_port)?;
@@ -228,6 +229,7 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
                 hosts.len(),
             );
             link.terminate = spec.iwarp_terminate;
+            link.solicited_event = spec.solicited_event;
             let t = smbdirect::SmbDirectTransport::new(link, max_send, descs, keys);
             finish(spec, &flows, &hosts, tap, t, |t| {
                 let tcp = t.link.tcp.stats;

@@ -100,6 +100,10 @@ pub struct RdmaTruth {
     /// iWARP: RDMAP Terminate messages sent (spec `iwarp_terminate`).
     #[serde(skip_serializing_if = "is_zero")]
     pub terminates: u64,
+    /// SMB Direct Sends that asked for a solicited event (spec `solicited_event`): iWARP
+    /// opcodes 5 and 6; RoCE Sends whose last packet has the BTH SE bit.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub solicited_events: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

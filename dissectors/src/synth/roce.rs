@@ -217,6 +217,8 @@ pub struct RoceLink {
     pub stats: RdmaTruth,
     /// Packets now being sent belong to another upper layer (tallied in `other_ulp_bytes`).
     other_ulp: bool,
+    /// SMB Direct Sends set the BTH Solicited Event bit on their last (or only) packet.
+    pub solicited_event: bool,
 }
 
 /// UDP source port for a QP: the RoCEv2 entropy field, 0xC000 + a hash of the QPN
@@ -252,6 +254,7 @@ impl RoceLink {
                 ..Default::default()
             },
             other_ulp: false,
+            solicited_event: false,
         }
     }
 
@@ -630,6 +633,11 @@ impl<W: Write> RdmaLink<W> for RoceLink {
             };
             last_psn = self.conns[conn].qp[f].psn;
             self.next_bth(conn, f, op, e - s, last);
+            if last && self.solicited_event && !self.other_ulp {
+                // IBTA §9.2.1: SE is meaningful only on the last packet of a Send.
+                self.headers[1] |= 0x80;
+                self.stats.solicited_events += 1;
+            }
             if let (true, Some(key)) = (last, invalidate) {
                 self.headers.extend_from_slice(&key.to_be_bytes()); // IETH
             }

@@ -65,6 +65,12 @@ pub struct Spec {
     pub other_ulp_port: u16,
     /// iWARP: the server ends each connection with an RDMAP Terminate (opcode 7).
     pub iwarp_terminate: bool,
+    /// Every SMB Direct Send asks the receiver for a solicited event. iWARP: RDMAP Send with
+    /// Solicited Event (opcode 5) and, with `send_with_invalidate`, Send with Solicited
+    /// Event and Invalidate (opcode 6) (RFC 5040 §4.3). RoCE: the BTH SE bit on the last
+    /// (or only) packet of each Send (IBTA §9.2.1; the opcode stays the same). Off by
+    /// default.
+    pub solicited_event: bool,
 }
 
 impl Default for Spec {
@@ -94,6 +100,7 @@ impl Default for Spec {
             link_gbps: 10,
             other_ulp_port: 0,
             iwarp_terminate: false,
+            solicited_event: false,
         }
     }
 }

@@ -96,7 +96,7 @@ proptest! {
         prop_assert!(moved > 0);
         for e in &truth.edges {
             prop_assert!(clean.0.iter().any(|c| c[0] == e.src.as_str() && c[1] == e.dst.as_str()
-                && c[2] == serde_json::to_value(&e.class).unwrap()
+                && c[2] == serde_json::to_value(e.class).unwrap()
                 && c[3] == e.payload_bytes && c[4] == e.unique_bytes && c[5] == e.sends),
                 "truth edge {:?} missing from {:?}", e, clean.0);
         }
@@ -115,4 +115,87 @@ proptest! {
         prop_assert_eq!(&noisy.1, &clean.1, "totals, noise {}", noise);
         prop_assert_eq!(&noisy.2, &clean.2, "gaps, noise {}", noise);
     }
+}
+
+/// BTH of every RoCEv2 frame (IPv4 / UDP 4791, no options): (opcode, SE bit).
+fn rocev2_bths(pcap: &[u8]) -> Vec<(u8, bool)> {
+    read_pcap(pcap)
+        .iter()
+        .filter(|f| f.data[12..14] == [8, 0] && f.data[23] == 17 && f.data[36..38] == [0x12, 0xb7])
+        .map(|f| (f.data[42], f.data[43] & 0x80 != 0))
+        .collect()
+}
+
+/// `solicited_event` is opt-in: off, nothing changes; on, iWARP Sends become RDMAP opcodes 5
+/// (Send with Solicited Event) and 6 (... and Invalidate), and RoCE Sends set the BTH SE bit
+/// on their last packet; either way the analyzer's figures are the ones without it, and the
+/// analyzer sees exactly the opcodes the generator sent.
+#[test]
+fn solicited_event_sends_change_no_figure() {
+    for transport in ["rocev2", "iwarp"] {
+        for invalidate in [false, true] {
+            let base = json!({"scenario": "redirect4", "bytes": BYTES, "io_size": IO, "seed": 11,
+                              "transport": transport, "send_with_invalidate": invalidate,
+                              "max_send_size": 512});
+            let (plain, plain_truth) = capture(&base);
+            let mut off = base.clone();
+            off["solicited_event"] = json!(false);
+            assert!(capture(&off).0 == plain, "default is off");
+            let mut on = base.clone();
+            on["solicited_event"] = json!(true);
+            let (se, se_truth) = capture(&on);
+            assert!(se != plain, "{transport}: solicited_event changed nothing");
+            let (pr, sr) = (plain_truth.rdma.unwrap(), se_truth.rdma.unwrap());
+            assert_eq!(pr.solicited_events, 0);
+            let sends = pr.smbd_negotiate_requests + pr.smbd_negotiate_responses + pr.smbd_data_messages;
+            assert_eq!(sr.solicited_events, sends, "{transport}: every SMB Direct Send");
+            let count = |t: &super::rdma::RdmaTruth, op: &str| t.opcodes.get(op).copied().unwrap_or(0);
+            if transport == "iwarp" {
+                // Each Send is one RDMAP message; its FPDUs all carry the opcode.
+                for (old, new) in [("3", "5"), ("4", "6")] {
+                    assert_eq!(count(&pr, new), 0);
+                    assert_eq!(count(&sr, old), 0, "no plain Send left");
+                    assert_eq!(count(&sr, new), count(&pr, old), "opcode {new}");
+                }
+                assert_eq!(count(&sr, "6") > 0, invalidate);
+                assert_eq!(sr.send_with_invalidate, pr.send_with_invalidate);
+            } else {
+                assert_eq!(sr.opcodes, pr.opcodes, "RoCE opcodes unchanged");
+                let bths = rocev2_bths(&se);
+                assert!(rocev2_bths(&plain).iter().all(|&(_, s)| !s));
+                // SE on SEND_LAST (2), SEND_ONLY (4) and their with-Invalidate forms (0x16,
+                // 0x17), once per Send; never on another opcode.
+                assert!(bths.iter().filter(|b| b.1).all(|b| [2, 4, 0x16, 0x17].contains(&b.0)));
+                assert_eq!(bths.iter().filter(|b| b.1).count() as u64, sends);
+            }
+            let (a, b) = (figures(&plain), figures(&se));
+            assert!(a.0.iter().map(|e| e[3].as_u64().unwrap()).sum::<u64>() > 0);
+            assert_eq!(a, b, "{transport} invalidate={invalidate}");
+            // The analyzer counted the generator's opcodes.
+            let r = analyzed_opcodes(&se, transport);
+            let want: std::collections::BTreeMap<String, u64> = sr
+                .opcodes
+                .iter()
+                .map(|(k, v)| (k.parse::<u8>().unwrap(), *v))
+                .map(|(k, v)| (if transport == "iwarp" { format!("{k:#04x}") } else { k.to_string() }, v))
+                .collect();
+            assert_eq!(r, want, "{transport} analyzer opcodes");
+        }
+    }
+}
+
+fn analyzed_opcodes(pcap: &[u8], transport: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut p = Pipeline::new(&Config::from_json(TOPOLOGY).unwrap(), None);
+    for (i, f) in read_pcap(pcap).iter().enumerate() {
+        let info = FrameInfo {
+            frame: FrameRef { file: 0, number: i as u64 + 1 },
+            ts_ns: f.ts,
+            linktype: linktype::ETHERNET,
+            orig_len: f.data.len() as u32,
+        };
+        p.process(&RawFrame { info, data: &f.data });
+    }
+    let r = serde_json::to_value(p.finish(Vec::new(), Accounting::default(), Instant::now())).unwrap();
+    let counts = if transport == "iwarp" { &r["rdma"]["iwarp"]["opcodes"] } else { &r["rdma"]["infiniband"]["bth_opcodes"] };
+    serde_json::from_value(counts.clone()).unwrap()
 }
