@@ -26,13 +26,16 @@ TRANSPORTS = {
     "rocev2": {"transport": "rocev2"},
     "rocev2-mtu1024": {"transport": "rocev2", "mtu": 1024},
     "iwarp": {"transport": "iwarp"},
+    "rocev1": {"transport": "rocev1"},
 }
-# Mirror-port copies, plus: RoCE data packets lost and resent later (same PSN); iWARP TCP
-# segments retransmitted, reordered and lost-then-resent.
+# Mirror-port copies, plus: RoCEv2 data packets lost and resent later (same PSN); RoCEv1 data
+# packets retransmitted and reordered; iWARP TCP segments retransmitted, reordered and
+# lost-then-resent.
 NOISE = {
     "rocev2": {"mirror_dup": True, "loss": 0.01},
     "rocev2-mtu1024": {"mirror_dup": True, "loss": 0.01},
     "iwarp": {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01, "loss": 0.01},
+    "rocev1": {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01},
 }
 
 
@@ -104,7 +107,7 @@ def test_multichannel_fragments_invalidate_and_descriptors_change_nothing(tmp_pa
     assert (red["payload_bytes"], red["unique_bytes"], rep["payload_bytes"], rep["unique_bytes"]) == (W, W, 2 * W, W)
 
 
-@pytest.mark.parametrize("transport_name", ["rocev2", "iwarp"])
+@pytest.mark.parametrize("transport_name", ["rocev2", "iwarp", "rocev1"])
 def test_packets_the_capture_dropped_are_reported_not_invented(tmp_path, transport_name):
     """With `loss_mode: drop` some RDMA data packets are missing for good: the analyzer still
     finds every WRITE, reports the gaps, and counts no byte it never saw."""

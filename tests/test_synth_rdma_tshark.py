@@ -12,18 +12,18 @@ byte count and smb2.buffer_descriptor.{offset,token,length} per descriptor."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import subprocess
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.tshark
+import synth_oracle as oracle
+from synth_oracle import CM_FIELDS, ints
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.tshark, pytest.mark.usefixtures("tshark_required")]
+
 MiB = 1 << 20
 W = 2 * MiB
 SCENARIOS = ["mirror2", "nested4", "six", "redirect4", "read-nonowner", "read-owner"]
@@ -33,83 +33,16 @@ VARIANTS = {
     "iwarp-crc": {"transport": "iwarp", "mpa_crc": True},
     "iwarp-crc-markers": {"transport": "iwarp", "mpa_crc": True, "mpa_markers": True},
 }
-SEVERITY_WARN = 0x00600000
-GROUP_SEQUENCE = 0x02000000
-GROUP_MALFORMED = 0x07000000
-TSHARK = shutil.which("tshark")
 BASE_OPTS = ["--disable-protocol", "artemis", "-o", "tcp.reassemble_out_of_order:TRUE"]
-CM_FIELDS = {"ConnectRequest": "infiniband.cm.req", "ConnectReply": "infiniband.cm.rep",
-             "ReadyToUse": "infiniband.cm.rtu.localcommid", "DisconnectRequest": "infiniband.cm.dreq.localcommid",
-             "DisconnectReply": "infiniband.cm.drsp.localcommid"}
-
-
-@pytest.fixture(autouse=True)
-def tshark_required():
-    """tshark is the oracle here: without it every test fails (never skips)."""
-    if TSHARK is None:
-        pytest.fail("tshark is not installed: run `make test`, which installs it")
-
-
-@pytest.fixture(scope="session")
-def synth():
-    try:
-        from smbwire import _core  # type: ignore[attr-defined]
-
-        if hasattr(_core, "synth"):
-            return lambda spec, path: json.loads(_core.synth(json.dumps(spec), str(path)))
-    except ImportError:
-        pass
-    binary = os.environ.get("SMBWIRE_SYNTH_BIN")
-    if not binary:
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "synth"], cwd=ROOT, check=True)
-        binary = str(ROOT / "target" / "release" / "examples" / "synth")
-
-    def run(spec: dict, path: Path) -> dict:
-        out = subprocess.run([binary, json.dumps(spec), str(path)], capture_output=True, text=True, check=True)
-        return json.loads(out.stdout)
-
-    return run
-
-
-def fields(path: Path, flt: str, names: list[str]) -> list[list[str]]:
-    cmd = [TSHARK, "-n", "-r", str(path), *BASE_OPTS, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|"]
-    if flt:
-        cmd += ["-Y", flt]
-    for n in names:
-        cmd += ["-e", n]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return [line.split("\t") for line in out.splitlines() if line]
-
-
-def values(path: Path, name: str) -> list[str]:
-    """Every occurrence of one field, over all frames."""
-    return [v for row in fields(path, name, [name]) for v in row[0].split("|") if v]
-
-
-def problems(path: Path) -> list[str]:
-    bad = []
-    for frame, sev, group, msg, malformed in fields(
-            path, "_ws.expert || _ws.malformed",
-            ["frame.number", "_ws.expert.severity", "_ws.expert.group", "_ws.expert.message", "_ws.malformed"]):
-        if malformed:
-            bad.append(f"frame {frame}: malformed")
-        for s, g, m in zip(sev.split("|"), group.split("|"), msg.split("|")):
-            if not s:
-                continue
-            s, g = int(s), int(g)
-            if g == GROUP_MALFORMED or (s >= SEVERITY_WARN and g != GROUP_SEQUENCE):
-                bad.append(f"frame {frame}: {m}")
-    return bad
+fields = partial(oracle.fields, opts=BASE_OPTS)
+values = partial(oracle.values, opts=BASE_OPTS)
+problems = partial(oracle.problems, opts=BASE_OPTS)
 
 
 def crc_verdicts(path: Path) -> Counter:
-    out = subprocess.run([TSHARK, "-n", "-r", str(path), *BASE_OPTS, "-V"], capture_output=True, text=True,
+    out = subprocess.run([oracle.TSHARK, "-n", "-r", str(path), *BASE_OPTS, "-V"], capture_output=True, text=True,
                          check=True).stdout
     return Counter("good" if "(Good CRC32)" in line else "bad" for line in out.splitlines() if "CRC check:" in line)
-
-
-def ints(vals: list[str]) -> list[int]:
-    return [int(v, 0) for v in vals]
 
 
 @pytest.fixture(scope="module")
@@ -118,25 +51,9 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def check_counts(path: Path, truth: dict) -> None:
-    rdma, smb = truth["rdma"], truth["smb2"]
+    rdma = truth["rdma"]
     assert problems(path) == []
-    # SMB Direct.
-    assert len(values(path, "smb_direct.negotiate_request")) == rdma["smbd_negotiate_requests"] == rdma["connections"]
-    assert len(values(path, "smb_direct.negotiate_response")) == rdma["smbd_negotiate_responses"]
-    dl = ints(values(path, "smb_direct.data_length"))
-    assert (len(dl), sum(dl)) == (rdma["smbd_data_messages"], rdma["smbd_data_length"])
-    # SMB2 over it: every message, WRITE requests and READ responses with their RDMA byte counts.
-    assert len(values(path, "smb2.cmd")) == smb["messages"]
-    writes = fields(path, "smb2.cmd == 9 && smb2.flags.response == 0",
-                    ["smb2.channel", "smb2.remaining_bytes", "smb2.write_length", "smb2.buffer_descriptor.length"])
-    assert len(writes) == smb["write_requests"]
-    assert all(int(c, 0) in (1, 2) and int(n) == 0 for c, _, n, _ in writes)
-    assert sum(int(r) for _, r, _, _ in writes) == smb["write_data_bytes"]
-    assert sum(sum(ints(d.split("|"))) for *_, d in writes) == smb["write_data_bytes"]
-    reads = fields(path, "smb2.cmd == 8 && smb2.flags.response == 1", ["smb2.read_remaining", "smb2.read_data"])
-    assert len(reads) == smb["read_responses"]
-    assert sum(int(r) for r, _ in reads) == smb["read_data_bytes"]
-    assert all(d == "" for _, d in reads), "no inline READ data"
+    oracle.check_smbd_smb2_counts(path, truth, BASE_OPTS)
     # RDMA opcodes and RDMA Read sizes.
     if rdma["transport"] == "rocev2":
         hist = Counter(values(path, "infiniband.bth.opcode"))

@@ -6,21 +6,19 @@ figures the generator returns (its Truth).
 TCP analysis notes and warnings (retransmission, out-of-order, duplicate ACK, "previous segment
 not captured") are expected in the noisy variants and are allowed; nothing else is.
 
-The generator is reached through `smbwire._core.synth` when the extension is built, otherwise
-through the crate's `synth` example binary (`cargo build --release --example synth`)."""
+The generator is reached through `smbwire._core.synth` (the `synth` fixture)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.tshark
+import synth_oracle as oracle
+
+pytestmark = [pytest.mark.tshark, pytest.mark.usefixtures("tshark_required")]
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -29,75 +27,21 @@ OWNER, PARTNER = "198.18.0.1", "198.18.0.2"
 NOISE = {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01}
 SCENARIOS = ["mirror2", "nested4", "six", "redirect4", "read-nonowner", "read-owner"]
 
-# Expert info values (Wireshark epan/proto.h): severities and the Sequence / Malformed groups.
-SEVERITY_WARN = 0x00600000
-SEVERITY_ERROR = 0x00800000
-GROUP_SEQUENCE = 0x02000000
-GROUP_MALFORMED = 0x07000000
 
-TSHARK = shutil.which("tshark")
-
-
-@pytest.fixture(autouse=True)
-def tshark_required():
-    """tshark is the oracle here: without it every test fails (never skips), as in
-    test_oracle_tshark.py."""
-    if TSHARK is None:
-        pytest.fail("tshark is not installed: run `make test`, which installs it")
-
-
-@pytest.fixture(scope="session")
-def synth():
-    """Callable (spec dict, path) -> truth dict."""
-    try:
-        from smbwire import _core  # type: ignore[attr-defined]
-
-        if hasattr(_core, "synth"):
-            return lambda spec, path: json.loads(_core.synth(json.dumps(spec), str(path)))
-    except ImportError:
-        pass
-    binary = os.environ.get("SMBWIRE_SYNTH_BIN")
-    if not binary:
-        cargo = shutil.which("cargo")
-        if cargo is None:
-            pytest.fail("neither smbwire._core nor cargo is available to run the generator")
-        subprocess.run([cargo, "build", "--release", "--quiet", "--example", "synth"], cwd=ROOT, check=True)
-        binary = str(ROOT / "target" / "release" / "examples" / "synth")
-
-    def run(spec: dict, path: Path) -> dict:
-        out = subprocess.run([binary, json.dumps(spec), str(path)], capture_output=True, text=True, check=True)
-        return json.loads(out.stdout)
-
-    return run
+def checksum_opts(checksums: bool) -> list[str]:
+    check = "TRUE" if checksums else "FALSE"
+    return ["-o", f"ip.check_checksum:{check}", "-o", f"tcp.check_checksum:{check}",
+            # Without this tshark loses a PDU whose first segment arrives after its second.
+            "-o", "tcp.reassemble_out_of_order:TRUE"]
 
 
 def tshark_fields(path: Path, display_filter: str, fields: list[str], checksums: bool = True) -> list[list[str]]:
-    check = "TRUE" if checksums else "FALSE"
-    cmd = [TSHARK, "-n", "-r", str(path),
-           "-o", f"ip.check_checksum:{check}", "-o", f"tcp.check_checksum:{check}",
-           # Without this tshark loses a PDU whose first segment arrives after its second.
-           "-o", "tcp.reassemble_out_of_order:TRUE",
-           "-Y", display_filter, "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|"]
-    for f in fields:
-        cmd += ["-e", f]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return [line.split("\t") for line in out.stdout.splitlines() if line]
+    return oracle.fields(path, display_filter, fields, checksum_opts(checksums))
 
 
 def problems(path: Path, checksums: bool = True) -> list[str]:
     """Expert items that are not TCP sequence analysis, and every malformed/error item."""
-    bad = []
-    rows = tshark_fields(path, "_ws.expert or _ws.malformed",
-                         ["frame.number", "_ws.expert.severity", "_ws.expert.group", "_ws.expert.message",
-                          "_ws.malformed"], checksums)
-    for frame, sev, group, msg, malformed in rows:
-        if malformed:
-            bad.append(f"frame {frame}: malformed")
-        for s, g, m in zip(sev.split("|"), group.split("|"), msg.split("|")):
-            s, g = int(s), int(g)
-            if g == GROUP_MALFORMED or s >= SEVERITY_ERROR or (s >= SEVERITY_WARN and g != GROUP_SEQUENCE):
-                bad.append(f"frame {frame}: {m} (severity {s:#x}, group {g:#x})")
-    return bad
+    return oracle.problems(path, checksum_opts(checksums))
 
 
 def smb2_counts(path: Path) -> dict:
