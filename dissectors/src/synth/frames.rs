@@ -47,6 +47,15 @@ pub struct FrameBuilder {
 }
 
 impl FrameBuilder {
+    /// The concatenated `parts` followed by `trailer_len` zero bytes, in the reused buffer.
+    fn stage_payload(&mut self, parts: &[&[u8]], trailer_len: usize) {
+        self.payload.clear();
+        for p in parts {
+            self.payload.extend_from_slice(p);
+        }
+        self.payload.resize(self.payload.len() + trailer_len, 0);
+    }
+
     /// One Ethernet/IPv4/TCP frame from `src` to `dst` whose TCP payload is the
     /// concatenation of `payload` parts, with both checksums filled in.
     pub fn tcp_frame(
@@ -57,10 +66,7 @@ impl FrameBuilder {
         t: &TcpFields,
         payload: &[&[u8]],
     ) -> &[u8] {
-        self.payload.clear();
-        for p in payload {
-            self.payload.extend_from_slice(p);
-        }
+        self.stage_payload(payload, 0);
         let seg = tcp::Repr {
             src_port: src.port,
             dst_port: dst.port,
@@ -122,11 +128,7 @@ impl FrameBuilder {
         payload: &[&[u8]],
         trailer_len: usize,
     ) -> &mut [u8] {
-        self.payload.clear();
-        for p in payload {
-            self.payload.extend_from_slice(p);
-        }
-        self.payload.resize(self.payload.len() + trailer_len, 0);
+        self.stage_payload(payload, trailer_len);
         let dgram = udp::Repr {
             src_port: src.port,
             dst_port: dst.port,
@@ -179,11 +181,7 @@ impl FrameBuilder {
         payload: &[&[u8]],
         trailer_len: usize,
     ) -> &mut [u8] {
-        self.payload.clear();
-        for p in payload {
-            self.payload.extend_from_slice(p);
-        }
-        self.payload.resize(self.payload.len() + trailer_len, 0);
+        self.stage_payload(payload, trailer_len);
         let gid = |ip: Ipv4Addr| Ipv6Addr::from(super::ib_cm::ipv4_gid(ip));
         let hdr = ipv6::Repr {
             src_addr: gid(src.ip),
