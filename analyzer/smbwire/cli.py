@@ -135,6 +135,8 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top))
     else:
         result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top)
+    for line in engine.skipped_inputs(result, paths):
+        click.echo(f"smbwire: warning: {line}", err=True)
 
     if json_out is not None:
         jsonout.write_json(result, json_out)
@@ -199,7 +201,6 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
         jsonout.check_writable(json_out)
     if write is not None:
         jsonout.check_writable(write)
-    err = Console(stderr=True)
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=interval, tcp_ports=list(ports) or None)

@@ -9,7 +9,6 @@ Importing this module does not load `_core`; the first call does.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
@@ -23,11 +22,6 @@ ProgressFn = Callable[[int, int], None]
 
 DEFAULT_WINDOW_SECONDS = 60.0
 DEFAULT_TOP_N = 10
-
-#: Warnings about the inputs (an unusable file skipped). Unconfigured, Python prints them as
-#: one line on stderr (logging's last-resort handler); an application can route or silence them.
-log = logging.getLogger("smbwire")
-
 
 def load_core() -> ModuleType:
     try:
@@ -135,19 +129,16 @@ def analyze(
         raise InputError(_one_line(e)) from None
     except OSError as e:
         raise InputError(_one_line(e)) from None
-    result = _parse_result(text)
-    _log_skipped_inputs(result, files)
-    return result
+    return _parse_result(text)
 
 
-def _log_skipped_inputs(result: dict[str, Any], files: list[str]) -> None:
-    """One line on stderr (logger "smbwire", WARNING) per input file the engine skipped as
-    unusable; the result's "warnings" already hold the same lines for the report and JSON."""
-    if not (result.get("anomalies") or {}).get("capture.unusable_input"):
-        return
-    for w in result.get("warnings") or []:
-        if isinstance(w, str) and ": skipped; " in w and any(w.startswith(f"{f}: ") for f in files):
-            log.warning("smbwire: warning: %s", _one_line(Exception(w)))
+def skipped_inputs(result: Mapping[str, Any], files: Sequence[str]) -> list[str]:
+    """The result's warning line for each of `files` the engine skipped as unusable (given,
+    but not among the analysed `inputs`)."""
+    analysed = {i.get("path") for i in result.get("inputs") or [] if isinstance(i, dict)}
+    skipped = [f for f in files if f not in analysed]
+    return [w for w in result.get("warnings") or []
+            if isinstance(w, str) and any(w.startswith(f"{f}: ") for f in skipped)]
 
 
 def synth(spec: Mapping[str, Any], out_path: str | os.PathLike[str]) -> dict[str, Any]:
