@@ -256,7 +256,7 @@ def test_gso_frames_count_as_their_wire_packets(livecat, lab, backend):
     # other segment A->B carries the timestamp option: 14 + 20 + 32 = 66 bytes of headers.
     assert st["bytes_matched"] == nbytes + retrans_bytes + 66 * segs + 8
     assert r["truncated"] == 0 and r["captured_bytes"] == r["delivered_wire_bytes"]
-    assert r["delivered_wire_bytes"] == nbytes + 66 * st["frames_matched"] + 8
+    assert r["delivered_wire_bytes"] == nbytes + retrans_bytes + 66 * st["frames_matched"] + 8
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
