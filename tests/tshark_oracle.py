@@ -1,5 +1,5 @@
 """tshark as the independent oracle: run the commands recorded in
-../shared/captures/public/expected.json (and the same ones on our own captures) and reduce their
+captures/public/expected.json (and the same ones on our own captures) and reduce their
 output exactly as expected.json's "post" notes describe. Nothing here is taken from the
 expected numbers: the test recomputes them with the installed tshark."""
 

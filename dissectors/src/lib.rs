@@ -19,9 +19,6 @@ pub mod rdma;
 pub mod report;
 pub mod smb2;
 pub mod smbdirect;
-pub mod synth;
 pub mod tcp;
 pub mod wire;
 
-#[cfg(feature = "python")]
-mod python;

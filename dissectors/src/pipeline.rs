@@ -556,6 +556,3 @@ impl Pipeline {
     }
 }
 
-#[cfg(test)]
-#[path = "pipeline_tests.rs"]
-mod tests;

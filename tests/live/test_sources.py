@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from paths import ROOT
 LIVECAT = ROOT / "target" / "release" / "examples" / "livecat"
 PROGRAM = "smbwire_tc"
 BACKENDS = ["ebpf", "af-packet"]

@@ -119,16 +119,17 @@ fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Resul
 
 mod source;
 
-#[cfg(test)]
-pub(crate) mod testutil {
-    //! Captures built in memory, and the shared public captures.
+/// Test helpers, also for the synthesizer's tests (feature `testutil`).
+#[cfg(any(test, feature = "testutil"))]
+pub mod testutil {
+    //! Captures built in memory, and the public captures bundled in `captures/public/`.
     use super::*;
     use std::path::PathBuf;
 
-    /// /work/shared/captures/public seen from the crate: a missing directory fails the test.
+    /// The repository's `captures/public/`: a missing directory fails the test.
     pub fn public_dir() -> PathBuf {
-        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/public");
-        assert!(d.join("expected.json").is_file(), "public captures not found at {} (expected shared/ beside the repo)", d.display());
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../captures/public");
+        assert!(d.join("expected.json").is_file(), "public captures not found at {}", d.display());
         d
     }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::process::Command;
 
-/// The shared public captures, relative to the crate (`shared/` beside the repository, as
+/// The public captures bundled in the repository (`captures/public/`, as
 /// `capture::testutil::public_dir` finds them); a missing directory fails the test.
 fn captures() -> std::path::PathBuf {
     crate::capture::testutil::public_dir()

@@ -1,0 +1,196 @@
+//! `smbwire._core`: the engine as a Python extension module (PyO3). The Python package is the
+//! documented surface (`smbwire.engine`); this layer only converts arguments and errors.
+
+use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
+use pyo3::prelude::*;
+
+use smbwire_dissectors::pipeline::{self, AnalyzeError, Config};
+
+/// Analyse capture files; returns the result as a JSON string (schema "smbwire/1").
+/// `progress(done_bytes, total_bytes)` is called every few MiB of input.
+/// Raises ValueError with one clear line when nothing can be analysed.
+#[pyfunction]
+#[pyo3(signature = (paths, config_json, evidence_path=None, progress=None))]
+fn analyze(
+    py: Python<'_>,
+    paths: Vec<String>,
+    config_json: &str,
+    evidence_path: Option<String>,
+    progress: Option<PyObject>,
+) -> PyResult<String> {
+    let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+    let mut cb_err: Option<PyErr> = None;
+    let mut tick = |done: u64, total: u64| -> bool {
+        if let Err(e) = py.check_signals() {
+            cb_err = Some(e);
+            return false;
+        }
+        if let Some(cb) = &progress {
+            if let Err(e) = cb.call1(py, (done, total)) {
+                cb_err = Some(e);
+                return false;
+            }
+        }
+        true
+    };
+    let result = pipeline::analyze_files(&paths, &config, evidence_path.as_deref(), &mut tick);
+    if let Some(e) = cb_err {
+        return Err(e);
+    }
+    match result {
+        Ok(results) => serde_json::to_string(&results)
+            .map_err(|e| PyValueError::new_err(format!("cannot serialise result: {e}"))),
+        Err(AnalyzeError::Interrupted) => Err(PyKeyboardInterrupt::new_err("interrupted")),
+        Err(e) => Err(PyValueError::new_err(e.to_string())),
+    }
+}
+
+/// Generate a scenario capture; returns the truth (expected figures) as JSON.
+#[pyfunction]
+fn synth(spec_json: &str, out_path: &str) -> PyResult<String> {
+    smbwire_synth::synth_json(spec_json, out_path).map_err(PyValueError::new_err)
+}
+
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// A live capture session (`smbwire live`): the capture and analysis run on an engine
+/// thread; Python polls snapshots and stops it. Options (JSON, every key optional):
+/// `{"tcp_ports": [445, 5445], "snaplen": N, "promisc": true, "require_ebpf": false,
+/// "force_af_packet": false, "history_seconds": 300, "interval_seconds": 1.0,
+/// "write": {"path": "cap.pcapng", "size_limit": 0, "count": 10}}`.
+/// Raises PermissionError (missing capability, named), ValueError for bad options or a
+/// missing interface, OSError otherwise.
+#[cfg(target_os = "linux")]
+#[pyclass(name = "LiveSession", module = "smbwire._core")]
+struct PyLiveSession {
+    inner: std::sync::Mutex<smbwire_dissectors::live::session::LiveSession>,
+    backend: &'static str,
+    fallback_reason: Option<String>,
+}
+
+#[cfg(target_os = "linux")]
+#[pymethods]
+impl PyLiveSession {
+    #[new]
+    fn new(py: Python<'_>, iface: String, options_json: &str, config_json: &str) -> PyResult<Self> {
+        let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+        let opts = live_options(options_json).map_err(PyValueError::new_err)?;
+        let session = py
+            .allow_threads(|| smbwire_dissectors::live::session::LiveSession::start(&iface, opts, config))
+            .map_err(live_error)?;
+        Ok(PyLiveSession {
+            backend: session.backend().name(),
+            fallback_reason: session.fallback_reason().map(str::to_string),
+            inner: std::sync::Mutex::new(session),
+        })
+    }
+
+    /// The newest snapshot JSON not returned before, waiting up to `timeout` seconds; None
+    /// when there is none yet.
+    #[pyo3(signature = (timeout=0.0))]
+    fn poll(&self, py: Python<'_>, timeout: f64) -> Option<String> {
+        let wait = std::time::Duration::from_secs_f64(timeout.clamp(0.0, 3600.0));
+        py.allow_threads(|| {
+            let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            s.poll(wait).map(|t| t.to_string())
+        })
+    }
+
+    /// True when the capture thread ended by itself (a capture error): call `stop`.
+    #[getter]
+    fn finished(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).is_finished()
+    }
+
+    /// Stops the capture and returns the final result JSON (schema "smbwire/1" with a "live"
+    /// section).
+    fn stop(&self, py: Python<'_>) -> PyResult<String> {
+        py.allow_threads(|| self.inner.lock().unwrap_or_else(|e| e.into_inner()).stop())
+            .map_err(pyo3::exceptions::PyOSError::new_err)
+    }
+
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    #[getter]
+    fn fallback_reason(&self) -> Option<String> {
+        self.fallback_reason.clone()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn live_error(e: smbwire_dissectors::live::LiveError) -> PyErr {
+    use smbwire_dissectors::live::LiveError;
+    match &e {
+        LiveError::Permission { .. } => pyo3::exceptions::PyPermissionError::new_err(e.to_string()),
+        LiveError::NoSuchInterface(_) => PyValueError::new_err(e.to_string()),
+        LiveError::Unsupported(_) => pyo3::exceptions::PyNotImplementedError::new_err(e.to_string()),
+        LiveError::Io(_) => pyo3::exceptions::PyOSError::new_err(e.to_string()),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::SessionOptions, String> {
+    use smbwire_dissectors::live::rotate::WriteOptions;
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("invalid live options: {e}"))?;
+    let mut o = smbwire_dissectors::live::session::SessionOptions::default();
+    let flag = |k: &str, d: bool| -> Result<bool, String> {
+        match v.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(d),
+            Some(x) => x.as_bool().ok_or(format!("{k} must be true or false")),
+        }
+    };
+    o.live.promisc = flag("promisc", o.live.promisc)?;
+    o.live.require_ebpf = flag("require_ebpf", false)?;
+    o.live.force_af_packet = flag("force_af_packet", false)?;
+    if o.live.require_ebpf && o.live.force_af_packet {
+        return Err("require_ebpf and force_af_packet exclude each other".into());
+    }
+    if let Some(p) = v.get("tcp_ports").filter(|p| !p.is_null()) {
+        o.live.tcp_ports = p
+            .as_array()
+            .ok_or("tcp_ports must be a list")?
+            .iter()
+            .map(|x| x.as_u64().filter(|n| *n > 0 && *n < 65536).map(|n| n as u16))
+            .collect::<Option<Vec<_>>>()
+            .ok_or("tcp_ports must hold port numbers")?;
+    }
+    if let Some(n) = v.get("snaplen").and_then(|n| n.as_u64()) {
+        o.live.snaplen = n.min(u32::MAX as u64) as u32;
+    }
+    if let Some(n) = v.get("history_seconds").and_then(|n| n.as_u64()) {
+        o.history_seconds = n.clamp(1, 86_400) as usize;
+    }
+    if let Some(n) = v.get("interval_seconds").and_then(|n| n.as_f64()) {
+        if !(0.05..=3600.0).contains(&n) {
+            return Err("interval_seconds must be between 0.05 and 3600".into());
+        }
+        o.interval = std::time::Duration::from_secs_f64(n);
+    }
+    if let Some(w) = v.get("write").filter(|w| !w.is_null()) {
+        let path = w.get("path").and_then(|p| p.as_str()).ok_or("write.path must be a string")?;
+        o.write = Some(WriteOptions {
+            path: path.into(),
+            size_limit: w.get("size_limit").and_then(|n| n.as_u64()).unwrap_or(0),
+            count: w.get("count").and_then(|n| n.as_u64()).unwrap_or(10).clamp(1, 100_000) as usize,
+            snaplen: o.live.snaplen,
+        });
+    }
+    Ok(o)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    #[cfg(target_os = "linux")]
+    m.add_class::<PyLiveSession>()?;
+    m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(synth, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,295 @@
+//! Ethernet II / IPv4 / TCP frames for the synthesizer, emitted through the `smbwire_dissectors::wire`
+//! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
+
+use smbwire_dissectors::wire::{ethernet, ipv4, ipv6, tcp, udp};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
+pub const IPV4_HEADER_LEN: usize = ipv4::HEADER_LEN;
+pub const TCP_HEADER_LEN: usize = tcp::HEADER_LEN;
+/// The InfiniBand Global Route Header has the IPv6 header's layout (IBTA vol. 1 §8.3.1).
+pub const GRH_LEN: usize = ipv6::HEADER_LEN;
+/// GRH NxtHdr of a packet whose next header is the BTH ("IBA transport", §8.3.1).
+pub const GRH_NEXT_HEADER_BTH: u8 = 0x1b;
+/// Ethernet + IPv4 + TCP without options.
+pub const HEADERS_LEN: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + TCP_HEADER_LEN;
+/// Minimum Ethernet frame without FCS (IEEE 802.3 clause 3.2.8): shorter frames are padded.
+const MIN_FRAME_LEN: usize = 60;
+/// Windows' default IPv4 TTL.
+const TTL: u8 = 128;
+
+pub use tcp::flags;
+
+/// One end of a TCP connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub mac: [u8; 6],
+    pub ip: Ipv4Addr,
+    pub port: u16,
+}
+
+/// The TCP header fields the synthesizer varies.
+#[derive(Clone, Copy, Debug)]
+pub struct TcpFields<'a> {
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u8,
+    pub window: u16,
+    /// Options, already padded to a multiple of 4 bytes.
+    pub options: &'a [u8],
+}
+
+/// Builds frames into reusable buffers (no allocation per frame).
+#[derive(Default)]
+pub struct FrameBuilder {
+    frame: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+impl FrameBuilder {
+    /// The concatenated `parts` followed by `trailer_len` zero bytes, in the reused buffer.
+    fn stage_payload(&mut self, parts: &[&[u8]], trailer_len: usize) {
+        self.payload.clear();
+        for p in parts {
+            self.payload.extend_from_slice(p);
+        }
+        self.payload.resize(self.payload.len() + trailer_len, 0);
+    }
+
+    /// One Ethernet/IPv4/TCP frame from `src` to `dst` whose TCP payload is the
+    /// concatenation of `payload` parts, with both checksums filled in.
+    pub fn tcp_frame(
+        &mut self,
+        src: &Endpoint,
+        dst: &Endpoint,
+        ip_id: u16,
+        t: &TcpFields,
+        payload: &[&[u8]],
+    ) -> &[u8] {
+        self.stage_payload(payload, 0);
+        let seg = tcp::Repr {
+            src_port: src.port,
+            dst_port: dst.port,
+            seq_number: t.seq,
+            ack_number: t.ack,
+            flags: t.flags,
+            window_len: t.window,
+            urgent_at: 0,
+            options: t.options,
+            payload: &self.payload,
+        };
+        let ip = ipv4::Repr {
+            src_addr: src.ip,
+            dst_addr: dst.ip,
+            next_header: ipv4::protocol::TCP,
+            payload_len: seg.buffer_len(),
+            hop_limit: TTL,
+            ident: ip_id,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn: 0,
+        };
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address(src.mac),
+            dst_addr: ethernet::Address(dst.mac),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::IPV4,
+        };
+        let ip_at = eth.header_len();
+        let tcp_at = ip_at + ip.buffer_len();
+        let len = tcp_at + seg.buffer_len();
+        self.frame.clear();
+        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
+        ip.emit(&mut ipv4::Packet::new_unchecked(
+            &mut self.frame[ip_at..len],
+        ));
+        seg.emit(
+            &mut tcp::Packet::new_unchecked(&mut self.frame[tcp_at..len]),
+            IpAddr::V4(src.ip),
+            IpAddr::V4(dst.ip),
+        );
+        &self.frame
+    }
+
+    /// One Ethernet/IPv4/UDP frame whose UDP payload is the concatenation of `payload`
+    /// parts followed by `trailer_len` zero bytes the caller fills in afterwards (the
+    /// RoCEv2 ICRC). The UDP checksum is 0, "not computed" (RFC 768), as RoCEv2 senders
+    /// send it (annex A17.4.2 leaves it to the sender; the ICRC protects the packet).
+    /// Returns the frame and the offset of the IPv4 header.
+    #[allow(clippy::too_many_arguments)]
+    pub fn udp_frame(
+        &mut self,
+        src: &Endpoint,
+        dst: &Endpoint,
+        ip_id: u16,
+        dscp_ecn: u8,
+        payload: &[&[u8]],
+        trailer_len: usize,
+    ) -> &mut [u8] {
+        self.stage_payload(payload, trailer_len);
+        let dgram = udp::Repr {
+            src_port: src.port,
+            dst_port: dst.port,
+            payload: &self.payload,
+        };
+        let ip = ipv4::Repr {
+            src_addr: src.ip,
+            dst_addr: dst.ip,
+            next_header: ipv4::protocol::UDP,
+            payload_len: dgram.buffer_len(),
+            hop_limit: TTL,
+            ident: ip_id,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn,
+        };
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address(src.mac),
+            dst_addr: ethernet::Address(dst.mac),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::IPV4,
+        };
+        let ip_at = eth.header_len();
+        let udp_at = ip_at + ip.buffer_len();
+        let len = udp_at + dgram.buffer_len();
+        self.frame.clear();
+        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
+        ip.emit(&mut ipv4::Packet::new_unchecked(
+            &mut self.frame[ip_at..len],
+        ));
+        let mut u = udp::Packet::new_unchecked(&mut self.frame[udp_at..len]);
+        dgram.emit(&mut u, IpAddr::V4(src.ip), IpAddr::V4(dst.ip));
+        u.set_checksum(0);
+        &mut self.frame[..]
+    }
+
+    /// One RoCEv1 frame (IBTA vol. 1 annex A16): Ethernet with EtherType 0x8915, then the
+    /// GRH, then the concatenation of `payload` parts (BTH onwards) followed by
+    /// `trailer_len` zero bytes the caller fills in afterwards (the ICRC). The GIDs are the
+    /// IPv4-mapped IPv6 addresses of the two ends (::ffff:a.b.c.d), the GID form RoCE
+    /// adapters give an IPv4-configured port. Returns the whole frame; the GRH starts at
+    /// `ETHERNET_HEADER_LEN`.
+    pub fn roce_v1_frame(
+        &mut self,
+        src: &Endpoint,
+        dst: &Endpoint,
+        grh: GrhFields,
+        payload: &[&[u8]],
+        trailer_len: usize,
+    ) -> &mut [u8] {
+        self.stage_payload(payload, trailer_len);
+        let gid = |ip: Ipv4Addr| Ipv6Addr::from(super::ib_cm::ipv4_gid(ip));
+        let hdr = ipv6::Repr {
+            src_addr: gid(src.ip),
+            dst_addr: gid(dst.ip),
+            next_header: GRH_NEXT_HEADER_BTH,
+            payload_len: self.payload.len(),
+            hop_limit: grh.hop_limit,
+            traffic_class: grh.traffic_class,
+            flow_label: grh.flow_label,
+        };
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address(src.mac),
+            dst_addr: ethernet::Address(dst.mac),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::ROCE_V1,
+        };
+        let grh_at = eth.header_len();
+        let body_at = grh_at + hdr.buffer_len();
+        let len = body_at + self.payload.len();
+        self.frame.clear();
+        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
+        hdr.emit(&mut ipv6::Packet::new_unchecked(
+            &mut self.frame[grh_at..len],
+        ));
+        self.frame[body_at..len].copy_from_slice(&self.payload);
+        &mut self.frame[..]
+    }
+}
+
+/// The GRH fields the RoCEv1 synthesizer varies (the ones the ICRC does not cover).
+#[derive(Clone, Copy, Debug)]
+pub struct GrhFields {
+    pub traffic_class: u8,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Straightforward RFC 1071 over 16-bit words, to check the fast path against.
+    fn reference_sum(data: &[u8]) -> u16 {
+        let mut acc: u32 = 0;
+        for c in data.chunks(2) {
+            acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        while acc >> 16 != 0 {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    }
+
+    #[test]
+    fn checksums_verify_to_zero() {
+        let a = Endpoint {
+            mac: [2, 0, 0, 0, 0, 1],
+            ip: Ipv4Addr::new(198, 18, 0, 1),
+            port: 50000,
+        };
+        let b = Endpoint {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: Ipv4Addr::new(198, 18, 0, 2),
+            port: 445,
+        };
+        let mut fb = FrameBuilder::default();
+        let t = TcpFields {
+            seq: 1,
+            ack: 2,
+            flags: flags::ACK | flags::PSH,
+            window: 100,
+            options: &[],
+        };
+        let buf = fb
+            .tcp_frame(&a, &b, 77, &t, &[b"hello", b" world!"])
+            .to_vec();
+        assert_eq!(buf.len(), HEADERS_LEN + 12);
+        let ip = &buf[14..34];
+        assert_eq!(reference_sum(ip), 0xffff);
+        let seg = &buf[34..];
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&a.ip.octets());
+        pseudo.extend_from_slice(&b.ip.octets());
+        pseudo.extend_from_slice(&[0, 6]);
+        pseudo.extend_from_slice(&(seg.len() as u16).to_be_bytes());
+        pseudo.extend_from_slice(seg);
+        assert_eq!(reference_sum(&pseudo), 0xffff);
+        assert_eq!(&buf[54..], b"hello world!");
+    }
+
+    #[test]
+    fn short_frames_are_padded() {
+        let a = Endpoint {
+            mac: [2; 6],
+            ip: Ipv4Addr::new(198, 18, 0, 1),
+            port: 1,
+        };
+        let mut fb = FrameBuilder::default();
+        let t = TcpFields {
+            seq: 0,
+            ack: 0,
+            flags: flags::ACK,
+            window: 1,
+            options: &[],
+        };
+        let buf = fb.tcp_frame(&a, &a, 0, &t, &[]).to_vec();
+        assert_eq!(buf.len(), 60);
+        assert_eq!(u16::from_be_bytes([buf[16], buf[17]]), 40); // IP total length excludes padding
+    }
+}

@@ -1,0 +1,662 @@
+//! SMB2/3 message builders for the synthesizer (emit side only; the parsers live in
+//! `smbwire_dissectors::smb2`). Each builder returns one SMB2 message: the 64-byte header (MS-SMB2
+//! §2.2.1.2, SYNC form) followed by the command's fixed part and buffer. WRITE requests and
+//! READ responses return only the head: the caller sends the data right after it, so a
+//! 1 MiB payload is never copied into a message buffer.
+//!
+//! All integers are little-endian (MS-SMB2 §2.2). No message is signed or encrypted.
+
+/// Command codes (MS-SMB2 §2.2.1.2, Command).
+pub mod command {
+    pub const NEGOTIATE: u16 = 0x0000;
+    pub const SESSION_SETUP: u16 = 0x0001;
+    pub const TREE_CONNECT: u16 = 0x0003;
+    pub const CREATE: u16 = 0x0005;
+    pub const CLOSE: u16 = 0x0006;
+    pub const READ: u16 = 0x0008;
+    pub const WRITE: u16 = 0x0009;
+}
+
+/// Dialect revisions (MS-SMB2 §2.2.3).
+pub mod dialect {
+    pub const SMB300: u16 = 0x0300;
+    pub const SMB302: u16 = 0x0302;
+    pub const SMB311: u16 = 0x0311;
+}
+
+pub const HEADER_LEN: usize = 64;
+const PROTOCOL_ID: [u8; 4] = [0xFE, b'S', b'M', b'B'];
+/// SMB2_FLAGS_SERVER_TO_REDIR (MS-SMB2 §2.2.1.2).
+const FLAGS_SERVER_TO_REDIR: u32 = 0x0000_0001;
+/// SMB2_GLOBAL_CAP_DFS | LEASING | LARGE_MTU | MULTI_CHANNEL | PERSISTENT_HANDLES (§2.2.3).
+const CAPABILITIES: u32 = 0x0000_001F;
+/// SMB2_NEGOTIATE_SIGNING_ENABLED (§2.2.3).
+const SIGNING_ENABLED: u16 = 0x0001;
+/// MaxTransactSize / MaxReadSize / MaxWriteSize the synthetic server offers (§2.2.4).
+pub const MAX_IO_SIZE: u32 = 8 << 20;
+
+/// The header fields that vary between messages (MS-SMB2 §2.2.1.2).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Header {
+    pub command: u16,
+    pub credit_charge: u16,
+    /// CreditRequest in a request, CreditResponse in a response.
+    pub credits: u16,
+    /// NTSTATUS; only meaningful in a response (STATUS_SUCCESS = 0 throughout).
+    pub status: u32,
+    pub response: bool,
+    pub message_id: u64,
+    pub tree_id: u32,
+    pub session_id: u64,
+}
+
+impl Header {
+    /// The response header matching this request header.
+    pub fn response(&self) -> Header {
+        Header {
+            response: true,
+            status: 0,
+            ..*self
+        }
+    }
+}
+
+/// SMB2_FILEID (§2.2.14.1): Persistent then Volatile, 8 bytes each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileId {
+    pub persistent: u64,
+    pub volatile: u64,
+}
+
+/// CreditCharge of a READ/WRITE of `len` bytes: one credit per 64 KiB (§3.1.5.2).
+pub fn credit_charge(len: u32) -> u16 {
+    (len.saturating_sub(1) / 65536 + 1) as u16
+}
+
+fn put_u16(b: &mut Vec<u8>, v: u16) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_u32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_file_id(b: &mut Vec<u8>, f: FileId) {
+    put_u64(b, f.persistent);
+    put_u64(b, f.volatile);
+}
+fn pad_to_8(b: &mut Vec<u8>) {
+    while !b.len().is_multiple_of(8) {
+        b.push(0);
+    }
+}
+fn utf16le(s: &str) -> Vec<u8> {
+    s.encode_utf16().flat_map(|u| u.to_le_bytes()).collect()
+}
+
+/// DER TLV with a short-form length (every token here is under 128 bytes).
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    debug_assert!(content.len() < 128);
+    let mut v = Vec::with_capacity(2 + content.len());
+    v.push(tag);
+    v.push(content.len() as u8);
+    v.extend_from_slice(content);
+    v
+}
+
+/// OID 1.3.6.1.4.1.311.2.2.10, NTLMSSP (MS-NLMP §1.9), DER-encoded.
+const OID_NTLMSSP: [u8; 10] = [0x2b, 0x06, 0x01, 0x04, 0x01, 0x82, 0x37, 0x02, 0x02, 0x0a];
+/// OID 1.3.6.1.5.5.2, SPNEGO (RFC 4178 §4.1), DER-encoded.
+const OID_SPNEGO: [u8; 6] = [0x2b, 0x06, 0x01, 0x05, 0x05, 0x02];
+
+/// GSS-API InitialContextToken (RFC 2743 §3.1) holding a SPNEGO NegTokenInit (RFC 4178
+/// §4.2.1) that lists NTLMSSP and carries no mechToken: the smallest security buffer that
+/// decoders take as well formed. Used in the NEGOTIATE response and SESSION_SETUP request.
+pub fn spnego_init() -> Vec<u8> {
+    let mech_types = der(0x30, &der(0x06, &OID_NTLMSSP));
+    let init = der(0xa0, &der(0x30, &der(0xa0, &mech_types)));
+    let mut inner = der(0x06, &OID_SPNEGO);
+    inner.extend_from_slice(&init);
+    der(0x60, &inner)
+}
+
+/// SPNEGO NegTokenResp (RFC 4178 §4.2.2): negState accept-completed, supportedMech NTLMSSP.
+pub fn spnego_accept() -> Vec<u8> {
+    let mut seq = der(0xa0, &der(0x0a, &[0x00]));
+    seq.extend_from_slice(&der(0xa1, &der(0x06, &OID_NTLMSSP)));
+    der(0xa1, &der(0x30, &seq))
+}
+
+/// A message buffer starting with the 64-byte header (§2.2.1.2, SYNC).
+fn start(h: &Header, body_capacity: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HEADER_LEN + body_capacity);
+    b.extend_from_slice(&PROTOCOL_ID);
+    put_u16(&mut b, HEADER_LEN as u16); // StructureSize
+    put_u16(&mut b, h.credit_charge);
+    // Status in a response; ChannelSequence + Reserved in an SMB 3.x request.
+    put_u32(&mut b, if h.response { h.status } else { 0 });
+    put_u16(&mut b, h.command);
+    put_u16(&mut b, h.credits);
+    put_u32(&mut b, if h.response { FLAGS_SERVER_TO_REDIR } else { 0 });
+    put_u32(&mut b, 0); // NextCommand: never compounded
+    put_u64(&mut b, h.message_id);
+    put_u32(&mut b, 0xFEFF); // Reserved (ProcessId), as Windows sends it
+    put_u32(&mut b, h.tree_id);
+    put_u64(&mut b, h.session_id);
+    b.extend_from_slice(&[0u8; 16]); // Signature: unsigned
+    b
+}
+
+/// Negotiate context types (§2.2.3.1).
+const PREAUTH_INTEGRITY_CAPABILITIES: u16 = 0x0001;
+const ENCRYPTION_CAPABILITIES: u16 = 0x0002;
+/// SHA-512 (§2.2.3.1.1) and AES-128-GCM / AES-128-CCM (§2.2.3.1.2).
+const HASH_SHA512: u16 = 0x0001;
+const CIPHER_AES128_CCM: u16 = 0x0001;
+const CIPHER_AES128_GCM: u16 = 0x0002;
+
+/// Append one negotiate context (§2.2.3.1), 8-byte aligned as the list requires.
+fn put_context(b: &mut Vec<u8>, ctype: u16, data: &[u8]) {
+    pad_to_8(b);
+    put_u16(b, ctype);
+    put_u16(b, data.len() as u16);
+    put_u32(b, 0);
+    b.extend_from_slice(data);
+}
+
+fn preauth_context(salt: &[u8; 32]) -> Vec<u8> {
+    // §2.2.3.1.1: HashAlgorithmCount, SaltLength, HashAlgorithms, Salt.
+    let mut d = Vec::with_capacity(38);
+    put_u16(&mut d, 1);
+    put_u16(&mut d, salt.len() as u16);
+    put_u16(&mut d, HASH_SHA512);
+    d.extend_from_slice(salt);
+    d
+}
+
+fn encryption_context(ciphers: &[u16]) -> Vec<u8> {
+    // §2.2.3.1.2: CipherCount, Ciphers.
+    let mut d = Vec::new();
+    put_u16(&mut d, ciphers.len() as u16);
+    for c in ciphers {
+        put_u16(&mut d, *c);
+    }
+    d
+}
+
+/// NEGOTIATE request (§2.2.3). Offers SMB 3.0 up to `max_dialect`; with 3.1.1 it carries
+/// the PREAUTH_INTEGRITY (mandatory, §3.2.4.2.2.2) and ENCRYPTION contexts.
+pub fn negotiate_request(
+    h: &Header,
+    max_dialect: u16,
+    client_guid: [u8; 16],
+    salt: &[u8; 32],
+) -> Vec<u8> {
+    let dialects: &[u16] = if max_dialect == dialect::SMB311 {
+        &[dialect::SMB300, dialect::SMB302, dialect::SMB311]
+    } else {
+        &[dialect::SMB300, dialect::SMB302]
+    };
+    let mut b = start(h, 36 + 8 + 96);
+    put_u16(&mut b, 36); // StructureSize
+    put_u16(&mut b, dialects.len() as u16);
+    put_u16(&mut b, SIGNING_ENABLED);
+    put_u16(&mut b, 0); // Reserved
+    put_u32(&mut b, CAPABILITIES);
+    b.extend_from_slice(&client_guid);
+    let context_offset_at = b.len();
+    put_u64(&mut b, 0); // NegotiateContextOffset/Count/Reserved2, or ClientStartTime = 0
+    for d in dialects {
+        put_u16(&mut b, *d);
+    }
+    if max_dialect == dialect::SMB311 {
+        pad_to_8(&mut b);
+        let offset = b.len() as u32;
+        b[context_offset_at..context_offset_at + 4].copy_from_slice(&offset.to_le_bytes());
+        b[context_offset_at + 4..context_offset_at + 6].copy_from_slice(&2u16.to_le_bytes());
+        put_context(
+            &mut b,
+            PREAUTH_INTEGRITY_CAPABILITIES,
+            &preauth_context(salt),
+        );
+        put_context(
+            &mut b,
+            ENCRYPTION_CAPABILITIES,
+            &encryption_context(&[CIPHER_AES128_GCM, CIPHER_AES128_CCM]),
+        );
+    }
+    b
+}
+
+/// NEGOTIATE response (§2.2.4) selecting `dialect`; the security buffer is the server's
+/// SPNEGO hint (§3.3.5.4).
+pub fn negotiate_response(
+    h: &Header,
+    chosen: u16,
+    server_guid: [u8; 16],
+    salt: &[u8; 32],
+    now: u64,
+) -> Vec<u8> {
+    let mut b = start(h, 64 + 96);
+    put_u16(&mut b, 65); // StructureSize
+    put_u16(&mut b, SIGNING_ENABLED);
+    put_u16(&mut b, chosen);
+    put_u16(&mut b, if chosen == dialect::SMB311 { 2 } else { 0 }); // NegotiateContextCount
+    b.extend_from_slice(&server_guid);
+    put_u32(&mut b, CAPABILITIES & !0x1); // a server does not set DFS here (§3.3.5.4)
+    put_u32(&mut b, MAX_IO_SIZE); // MaxTransactSize
+    put_u32(&mut b, MAX_IO_SIZE); // MaxReadSize
+    put_u32(&mut b, MAX_IO_SIZE); // MaxWriteSize
+    put_u64(&mut b, now); // SystemTime (FILETIME)
+    put_u64(&mut b, 0); // ServerStartTime
+    let blob = spnego_init();
+    put_u16(&mut b, (HEADER_LEN + 64) as u16); // SecurityBufferOffset
+    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
+    let context_offset_at = b.len();
+    put_u32(&mut b, 0); // NegotiateContextOffset / Reserved2
+    b.extend_from_slice(&blob);
+    if chosen == dialect::SMB311 {
+        pad_to_8(&mut b);
+        let offset = b.len() as u32;
+        b[context_offset_at..context_offset_at + 4].copy_from_slice(&offset.to_le_bytes());
+        put_context(
+            &mut b,
+            PREAUTH_INTEGRITY_CAPABILITIES,
+            &preauth_context(salt),
+        );
+        put_context(
+            &mut b,
+            ENCRYPTION_CAPABILITIES,
+            &encryption_context(&[CIPHER_AES128_GCM]),
+        );
+    }
+    b
+}
+
+/// SESSION_SETUP request (§2.2.5) with a SPNEGO NegTokenInit. `binding` sets
+/// SMB2_SESSION_FLAG_BINDING (0x01): an extra multichannel connection joining the session
+/// named by the header's SessionId (§3.2.4.1.7).
+pub fn session_setup_request(h: &Header, binding: bool) -> Vec<u8> {
+    let mut b = start(h, 24);
+    put_u16(&mut b, 25); // StructureSize
+    b.push(u8::from(binding)); // Flags
+    b.push(SIGNING_ENABLED as u8); // SecurityMode
+    put_u32(&mut b, 0x1); // Capabilities: SMB2_GLOBAL_CAP_DFS
+    put_u32(&mut b, 0); // Channel
+    let blob = spnego_init();
+    put_u16(&mut b, (HEADER_LEN + 24) as u16); // SecurityBufferOffset
+    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
+    put_u64(&mut b, 0); // PreviousSessionId
+    b.extend_from_slice(&blob);
+    b
+}
+
+/// SESSION_SETUP response (§2.2.6), STATUS_SUCCESS, SPNEGO accept-completed.
+pub fn session_setup_response(h: &Header) -> Vec<u8> {
+    let mut b = start(h, 8);
+    put_u16(&mut b, 9); // StructureSize
+    put_u16(&mut b, 0); // SessionFlags
+    let blob = spnego_accept();
+    put_u16(&mut b, (HEADER_LEN + 8) as u16); // SecurityBufferOffset
+    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
+    b.extend_from_slice(&blob);
+    b
+}
+
+/// TREE_CONNECT request (§2.2.9) for `path` (`\\server\share`).
+pub fn tree_connect_request(h: &Header, path: &str) -> Vec<u8> {
+    let p = utf16le(path);
+    let mut b = start(h, 8 + p.len());
+    put_u16(&mut b, 9); // StructureSize
+    put_u16(&mut b, 0); // Flags/Reserved
+    put_u16(&mut b, (HEADER_LEN + 8) as u16); // PathOffset
+    put_u16(&mut b, p.len() as u16); // PathLength
+    b.extend_from_slice(&p);
+    b
+}
+
+/// TREE_CONNECT response (§2.2.10): a disk share with full access.
+pub fn tree_connect_response(h: &Header) -> Vec<u8> {
+    let mut b = start(h, 16);
+    put_u16(&mut b, 16); // StructureSize
+    b.push(0x01); // ShareType: SMB2_SHARE_TYPE_DISK
+    b.push(0); // Reserved
+    put_u32(&mut b, 0); // ShareFlags: manual caching
+    put_u32(&mut b, 0); // Capabilities
+    put_u32(&mut b, 0x001F_01FF); // MaximalAccess: FILE_ALL_ACCESS
+    b
+}
+
+/// CREATE request (§2.2.13): open-or-create `name` for read/write, no create contexts.
+pub fn create_request(h: &Header, name: &str) -> Vec<u8> {
+    let n = utf16le(name);
+    let mut b = start(h, 56 + n.len());
+    put_u16(&mut b, 57); // StructureSize
+    b.push(0); // SecurityFlags
+    b.push(0); // RequestedOplockLevel: SMB2_OPLOCK_LEVEL_NONE
+    put_u32(&mut b, 2); // ImpersonationLevel: Impersonation
+    put_u64(&mut b, 0); // SmbCreateFlags
+    put_u64(&mut b, 0); // Reserved
+    put_u32(&mut b, 0x0012_019F); // DesiredAccess: generic read/write rights
+    put_u32(&mut b, 0x80); // FileAttributes: FILE_ATTRIBUTE_NORMAL
+    put_u32(&mut b, 0x7); // ShareAccess: read | write | delete
+    put_u32(&mut b, 3); // CreateDisposition: FILE_OPEN_IF
+    put_u32(&mut b, 0x40); // CreateOptions: FILE_NON_DIRECTORY_FILE
+    put_u16(&mut b, (HEADER_LEN + 56) as u16); // NameOffset
+    put_u16(&mut b, n.len() as u16); // NameLength
+    put_u32(&mut b, 0); // CreateContextsOffset
+    put_u32(&mut b, 0); // CreateContextsLength
+    b.extend_from_slice(&n);
+    b
+}
+
+/// CREATE response (§2.2.14): FILE_OPENED, times all `now`, size `end_of_file`.
+pub fn create_response(h: &Header, file_id: FileId, now: u64, end_of_file: u64) -> Vec<u8> {
+    let mut b = start(h, 88);
+    put_u16(&mut b, 89); // StructureSize
+    b.push(0); // OplockLevel
+    b.push(0); // Flags
+    put_u32(&mut b, 1); // CreateAction: FILE_OPENED
+    for _ in 0..4 {
+        put_u64(&mut b, now); // CreationTime, LastAccessTime, LastWriteTime, ChangeTime
+    }
+    put_u64(&mut b, end_of_file.next_multiple_of(1 << 20)); // AllocationSize
+    put_u64(&mut b, end_of_file); // EndofFile
+    put_u32(&mut b, 0x80); // FileAttributes
+    put_u32(&mut b, 0); // Reserved2
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, 0); // CreateContextsOffset
+    put_u32(&mut b, 0); // CreateContextsLength
+    b
+}
+
+/// CLOSE request (§2.2.15) without SMB2_CLOSE_FLAG_POSTQUERY_ATTRIB.
+pub fn close_request(h: &Header, file_id: FileId) -> Vec<u8> {
+    let mut b = start(h, 24);
+    put_u16(&mut b, 24); // StructureSize
+    put_u16(&mut b, 0); // Flags
+    put_u32(&mut b, 0); // Reserved
+    put_file_id(&mut b, file_id);
+    b
+}
+
+/// CLOSE response (§2.2.16); the attribute fields are zero because the request did not
+/// ask for them.
+pub fn close_response(h: &Header) -> Vec<u8> {
+    let mut b = start(h, 60);
+    put_u16(&mut b, 60); // StructureSize
+    put_u16(&mut b, 0); // Flags
+    put_u32(&mut b, 0); // Reserved
+    b.extend_from_slice(&[0u8; 52]); // 4 times, AllocationSize, EndofFile, FileAttributes
+    b
+}
+
+/// Offset of the data in a WRITE request: header + 48-byte fixed part (§2.2.21).
+pub const WRITE_DATA_OFFSET: u16 = (HEADER_LEN + 48) as u16;
+
+/// Head of a WRITE request (§2.2.21) whose `length` data bytes follow inline.
+pub fn write_request_head(h: &Header, file_id: FileId, offset: u64, length: u32) -> Vec<u8> {
+    let mut b = start(h, 48);
+    put_u16(&mut b, 49); // StructureSize
+    put_u16(&mut b, WRITE_DATA_OFFSET); // DataOffset
+    put_u32(&mut b, length);
+    put_u64(&mut b, offset);
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, 0); // Channel: SMB2_CHANNEL_NONE (data inline)
+    put_u32(&mut b, 0); // RemainingBytes
+    put_u16(&mut b, 0); // WriteChannelInfoOffset
+    put_u16(&mut b, 0); // WriteChannelInfoLength
+    put_u32(&mut b, 0); // Flags
+    b
+}
+
+/// WRITE response (§2.2.22) acknowledging `count` bytes.
+pub fn write_response(h: &Header, count: u32) -> Vec<u8> {
+    let mut b = start(h, 16);
+    put_u16(&mut b, 17); // StructureSize
+    put_u16(&mut b, 0); // Reserved
+    put_u32(&mut b, count);
+    put_u32(&mut b, 0); // Remaining
+    put_u16(&mut b, 0); // WriteChannelInfoOffset
+    put_u16(&mut b, 0); // WriteChannelInfoLength
+    b
+}
+
+/// READ request (§2.2.19) for `length` bytes at `offset`, data to come back inline.
+pub fn read_request(h: &Header, file_id: FileId, offset: u64, length: u32) -> Vec<u8> {
+    let mut b = start(h, 49);
+    put_u16(&mut b, 49); // StructureSize
+    b.push(READ_DATA_OFFSET); // Padding: where the client wants the response data
+    b.push(0); // Flags
+    put_u32(&mut b, length);
+    put_u64(&mut b, offset);
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, length); // MinimumCount
+    put_u32(&mut b, 0); // Channel: SMB2_CHANNEL_NONE
+    put_u32(&mut b, 0); // RemainingBytes
+    put_u16(&mut b, 0); // ReadChannelInfoOffset
+    put_u16(&mut b, 0); // ReadChannelInfoLength
+    b.push(0); // Buffer: one byte, as StructureSize 49 counts it
+    b
+}
+
+/// Offset of the data in a READ response: header + 16-byte fixed part (§2.2.20).
+pub const READ_DATA_OFFSET: u8 = (HEADER_LEN + 16) as u8;
+
+/// Head of a READ response (§2.2.20) whose `length` data bytes follow inline.
+pub fn read_response_head(h: &Header, length: u32) -> Vec<u8> {
+    let mut b = start(h, 16);
+    put_u16(&mut b, 17); // StructureSize
+    b.push(READ_DATA_OFFSET); // DataOffset
+    b.push(0); // Reserved
+    put_u32(&mut b, length); // DataLength
+    put_u32(&mut b, 0); // DataRemaining
+    put_u32(&mut b, 0); // Flags (3.1.1) / Reserved2
+    b
+}
+
+/// Channel values of WRITE/READ requests (MS-SMB2 §2.2.19, §2.2.21).
+pub mod channel {
+    pub const NONE: u32 = 0x0000_0000;
+    pub const RDMA_V1: u32 = 0x0000_0001;
+    /// SMB 3.0.2 and later: the server remotely invalidates the token when done.
+    pub const RDMA_V1_INVALIDATE: u32 = 0x0000_0002;
+}
+
+/// Where WRITE and READ requests put their channel info: right after the 48-byte fixed
+/// part, in the Buffer field (§2.2.19, §2.2.21).
+pub const CHANNEL_INFO_OFFSET: u16 = (HEADER_LEN + 48) as u16;
+
+fn put_descriptors(b: &mut Vec<u8>, descs: &[super::smbdirect::BufferDescriptor]) {
+    for d in descs {
+        d.emit(b);
+    }
+}
+
+/// WRITE request (§2.2.21) whose data the server pulls by RDMA Read: Length and
+/// DataOffset 0, RemainingBytes = the byte count, the SMB_DIRECT_BUFFER_DESCRIPTOR_V1
+/// list in WriteChannelInfo (§3.2.4.7: "RemainingBytes ... the length of the data being
+/// written" when Channel is RDMA).
+pub fn write_request_rdma(
+    h: &Header,
+    file_id: FileId,
+    offset: u64,
+    remaining: u32,
+    chan: u32,
+    descs: &[super::smbdirect::BufferDescriptor],
+) -> Vec<u8> {
+    let mut b = start(h, 48 + 16 * descs.len());
+    put_u16(&mut b, 49); // StructureSize
+    put_u16(&mut b, 0); // DataOffset: no inline data
+    put_u32(&mut b, 0); // Length
+    put_u64(&mut b, offset);
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, chan);
+    put_u32(&mut b, remaining); // RemainingBytes
+    put_u16(&mut b, CHANNEL_INFO_OFFSET); // WriteChannelInfoOffset
+    put_u16(&mut b, (16 * descs.len()) as u16); // WriteChannelInfoLength
+    put_u32(&mut b, 0); // Flags
+    put_descriptors(&mut b, descs);
+    b
+}
+
+/// READ request (§2.2.19) asking the server to RDMA Write the data into the buffers
+/// named by ReadChannelInfo.
+pub fn read_request_rdma(
+    h: &Header,
+    file_id: FileId,
+    offset: u64,
+    length: u32,
+    chan: u32,
+    descs: &[super::smbdirect::BufferDescriptor],
+) -> Vec<u8> {
+    let mut b = start(h, 48 + 16 * descs.len());
+    put_u16(&mut b, 49); // StructureSize
+    b.push(0); // Padding: no inline data wanted
+    b.push(0); // Flags
+    put_u32(&mut b, length);
+    put_u64(&mut b, offset);
+    put_file_id(&mut b, file_id);
+    put_u32(&mut b, length); // MinimumCount
+    put_u32(&mut b, chan);
+    put_u32(&mut b, 0); // RemainingBytes
+    put_u16(&mut b, CHANNEL_INFO_OFFSET); // ReadChannelInfoOffset
+    put_u16(&mut b, (16 * descs.len()) as u16); // ReadChannelInfoLength
+    put_descriptors(&mut b, descs);
+    b
+}
+
+/// READ response (§2.2.20) after the data went by RDMA Write: DataLength 0 and
+/// DataRemaining = the bytes written (§3.3.5.12).
+pub fn read_response_rdma(h: &Header, remaining: u32) -> Vec<u8> {
+    let mut b = start(h, 17);
+    put_u16(&mut b, 17); // StructureSize
+    b.push(0); // DataOffset: no data in the message
+    b.push(0); // Reserved
+    put_u32(&mut b, 0); // DataLength
+    put_u32(&mut b, remaining); // DataRemaining
+    put_u32(&mut b, 0); // Flags (3.1.1) / Reserved2
+    b.push(0); // Buffer: the one byte StructureSize 17 counts
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(cmd: u16) -> Header {
+        Header {
+            command: cmd,
+            credit_charge: 1,
+            credits: 1,
+            message_id: 7,
+            tree_id: 5,
+            session_id: 9,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn header_layout() {
+        let b = write_response(&hdr(command::WRITE).response(), 4096);
+        assert_eq!(&b[0..4], b"\xfeSMB");
+        assert_eq!(u16::from_le_bytes([b[4], b[5]]), 64);
+        assert_eq!(u16::from_le_bytes([b[12], b[13]]), command::WRITE);
+        assert_eq!(
+            u32::from_le_bytes(b[16..20].try_into().unwrap()),
+            FLAGS_SERVER_TO_REDIR
+        );
+        assert_eq!(u64::from_le_bytes(b[24..32].try_into().unwrap()), 7);
+        assert_eq!(u32::from_le_bytes(b[36..40].try_into().unwrap()), 5);
+        assert_eq!(u64::from_le_bytes(b[40..48].try_into().unwrap()), 9);
+        assert_eq!(b.len(), 64 + 16);
+        assert_eq!(u32::from_le_bytes(b[68..72].try_into().unwrap()), 4096);
+    }
+
+    #[test]
+    fn fixed_sizes_match_structure_sizes() {
+        let f = FileId {
+            persistent: 1,
+            volatile: 2,
+        };
+        let h = hdr(0);
+        // StructureSize counts the fixed part plus one byte of buffer for variable messages.
+        assert_eq!(
+            write_request_head(&h, f, 0, 1).len(),
+            WRITE_DATA_OFFSET as usize
+        );
+        assert_eq!(read_response_head(&h, 1).len(), READ_DATA_OFFSET as usize);
+        assert_eq!(read_request(&h, f, 0, 1).len(), 64 + 49);
+        assert_eq!(close_request(&h, f).len(), 64 + 24);
+        assert_eq!(close_response(&h).len(), 64 + 60);
+        assert_eq!(create_response(&h, f, 0, 0).len(), 64 + 88);
+        assert_eq!(tree_connect_response(&h).len(), 64 + 16);
+        assert_eq!(
+            session_setup_request(&h, false).len(),
+            64 + 24 + spnego_init().len()
+        );
+        let c = create_request(&h, "a");
+        assert_eq!(c.len(), 64 + 56 + 2);
+        assert_eq!(&c[120..], &[b'a', 0]);
+    }
+
+    #[test]
+    fn negotiate_contexts_are_aligned_and_counted() {
+        let salt = [0xAB; 32];
+        let b = negotiate_request(&hdr(command::NEGOTIATE), dialect::SMB311, [1; 16], &salt);
+        let off = u32::from_le_bytes(b[64 + 28..64 + 32].try_into().unwrap()) as usize;
+        let count = u16::from_le_bytes([b[64 + 32], b[64 + 33]]);
+        assert_eq!(off % 8, 0);
+        assert_eq!(count, 2);
+        assert_eq!(
+            u16::from_le_bytes([b[off], b[off + 1]]),
+            PREAUTH_INTEGRITY_CAPABILITIES
+        );
+        let len = u16::from_le_bytes([b[off + 2], b[off + 3]]) as usize;
+        let next = (off + 8 + len).next_multiple_of(8);
+        assert_eq!(
+            u16::from_le_bytes([b[next], b[next + 1]]),
+            ENCRYPTION_CAPABILITIES
+        );
+
+        let r = negotiate_response(
+            &hdr(command::NEGOTIATE).response(),
+            dialect::SMB311,
+            [2; 16],
+            &salt,
+            0,
+        );
+        let roff = u32::from_le_bytes(r[64 + 60..64 + 64].try_into().unwrap()) as usize;
+        assert_eq!(roff, (128 + spnego_init().len()).next_multiple_of(8));
+        assert_eq!(u16::from_le_bytes([r[64 + 6], r[64 + 7]]), 2);
+        let plain = negotiate_response(
+            &hdr(command::NEGOTIATE).response(),
+            dialect::SMB302,
+            [2; 16],
+            &salt,
+            0,
+        );
+        assert_eq!(plain.len(), 128 + spnego_init().len());
+    }
+
+    #[test]
+    fn spnego_tokens_are_well_formed_der() {
+        // Each TLV's length byte covers exactly the rest of the token.
+        let i = spnego_init();
+        assert_eq!((i[0], i[1] as usize + 2), (0x60, i.len()));
+        assert_eq!(&i[2..10], &[0x06, 0x06, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x02]);
+        assert_eq!(i.len(), 30);
+        let a = spnego_accept();
+        assert_eq!((a[0], a[1] as usize + 2), (0xa1, a.len()));
+        assert_eq!(a.len(), 23);
+    }
+
+    #[test]
+    fn credit_charge_per_64k() {
+        assert_eq!(credit_charge(1), 1);
+        assert_eq!(credit_charge(65536), 1);
+        assert_eq!(credit_charge(65537), 2);
+        assert_eq!(credit_charge(1 << 20), 16);
+    }
+}

@@ -1,0 +1,162 @@
+"""Topology file parsing and validation (smbwire/topology.py, docs/topology.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from smbwire.errors import TopologyError
+from smbwire.topology import Node, Rule, Topology, load_topology, parse_topology
+
+from paths import ROOT
+
+DOCS = ROOT / "docs" / "topology.md"
+
+GOOD = """\
+# three-node cluster and one client
+[nodes.s2d-a]
+addresses = ["198.18.1.1", "198.19.1.1"]
+
+[nodes.s2d-b]
+addresses = ["198.18.1.2", "2001:DB8::0:2"]
+member = true
+
+[nodes.client]
+addresses = ["198.18.0.10"]
+member = false
+
+[[rules]]
+share = '*\\ClusterStorage$'
+class = "replication"
+
+[[rules]]
+file = "*.vhdx"
+share = '\\\\fs\\vms'
+class = "client"
+"""
+
+
+def errmsg(text: str) -> str:
+    with pytest.raises(TopologyError) as e:
+        parse_topology(text, "topology.toml")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("topology.toml: ")
+    return msg
+
+
+def test_parses_nodes_and_rules():
+    t = parse_topology(GOOD)
+    assert t.nodes == (
+        Node("s2d-a", ("198.18.1.1", "198.19.1.1"), True),
+        Node("s2d-b", ("198.18.1.2", "2001:db8::2"), True),  # normalised
+        Node("client", ("198.18.0.10",), False),
+    )
+    assert t.rules == (
+        Rule("replication", share="*\\ClusterStorage$"),
+        Rule("client", share="\\\\fs\\vms", file="*.vhdx"),
+    )
+
+
+def test_to_config_is_the_engine_shape():
+    cfg = parse_topology(GOOD).to_config()
+    assert cfg["nodes"][2] == {"name": "client", "addresses": ["198.18.0.10"], "member": False}
+    assert cfg["rules"][0] == {"share": "*\\ClusterStorage$", "file": None, "class": "replication"}
+    assert Topology.from_config(cfg) == parse_topology(GOOD)
+
+
+def test_toml_roundtrip_including_awkward_names():
+    t = Topology(
+        nodes=(Node("node with spaces", ("10.0.0.1",)), Node('q"uote.d', ("::1",), False), Node("é", ("10.0.0.2",))),
+        rules=(Rule("redirected-read", file="a\\b*\x7f"),),
+    )
+    assert parse_topology(t.to_toml()) == t
+
+
+def test_empty_file_is_an_empty_topology():
+    assert parse_topology("") == Topology()
+    assert parse_topology("").to_config() == {"nodes": [], "rules": []}
+
+
+def test_docs_example_is_valid():
+    blocks = re.findall(r"```toml\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+    assert blocks, "docs/topology.md has no ```toml example"
+    for block in blocks:
+        t = parse_topology(block, "docs example")
+        assert t.nodes
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ('[nodes.a]\naddresses = ["10.0.0.300"]\n', "line 2: nodes.a.addresses: '10.0.0.300' is not an IP address"),
+        ('[nodes.a]\naddresses = ["10.0.0.0/24"]\n', "ranges are not supported"),
+        ('[nodes.a]\naddresses = [5]\n', "nodes.a.addresses: expected an IP address string, got 5"),
+        ('[nodes.a]\naddresses = []\n', "line 2: nodes.a.addresses: expected a non-empty list"),
+        ('[nodes.a]\naddresses = "10.0.0.1"\n', "expected a non-empty list"),
+        ('[nodes.a]\nmember = true\n', "line 1: nodes.a: missing 'addresses'"),
+        ('[nodes.a]\naddresses = ["10.0.0.1"]\nmember = "yes"\n', "line 3: nodes.a.member: expected true or false"),
+        ('[nodes.a]\naddresses = ["10.0.0.1"]\nadresses = ["10.0.0.2"]\n',
+         "line 3: nodes.a.adresses: unknown key 'adresses' (expected one of: addresses, member)"),
+        ('[nodes.a]\naddresses = ["10.0.0.1", "10.0.0.1"]\n', "address 10.0.0.1 is twice in this node"),
+        ('[node.a]\naddresses = ["10.0.0.1"]\n', "line 1: node: unknown key 'node'"),
+        ("nodes = 5\n", "nodes: expected tables [nodes.NAME]"),
+        ("[rules]\nclass = 'client'\n", "rules: expected an array of tables [[rules]]"),
+        ("[nodes]\na = 1\n", "nodes.a: expected a table"),
+        ('[[rules]]\nshare = "x"\nclass = "replicaton"\n',
+         "line 3: rules.0.class: unknown class 'replicaton' (expected one of: replication, redirection, "
+         "redirected-read, client)"),
+        ('[[rules]]\nshare = "x"\n', "line 1: rules.0: missing 'class'"),
+        ('[[rules]]\nclass = "client"\n', "rules.0: a rule needs 'share' or 'file'"),
+        ('[[rules]]\nshare = "a"\nclass = "client"\n[[rules]]\nfile = ""\nclass = "client"\n',
+         "line 5: rules.1.file: expected a non-empty glob pattern string"),
+        ('[[rules]]\nshare = "a"\nclass = "client"\nfiles = "*.vhdx"\n', "line 4: rules.0.files: unknown key 'files'"),
+        ('[nodes."my.node"]\naddresses = ["10.0.0.1"]\nmember = 1\n', "line 3: nodes.my.node.member"),
+        ("[nodes.a]\naddresses = [\"10.0.0.1\"\n", "(TOML syntax)"),
+        ("[nodes.a]\naddresses = 10.0.0.1\n", "line 2, column"),
+    ],
+)
+def test_invalid_topologies_are_one_clear_line(text, expected):
+    assert expected in errmsg(text)
+
+
+def test_address_in_two_nodes_names_both_and_the_line():
+    text = '[nodes.a]\naddresses = ["10.0.0.1"]\n\n[nodes.b]\naddresses = ["10.0.0.2", "10.0.0.1"]\n'
+    assert errmsg(text) == "topology.toml: line 5: nodes.b.addresses: address 10.0.0.1 is also in node 'a'"
+
+
+def test_address_in_two_nodes_after_normalisation():
+    text = '[nodes.a]\naddresses = ["2001:db8::1"]\n[nodes.b]\naddresses = ["2001:0DB8:0:0::1"]\n'
+    assert "address 2001:db8::1 is also in node 'a'" in errmsg(text)
+
+
+def test_from_config_rejects_duplicate_names_and_junk():
+    with pytest.raises(TopologyError, match="node name 'a' is used twice"):
+        Topology.from_config({"nodes": [{"name": "a", "addresses": ["10.0.0.1"]},
+                                        {"name": "a", "addresses": ["10.0.0.2"]}]})
+    with pytest.raises(TopologyError, match="expected an object"):
+        Topology.from_config([1, 2])
+    with pytest.raises(TopologyError, match="unknown key 'extra'"):
+        Topology.from_config({"nodes": [], "extra": 1})
+
+
+def test_load_topology_file_errors(tmp_path):
+    good = tmp_path / "topology.toml"
+    good.write_text(GOOD, encoding="utf-8")
+    assert load_topology(good) == parse_topology(GOOD)
+
+    with pytest.raises(TopologyError, match=r"nope\.toml: no such file$"):
+        load_topology(tmp_path / "nope.toml")
+    with pytest.raises(TopologyError, match="is a directory"):
+        load_topology(tmp_path)
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b'[nodes.a]\naddresses = ["\xff"]\n')
+    with pytest.raises(TopologyError, match=r"bin\.toml: line 2: not UTF-8 text"):
+        load_topology(binary)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[nodes.a]\naddresses = ["1.2.3.4.5"]\n', encoding="utf-8")
+    with pytest.raises(TopologyError) as e:
+        load_topology(bad)
+    assert str(e.value) == f"{bad}: line 2: nodes.a.addresses: '1.2.3.4.5' is not an IP address"
