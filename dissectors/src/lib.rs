@@ -12,6 +12,7 @@ pub mod anomaly;
 pub mod capture;
 pub mod dedupe;
 pub mod frame;
+pub mod ledger;
 pub mod live;
 pub mod payload;
 pub mod pipeline;

@@ -54,7 +54,7 @@ pub enum Transport {
 }
 
 /// One distinct send of a payload (one SMB2 message, or one RDMA transfer).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SendRecord {
     /// Connection id (unique per TCP connection / RDMA QP pair in this run).
     pub conn: u64,

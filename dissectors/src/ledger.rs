@@ -1,0 +1,593 @@
+//! The send ledger: the events the decoding stages hand to the ordered stage (dedupe and
+//! attribution), as a documented, versioned Apache Parquet file.
+//!
+//! The ordered stage is a pure function of this event stream: `Dedupe::send` for every payload
+//! send, `Dedupe::complete` when its response is seen, `Dedupe::advance` at each sweep of the
+//! window. Replaying a ledger through a fresh `Dedupe` (`replay`) therefore gives the same
+//! figures as the analysis that wrote it, under any topology or window: a user who fixes a
+//! topology file does not re-read the captures, and a distributed analysis can cut here.
+//!
+//! Format (docs/ledger.md): one row per event, in the order the ordered stage received them;
+//! columns below (`SCHEMA`); file key-value metadata `smbwire.ledger` = `LEDGER_FORMAT`, and
+//! `smbwire.run` = the analysis result without its dedupe part (JSON), so `attribute` can
+//! rebuild the whole report. Payload bytes are never in a ledger: only digests.
+//!
+//! Why the `parquet` crate in the engine (not pyarrow): the events are produced in Rust, at
+//! millions per minute; writing them from Rust avoids marshalling every record through Python,
+//! and the reader (`smbwire attribute`, later the distributed ordered stage) stays a Rust
+//! function with no Python in the loop. Only its low-level column API is used (no Arrow), with
+//! Snappy compression, which keeps the dependency small.
+
+use std::fs::File;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use parquet::basic::Compression;
+use parquet::column::reader::ColumnReader;
+use parquet::column::writer::ColumnWriter;
+use parquet::data_type::ByteArray;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::parser::parse_message_type;
+
+use crate::dedupe::{SendKind, SendRecord, Transport};
+use crate::frame::FrameRef;
+use crate::payload::{BlockDigest, PayloadDigest, BLOCK_SIZE};
+
+/// Version of the ledger format; readers refuse any other.
+pub const LEDGER_FORMAT: &str = "smbwire-ledger/1";
+/// Metadata key holding `LEDGER_FORMAT`.
+pub const KEY_FORMAT: &str = "smbwire.ledger";
+/// Metadata key holding the rest of the analysis result (JSON).
+pub const KEY_RUN: &str = "smbwire.run";
+
+/// One column per field; `event` says which fields a row uses (the others are zero/empty).
+pub const SCHEMA: &str = "
+message smbwire_ledger {
+  required int32 event;
+  required int64 ts_ns;
+  required int64 conn;
+  required int64 message_id;
+  required int32 kind;
+  required int32 transport;
+  required binary src_ip;
+  required binary dst_ip;
+  required int32 src_port;
+  required int32 dst_port;
+  required int64 session_id;
+  required int32 tree_id;
+  required binary file_id;
+  optional binary share (UTF8);
+  optional binary file_name (UTF8);
+  required int64 offset;
+  required int64 length;
+  required int32 first_file;
+  required int64 first_number;
+  required int32 last_file;
+  required int64 last_number;
+  optional int32 header_file;
+  optional int64 header_number;
+  required binary digest;
+  required binary block_hashes;
+  required binary block_trivial;
+}
+";
+
+const EV_SEND: i32 = 0;
+const EV_COMPLETE: i32 = 1;
+const EV_ADVANCE: i32 = 2;
+
+/// Rows per row group: bounds the writer's buffer (about 100 bytes a row plus 16 per block).
+const ROW_GROUP_ROWS: usize = 32_768;
+
+/// What the ordered stage receives, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Send(Box<SendRecord>),
+    /// The response to (conn, message_id) was seen at ts_ns.
+    Complete { conn: u64, message_id: u64, ts_ns: u64 },
+    /// The window sweeps to ts_ns.
+    Advance { ts_ns: u64 },
+}
+
+#[derive(Debug)]
+pub struct LedgerError(pub String);
+
+impl std::fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LedgerError {}
+
+fn err(path: &str, e: impl std::fmt::Display) -> LedgerError {
+    LedgerError(format!("{path}: {e}"))
+}
+
+/// Columns of the rows not yet written.
+#[derive(Default)]
+struct Columns {
+    event: Vec<i32>,
+    ts_ns: Vec<i64>,
+    conn: Vec<i64>,
+    message_id: Vec<i64>,
+    kind: Vec<i32>,
+    transport: Vec<i32>,
+    src_ip: Vec<ByteArray>,
+    dst_ip: Vec<ByteArray>,
+    src_port: Vec<i32>,
+    dst_port: Vec<i32>,
+    session_id: Vec<i64>,
+    tree_id: Vec<i32>,
+    file_id: Vec<ByteArray>,
+    share: (Vec<ByteArray>, Vec<i16>),
+    file_name: (Vec<ByteArray>, Vec<i16>),
+    offset: Vec<i64>,
+    length: Vec<i64>,
+    first_file: Vec<i32>,
+    first_number: Vec<i64>,
+    last_file: Vec<i32>,
+    last_number: Vec<i64>,
+    header_file: (Vec<i32>, Vec<i16>),
+    header_number: (Vec<i64>, Vec<i16>),
+    digest: Vec<ByteArray>,
+    block_hashes: Vec<ByteArray>,
+    block_trivial: Vec<ByteArray>,
+}
+
+fn ip_bytes(ip: IpAddr) -> ByteArray {
+    match ip {
+        IpAddr::V4(a) => ByteArray::from(a.octets().to_vec()),
+        IpAddr::V6(a) => ByteArray::from(a.octets().to_vec()),
+    }
+}
+
+fn opt_str(col: &mut (Vec<ByteArray>, Vec<i16>), v: Option<&str>) {
+    match v {
+        Some(s) => {
+            col.0.push(ByteArray::from(s.as_bytes().to_vec()));
+            col.1.push(1);
+        }
+        None => col.1.push(0),
+    }
+}
+
+impl Columns {
+    fn len(&self) -> usize {
+        self.event.len()
+    }
+
+    fn push_common(&mut self, event: i32, ts_ns: u64, conn: u64, message_id: u64) {
+        self.event.push(event);
+        self.ts_ns.push(ts_ns as i64);
+        self.conn.push(conn as i64);
+        self.message_id.push(message_id as i64);
+    }
+
+    fn push(&mut self, e: &Event) {
+        match e {
+            Event::Send(s) => {
+                self.push_common(EV_SEND, s.ts_ns, s.conn, s.message_id);
+                self.kind.push(match s.kind {
+                    SendKind::Write => 0,
+                    SendKind::Read => 1,
+                });
+                self.transport.push(match s.transport {
+                    Transport::Tcp => 0,
+                    Transport::Rdma => 1,
+                    Transport::SmbDirect => 2,
+                });
+                self.src_ip.push(ip_bytes(s.src));
+                self.dst_ip.push(ip_bytes(s.dst));
+                self.src_port.push(0);
+                self.dst_port.push(0);
+                self.session_id.push(s.session_id as i64);
+                self.tree_id.push(s.tree_id as i32);
+                self.file_id.push(ByteArray::from(s.file_id.to_vec()));
+                opt_str(&mut self.share, s.share.as_deref());
+                opt_str(&mut self.file_name, s.file_name.as_deref());
+                self.offset.push(s.offset as i64);
+                self.length.push(s.digest.len as i64);
+                self.first_file.push(s.first_frame.file as i32);
+                self.first_number.push(s.first_frame.number as i64);
+                self.last_file.push(s.last_frame.file as i32);
+                self.last_number.push(s.last_frame.number as i64);
+                match s.header_frame {
+                    Some(h) => {
+                        self.header_file.0.push(h.file as i32);
+                        self.header_file.1.push(1);
+                        self.header_number.0.push(h.number as i64);
+                        self.header_number.1.push(1);
+                    }
+                    None => {
+                        self.header_file.1.push(0);
+                        self.header_number.1.push(0);
+                    }
+                }
+                self.digest.push(ByteArray::from(s.digest.digest.to_vec()));
+                let mut hashes = Vec::with_capacity(16 * s.digest.blocks.len());
+                let mut trivial = vec![0u8; s.digest.blocks.len().div_ceil(8)];
+                for (i, b) in s.digest.blocks.iter().enumerate() {
+                    hashes.extend_from_slice(&b.hash);
+                    if b.trivial {
+                        trivial[i / 8] |= 1 << (i % 8);
+                    }
+                }
+                self.block_hashes.push(ByteArray::from(hashes));
+                self.block_trivial.push(ByteArray::from(trivial));
+            }
+            Event::Complete { conn, message_id, ts_ns } => {
+                self.push_common(EV_COMPLETE, *ts_ns, *conn, *message_id);
+                self.push_empty_send_fields();
+            }
+            Event::Advance { ts_ns } => {
+                self.push_common(EV_ADVANCE, *ts_ns, 0, 0);
+                self.push_empty_send_fields();
+            }
+        }
+    }
+
+    fn push_empty_send_fields(&mut self) {
+        let empty = || ByteArray::from(Vec::new());
+        self.kind.push(0);
+        self.transport.push(0);
+        self.src_ip.push(empty());
+        self.dst_ip.push(empty());
+        self.src_port.push(0);
+        self.dst_port.push(0);
+        self.session_id.push(0);
+        self.tree_id.push(0);
+        self.file_id.push(empty());
+        self.share.1.push(0);
+        self.file_name.1.push(0);
+        self.offset.push(0);
+        self.length.push(0);
+        self.first_file.push(0);
+        self.first_number.push(0);
+        self.last_file.push(0);
+        self.last_number.push(0);
+        self.header_file.1.push(0);
+        self.header_number.1.push(0);
+        self.digest.push(empty());
+        self.block_hashes.push(empty());
+        self.block_trivial.push(empty());
+    }
+}
+
+/// Writes events to a ledger file as they come; `close` writes the footer with the run
+/// metadata. Memory: one row group (`ROW_GROUP_ROWS` rows).
+pub struct LedgerWriter {
+    path: String,
+    writer: Option<SerializedFileWriter<File>>,
+    cols: Columns,
+    rows: u64,
+}
+
+impl LedgerWriter {
+    pub fn create(path: &str) -> Result<Self, LedgerError> {
+        let schema = Arc::new(parse_message_type(SCHEMA).map_err(|e| err(path, e))?);
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_created_by(format!("smbwire {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        let file = File::create(path).map_err(|e| err(path, format!("cannot write ledger: {e}")))?;
+        let writer = SerializedFileWriter::new(file, schema, Arc::new(props)).map_err(|e| err(path, e))?;
+        Ok(LedgerWriter { path: path.to_string(), writer: Some(writer), cols: Columns::default(), rows: 0 })
+    }
+
+    pub fn push(&mut self, e: &Event) -> Result<(), LedgerError> {
+        self.cols.push(e);
+        self.rows += 1;
+        if self.cols.len() >= ROW_GROUP_ROWS {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn flush(&mut self) -> Result<(), LedgerError> {
+        if self.cols.len() == 0 {
+            return Ok(());
+        }
+        let cols = std::mem::take(&mut self.cols);
+        let path = self.path.clone();
+        let w = self.writer.as_mut().expect("writer open until close");
+        let mut rg = w.next_row_group().map_err(|e| err(&path, e))?;
+        let mut i = 0;
+        while let Some(mut col) = rg.next_column().map_err(|e| err(&path, e))? {
+            let r = match (i, col.untyped()) {
+                (0, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.event, None, None),
+                (1, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.ts_ns, None, None),
+                (2, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.conn, None, None),
+                (3, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.message_id, None, None),
+                (4, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.kind, None, None),
+                (5, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.transport, None, None),
+                (6, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.src_ip, None, None),
+                (7, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.dst_ip, None, None),
+                (8, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.src_port, None, None),
+                (9, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.dst_port, None, None),
+                (10, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.session_id, None, None),
+                (11, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.tree_id, None, None),
+                (12, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.file_id, None, None),
+                (13, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.share.0, Some(&cols.share.1), None),
+                (14, ColumnWriter::ByteArrayColumnWriter(w)) => {
+                    w.write_batch(&cols.file_name.0, Some(&cols.file_name.1), None)
+                }
+                (15, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.offset, None, None),
+                (16, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.length, None, None),
+                (17, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.first_file, None, None),
+                (18, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.first_number, None, None),
+                (19, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.last_file, None, None),
+                (20, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.last_number, None, None),
+                (21, ColumnWriter::Int32ColumnWriter(w)) => {
+                    w.write_batch(&cols.header_file.0, Some(&cols.header_file.1), None)
+                }
+                (22, ColumnWriter::Int64ColumnWriter(w)) => {
+                    w.write_batch(&cols.header_number.0, Some(&cols.header_number.1), None)
+                }
+                (23, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.digest, None, None),
+                (24, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.block_hashes, None, None),
+                (25, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.block_trivial, None, None),
+                _ => return Err(err(&path, format!("ledger schema column {i} has an unexpected type"))),
+            };
+            r.map_err(|e| err(&path, e))?;
+            col.close().map_err(|e| err(&path, e))?;
+            i += 1;
+        }
+        rg.close().map_err(|e| err(&path, e))?;
+        Ok(())
+    }
+
+    /// Writes the remaining rows and the footer; `run` is the analysis result without its
+    /// dedupe part (JSON).
+    pub fn close(mut self, run: &str) -> Result<u64, LedgerError> {
+        self.flush()?;
+        let path = self.path.clone();
+        let mut w = self.writer.take().expect("writer open until close");
+        w.append_key_value_metadata(KeyValue::new(KEY_FORMAT.to_string(), LEDGER_FORMAT.to_string()));
+        w.append_key_value_metadata(KeyValue::new(KEY_RUN.to_string(), run.to_string()));
+        w.close().map_err(|e| err(&path, e))?;
+        Ok(self.rows)
+    }
+}
+
+/// A ledger read back: its events in order and the run metadata.
+pub struct Ledger {
+    pub events: Vec<Event>,
+    pub run: String,
+}
+
+/// Reads one typed required/optional column of a row group whole.
+macro_rules! read_col {
+    ($rg:expr, $j:expr, $variant:ident, $n:expr, $path:expr) => {{
+        let mut values = Vec::with_capacity($n);
+        let mut defs: Vec<i16> = Vec::with_capacity($n);
+        match $rg.get_column_reader($j).map_err(|e| err($path, e))? {
+            ColumnReader::$variant(mut r) => {
+                let mut rows = 0usize;
+                while rows < $n {
+                    let (recs, _, _) =
+                        r.read_records($n - rows, Some(&mut defs), None, &mut values).map_err(|e| err($path, e))?;
+                    if recs == 0 {
+                        return Err(err($path, format!("ledger column {} ends early", $j)));
+                    }
+                    rows += recs;
+                }
+            }
+            _ => return Err(err($path, format!("ledger column {} has an unexpected type", $j))),
+        }
+        (values, defs)
+    }};
+}
+
+fn ip_of(path: &str, b: &ByteArray) -> Result<IpAddr, LedgerError> {
+    let d = b.data();
+    match d.len() {
+        4 => Ok(IpAddr::from(<[u8; 4]>::try_from(d).unwrap())),
+        16 => Ok(IpAddr::from(<[u8; 16]>::try_from(d).unwrap())),
+        n => Err(err(path, format!("ledger address of {n} bytes"))),
+    }
+}
+
+/// Optional values come packed (only the defined ones); `defs` says which rows have one.
+fn unpack<T: Clone>(values: Vec<T>, defs: &[i16]) -> Vec<Option<T>> {
+    let mut it = values.into_iter();
+    defs.iter().map(|d| if *d > 0 { it.next() } else { None }).collect()
+}
+
+fn blocks_of(path: &str, len: u64, hashes: &[u8], trivial: &[u8]) -> Result<Vec<BlockDigest>, LedgerError> {
+    let n = (len as usize).div_ceil(BLOCK_SIZE);
+    if hashes.len() != 16 * n || trivial.len() != n.div_ceil(8) {
+        return Err(err(path, format!("ledger send of {len} bytes has {} block digests", hashes.len() / 16)));
+    }
+    Ok((0..n)
+        .map(|i| BlockDigest {
+            hash: hashes[16 * i..16 * i + 16].try_into().unwrap(),
+            len: if i + 1 < n { BLOCK_SIZE as u32 } else { (len as usize - BLOCK_SIZE * (n - 1)) as u32 },
+            trivial: trivial[i / 8] & (1 << (i % 8)) != 0,
+        })
+        .collect())
+}
+
+/// Reads a whole ledger. Refuses a file that is not a ledger of this format with one line.
+pub fn read(path: &str) -> Result<Ledger, LedgerError> {
+    let file = File::open(path).map_err(|e| err(path, format!("cannot read ledger: {e}")))?;
+    let reader = SerializedFileReader::new(file).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
+    let meta = reader.metadata();
+    let kv = meta.file_metadata().key_value_metadata().cloned().unwrap_or_default();
+    let get = |k: &str| kv.iter().find(|x| x.key == k).and_then(|x| x.value.clone());
+    match get(KEY_FORMAT) {
+        Some(f) if f == LEDGER_FORMAT => {}
+        Some(f) => return Err(err(path, format!("ledger format {f} is not {LEDGER_FORMAT}"))),
+        None => return Err(err(path, "not an smbwire ledger (no smbwire.ledger metadata)")),
+    }
+    let run = get(KEY_RUN).ok_or_else(|| err(path, "ledger without its run metadata"))?;
+    let expected = parse_message_type(SCHEMA).map_err(|e| err(path, e))?;
+    if meta.file_metadata().schema() != &expected {
+        return Err(err(path, "ledger columns differ from smbwire-ledger/1"));
+    }
+    let mut events = Vec::new();
+    for g in 0..meta.num_row_groups() {
+        let n = meta.row_group(g).num_rows() as usize;
+        let rg = reader.get_row_group(g).map_err(|e| err(path, e))?;
+        let (event, _) = read_col!(rg, 0, Int32ColumnReader, n, path);
+        let (ts, _) = read_col!(rg, 1, Int64ColumnReader, n, path);
+        let (conn, _) = read_col!(rg, 2, Int64ColumnReader, n, path);
+        let (mid, _) = read_col!(rg, 3, Int64ColumnReader, n, path);
+        let (kind, _) = read_col!(rg, 4, Int32ColumnReader, n, path);
+        let (transport, _) = read_col!(rg, 5, Int32ColumnReader, n, path);
+        let (src_ip, _) = read_col!(rg, 6, ByteArrayColumnReader, n, path);
+        let (dst_ip, _) = read_col!(rg, 7, ByteArrayColumnReader, n, path);
+        let (session, _) = read_col!(rg, 10, Int64ColumnReader, n, path);
+        let (tree, _) = read_col!(rg, 11, Int32ColumnReader, n, path);
+        let (file_id, _) = read_col!(rg, 12, ByteArrayColumnReader, n, path);
+        let (share, share_d) = read_col!(rg, 13, ByteArrayColumnReader, n, path);
+        let (fname, fname_d) = read_col!(rg, 14, ByteArrayColumnReader, n, path);
+        let (offset, _) = read_col!(rg, 15, Int64ColumnReader, n, path);
+        let (length, _) = read_col!(rg, 16, Int64ColumnReader, n, path);
+        let (ff, _) = read_col!(rg, 17, Int32ColumnReader, n, path);
+        let (fnum, _) = read_col!(rg, 18, Int64ColumnReader, n, path);
+        let (lf, _) = read_col!(rg, 19, Int32ColumnReader, n, path);
+        let (lnum, _) = read_col!(rg, 20, Int64ColumnReader, n, path);
+        let (hf, hf_d) = read_col!(rg, 21, Int32ColumnReader, n, path);
+        let (hnum, hnum_d) = read_col!(rg, 22, Int64ColumnReader, n, path);
+        let (digest, _) = read_col!(rg, 23, ByteArrayColumnReader, n, path);
+        let (bh, _) = read_col!(rg, 24, ByteArrayColumnReader, n, path);
+        let (bt, _) = read_col!(rg, 25, ByteArrayColumnReader, n, path);
+        let share = unpack(share, &share_d);
+        let fname = unpack(fname, &fname_d);
+        let hf = unpack(hf, &hf_d);
+        let hnum = unpack(hnum, &hnum_d);
+        for i in 0..n {
+            let ev = match event[i] {
+                EV_SEND => {
+                    let text = |b: &Option<ByteArray>| -> Result<Option<Arc<str>>, LedgerError> {
+                        b.as_ref()
+                            .map(|b| std::str::from_utf8(b.data()).map(Arc::from).map_err(|e| err(path, e)))
+                            .transpose()
+                    };
+                    let len = length[i] as u64;
+                    let d: [u8; 32] =
+                        digest[i].data().try_into().map_err(|_| err(path, "ledger payload digest is not 32 bytes"))?;
+                    let fid: [u8; 16] =
+                        file_id[i].data().try_into().map_err(|_| err(path, "ledger FileId is not 16 bytes"))?;
+                    Event::Send(Box::new(SendRecord {
+                        conn: conn[i] as u64,
+                        message_id: mid[i] as u64,
+                        kind: match kind[i] {
+                            0 => SendKind::Write,
+                            1 => SendKind::Read,
+                            k => return Err(err(path, format!("ledger send kind {k}"))),
+                        },
+                        transport: match transport[i] {
+                            0 => Transport::Tcp,
+                            1 => Transport::Rdma,
+                            2 => Transport::SmbDirect,
+                            t => return Err(err(path, format!("ledger transport {t}"))),
+                        },
+                        src: ip_of(path, &src_ip[i])?,
+                        dst: ip_of(path, &dst_ip[i])?,
+                        session_id: session[i] as u64,
+                        tree_id: tree[i] as u32,
+                        file_id: fid,
+                        share: text(&share[i])?,
+                        file_name: text(&fname[i])?,
+                        offset: offset[i] as u64,
+                        first_frame: FrameRef { file: ff[i] as u16, number: fnum[i] as u64 },
+                        last_frame: FrameRef { file: lf[i] as u16, number: lnum[i] as u64 },
+                        header_frame: match (hf[i], hnum[i]) {
+                            (Some(f), Some(n)) => Some(FrameRef { file: f as u16, number: n as u64 }),
+                            _ => None,
+                        },
+                        ts_ns: ts[i] as u64,
+                        digest: PayloadDigest { len, digest: d, blocks: blocks_of(path, len, bh[i].data(), bt[i].data())? },
+                    }))
+                }
+                EV_COMPLETE => Event::Complete { conn: conn[i] as u64, message_id: mid[i] as u64, ts_ns: ts[i] as u64 },
+                EV_ADVANCE => Event::Advance { ts_ns: ts[i] as u64 },
+                e => return Err(err(path, format!("ledger event type {e}"))),
+            };
+            events.push(ev);
+        }
+    }
+    Ok(Ledger { events, run })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::hash::digest_of;
+    use std::net::Ipv4Addr;
+
+    fn send(i: u64, payload: &[u8], header: bool, names: bool) -> SendRecord {
+        SendRecord {
+            conn: 3 + i,
+            message_id: 100 + i,
+            kind: if i % 2 == 0 { SendKind::Write } else { SendKind::Read },
+            transport: [Transport::Tcp, Transport::Rdma, Transport::SmbDirect][i as usize % 3],
+            src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            dst: if i % 2 == 0 { IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)) } else { "2001:db8::2".parse().unwrap() },
+            session_id: 0x4000_0000_0000_0001,
+            tree_id: 5,
+            file_id: [i as u8; 16],
+            share: names.then(|| Arc::from("\\\\partner\\SBL$")),
+            file_name: names.then(|| Arc::from("Slab\\extent-0001.dat")),
+            offset: i * 65536,
+            first_frame: FrameRef { file: 1, number: 10 + i },
+            last_frame: FrameRef { file: 1, number: 50 + i },
+            header_frame: header.then_some(FrameRef { file: 1, number: 9 }),
+            ts_ns: 1_700_000_000_000_000_000 + i,
+            digest: digest_of(payload),
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_every_event_and_the_run() {
+        let dir = std::env::temp_dir().join(format!("smbwire-ledger-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("l.parquet");
+        let path = path.to_str().unwrap();
+        let mut data = vec![0u8; 3 * BLOCK_SIZE + 100];
+        for (i, b) in data.iter_mut().enumerate().skip(BLOCK_SIZE) {
+            *b = (i * 7 % 251) as u8;
+        }
+        let mut events = vec![Event::Advance { ts_ns: 5 }];
+        // More rows than one row group, so the reader crosses groups.
+        for i in 0..(ROW_GROUP_ROWS as u64 + 10) {
+            let len = if i % 5 == 0 { data.len() } else { (i as usize * 37) % data.len() };
+            events.push(Event::Send(Box::new(send(i, &data[..len], i % 3 == 0, i % 4 != 0))));
+            if i % 7 == 0 {
+                events.push(Event::Complete { conn: 3 + i, message_id: 100 + i, ts_ns: 9 + i });
+            }
+        }
+        let mut w = LedgerWriter::create(path).unwrap();
+        for e in &events {
+            w.push(e).unwrap();
+        }
+        assert_eq!(w.close("{\"inputs\":[]}").unwrap(), events.len() as u64);
+        let back = read(path).unwrap();
+        assert_eq!(back.run, "{\"inputs\":[]}");
+        assert_eq!(back.events.len(), events.len());
+        assert!(back.events == events, "events differ after the round trip");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_ledger() {
+        let dir = std::env::temp_dir().join(format!("smbwire-ledger-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("x.parquet");
+        std::fs::write(&p, b"PAR1 not really").unwrap();
+        let e = read(p.to_str().unwrap()).err().expect("garbage refused");
+        assert!(e.0.contains("not a Parquet ledger"), "{e}");
+        let e = read(dir.join("missing").to_str().unwrap()).err().expect("missing refused");
+        assert!(e.0.contains("cannot read ledger"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
