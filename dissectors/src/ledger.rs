@@ -519,6 +519,18 @@ pub fn read(path: &str) -> Result<Ledger, LedgerError> {
     Ok(Ledger { events, run })
 }
 
+/// Feeds recorded events to an ordered stage, in order: `Dedupe::finish` then gives the
+/// figures of the analysis that recorded them, under the stage's own topology and window.
+pub fn replay(events: impl IntoIterator<Item = Event>, stage: &mut crate::dedupe::Dedupe) {
+    for e in events {
+        match e {
+            Event::Send(s) => stage.send(*s),
+            Event::Complete { conn, message_id, ts_ns } => stage.complete(conn, message_id, ts_ns),
+            Event::Advance { ts_ns } => stage.advance(ts_ns),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -589,5 +601,46 @@ mod tests {
         let e = read(dir.join("missing").to_str().unwrap()).err().expect("missing refused");
         assert!(e.0.contains("cannot read ledger"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A bundled capture analysed with the events recorded, then the ledger replayed: the same
+    /// dedupe report, under the capture's topology and under none (every address a node).
+    #[test]
+    fn replay_gives_the_analysis_figures() {
+        use crate::dedupe::{Dedupe, Topology};
+        use crate::pipeline::{analyze_files, Config};
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let cap = root.join("captures/nested4-1MiB-mirrordup-retx-reorder.pcap");
+        let topo_toml = std::fs::read_to_string(root.join("captures/s2d-two-node.toml")).unwrap();
+        let dir = std::env::temp_dir().join(format!("smbwire-ledger-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for with_topology in [true, false] {
+            let mut config = Config::default();
+            if with_topology {
+                config.topology = two_node_topology(&topo_toml);
+            }
+            let ledger = dir.join(format!("l-{with_topology}.parquet"));
+            config.ledger = Some(ledger.to_str().unwrap().to_string());
+            let r = analyze_files(&[cap.to_str().unwrap().to_string()], &config, None, &mut |_, _| true).unwrap();
+            let want = serde_json::to_value(&r.dedupe).unwrap();
+            let l = read(ledger.to_str().unwrap()).unwrap();
+            assert!(l.events.iter().filter(|e| matches!(e, Event::Send(_))).count() >= 8);
+            let mut d = Dedupe::new(config.dedupe.clone(), config.topology.clone(), None);
+            replay(l.events, &mut d);
+            let got = serde_json::to_value(d.finish()).unwrap();
+            assert_eq!(got, want, "with_topology={with_topology}");
+            let _ = Topology::default();
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// The two nodes of captures/s2d-two-node.toml (owner 198.18.0.1, partner .2, members).
+    fn two_node_topology(toml: &str) -> crate::dedupe::Topology {
+        assert!(toml.contains("198.18.0.1") && toml.contains("198.18.0.2"));
+        crate::dedupe::Topology::from_json(&serde_json::json!({"nodes": [
+            {"name": "owner", "addresses": ["198.18.0.1"], "member": true},
+            {"name": "partner", "addresses": ["198.18.0.2"], "member": true},
+        ]}))
+        .unwrap()
     }
 }

@@ -13,6 +13,7 @@ use crate::capture::merge::Merged;
 use crate::capture::{CaptureError, RawFrame};
 use crate::dedupe::{Dedupe, DedupeConfig, Topology};
 use crate::frame::FrameCtx;
+use crate::ledger::{LedgerError, LedgerWriter};
 use crate::rdma::iwarp::IwarpStream;
 use crate::rdma::{mpa, RdmaState};
 use crate::report::{self, AccountingReport, AnalysisStats, CaptureSpan, InputFile, Results, TcpReport};
@@ -53,11 +54,13 @@ pub struct Config {
     /// TCP ports that carry SMB Direct over iWARP (MPA). Other TCP connections become iWARP
     /// when an MPA Request/Reply frame is seen.
     pub iwarp_ports: Vec<u16>,
+    /// Write the send ledger (the ordered stage's events) to this path (`--ledger`).
+    pub ledger: Option<String>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445] }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None }
     }
 }
 
@@ -89,6 +92,11 @@ impl Config {
                 .map(|x| x.as_u64().filter(|n| *n > 0 && *n < 65536).map(|n| n as u16))
                 .collect::<Option<Vec<_>>>()
                 .ok_or("smb_ports must hold port numbers")?;
+        }
+        if let Some(p) = v.get("ledger") {
+            if !p.is_null() {
+                c.ledger = Some(p.as_str().ok_or("ledger must be a path")?.to_string());
+            }
         }
         if let Some(p) = v.get("iwarp_ports") {
             let ports = p.as_array().ok_or("iwarp_ports must be a list")?;
@@ -320,7 +328,18 @@ impl Pipeline {
     }
 
     /// End of input: flush every stream, fold the window, build the result.
-    pub fn finish(mut self, inputs: Vec<InputFile>, container: Accounting, started: Instant) -> Results {
+    pub fn finish(self, inputs: Vec<InputFile>, container: Accounting, started: Instant) -> Results {
+        self.finish_recorded(inputs, container, started).0
+    }
+
+    /// `finish`, also handing back the send ledger being recorded (with its first write error):
+    /// it holds every event up to the end, including the sends the final flush produced.
+    pub fn finish_recorded(
+        mut self,
+        inputs: Vec<InputFile>,
+        container: Accounting,
+        started: Instant,
+    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>) {
         self.flows.finish(&mut self.shared);
         self.mpa_flows.finish(&mut self.shared);
         let end = FrameCtx { frame: Default::default(), ts_ns: self.last_ts };
@@ -340,6 +359,7 @@ impl Pipeline {
         flow_stats.dropped_bytes += m.dropped_bytes;
         flow_stats.overflow_gaps += m.overflow_gaps;
         flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
+        let ledger = self.shared.dedupe.take_ledger();
         let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;
         for (k, v) in self.flows.anomalies().iter().chain(self.mpa_flows.anomalies().iter()) {
             anomalies.raise_n(k, v);
@@ -396,7 +416,7 @@ impl Pipeline {
         let elapsed = started.elapsed().as_secs_f64();
         let first = self.first_ts.map(|t| t as f64 / 1e9);
         let last = self.first_ts.map(|_| self.last_ts as f64 / 1e9);
-        Results {
+        let results = Results {
             schema: report::SCHEMA,
             smbwire_version: env!("CARGO_PKG_VERSION"),
             inputs,
@@ -426,7 +446,8 @@ impl Pipeline {
                 frames: self.frames,
                 bytes_per_second: if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
             },
-        }
+        };
+        (results, ledger)
     }
 }
 
@@ -434,6 +455,7 @@ impl Pipeline {
 pub enum AnalyzeError {
     Capture(CaptureError),
     Evidence(String),
+    Ledger(String),
     Interrupted,
 }
 
@@ -441,7 +463,7 @@ impl std::fmt::Display for AnalyzeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AnalyzeError::Capture(e) => write!(f, "{e}"),
-            AnalyzeError::Evidence(e) => write!(f, "{e}"),
+            AnalyzeError::Evidence(e) | AnalyzeError::Ledger(e) => write!(f, "{e}"),
             AnalyzeError::Interrupted => write!(f, "interrupted"),
         }
     }
@@ -470,6 +492,9 @@ pub fn analyze_files(
     };
     let total = merged.total_size();
     let mut pipeline = Pipeline::new(config, evidence);
+    if let Some(p) = &config.ledger {
+        pipeline.shared.dedupe.record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
+    }
     for (_, e) in &merged.skipped {
         pipeline.shared.anomalies.raise("capture.unusable_input");
         let others = merged.used.len();
@@ -510,7 +535,15 @@ pub fn analyze_files(
             frames: frames_per_file[i],
         })
         .collect();
-    Ok(pipeline.finish(inputs, container, started))
+    let (results, ledger) = pipeline.finish_recorded(inputs, container, started);
+    if let Some((writer, error)) = ledger {
+        if let Some(e) = error {
+            return Err(AnalyzeError::Ledger(e.to_string()));
+        }
+        let run = serde_json::to_string(&results).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
+        writer.close(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
+    }
+    Ok(results)
 }
 
 // --- live snapshots ---

@@ -12,6 +12,7 @@ use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
 use super::topology::{NodeIdx, Topology};
 use super::{DedupeConfig, SendKind, SendRecord};
 use crate::anomaly::Anomalies;
+use crate::ledger::{Event, LedgerError, LedgerWriter};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -80,6 +81,23 @@ struct EdgeState {
     acc: [ClassAcc; 4],
 }
 
+/// The ledger being written; after the first error nothing more is written (the error is
+/// reported when the ledger is taken).
+struct LedgerTap {
+    writer: LedgerWriter,
+    error: Option<LedgerError>,
+}
+
+impl LedgerTap {
+    fn push(&mut self, e: &Event) {
+        if self.error.is_none() {
+            if let Err(err) = self.writer.push(e) {
+                self.error = Some(err);
+            }
+        }
+    }
+}
+
 /// Default bound on live blocks (all blocks of all sends in the window).
 pub const DEFAULT_MAX_LIVE_BLOCKS: usize = 16 * 1024 * 1024;
 
@@ -107,6 +125,8 @@ pub struct Dedupe {
     stats: IndexStats,
     anomalies: Anomalies,
     evidence: Evidence,
+    /// Every event this stage receives, recorded for `smbwire attribute` (`--ledger`).
+    ledger: Option<LedgerTap>,
 }
 
 impl Dedupe {
@@ -138,7 +158,18 @@ impl Dedupe {
             globally_unique_bytes: 0,
             stats,
             anomalies: Anomalies::default(),
+            ledger: None,
         }
+    }
+
+    /// Record every event from now on (send, complete, window sweep) into `w`.
+    pub fn record_ledger(&mut self, w: LedgerWriter) {
+        self.ledger = Some(LedgerTap { writer: w, error: None });
+    }
+
+    /// The ledger being recorded, with the first write error if any.
+    pub fn take_ledger(&mut self) -> Option<(LedgerWriter, Option<LedgerError>)> {
+        self.ledger.take().map(|t| (t.writer, t.error))
     }
 
     /// Anomalies raised so far (`dedupe.*`); also copied into the report.
@@ -155,6 +186,9 @@ impl Dedupe {
     }
 
     pub fn send(&mut self, s: SendRecord) {
+        if let Some(tap) = self.ledger.as_mut() {
+            tap.push(&Event::Send(Box::new(s.clone())));
+        }
         let header_frame = s
             .header_frame
             .filter(|h| h.file == s.first_frame.file && *h != s.first_frame)
@@ -316,6 +350,9 @@ impl Dedupe {
 
     /// The response to (conn, MessageId) was seen at `ts_ns`: its send is no longer outstanding.
     pub fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
+        if let Some(tap) = self.ledger.as_mut() {
+            tap.push(&Event::Complete { conn, message_id, ts_ns });
+        }
         let Some(slots) = self.messages.get(&(conn, message_id)) else {
             return;
         };
@@ -332,6 +369,9 @@ impl Dedupe {
 
     /// Time moved to `now_ns`: fold every send that is now older than the window.
     pub fn advance(&mut self, now_ns: u64) {
+        if let Some(tap) = self.ledger.as_mut() {
+            tap.push(&Event::Advance { ts_ns: now_ns });
+        }
         self.clock_ns = self.clock_ns.max(now_ns);
         while let Some(front) = self.sends.front() {
             if self.clock_ns - front.ts_ns <= self.cfg.window_ns {
