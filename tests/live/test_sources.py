@@ -217,6 +217,7 @@ def test_tcp_445_exact_against_kernel_and_8080_not_copied(livecat, lab, backend)
     lab.tcp_transfer(445, 1 << 20)
     segs_445 = lab.tcp_insegs() - before
     lab.tcp_transfer(8080, 1 << 20)
+    segs_8080 = lab.tcp_insegs() - before - segs_445
     r = cap.finish()
     check_invariants(r)
     st = r["stats"]
@@ -224,7 +225,11 @@ def test_tcp_445_exact_against_kernel_and_8080_not_copied(livecat, lab, backend)
     assert st["packets_matched"] == segs_445 == r["delivered"]
     assert st["bytes_matched"] > 1 << 20
     assert st["flow_count"] == 1 and st["flows"][0]["flow"].endswith("> 198.18.0.2:445 tcp")
-    assert st["packets_seen"] >= 2 * segs_445 - 10  # the 8080 transfer was seen, not copied
+    # The 8080 transfer was seen, not copied. Every segment B's TCP received passed the hook
+    # first (a frame the hook saw may still be dropped before TCP, hence >=). Its segment count
+    # is measured, not assumed equal to port 445's: segmentation of the same 1 MiB varies.
+    assert segs_8080 > (1 << 20) // 1500
+    assert st["packets_seen"] >= segs_445 + segs_8080
     # A frame B's full receive backlog refused (another busy process on the machine can cause
     # it; TCP then resends it) never reached either counter above, and must be reported as
     # exactly that interface drop; the capture itself loses nothing.
