@@ -1,4 +1,4 @@
-# Type stub of the Rust extension module smbwire._core (dissectors/src/python.rs), built by
+# Type stub of the Rust extension module smbwire._core (pybind/src/lib.rs), built by
 # maturin. Use it through smbwire.engine, which adds input checks and error mapping.
 from typing import Callable
 
@@ -10,6 +10,10 @@ def analyze(
 ) -> str:
     """Analyse the capture files together; returns the result JSON (schema "smbwire/1").
     Raises ValueError (one line) when nothing can be analysed."""
+
+def attribute(paths: list[str], config_json: str, evidence_path: str | None = None) -> str:
+    """Rerun dedupe and attribution from send ledgers; returns the result JSON (schema
+    "smbwire/1"). Raises ValueError (one line) for a file that is not a ledger."""
 
 def synth(spec_json: str, out_path: str) -> str:
     """Write a synthetic scenario capture to out_path; returns the truth JSON."""

@@ -118,9 +118,11 @@ class _Size(click.ParamType):
 @click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines).")
 @click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
               help="How many top duplicated payloads to keep and show.")
+@click.option("--ledger", metavar="OUT.parquet",
+              help="Also write the send ledger (Parquet, docs/ledger.md) for `smbwire attribute`.")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
-            evidence: str | None, top: int, quiet: bool) -> int:
+            evidence: str | None, top: int, ledger: str | None, quiet: bool) -> int:
     """Analyse capture files (pcap/pcapng) together and report duplicate payload per edge."""
     paths = engine.check_inputs(files)
     topo = load_topology(topology) if topology is not None else None
@@ -132,9 +134,9 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     show_progress = not quiet and sys.stderr.isatty()
     if show_progress:
         result = _with_progress(progress_console, lambda cb: engine.analyze(
-            paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top))
+            paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger))
     else:
-        result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top)
+        result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger)
     for line in engine.skipped_inputs(result, paths):
         click.echo(f"smbwire: warning: {line}", err=True)
 
@@ -142,6 +144,34 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         jsonout.write_json(result, json_out)
     if not quiet:
         console = Console(stderr=True) if report_to_stderr else Console()
+        render_report(result, console, top=top)
+    return 0
+
+
+@cli.command()
+@click.argument("ledgers", nargs=-1, required=True, metavar="LEDGER...")
+@click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+@click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
+              show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
+@click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
+@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines).")
+@click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
+              help="How many top duplicated payloads to keep and show.")
+@click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
+def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
+              evidence: str | None, top: int, quiet: bool) -> int:
+    """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
+
+    The result is what `analyze` on the captures would give with these options; several
+    ledgers (one per capture) are merged as one analysis of all of them (docs/ledger.md)."""
+    topo = load_topology(topology) if topology is not None else None
+    if json_out is not None:
+        jsonout.check_writable(json_out)
+    result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top)
+    if json_out is not None:
+        jsonout.write_json(result, json_out)
+    if not quiet:
+        console = Console(stderr=True) if json_out == "-" else Console()
         render_report(result, console, top=top)
     return 0
 

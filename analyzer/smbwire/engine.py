@@ -86,6 +86,7 @@ def build_config(
     topology: Topology | Mapping[str, Any] | None = None,
     window: float = DEFAULT_WINDOW_SECONDS,
     top_n: int = DEFAULT_TOP_N,
+    ledger: str | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`)."""
     if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
@@ -98,7 +99,10 @@ def build_config(
         topo = topology.to_config()
     else:
         topo = Topology.from_config(topology).to_config()
-    return {"window_seconds": float(window), "topology": topo, "top_n": top_n}
+    config: dict[str, Any] = {"window_seconds": float(window), "topology": topo, "top_n": top_n}
+    if ledger is not None:
+        config["ledger"] = ledger
+    return config
 
 
 def analyze(
@@ -109,15 +113,21 @@ def analyze(
     evidence: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
     top_n: int = DEFAULT_TOP_N,
+    ledger: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
+    `ledger`: path of the send ledger (Parquet, docs/ledger.md) the engine writes.
 
     Raises `InputError` / `UserError` for what the user can fix, `EngineUnavailable` when
     `_core` is not built, `SmbwireError` when the engine returns something that is not a
     result object."""
     files = check_inputs(paths)
-    config = build_config(topology=topology, window=window, top_n=top_n)
+    ledger_path = None
+    if ledger is not None:
+        ledger_path = os.fspath(ledger)
+        check_writable(ledger_path)
+    config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)
@@ -128,6 +138,47 @@ def analyze(
     except ValueError as e:
         raise InputError(_one_line(e)) from None
     except OSError as e:
+        raise InputError(_one_line(e)) from None
+    return _parse_result(text)
+
+
+def attribute(
+    ledgers: Sequence[str | os.PathLike[str]],
+    *,
+    topology: Topology | Mapping[str, Any] | None = None,
+    window: float = DEFAULT_WINDOW_SECONDS,
+    evidence: str | os.PathLike[str] | None = None,
+    top_n: int = DEFAULT_TOP_N,
+) -> dict[str, Any]:
+    """Rerun dedupe and attribution from send ledgers written by `analyze(..., ledger=...)`
+    (several are merged as one analysis of all their captures); returns the result dict, as
+    `analyze` on the captures with the same options would (docs/ledger.md)."""
+    if not ledgers:
+        raise InputError("no ledger file given")
+    files = [os.fspath(p) for p in ledgers]
+    seen: dict[tuple[int, int], str] = {}
+    for f in files:
+        try:
+            st = os.stat(f)
+        except FileNotFoundError:
+            raise InputError(f"{f}: no such file") from None
+        except OSError as e:
+            raise InputError(f"{f}: {e.strerror or e}") from None
+        if os.path.isdir(f):
+            raise InputError(f"{f}: is a directory, not a ledger file")
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise InputError(f"{f}: same file as {seen[key]} (a ledger given twice would count every payload as duplicated)")
+        seen[key] = f
+    config = build_config(topology=topology, window=window, top_n=top_n)
+    evidence_path = None
+    if evidence is not None:
+        evidence_path = os.fspath(evidence)
+        check_writable(evidence_path)
+    core = load_core()
+    try:
+        text = core.attribute(files, json.dumps(config), evidence_path)
+    except (ValueError, OSError) as e:
         raise InputError(_one_line(e)) from None
     return _parse_result(text)
 

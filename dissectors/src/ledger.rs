@@ -72,8 +72,13 @@ message smbwire_ledger {
   required binary digest;
   required binary block_hashes;
   required binary block_trivial;
+  required int64 at_ns;
 }
 ";
+
+/// `at_ns` of the events produced by the end-of-input flush (streams cut short, RDMA
+/// transfers never completed): after every frame of every capture.
+pub const AT_END: u64 = i64::MAX as u64;
 
 const EV_SEND: i32 = 0;
 const EV_COMPLETE: i32 = 1;
@@ -136,6 +141,7 @@ struct Columns {
     digest: Vec<ByteArray>,
     block_hashes: Vec<ByteArray>,
     block_trivial: Vec<ByteArray>,
+    at_ns: Vec<i64>,
 }
 
 fn ip_bytes(ip: IpAddr) -> ByteArray {
@@ -167,7 +173,8 @@ impl Columns {
         self.message_id.push(message_id as i64);
     }
 
-    fn push(&mut self, e: &Event) {
+    fn push(&mut self, at_ns: u64, e: &Event) {
+        self.at_ns.push(at_ns.min(AT_END) as i64);
         match e {
             Event::Send(s) => {
                 self.push_common(EV_SEND, s.ts_ns, s.conn, s.message_id);
@@ -278,8 +285,10 @@ impl LedgerWriter {
         Ok(LedgerWriter { path: path.to_string(), writer: Some(writer), cols: Columns::default(), rows: 0 })
     }
 
-    pub fn push(&mut self, e: &Event) -> Result<(), LedgerError> {
-        self.cols.push(e);
+    /// Appends one event, received by the ordered stage while the frame of capture time
+    /// `at_ns` was processed (`AT_END` during the end-of-input flush).
+    pub fn push(&mut self, at_ns: u64, e: &Event) -> Result<(), LedgerError> {
+        self.cols.push(at_ns, e);
         self.rows += 1;
         if self.cols.len() >= ROW_GROUP_ROWS {
             self.flush()?;
@@ -334,6 +343,7 @@ impl LedgerWriter {
                 (23, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.digest, None, None),
                 (24, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.block_hashes, None, None),
                 (25, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.block_trivial, None, None),
+                (26, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.at_ns, None, None),
                 _ => return Err(err(&path, format!("ledger schema column {i} has an unexpected type"))),
             };
             r.map_err(|e| err(&path, e))?;
@@ -357,9 +367,11 @@ impl LedgerWriter {
     }
 }
 
-/// A ledger read back: its events in order and the run metadata.
+/// A ledger read back whole: its events in order, with the capture time each reached the
+/// ordered stage (`at_ns`), and the run metadata.
 pub struct Ledger {
     pub events: Vec<Event>,
+    pub at_ns: Vec<u64>,
     pub run: String,
 }
 
@@ -415,27 +427,50 @@ fn blocks_of(path: &str, len: u64, hashes: &[u8], trivial: &[u8]) -> Result<Vec<
         .collect())
 }
 
-/// Reads a whole ledger. Refuses a file that is not a ledger of this format with one line.
-pub fn read(path: &str) -> Result<Ledger, LedgerError> {
-    let file = File::open(path).map_err(|e| err(path, format!("cannot read ledger: {e}")))?;
-    let reader = SerializedFileReader::new(file).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
-    let meta = reader.metadata();
-    let kv = meta.file_metadata().key_value_metadata().cloned().unwrap_or_default();
-    let get = |k: &str| kv.iter().find(|x| x.key == k).and_then(|x| x.value.clone());
-    match get(KEY_FORMAT) {
-        Some(f) if f == LEDGER_FORMAT => {}
-        Some(f) => return Err(err(path, format!("ledger format {f} is not {LEDGER_FORMAT}"))),
-        None => return Err(err(path, "not an smbwire ledger (no smbwire.ledger metadata)")),
+/// Reads a ledger one row group at a time (memory: one row group, `ROW_GROUP_ROWS` events),
+/// so ledgers of terabyte captures replay in bounded memory.
+pub struct LedgerReader {
+    path: String,
+    reader: SerializedFileReader<File>,
+    next_group: usize,
+    /// The run metadata (JSON) from the footer.
+    pub run: String,
+}
+
+impl LedgerReader {
+    /// Opens a ledger. Refuses a file that is not a ledger of this format with one line.
+    pub fn open(path: &str) -> Result<Self, LedgerError> {
+        let file = File::open(path).map_err(|e| err(path, format!("cannot read ledger: {e}")))?;
+        let reader = SerializedFileReader::new(file).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
+        let meta = reader.metadata();
+        let kv = meta.file_metadata().key_value_metadata().cloned().unwrap_or_default();
+        let get = |k: &str| kv.iter().find(|x| x.key == k).and_then(|x| x.value.clone());
+        match get(KEY_FORMAT) {
+            Some(f) if f == LEDGER_FORMAT => {}
+            Some(f) => return Err(err(path, format!("ledger format {f} is not {LEDGER_FORMAT}"))),
+            None => return Err(err(path, "not an smbwire ledger (no smbwire.ledger metadata)")),
+        }
+        let run = get(KEY_RUN).ok_or_else(|| err(path, "ledger without its run metadata"))?;
+        let expected = parse_message_type(SCHEMA).map_err(|e| err(path, e))?;
+        if meta.file_metadata().schema() != &expected {
+            return Err(err(path, "ledger columns differ from smbwire-ledger/1"));
+        }
+        Ok(LedgerReader { path: path.to_string(), reader, next_group: 0, run })
     }
-    let run = get(KEY_RUN).ok_or_else(|| err(path, "ledger without its run metadata"))?;
-    let expected = parse_message_type(SCHEMA).map_err(|e| err(path, e))?;
-    if meta.file_metadata().schema() != &expected {
-        return Err(err(path, "ledger columns differ from smbwire-ledger/1"));
-    }
-    let mut events = Vec::new();
-    for g in 0..meta.num_row_groups() {
+
+    /// The events of the next row group with their `at_ns`, or None at the end.
+    pub fn next_group(&mut self) -> Result<Option<Vec<(u64, Event)>>, LedgerError> {
+        let path = self.path.as_str();
+        let meta = self.reader.metadata();
+        let g = self.next_group;
+        if g >= meta.num_row_groups() {
+            return Ok(None);
+        }
+        self.next_group += 1;
+        let mut events = Vec::new();
+        {
         let n = meta.row_group(g).num_rows() as usize;
-        let rg = reader.get_row_group(g).map_err(|e| err(path, e))?;
+        let rg = self.reader.get_row_group(g).map_err(|e| err(path, e))?;
         let (event, _) = read_col!(rg, 0, Int32ColumnReader, n, path);
         let (ts, _) = read_col!(rg, 1, Int64ColumnReader, n, path);
         let (conn, _) = read_col!(rg, 2, Int64ColumnReader, n, path);
@@ -460,6 +495,7 @@ pub fn read(path: &str) -> Result<Ledger, LedgerError> {
         let (digest, _) = read_col!(rg, 23, ByteArrayColumnReader, n, path);
         let (bh, _) = read_col!(rg, 24, ByteArrayColumnReader, n, path);
         let (bt, _) = read_col!(rg, 25, ByteArrayColumnReader, n, path);
+        let (at, _) = read_col!(rg, 26, Int64ColumnReader, n, path);
         let share = unpack(share, &share_d);
         let fname = unpack(fname, &fname_d);
         let hf = unpack(hf, &hf_d);
@@ -513,10 +549,27 @@ pub fn read(path: &str) -> Result<Ledger, LedgerError> {
                 EV_ADVANCE => Event::Advance { ts_ns: ts[i] as u64 },
                 e => return Err(err(path, format!("ledger event type {e}"))),
             };
-            events.push(ev);
+            if at[i] < 0 {
+                return Err(err(path, format!("ledger event time {} is negative", at[i])));
+            }
+            events.push((at[i] as u64, ev));
+        }
+        }
+        Ok(Some(events))
+    }
+}
+
+/// Reads a whole ledger (tests and small ledgers; `LedgerReader` streams).
+pub fn read(path: &str) -> Result<Ledger, LedgerError> {
+    let mut r = LedgerReader::open(path)?;
+    let (mut events, mut at_ns) = (Vec::new(), Vec::new());
+    while let Some(group) = r.next_group()? {
+        for (at, e) in group {
+            at_ns.push(at);
+            events.push(e);
         }
     }
-    Ok(Ledger { events, run })
+    Ok(Ledger { events, at_ns, run: r.run })
 }
 
 /// Feeds recorded events to an ordered stage, in order: `Dedupe::finish` then gives the
@@ -578,15 +631,17 @@ mod tests {
                 events.push(Event::Complete { conn: 3 + i, message_id: 100 + i, ts_ns: 9 + i });
             }
         }
+        let at: Vec<u64> = (0..events.len() as u64).map(|i| if i + 1 == events.len() as u64 { AT_END } else { 1000 + i / 3 }).collect();
         let mut w = LedgerWriter::create(path).unwrap();
-        for e in &events {
-            w.push(e).unwrap();
+        for (e, t) in events.iter().zip(&at) {
+            w.push(*t, e).unwrap();
         }
         assert_eq!(w.close("{\"inputs\":[]}").unwrap(), events.len() as u64);
         let back = read(path).unwrap();
         assert_eq!(back.run, "{\"inputs\":[]}");
         assert_eq!(back.events.len(), events.len());
         assert!(back.events == events, "events differ after the round trip");
+        assert_eq!(back.at_ns, at);
         std::fs::remove_dir_all(&dir).ok();
     }
 

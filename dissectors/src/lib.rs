@@ -8,6 +8,7 @@
 //! `pipeline` wires the stages together; `python` exposes it as `smbwire._core`.
 
 pub mod accounting;
+pub mod attribute;
 pub mod anomaly;
 pub mod capture;
 pub mod dedupe;

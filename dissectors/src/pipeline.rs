@@ -188,6 +188,7 @@ impl Pipeline {
     pub fn process(&mut self, frame: &RawFrame<'_>) {
         self.frames += 1;
         let ts = frame.info.ts_ns;
+        self.shared.dedupe.note_time(ts);
         if self.first_ts.is_none() {
             self.first_ts = Some(ts);
             self.last_sweep = ts;
@@ -339,7 +340,8 @@ impl Pipeline {
         inputs: Vec<InputFile>,
         container: Accounting,
         started: Instant,
-    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>) {
+    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<String>) {
+        self.shared.dedupe.note_time(crate::ledger::AT_END);
         self.flows.finish(&mut self.shared);
         self.mpa_flows.finish(&mut self.shared);
         let end = FrameCtx { frame: Default::default(), ts_ns: self.last_ts };
@@ -376,43 +378,8 @@ impl Pipeline {
         let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum();
         let total_bytes = accounting.total();
         let smb2 = smb.stats();
-        let mut warnings = std::mem::take(&mut self.warnings);
+        let input_warnings = std::mem::take(&mut self.warnings);
         let tcp = TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1);
-        if tcp.gap_bytes > 0 {
-            warnings.push(format!(
-                "{} bytes missing from TCP streams in {} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed",
-                tcp.gap_bytes, tcp.gaps
-            ));
-        }
-        if tcp.mirror_duplicate_frames > 0 {
-            warnings.push(format!(
-                "{} frames seen twice on the mirror port were removed (never counted as a second send)",
-                tcp.mirror_duplicate_frames
-            ));
-        }
-        if tcp.retransmitted_bytes > 0 {
-            warnings.push(format!(
-                "{} retransmitted TCP bytes in {} segments were removed",
-                tcp.retransmitted_bytes, tcp.retransmitted_segments
-            ));
-        }
-        let enc = accounting.get(cat::SMB_ENCRYPTED);
-        if enc > 0 {
-            warnings.push(format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"));
-        }
-        let comp = accounting.get(cat::SMB_COMPRESSED);
-        if comp > 0 {
-            warnings.push(format!("{comp} bytes of compressed SMB3 messages were not analysed (decompression comes later)"));
-        }
-        if total_bytes != input_bytes {
-            warnings.push(format!(
-                "byte accounting does not reconcile: {total_bytes} accounted vs {input_bytes} in the input (a bug: please report it)"
-            ));
-        }
-        let n_anom: u64 = anomaly_counts.values().sum();
-        if n_anom > 0 {
-            warnings.push(format!("{n_anom} anomalies in the input (see \"anomalies\")"));
-        }
         let elapsed = started.elapsed().as_secs_f64();
         let first = self.first_ts.map(|t| t as f64 / 1e9);
         let last = self.first_ts.map(|_| self.last_ts as f64 / 1e9);
@@ -440,14 +407,19 @@ impl Pipeline {
             tcp,
             smb2,
             rdma: rdma.stats,
-            warnings,
+            warnings: input_warnings.clone(),
             analysis: AnalysisStats {
                 elapsed_seconds: elapsed,
                 frames: self.frames,
                 bytes_per_second: if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
             },
         };
-        (results, ledger)
+        let mut results = results;
+        // The warnings that follow from the figures: one function, shared with `attribute`.
+        if let Ok(v) = serde_json::to_value(&results) {
+            results.warnings.extend(report::derived_warnings(&v));
+        }
+        (results, ledger, input_warnings)
     }
 }
 
@@ -535,12 +507,13 @@ pub fn analyze_files(
             frames: frames_per_file[i],
         })
         .collect();
-    let (results, ledger) = pipeline.finish_recorded(inputs, container, started);
+    let (results, ledger, input_warnings) = pipeline.finish_recorded(inputs, container, started);
     if let Some((writer, error)) = ledger {
         if let Some(e) = error {
             return Err(AnalyzeError::Ledger(e.to_string()));
         }
-        let run = serde_json::to_string(&results).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
+        let run = serde_json::json!({ "results": &results, "input_warnings": input_warnings });
+        let run = serde_json::to_string(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
         writer.close(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
     }
     Ok(results)

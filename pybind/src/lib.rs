@@ -45,6 +45,31 @@ fn analyze(
     }
 }
 
+/// Rerun dedupe and attribution from send ledgers (`analyze --ledger`) under the config's
+/// topology, window and top-N; returns the result as a JSON string (schema "smbwire/1").
+#[pyfunction]
+#[pyo3(signature = (paths, config_json, evidence_path=None))]
+fn attribute(py: Python<'_>, paths: Vec<String>, config_json: &str, evidence_path: Option<String>) -> PyResult<String> {
+    let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+    let mut interrupted: Option<PyErr> = None;
+    let mut tick = |_: u64, _: u64| -> bool {
+        if let Err(e) = py.check_signals() {
+            interrupted = Some(e);
+            return false;
+        }
+        true
+    };
+    let result = smbwire_dissectors::attribute::attribute_files(&paths, &config, evidence_path.as_deref(), &mut tick);
+    if let Some(e) = interrupted {
+        return Err(e);
+    }
+    match result {
+        Ok(v) => serde_json::to_string(&v).map_err(|e| PyValueError::new_err(format!("cannot serialise result: {e}"))),
+        Err(AnalyzeError::Interrupted) => Err(PyKeyboardInterrupt::new_err("interrupted")),
+        Err(e) => Err(PyValueError::new_err(e.to_string())),
+    }
+}
+
 /// Generate a scenario capture; returns the truth (expected figures) as JSON.
 #[pyfunction]
 fn synth(spec_json: &str, out_path: &str) -> PyResult<String> {
@@ -190,6 +215,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(target_os = "linux")]
     m.add_class::<PyLiveSession>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
+    m.add_function(wrap_pyfunction!(attribute, m)?)?;
     m.add_function(wrap_pyfunction!(synth, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())

@@ -86,12 +86,16 @@ struct EdgeState {
 struct LedgerTap {
     writer: LedgerWriter,
     error: Option<LedgerError>,
+    /// Capture time of the frame being processed (`Dedupe::note_time`): when each event
+    /// reached this stage, so ledgers of several captures merge in the order one analysis
+    /// of all of them would have produced.
+    now_ns: u64,
 }
 
 impl LedgerTap {
     fn push(&mut self, e: &Event) {
         if self.error.is_none() {
-            if let Err(err) = self.writer.push(e) {
+            if let Err(err) = self.writer.push(self.now_ns, e) {
                 self.error = Some(err);
             }
         }
@@ -164,7 +168,16 @@ impl Dedupe {
 
     /// Record every event from now on (send, complete, window sweep) into `w`.
     pub fn record_ledger(&mut self, w: LedgerWriter) {
-        self.ledger = Some(LedgerTap { writer: w, error: None });
+        self.ledger = Some(LedgerTap { writer: w, error: None, now_ns: 0 });
+    }
+
+    /// The capture time of the frame being processed, recorded with each ledger event
+    /// (`crate::ledger::AT_END` for the end-of-input flush). Nothing when no ledger is recorded.
+    #[inline]
+    pub fn note_time(&mut self, ts_ns: u64) {
+        if let Some(tap) = self.ledger.as_mut() {
+            tap.now_ns = ts_ns;
+        }
     }
 
     /// The ledger being recorded, with the first write error if any.
