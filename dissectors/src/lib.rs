@@ -12,6 +12,7 @@ pub mod attribute;
 pub mod anomaly;
 pub mod capture;
 pub mod dedupe;
+pub mod fasthash;
 pub mod frame;
 pub mod ledger;
 pub mod live;

@@ -7,7 +7,8 @@ use super::{SendKind, Transport};
 use crate::anomaly::Anomalies;
 use serde::{Serialize, Serializer};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use crate::fasthash::DigestMap;
+use std::collections::BinaryHeap;
 use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -113,7 +114,7 @@ impl Ord for Ranked {
 
 pub struct Evidence {
     writer: Option<Box<dyn Write + Send>>,
-    open: HashMap<PayloadKey, Open>,
+    open: DigestMap<PayloadKey, Open>,
     stored_sends: usize,
     top_n: usize,
     /// Min-heap of the best `top_n` so far.
@@ -125,7 +126,7 @@ impl Evidence {
     pub fn new(writer: Option<Box<dyn Write + Send>>, top_n: usize) -> Self {
         Evidence {
             writer,
-            open: HashMap::new(),
+            open: Default::default(),
             stored_sends: 0,
             top_n,
             top: BinaryHeap::new(),

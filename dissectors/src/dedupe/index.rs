@@ -13,7 +13,8 @@ use super::topology::{NodeIdx, Topology};
 use super::{DedupeConfig, SendKind, SendRecord};
 use crate::anomaly::Anomalies;
 use crate::ledger::{Event, LedgerError, LedgerWriter};
-use std::collections::{HashMap, VecDeque};
+use crate::fasthash::{DigestMap, FastMap};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub use super::figures::DedupeReport;
@@ -115,15 +116,15 @@ pub struct Dedupe {
     next_seq: u64,
     sends: VecDeque<LiveSend>,
     /// (conn, MessageId) → live send per kind (Write, Read).
-    messages: HashMap<(u64, u64), [Option<u64>; 2]>,
-    edge_ids: HashMap<(NodeIdx, NodeIdx), u32>,
+    messages: FastMap<(u64, u64), [Option<u64>; 2]>,
+    edge_ids: FastMap<(NodeIdx, NodeIdx), u32>,
     edges: Vec<EdgeState>,
     /// (edge, block hash) → latest send that carried the block on that edge.
-    edge_blocks: HashMap<(u32, [u8; 16]), u64>,
+    edge_blocks: DigestMap<(u32, [u8; 16]), u64>,
     /// Block hash → latest send that carried it on any edge.
-    global_blocks: HashMap<[u8; 16], u64>,
+    global_blocks: DigestMap<[u8; 16], u64>,
     /// (receiver, block hash) → latest WRITE instance into that node not yet marked forwarded.
-    inbound: HashMap<(NodeIdx, [u8; 16]), BlockRef>,
+    inbound: DigestMap<(NodeIdx, [u8; 16]), BlockRef>,
     live_blocks: usize,
     globally_unique_bytes: u64,
     stats: IndexStats,
@@ -152,12 +153,12 @@ impl Dedupe {
             clock_ns: 0,
             next_seq: 0,
             sends: VecDeque::new(),
-            messages: HashMap::new(),
-            edge_ids: HashMap::new(),
+            messages: Default::default(),
+            edge_ids: Default::default(),
             edges: Vec::new(),
-            edge_blocks: HashMap::new(),
-            global_blocks: HashMap::new(),
-            inbound: HashMap::new(),
+            edge_blocks: Default::default(),
+            global_blocks: Default::default(),
+            inbound: Default::default(),
             live_blocks: 0,
             globally_unique_bytes: 0,
             stats,

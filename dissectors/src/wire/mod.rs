@@ -154,23 +154,42 @@ fn link(lt: u32, data: &[u8]) -> Result<(Network, usize), DecodeError> {
     }
 }
 
-/// FNV-1a, 64-bit: a fast non-cryptographic hash for frame fingerprints.
+/// A fast non-cryptographic hash for frame fingerprints: 8 bytes at a time through a folded
+/// 64x64->128-bit multiply (the mixing step of wyhash/foldhash), about ten times fewer
+/// dependent multiplies than byte-wise FNV-1a. Not seeded: signatures only need to be stable
+/// within one run.
 #[derive(Clone, Copy)]
 struct Fnv(u64);
 
+const FP_K0: u64 = 0xa076_1d64_78bd_642f;
+const FP_K1: u64 = 0xe703_7ed1_a0b4_28db;
+
+#[inline]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = (a as u128).wrapping_mul(b as u128);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
 impl Fnv {
     fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
+        Fnv(0x243f_6a88_85a3_08d3)
     }
+    #[inline]
     fn bytes(mut self, data: &[u8]) -> Self {
-        for &b in data {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        let mut chunks = data.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().unwrap());
+            self.0 = fold_mul(self.0 ^ w, FP_K0);
         }
+        let rest = chunks.remainder();
+        let mut tail = [0u8; 8];
+        tail[..rest.len()].copy_from_slice(rest);
+        // The length keeps "ab" + "" apart from "a" + "b".
+        self.0 = fold_mul(self.0 ^ u64::from_le_bytes(tail), FP_K1 ^ data.len() as u64);
         self
     }
     fn finish(self) -> u64 {
-        self.0
+        fold_mul(self.0, FP_K0)
     }
 }
 
