@@ -117,6 +117,8 @@ pub struct IndexStats {
     pub peak_live_blocks: u64,
     /// Approximate peak memory of the index, sends, block maps and evidence (bytes).
     pub peak_bytes_estimate: u64,
+    /// The index's memory per live block when the live blocks peaked (bytes; 0 when none).
+    pub bytes_per_live_block: f64,
     /// Configured bound on live blocks.
     pub max_live_blocks: u64,
     /// Sends folded before their window ended because the live-block bound was reached.

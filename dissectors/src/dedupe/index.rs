@@ -5,6 +5,12 @@
 //! figures when it leaves the window (`advance`) or at `finish`, and every map entry that
 //! points at it is dropped then: memory is bounded by what crossed within one window, and
 //! additionally by `DedupeConfig::max_live_blocks`.
+//!
+//! Layout (about 30-45 bytes per live block): every live block, in send order, is one
+//! 21-byte record in a ring (`blocks`: its 16-byte digest, a 4-byte link, flags) addressed by
+//! a running block position; a send holds the position of its first block. The three lookup
+//! tables (per edge, global, per receiver) hold only 4-byte positions: their keys (digest,
+//! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Repeated};
 use super::evidence::{Evidence, PayloadKey, SendEvidence};
@@ -13,38 +19,62 @@ use super::topology::{NodeIdx, Topology};
 use super::{DedupeConfig, SendKind, SendRecord};
 use crate::anomaly::Anomalies;
 use crate::ledger::{Event, LedgerError, LedgerWriter};
-use crate::fasthash::{DigestMap, FastMap};
+use crate::fasthash::FastMap;
+use crate::payload::BLOCK_SIZE;
+use hashbrown::HashTable;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub use super::figures::DedupeReport;
 
-/// A block instance: send sequence number and block index in that send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct BlockRef {
-    seq: u64,
-    idx: u32,
-}
+const F_TRIVIAL: u8 = 1;
+const F_GLOBAL_UNIQUE: u8 = 2;
+const F_FORWARDED: u8 = 4;
+/// Two bits: `DupKind` (0 unique, 1 per-copy, 2 repeated content).
+const F_DUP_SHIFT: u8 = 3;
 
-impl BlockRef {
-    const NONE: BlockRef = BlockRef {
-        seq: u64::MAX,
-        idx: 0,
-    };
-}
-
+/// One live block: 21 bytes, no padding (every field is bytes).
+#[derive(Clone, Copy)]
 struct LiveBlock {
     hash: [u8; 16],
-    len: u32,
-    trivial: bool,
-    dup: DupKind,
-    /// First time on any edge within the window.
-    global_unique: bool,
+    /// Positions back to the previous WRITE instance of this block into the same receiver
+    /// not yet marked forwarded (0: none).
+    prev_inbound: [u8; 4],
+    flags: u8,
+}
+
+impl LiveBlock {
+    fn new(hash: [u8; 16], trivial: bool) -> Self {
+        LiveBlock { hash, prev_inbound: [0; 4], flags: if trivial { F_TRIVIAL } else { 0 } }
+    }
+    fn trivial(&self) -> bool {
+        self.flags & F_TRIVIAL != 0
+    }
+    fn global_unique(&self) -> bool {
+        self.flags & F_GLOBAL_UNIQUE != 0
+    }
     /// The receiver of this (WRITE) block wrote it on to another node within the window.
-    forwarded: bool,
-    /// Previous WRITE instance of this block into the same receiver not yet marked
-    /// forwarded (`BlockRef::NONE` at the start of the chain).
-    prev_inbound: BlockRef,
+    fn forwarded(&self) -> bool {
+        self.flags & F_FORWARDED != 0
+    }
+    fn dup(&self) -> DupKind {
+        match (self.flags >> F_DUP_SHIFT) & 3 {
+            0 => DupKind::Unique,
+            1 => DupKind::PerCopy,
+            _ => DupKind::RepeatedContent,
+        }
+    }
+    fn set_dup(&mut self, d: DupKind) {
+        let v = match d {
+            DupKind::Unique => 0,
+            DupKind::PerCopy => 1,
+            DupKind::RepeatedContent => 2,
+        };
+        self.flags = (self.flags & !(3 << F_DUP_SHIFT)) | (v << F_DUP_SHIFT);
+    }
+    fn prev_inbound(&self) -> u32 {
+        u32::from_le_bytes(self.prev_inbound)
+    }
 }
 
 struct LiveSend {
@@ -62,8 +92,63 @@ struct LiveSend {
     /// Edge payload epoch when the send happened (see `EdgeState::epoch`).
     epoch: u64,
     completed_ns: Option<u64>,
-    blocks: Vec<LiveBlock>,
+    /// Position of its first block in the ring, its block count and the last one's length
+    /// (the others are `BLOCK_SIZE`: blocks are aligned to the payload's start).
+    first_pos: u64,
+    n_blocks: u32,
+    last_len: u32,
 }
+
+impl LiveSend {
+    fn block_len(&self, i: usize) -> u64 {
+        if i + 1 == self.n_blocks as usize {
+            self.last_len as u64
+        } else {
+            BLOCK_SIZE as u64
+        }
+    }
+}
+
+/// A 32-bit table entry back to the block's running position: live positions span less than
+/// 2^32 (`MAX_LIVE_BLOCKS_LIMIT`), so the low 32 bits identify one.
+#[inline]
+fn full_pos(front_pos: u64, p: u32) -> u64 {
+    front_pos + u64::from(p.wrapping_sub(front_pos as u32))
+}
+
+/// Index in `sends` of the send holding block position `pos` (which must be live).
+#[inline]
+fn send_at(sends: &VecDeque<LiveSend>, pos: u64) -> usize {
+    sends.partition_point(|s| s.first_pos + u64::from(s.n_blocks) <= pos)
+}
+
+const HK0: u64 = 0xa076_1d64_78bd_642f;
+const HK1: u64 = 0xe703_7ed1_a0b4_28db;
+const HK2: u64 = 0x8ebc_6af0_9c88_c6e3;
+
+#[inline]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = (a as u128).wrapping_mul(b as u128);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// Table hashes. Block digests are BLAKE3 output (uniform, not steerable without a
+/// preimage), so their first 8 bytes suffice; the edge / receiver is mixed in.
+#[inline]
+fn h_global(h: &[u8; 16]) -> u64 {
+    fold_mul(u64::from_le_bytes(h[..8].try_into().unwrap()) ^ HK2, HK0)
+}
+#[inline]
+fn h_edge(edge: u32, h: &[u8; 16]) -> u64 {
+    fold_mul(u64::from_le_bytes(h[..8].try_into().unwrap()) ^ u64::from(edge).wrapping_add(1).wrapping_mul(HK1), HK0)
+}
+#[inline]
+fn h_node(node: NodeIdx, h: &[u8; 16]) -> u64 {
+    fold_mul(u64::from_le_bytes(h[..8].try_into().unwrap()) ^ u64::from(node.0).wrapping_add(1).wrapping_mul(HK2), HK1)
+}
+
+/// Largest accepted live-block bound: table entries are 32-bit positions.
+pub const MAX_LIVE_BLOCKS_LIMIT: usize = 1 << 31;
 
 #[derive(Default, Clone, Copy)]
 struct ClassAcc {
@@ -115,17 +200,19 @@ pub struct Dedupe {
     /// `next_seq - sends.len()`.
     next_seq: u64,
     sends: VecDeque<LiveSend>,
+    /// Every block of every live send, in order; `blocks[0]` is at position `front_pos`.
+    blocks: VecDeque<LiveBlock>,
+    front_pos: u64,
     /// (conn, MessageId) → live send per kind (Write, Read).
     messages: FastMap<(u64, u64), [Option<u64>; 2]>,
     edge_ids: FastMap<(NodeIdx, NodeIdx), u32>,
     edges: Vec<EdgeState>,
-    /// (edge, block hash) → latest send that carried the block on that edge.
-    edge_blocks: DigestMap<(u32, [u8; 16]), u64>,
-    /// Block hash → latest send that carried it on any edge.
-    global_blocks: DigestMap<[u8; 16], u64>,
-    /// (receiver, block hash) → latest WRITE instance into that node not yet marked forwarded.
-    inbound: DigestMap<(NodeIdx, [u8; 16]), BlockRef>,
-    live_blocks: usize,
+    /// (edge, block digest) → position of the latest block instance on that edge.
+    edge_blocks: HashTable<u32>,
+    /// Block digest → position of the latest instance on any edge.
+    global_blocks: HashTable<u32>,
+    /// (receiver, block digest) → latest WRITE instance into that node not yet marked forwarded.
+    inbound: HashTable<u32>,
     globally_unique_bytes: u64,
     stats: IndexStats,
     anomalies: Anomalies,
@@ -140,6 +227,8 @@ impl Dedupe {
         topo: Topology,
         evidence: Option<Box<dyn std::io::Write + Send>>,
     ) -> Self {
+        let mut cfg = cfg;
+        cfg.max_live_blocks = cfg.max_live_blocks.min(MAX_LIVE_BLOCKS_LIMIT);
         let stats = IndexStats {
             window_seconds: cfg.window_ns as f64 / 1e9,
             max_live_blocks: cfg.max_live_blocks as u64,
@@ -153,13 +242,14 @@ impl Dedupe {
             clock_ns: 0,
             next_seq: 0,
             sends: VecDeque::new(),
+            blocks: VecDeque::new(),
+            front_pos: 0,
             messages: Default::default(),
             edge_ids: Default::default(),
             edges: Vec::new(),
-            edge_blocks: Default::default(),
-            global_blocks: Default::default(),
-            inbound: Default::default(),
-            live_blocks: 0,
+            edge_blocks: HashTable::new(),
+            global_blocks: HashTable::new(),
+            inbound: HashTable::new(),
             globally_unique_bytes: 0,
             stats,
             anomalies: Anomalies::default(),
@@ -196,7 +286,7 @@ impl Dedupe {
     }
 
     pub fn live_blocks(&self) -> usize {
-        self.live_blocks
+        self.blocks.len()
     }
 
     pub fn send(&mut self, s: SendRecord) {
@@ -245,7 +335,6 @@ impl Dedupe {
             e.epoch
         };
         let seq = self.next_seq;
-        let front_seq = seq - self.sends.len() as u64;
 
         let nontrivial_len: u64 = s
             .digest
@@ -278,64 +367,9 @@ impl Dedupe {
         self.evidence
             .on_send(payload, nontrivial_len, ev, &mut self.anomalies);
 
-        let mut blocks = Vec::with_capacity(s.digest.blocks.len());
-        for (i, b) in s.digest.blocks.iter().enumerate() {
-            let mut lb = LiveBlock {
-                hash: b.hash,
-                len: b.len,
-                trivial: b.trivial,
-                dup: DupKind::Unique,
-                global_unique: false,
-                forwarded: false,
-                prev_inbound: BlockRef::NONE,
-            };
-            if b.trivial {
-                // Equal-byte blocks collide everywhere by nature; never index them.
-                blocks.push(lb);
-                continue;
-            }
-            lb.global_unique = self.global_blocks.insert(b.hash, seq).is_none();
-            if let Some(prev) = self.edge_blocks.insert((edge, b.hash), seq) {
-                let repeated = if prev == seq {
-                    Some(Repeated {
-                        same_send: true,
-                        same_payload: true,
-                        outstanding: true,
-                        consecutive: true,
-                    })
-                } else {
-                    // Entries are dropped with their send, so `prev` is live; `get` keeps a
-                    // broken invariant from becoming a panic (the block then counts as unique).
-                    prev.checked_sub(front_seq)
-                        .and_then(|i| self.sends.get(i as usize))
-                        .map(|e| Repeated {
-                            same_send: false,
-                            same_payload: e.payload == payload,
-                            outstanding: e.completed_ns.is_none_or(|c| c > s.ts_ns),
-                            consecutive: e.epoch == epoch,
-                        })
-                };
-                if let Some(repeated) = repeated {
-                    lb.dup = dup_kind(&repeated);
-                }
-            }
-            if s.kind == SendKind::Write && src != dst {
-                // `src` writes the block on: every earlier WRITE of it into `src` was forwarded.
-                if let Some(head) = self.inbound.remove(&(src, b.hash)) {
-                    mark_forwarded(&mut self.sends, front_seq, head);
-                }
-            }
-            if s.kind == SendKind::Write {
-                let me = BlockRef { seq, idx: i as u32 };
-                lb.prev_inbound = self
-                    .inbound
-                    .insert((dst, b.hash), me)
-                    .unwrap_or(BlockRef::NONE);
-            }
-            blocks.push(lb);
-        }
-
-        self.live_blocks += blocks.len();
+        // The send goes in first, so positions of its own blocks resolve to it while its
+        // blocks are indexed (a block repeated within one payload).
+        let first_pos = self.front_pos + self.blocks.len() as u64;
         self.sends.push_back(LiveSend {
             conn: s.conn,
             message_id: s.message_id,
@@ -349,13 +383,92 @@ impl Dedupe {
             payload,
             epoch,
             completed_ns: None,
-            blocks,
+            first_pos,
+            n_blocks: 0,
+            last_len: s.digest.blocks.last().map_or(0, |b| b.len),
         });
+        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, .. } = self;
+        let front = *front_pos;
+        for b in &s.digest.blocks {
+            let pos = front + blocks.len() as u64;
+            blocks.push_back(LiveBlock::new(b.hash, b.trivial));
+            sends.back_mut().expect("pushed above").n_blocks += 1;
+            if b.trivial {
+                // Equal-byte blocks collide everywhere by nature; never index them.
+                continue;
+            }
+            let hash = b.hash;
+            let p32 = pos as u32;
+            let mut flags = 0u8;
+            let mut dup = DupKind::Unique;
+            let mut prev_inbound = 0u32;
+            // Global: first instance on any edge within the window?
+            let ring = &*blocks;
+            let at = |p: u32| &ring[(full_pos(front, p) - front) as usize];
+            match global_blocks.find_mut(h_global(&hash), |&p| at(p).hash == hash) {
+                Some(e) => *e = p32,
+                None => {
+                    flags |= F_GLOBAL_UNIQUE;
+                    global_blocks.insert_unique(h_global(&hash), p32, |&p| h_global(&at(p).hash));
+                }
+            }
+            // Per edge: the latest earlier instance on this edge says what kind of duplicate.
+            let edge_of = |p: u32| sends[send_at(sends, full_pos(front, p))].edge;
+            let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |&p| at(p).hash == hash && edge_of(p) == edge) {
+                Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
+                None => {
+                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |&p| h_edge(edge_of(p), &at(p).hash));
+                    None
+                }
+            };
+            if let Some(prev) = prev {
+                let e = &sends[send_at(sends, prev)];
+                let repeated = if prev >= first_pos {
+                    Repeated { same_send: true, same_payload: true, outstanding: true, consecutive: true }
+                } else {
+                    Repeated {
+                        same_send: false,
+                        same_payload: e.payload == payload,
+                        outstanding: e.completed_ns.is_none_or(|c| c > s.ts_ns),
+                        consecutive: e.epoch == epoch,
+                    }
+                };
+                dup = dup_kind(&repeated);
+            }
+            let dst_of = |p: u32| sends[send_at(sends, full_pos(front, p))].dst;
+            let mut head = None;
+            if s.kind == SendKind::Write && src != dst {
+                // `src` writes the block on: every earlier WRITE of it into `src` was forwarded.
+                if let Ok(entry) = inbound.find_entry(h_node(src, &hash), |&p| at(p).hash == hash && dst_of(p) == src) {
+                    head = Some(full_pos(front, *entry.get()));
+                    entry.remove();
+                }
+            }
+            if s.kind == SendKind::Write {
+                match inbound.find_mut(h_node(dst, &hash), |&p| at(p).hash == hash && dst_of(p) == dst) {
+                    Some(e) => {
+                        let old = full_pos(front, std::mem::replace(e, p32));
+                        prev_inbound = u32::try_from(pos - old).unwrap_or(0);
+                    }
+                    None => {
+                        inbound.insert_unique(h_node(dst, &hash), p32, |&p| h_node(dst_of(p), &at(p).hash));
+                    }
+                }
+            }
+            if let Some(head) = head {
+                mark_forwarded(blocks, front, head);
+            }
+            let lb = blocks.back_mut().expect("pushed above");
+            lb.flags |= flags;
+            lb.set_dup(dup);
+            lb.prev_inbound = prev_inbound.to_le_bytes();
+        }
+
         self.messages.entry(msg).or_insert([None, None])[kind_slot] = Some(seq);
         self.next_seq += 1;
 
         self.note_peaks();
-        while self.live_blocks > self.cfg.max_live_blocks && self.sends.len() > 1 {
+        while self.blocks.len() > self.cfg.max_live_blocks && self.sends.len() > 1 {
             self.anomalies.raise("dedupe.live_block_cap");
             self.stats.early_expiries += 1;
             self.fold_front();
@@ -416,7 +529,7 @@ impl Dedupe {
         let mut acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
         let mut globally_unique = self.globally_unique_bytes;
         for send in &self.sends {
-            let (part, unique) = send_figures(send);
+            let (part, unique) = send_figures(send, self.send_blocks(send));
             globally_unique += unique;
             for (total, p) in acc[send.edge as usize].iter_mut().zip(part.iter()) {
                 total.figures.add(&p.figures);
@@ -516,31 +629,40 @@ impl Dedupe {
         id
     }
 
+    /// The blocks of a live send.
+    fn send_blocks<'a>(&'a self, send: &LiveSend) -> impl Iterator<Item = &'a LiveBlock> + 'a {
+        let start = (send.first_pos - self.front_pos) as usize;
+        self.blocks.range(start..start + send.n_blocks as usize)
+    }
+
     /// Fold the oldest send into the figures and drop everything that points at it.
     fn fold_front(&mut self) {
-        let Some(send) = self.sends.pop_front() else {
+        let Some(send) = self.sends.front() else {
             return;
         };
+        debug_assert_eq!(send.first_pos, self.front_pos);
+        let (acc, globally_unique) = send_figures(send, self.send_blocks(send));
+        let send = self.sends.pop_front().expect("front exists");
         let seq = self.next_seq - self.sends.len() as u64 - 1;
-        self.live_blocks -= send.blocks.len();
-
-        let (acc, globally_unique) = send_figures(&send);
         self.globally_unique_bytes += globally_unique;
-        for b in send.blocks.iter().filter(|b| !b.trivial) {
-            if self.edge_blocks.get(&(send.edge, b.hash)) == Some(&seq) {
-                self.edge_blocks.remove(&(send.edge, b.hash));
+        let n = send.n_blocks as usize;
+        for (i, b) in self.blocks.drain(..n).enumerate() {
+            if b.trivial() {
+                continue;
             }
-            if self.global_blocks.get(&b.hash) == Some(&seq) {
-                self.global_blocks.remove(&b.hash);
+            // Entries pointing at this instance go; entries for later instances stay.
+            let p32 = (send.first_pos + i as u64) as u32;
+            if let Ok(e) = self.edge_blocks.find_entry(h_edge(send.edge, &b.hash), |&p| p == p32) {
+                e.remove();
             }
-            if self
-                .inbound
-                .get(&(send.dst, b.hash))
-                .is_some_and(|r| r.seq == seq)
-            {
-                self.inbound.remove(&(send.dst, b.hash));
+            if let Ok(e) = self.global_blocks.find_entry(h_global(&b.hash), |&p| p == p32) {
+                e.remove();
+            }
+            if let Ok(e) = self.inbound.find_entry(h_node(send.dst, &b.hash), |&p| p == p32) {
+                e.remove();
             }
         }
+        self.front_pos += n as u64;
 
         let edge = &mut self.edges[send.edge as usize];
         for (total, part) in edge.acc.iter_mut().zip(acc.iter()) {
@@ -565,37 +687,42 @@ impl Dedupe {
         let bytes = self.bytes_estimate();
         let s = &mut self.stats;
         s.peak_live_sends = s.peak_live_sends.max(self.sends.len() as u64);
-        s.peak_live_blocks = s.peak_live_blocks.max(self.live_blocks as u64);
+        if self.blocks.len() as u64 > s.peak_live_blocks {
+            s.peak_live_blocks = self.blocks.len() as u64;
+            s.bytes_per_live_block = bytes as f64 / self.blocks.len() as f64;
+        }
         s.peak_bytes_estimate = s.peak_bytes_estimate.max(bytes);
     }
 
-    /// Rough memory held by the window: structures times their sizes, hash maps with
-    /// their control byte and a 7/8 load factor. Strings shared with the SMB state are not counted.
+    /// Memory held by the window, from the structures' capacities (not their lengths): the
+    /// ring of blocks, the send table, the lookup tables (hashbrown: 4-byte entries plus a
+    /// control byte per bucket, buckets = capacity * 8/7), and the evidence of open payloads.
+    /// Strings shared with the SMB state are not counted.
     fn bytes_estimate(&self) -> u64 {
-        fn map<K, V>(len: usize) -> u64 {
-            (len as u64) * (std::mem::size_of::<(K, V)>() as u64 + 1) * 8 / 7
+        fn table(cap: usize, entry: usize) -> u64 {
+            (cap as u64 * 8 / 7) * (entry as u64 + 1)
         }
         let (open_payloads, stored_sends) = self.evidence.open_counts();
-        (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
-            + (self.live_blocks * std::mem::size_of::<LiveBlock>()) as u64
-            + map::<(u64, u64), [Option<u64>; 2]>(self.messages.len())
-            + map::<(u32, [u8; 16]), u64>(self.edge_blocks.len())
-            + map::<[u8; 16], u64>(self.global_blocks.len())
-            + map::<(NodeIdx, [u8; 16]), BlockRef>(self.inbound.len())
-            + map::<PayloadKey, [u64; 6]>(open_payloads)
+        (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
+            + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
+            + table(self.messages.capacity(), std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
+            + table(self.edge_blocks.capacity(), 4)
+            + table(self.global_blocks.capacity(), 4)
+            + table(self.inbound.capacity(), 4)
+            + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
             + (stored_sends * std::mem::size_of::<SendEvidence>()) as u64
     }
 }
 
 /// A send's figures per class (what folding it adds to its edge) and its globally unique
 /// bytes, from what is known of its blocks now.
-fn send_figures(send: &LiveSend) -> ([ClassAcc; 4], u64) {
+fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>) -> ([ClassAcc; 4], u64) {
     let mut acc = [ClassAcc::default(); 4];
     let mut trivial_bytes = 0u64;
     let mut globally_unique = 0u64;
-    for b in &send.blocks {
-        let len = b.len as u64;
-        if b.trivial {
+    for (i, b) in blocks.enumerate() {
+        let len = send.block_len(i);
+        if b.trivial() {
             trivial_bytes += len;
             continue;
         }
@@ -604,18 +731,18 @@ fn send_figures(send: &LiveSend) -> ([ClassAcc; 4], u64) {
             send.src_member,
             send.dst_member,
             send.rule,
-            b.forwarded,
+            b.forwarded(),
         );
         let a = &mut acc[class.index()];
         a.figures.payload_bytes += len;
         a.figures.nontrivial_bytes += len;
-        match b.dup {
+        match b.dup() {
             DupKind::Unique => a.figures.unique_bytes += len,
             DupKind::PerCopy => a.figures.per_copy_duplicate_bytes += len,
             DupKind::RepeatedContent => a.figures.repeated_content_bytes += len,
         }
         a.decided.add_bytes(by, len);
-        if b.global_unique {
+        if b.global_unique() {
             globally_unique += len;
         }
     }
@@ -648,22 +775,25 @@ fn send_figures(send: &LiveSend) -> ([ClassAcc; 4], u64) {
     (acc, globally_unique)
 }
 
-/// Mark a chain of WRITE block instances (newest first) as forwarded, stopping at the
-/// window's edge or at an instance already marked.
-fn mark_forwarded(sends: &mut VecDeque<LiveSend>, front_seq: u64, head: BlockRef) {
+/// Mark a chain of WRITE block instances (newest first, from position `head`) as forwarded,
+/// stopping at the window's edge or at an instance already marked.
+fn mark_forwarded(blocks: &mut VecDeque<LiveBlock>, front_pos: u64, head: u64) {
     let mut cur = head;
-    while cur != BlockRef::NONE && cur.seq >= front_seq {
-        let Some(send) = sends.get_mut((cur.seq - front_seq) as usize) else {
+    while cur >= front_pos {
+        let Some(block) = blocks.get_mut((cur - front_pos) as usize) else {
             break;
         };
-        let Some(block) = send.blocks.get_mut(cur.idx as usize) else {
-            break;
-        };
-        if block.forwarded {
+        if block.forwarded() {
             break;
         }
-        block.forwarded = true;
-        cur = block.prev_inbound;
+        block.flags |= F_FORWARDED;
+        match block.prev_inbound() {
+            0 => break,
+            d => cur = match cur.checked_sub(u64::from(d)) {
+                Some(c) => c,
+                None => break,
+            },
+        }
     }
 }
 
