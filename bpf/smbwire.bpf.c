@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: MIT
-/* smbwire_tc: TCX ingress program. It only filters, counts and copies:
+/* smbwire_tc (TCX ingress, Linux 6.6+) and smbwire_xdp (XDP, Linux 5.9+ for its
+ * bpf_link): two entry points of one program. It only filters, counts and copies:
  * storage traffic (SMB over TCP 445/5445 or configured ports, RoCEv2 UDP 4791,
  * RoCEv1 EtherType 0x8915) is counted per flow and copied into a ring buffer;
  * everything else is counted in the totals and passed on. All interpretation
- * happens in user space. */
+ * happens in user space. The filter, the counters and the record are shared; the
+ * entry points differ only in how bytes are read (bpf_skb_load_bytes at TC, direct
+ * packet access at XDP, which works on every kernel with XDP links) and in what the
+ * kernel tells them (a stripped VLAN tag and GRO/GSO segments at TC only).
+ * User space loads exactly one of them. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -13,6 +18,10 @@
 
 /* enum tcx_action_base (linux 6.6): let later programs and the stack see the packet. */
 #define TCX_NEXT (-1)
+
+/* XDP copies are taken from the linear frame with direct packet access, in 8-byte words:
+ * a frame of a program without XDP fragments support fits one page. */
+#define SMBWIRE_XDP_MAX_COPY 4096
 
 #define ETH_HLEN_ 14
 #define ETH_P_8021Q_ 0x8100
@@ -82,6 +91,62 @@ struct {
 	__type(value, struct scratch);
 } scratch_buf SEC(".maps");
 
+/* The frame being looked at, whichever hook runs: at TC the skb (read with
+ * bpf_skb_load_bytes, which also reaches paged data), at XDP the linear buffer.
+ * `xdp` is a constant in each inlined copy, so each entry point keeps one path. */
+struct pkt {
+	void *ctx;
+	void *data;
+	void *data_end;
+	int xdp;
+};
+
+static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32 len)
+{
+	if (!p->xdp)
+		return bpf_skb_load_bytes(p->ctx, off, dst, len);
+	/* A bound the verifier can see before the offset is added to a packet pointer. */
+	if (off > 0x3fff)
+		return -1;
+	void *src = p->data + off;
+	if (src + len > p->data_end)
+		return -1;
+	__builtin_memcpy(dst, src, len);
+	return 0;
+}
+
+/* Copies the first `caplen` bytes of the frame to `dst` (caplen <= SMBWIRE_MAX_SNAP). */
+static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 caplen)
+{
+	/* barrier_var: the verifier must see the bound on the register the helper gets. */
+	barrier_var(caplen);
+	if (caplen < 1 || caplen > SMBWIRE_MAX_SNAP)
+		return -1;
+	if (!p->xdp)
+		return bpf_skb_load_bytes(p->ctx, 0, dst, caplen);
+	if (caplen > SMBWIRE_XDP_MAX_COPY)
+		return -1;
+	/* bpf_xdp_load_bytes would need Linux 5.18: words, then the last bytes. */
+	__u32 i;
+	for (i = 0; i < SMBWIRE_XDP_MAX_COPY / 8; i++) {
+		__u32 o = i * 8;
+		if (o + 8 > caplen)
+			break;
+		if (p->data + o + 8 > p->data_end)
+			return -1;
+		*(__u64 *)(dst + o) = *(__u64 *)(p->data + o);
+	}
+	for (__u32 j = 0; j < 7; j++) {
+		__u32 o = i * 8 + j;
+		if (o >= caplen || o >= SMBWIRE_XDP_MAX_COPY)
+			break;
+		if (p->data + o + 1 > p->data_end)
+			return -1;
+		dst[o] = *(__u8 *)(p->data + o);
+	}
+	return 0;
+}
+
 static __always_inline int port_configured(__u16 port)
 {
 	return bpf_map_lookup_elem(&tcp_ports, &port) != 0;
@@ -92,19 +157,19 @@ static __always_inline int port_configured(__u16 port)
  * counting the headers of every segment of a GRO/GSO frame. `off` starts after
  * the Ethernet header; an outer VLAN tag the kernel already removed is not in
  * the data, a second (QinQ) tag still is. */
-static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_key *key,
+static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key *key,
 				    __u32 *hdr_len)
 {
 	__u32 off = ETH_HLEN_;
 	__u16 h_proto;
 	__u8 l4 = 0;
 
-	if (bpf_skb_load_bytes(skb, 12, &h_proto, 2))
+	if (load(p, 12, &h_proto, 2))
 		return 0;
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
 		if (h_proto == bpf_htons(ETH_P_8021Q_) || h_proto == bpf_htons(ETH_P_8021AD_)) {
-			if (bpf_skb_load_bytes(skb, off + 2, &h_proto, 2))
+			if (load(p, off + 2, &h_proto, 2))
 				return 0;
 			off += 4;
 		}
@@ -112,8 +177,8 @@ static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_k
 
 	if (h_proto == bpf_htons(SMBWIRE_ETH_P_ROCEV1)) {
 		/* GRH: 40 bytes, IPv6 layout; SGID at 8, DGID at 24. */
-		if (bpf_skb_load_bytes(skb, off + 8, key->saddr, 16) ||
-		    bpf_skb_load_bytes(skb, off + 24, key->daddr, 16))
+		if (load(p, off + 8, key->saddr, 16) ||
+		    load(p, off + 24, key->daddr, 16))
 			return 0;
 		key->family = SMBWIRE_FAMILY_ROCEV1;
 		key->proto = BTH_NEXT_HEADER;
@@ -123,26 +188,26 @@ static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_k
 	if (h_proto == bpf_htons(ETH_P_IP)) {
 		__u8 vihl;
 		__u16 frag;
-		if (bpf_skb_load_bytes(skb, off, &vihl, 1) || (vihl >> 4) != 4 || (vihl & 0xf) < 5)
+		if (load(p, off, &vihl, 1) || (vihl >> 4) != 4 || (vihl & 0xf) < 5)
 			return 0;
-		if (bpf_skb_load_bytes(skb, off + 6, &frag, 2))
+		if (load(p, off + 6, &frag, 2))
 			return 0;
 		/* A non-first fragment has no TCP/UDP header to match on. */
 		if (bpf_ntohs(frag) & 0x1fff)
 			return 0;
-		if (bpf_skb_load_bytes(skb, off + 9, &l4, 1) ||
-		    bpf_skb_load_bytes(skb, off + 12, key->saddr, 4) ||
-		    bpf_skb_load_bytes(skb, off + 16, key->daddr, 4))
+		if (load(p, off + 9, &l4, 1) ||
+		    load(p, off + 12, key->saddr, 4) ||
+		    load(p, off + 16, key->daddr, 4))
 			return 0;
 		key->family = SMBWIRE_FAMILY_IPV4;
 		off += (vihl & 0xf) * 4;
 	} else if (h_proto == bpf_htons(ETH_P_IPV6)) {
 		__u8 vtc;
-		if (bpf_skb_load_bytes(skb, off, &vtc, 1) || (vtc >> 4) != 6)
+		if (load(p, off, &vtc, 1) || (vtc >> 4) != 6)
 			return 0;
-		if (bpf_skb_load_bytes(skb, off + 6, &l4, 1) ||
-		    bpf_skb_load_bytes(skb, off + 8, key->saddr, 16) ||
-		    bpf_skb_load_bytes(skb, off + 24, key->daddr, 16))
+		if (load(p, off + 6, &l4, 1) ||
+		    load(p, off + 8, key->saddr, 16) ||
+		    load(p, off + 24, key->daddr, 16))
 			return 0;
 		key->family = SMBWIRE_FAMILY_IPV6;
 		off += 40;
@@ -152,11 +217,11 @@ static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_k
 			if (l4 != NEXTHDR_HOP && l4 != NEXTHDR_ROUTING && l4 != NEXTHDR_DEST &&
 			    l4 != NEXTHDR_FRAGMENT)
 				break;
-			if (bpf_skb_load_bytes(skb, off, ext, 2))
+			if (load(p, off, ext, 2))
 				return 0;
 			if (l4 == NEXTHDR_FRAGMENT) {
 				__u16 frag_off;
-				if (bpf_skb_load_bytes(skb, off + 2, &frag_off, 2))
+				if (load(p, off + 2, &frag_off, 2))
 					return 0;
 				if (bpf_ntohs(frag_off) & 0xfff8)
 					return 0;
@@ -173,14 +238,14 @@ static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_k
 	if (l4 != IPPROTO_TCP_ && l4 != IPPROTO_UDP_)
 		return 0;
 	__u16 ports[2];
-	if (bpf_skb_load_bytes(skb, off, ports, 4))
+	if (load(p, off, ports, 4))
 		return 0;
 	key->sport = bpf_ntohs(ports[0]);
 	key->dport = bpf_ntohs(ports[1]);
 	key->proto = l4;
 	if (l4 == IPPROTO_TCP_) {
 		__u8 doff;
-		if (bpf_skb_load_bytes(skb, off + 12, &doff, 1) || (doff >> 4) < 5)
+		if (load(p, off + 12, &doff, 1) || (doff >> 4) < 5)
 			return 0;
 		*hdr_len = off + (doff >> 4) * 4;
 		return port_configured(key->sport) || port_configured(key->dport);
@@ -189,33 +254,42 @@ static __always_inline int classify(struct __sk_buff *skb, struct smbwire_flow_k
 	return key->dport == SMBWIRE_ROCEV2_UDP_PORT;
 }
 
-SEC("tcx/ingress")
-int smbwire_tc(struct __sk_buff *skb)
+/* What the hook knows about the frame beyond its bytes. */
+struct frame_meta {
+	__u32 len;        /* bytes of the frame as the hook holds it (without a stripped tag) */
+	__u32 segs;       /* GRO/GSO segments (1 at XDP: it runs before GRO) */
+	__u32 ifindex;
+	__u32 vlan;       /* the outer tag was stripped into metadata (TC only) */
+	__u16 vlan_proto; /* host order */
+	__u16 vlan_tci;
+};
+
+/* Filter, count, copy: the whole program, for either hook. Returns 1 when the frame was
+ * storage traffic. */
+static __always_inline int handle(const struct pkt *p, const struct frame_meta *m)
 {
 	__u32 zero = 0;
 	struct smbwire_totals *t = bpf_map_lookup_elem(&totals, &zero);
 	if (!t)
-		return TCX_NEXT;
+		return 0;
 
-	/* At TC ingress the outer VLAN tag is already in skb->vlan_tci, not in the data. */
-	__u32 vlan = skb->vlan_present;
-	__u32 tag = vlan ? 4 : 0;
-	__u32 frame_len = skb->len + tag;
+	__u32 tag = m->vlan ? 4 : 0;
+	__u32 frame_len = m->len + tag;
 
 	struct smbwire_flow_key key = {};
 	__u32 hdr_len = 0;
-	int matched = classify(skb, &key, &hdr_len);
+	int matched = classify(p, &key, &hdr_len);
 
-	/* GRO (and a veth peer's GSO) hand us one frame for several wire packets: count
+	/* GRO (and a veth peer's GSO) hand TC one frame for several wire packets: count
 	 * each segment with its own copy of the headers. */
-	__u32 segs = skb->gso_segs;
+	__u32 segs = m->segs;
 	if (segs < 1 || hdr_len == 0)
 		segs = 1;
 	__u64 wire_bytes = frame_len + (__u64)(segs - 1) * (hdr_len + tag);
 	t->packets_seen += segs;
 	t->bytes_seen += wire_bytes;
 	if (!matched)
-		return TCX_NEXT;
+		return 0;
 	t->packets_matched += segs;
 	t->bytes_matched += wire_bytes;
 	t->frames_matched++;
@@ -241,42 +315,89 @@ int smbwire_tc(struct __sk_buff *skb)
 	struct smbwire_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!s || !cfg) {
 		t->copy_errors++;
-		return TCX_NEXT;
+		return 1;
 	}
 	__u32 snap = cfg->snaplen;
 	if (snap == 0 || snap > SMBWIRE_MAX_SNAP)
 		snap = SMBWIRE_MAX_SNAP;
-	__u32 caplen = skb->len;
+	__u32 caplen = m->len;
 	if (caplen > snap)
 		caplen = snap;
 	if (caplen < 1 || caplen > SMBWIRE_MAX_SNAP) {
 		t->copy_errors++;
-		return TCX_NEXT;
+		return 1;
 	}
 	s->hdr.ts_ns = bpf_ktime_get_ns();
 	s->hdr.len = frame_len;
 	s->hdr.caplen = caplen;
-	s->hdr.ifindex = skb->ifindex;
-	s->hdr.vlan_proto = vlan ? bpf_ntohs(skb->vlan_proto) : 0;
-	s->hdr.vlan_tci = vlan ? skb->vlan_tci : 0;
-	s->hdr.flags = vlan ? SMBWIRE_EV_VLAN : 0;
+	s->hdr.ifindex = m->ifindex;
+	s->hdr.vlan_proto = m->vlan ? m->vlan_proto : 0;
+	s->hdr.vlan_tci = m->vlan ? m->vlan_tci : 0;
+	s->hdr.flags = m->vlan ? SMBWIRE_EV_VLAN : 0;
 	s->hdr.segs = segs;
-	if (bpf_skb_load_bytes(skb, 0, s->data, caplen)) {
+	if (copy_frame(p, s->data, caplen)) {
 		t->copy_errors++;
-		return TCX_NEXT;
+		return 1;
 	}
 	/* Wake only on the record that crosses the mark: a reader that is awake drains the
 	 * ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
 	 * and records queued while it is busy cost no wakeup at all. */
+	__u64 rec_len = sizeof(s->hdr) + (__u64)caplen;
+	barrier_var(rec_len);
+	if (rec_len > sizeof(*s)) {
+		t->copy_errors++;
+		return 1;
+	}
 	__u64 before = bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA);
-	__u64 after = before + sizeof(s->hdr) + caplen;
+	__u64 after = before + rec_len;
 	__u64 wake_at = bpf_ringbuf_query(&ring, BPF_RB_RING_SIZE) / 4;
 	if (wake_at > SMBWIRE_WAKEUP_BYTES)
 		wake_at = SMBWIRE_WAKEUP_BYTES;
 	__u64 flags = before < wake_at && after >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&ring, s, sizeof(s->hdr) + caplen, flags))
+	if (bpf_ringbuf_output(&ring, s, rec_len, flags))
 		t->ring_drops++;
+	return 1;
+}
+
+SEC("tcx/ingress")
+int smbwire_tc(struct __sk_buff *skb)
+{
+	struct pkt p = { .ctx = skb, .xdp = 0 };
+	/* At TC ingress the outer VLAN tag is already in skb->vlan_tci, not in the data. */
+	struct frame_meta m = {
+		.len = skb->len,
+		.segs = skb->gso_segs,
+		.ifindex = skb->ifindex,
+		.vlan = skb->vlan_present,
+		.vlan_proto = bpf_ntohs(skb->vlan_proto),
+		.vlan_tci = skb->vlan_tci,
+	};
+	handle(&p, &m);
 	return TCX_NEXT;
+}
+
+/* XDP runs before the stack: every tag is still in the data (unless the NIC's receive
+ * VLAN offload took it, which XDP cannot see), and each frame is one wire packet
+ * (native mode runs before GRO). */
+SEC("xdp")
+int smbwire_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt p = { .ctx = ctx, .data = data, .data_end = data_end, .xdp = 1 };
+	struct frame_meta m = {
+		.len = (__u32)(data_end - data),
+		.segs = 1,
+		.ifindex = ctx->ingress_ifindex,
+	};
+	int matched = handle(&p, &m);
+	struct smbwire_config *cfg;
+	__u32 zero = 0;
+	/* Passing is the default: a mirror port's frames are not addressed to this host and
+	 * the stack discards them anyway; SMBWIRE_CFG_XDP_DROP saves it that work. */
+	if (matched && (cfg = bpf_map_lookup_elem(&config, &zero)) && (cfg->flags & SMBWIRE_CFG_XDP_DROP))
+		return XDP_DROP;
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

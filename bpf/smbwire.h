@@ -71,10 +71,14 @@ struct smbwire_totals {
 	__u64 frames_matched;
 };
 
+/* smbwire_config.flags */
+#define SMBWIRE_CFG_XDP_DROP 1 /* XDP: drop storage frames after counting and copying them
+                                  (a mirror port, where nothing on this host needs them) */
+
 /* Configuration filled by user space before attach; one entry. */
 struct smbwire_config {
 	__u32 snaplen; /* at most SMBWIRE_MAX_SNAP; 0 means SMBWIRE_MAX_SNAP */
-	__u32 _pad;
+	__u32 flags;   /* SMBWIRE_CFG_* */
 };
 
 #endif

@@ -3,8 +3,9 @@
 //!
 //! livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P]
 //!               [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N]
-//!               [--stall SECONDS]
-//! "ready BACKEND" is printed on stderr once the source is attached. It reads until `--seconds`
+//!               [--stall SECONDS] [--hook auto|tcx|xdp] [--xdp-drop]
+//! "ready BACKEND" ("ready ebpf HOOK" with eBPF) is printed on stderr once the source is
+//! attached. It reads until `--seconds`
 //! pass or, with `--stdin-stop`, until stdin is closed, then drains what is queued.
 //! `--stall` waits that long before reading (to make the buffers overflow on purpose).
 //! `--ports` adds TCP ports to the defaults (445, 5445), as `smbwire live --port` does.
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use smbwire_dissectors::live::{self, classify::classify, LiveOptions};
 
 fn usage() -> ! {
-    eprintln!("usage: livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P] [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N] [--stall S]");
+    eprintln!("usage: livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P] [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N] [--stall S] [--hook auto|tcx|xdp] [--xdp-drop]");
     std::process::exit(2);
 }
 
@@ -41,6 +42,8 @@ fn main() {
             "--af-packet" => opts.force_af_packet = true,
             "--require-ebpf" => opts.require_ebpf = true,
             "--no-promisc" => opts.promisc = false,
+            "--hook" => opts.hook = val().parse().unwrap_or_else(|_| usage()),
+            "--xdp-drop" => opts.xdp_drop = true,
             "--snaplen" => opts.snaplen = val().parse().unwrap_or_else(|_| usage()),
             "--ports" => {
                 for p in val().split(',') {
@@ -60,7 +63,10 @@ fn main() {
             std::process::exit(1);
         }
     };
-    eprintln!("ready {}", backend.name());
+    match src.hook() {
+        Some(h) => eprintln!("ready {} {}", backend.name(), h.hook.name()),
+        None => eprintln!("ready {}", backend.name()),
+    }
     let stop = Arc::new(AtomicBool::new(false));
     if stdin_stop {
         let stop = stop.clone();
@@ -122,6 +128,8 @@ fn main() {
     let out = serde_json::json!({
         "backend": backend,
         "fallback_reason": why,
+        "hook": src.hook().map(|h| h.hook),
+        "xdp_mode": src.hook().and_then(|h| h.xdp_mode),
         "stats": src.stats(),
         "delivered": delivered,
         "delivered_wire_bytes": wire_bytes,

@@ -1,6 +1,7 @@
-//! eBPF backend: loads `bpf/smbwire.bpf.c` (compiled by build.rs, embedded here), fills its
-//! ports and config maps, attaches `smbwire_tc` to the interface's TCX ingress hook through a
-//! bpf_link, and consumes the ring buffer.
+//! eBPF backend: loads `bpf/smbwire.bpf.c` (compiled by build.rs, embedded here) with one of
+//! its two entry points, fills its ports and config maps, attaches it through a bpf_link —
+//! `smbwire_tc` at the interface's TCX ingress (Linux 6.6+) or `smbwire_xdp` at its XDP hook
+//! (Linux 5.9+) — and consumes the ring buffer.
 //!
 //! The link is owned by this process's file descriptor: when the process ends — cleanly,
 //! SIGTERM or SIGKILL — the kernel detaches and frees the program. Nothing is pinned.
@@ -18,12 +19,22 @@ use libbpf_rs::{
 
 use super::flows::{self, FlowKey, FlowStat};
 use super::sys::{self, IfDrops, PromiscGuard};
-use super::{LiveError, LiveOptions, LiveSource, LiveStats, MAX_SNAPLEN, STATS_TOP_FLOWS};
+use super::{
+    Hook, HookInfo, LiveError, LiveOptions, LiveSource, LiveStats, MAX_SNAPLEN, STATS_TOP_FLOWS,
+};
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
 
-/// Name of the program in the object (and in `bpftool prog show`).
-pub const PROGRAM_NAME: &str = "smbwire_tc";
+/// Name of the program in the object (and in `bpftool prog show`) for each hook.
+pub fn program_name(hook: Hook) -> &'static str {
+    match hook {
+        Hook::Tcx => "smbwire_tc",
+        Hook::Xdp => "smbwire_xdp",
+    }
+}
+
+/// `SMBWIRE_CFG_XDP_DROP` (bpf/smbwire.h).
+const CFG_XDP_DROP: u32 = 1;
 
 /// `struct smbwire_event_hdr` (bpf/smbwire.h).
 mod event {
@@ -151,14 +162,16 @@ pub struct EbpfSource {
     _obj: Object,
     _promisc: Option<PromiscGuard>,
     if_drops: IfDrops,
+    hook: HookInfo,
 }
 
 fn bpf_error(e: libbpf_rs::Error, what: String) -> LiveError {
     if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-        return LiveError::Permission {
-            capability: "CAP_BPF and CAP_NET_ADMIN",
-            what,
-        };
+        // Maps need CAP_BPF; networking programs CAP_BPF and CAP_NET_ADMIN. Name what is
+        // missing from the effective set, not the whole list.
+        if let Some(capability) = super::privs::missing_for_bpf_load() {
+            return LiveError::Permission { capability, what };
+        }
     }
     let msg = e.to_string();
     LiveError::Unsupported(format!("{what}: {}", msg.lines().next().unwrap_or("")))
@@ -166,18 +179,37 @@ fn bpf_error(e: libbpf_rs::Error, what: String) -> LiveError {
 
 #[cfg(smbwire_bpf)]
 impl EbpfSource {
-    pub fn open(iface: &str, ifindex: u32, opts: &LiveOptions) -> Result<EbpfSource, LiveError> {
+    pub fn open(
+        iface: &str,
+        ifindex: u32,
+        opts: &LiveOptions,
+        hook: Hook,
+    ) -> Result<EbpfSource, LiveError> {
         if opts.tcp_ports.len() > MAX_PORTS {
             return Err(LiveError::Io(format!("at most {MAX_PORTS} TCP ports")));
         }
         // libbpf would print verifier and probe chatter on stderr; errors come back to us.
-        libbpf_rs::set_print(None);
+        // SMBWIRE_LIBBPF_DEBUG=1 shows it (a verifier log when a kernel refuses the program).
+        if std::env::var_os("SMBWIRE_LIBBPF_DEBUG").is_some() {
+            libbpf_rs::set_print(Some((
+                libbpf_rs::PrintLevel::Debug,
+                |_, msg: String| eprint!("{msg}"),
+            )));
+        } else {
+            libbpf_rs::set_print(None);
+        }
         let mut open = ObjectBuilder::default()
             .open_memory(&OBJECT.0)
             .map_err(|e| bpf_error(e, "opening the eBPF object".into()))?;
         let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
         let cpus =
             libbpf_rs::num_possible_cpus().map_err(|e| bpf_error(e, "counting CPUs".into()))?;
+        // Load only the entry point of the chosen hook: an older kernel would refuse the
+        // other one (TCX's attach type), and the verifier's time is not spent twice.
+        for mut p in open.progs_mut() {
+            let name = p.name().to_str().unwrap_or("").to_string();
+            p.set_autoload(name == program_name(hook));
+        }
         for mut m in open.maps_mut() {
             let entries = match m.name().to_str() {
                 Some("ring") => ring_bytes,
@@ -211,6 +243,8 @@ impl EbpfSource {
         }
         let mut cfg = [0u8; 8];
         cfg[..4].copy_from_slice(&opts.snaplen.min(MAX_SNAPLEN).to_ne_bytes());
+        let flags = if opts.xdp_drop && hook == Hook::Xdp { CFG_XDP_DROP } else { 0 };
+        cfg[4..].copy_from_slice(&flags.to_ne_bytes());
         config
             .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
             .map_err(|e| bpf_error(e, "filling the config map".into()))?;
@@ -221,38 +255,54 @@ impl EbpfSource {
             None
         };
 
-        let prog = obj
-            .progs()
-            .find(|p| p.name() == PROGRAM_NAME)
-            .ok_or_else(|| {
-                LiveError::Unsupported(format!("eBPF object has no program {PROGRAM_NAME}"))
-            })?;
-        let tcx = libbpf_sys::bpf_tcx_opts {
-            sz: std::mem::size_of::<libbpf_sys::bpf_tcx_opts>() as _,
-            ..Default::default()
-        };
+        let name = program_name(hook);
+        let prog = obj.progs().find(|p| p.name() == name).ok_or_else(|| {
+            LiveError::Unsupported(format!("eBPF object has no program {name}"))
+        })?;
         // SAFETY: prog is a loaded program of `obj`; libbpf returns NULL and sets errno on error.
         let raw = unsafe {
-            libbpf_sys::bpf_program__attach_tcx(
-                prog.as_libbpf_object().as_ptr(),
-                ifindex as i32,
-                &tcx,
-            )
+            match hook {
+                Hook::Tcx => {
+                    let tcx = libbpf_sys::bpf_tcx_opts {
+                        sz: std::mem::size_of::<libbpf_sys::bpf_tcx_opts>() as _,
+                        ..Default::default()
+                    };
+                    libbpf_sys::bpf_program__attach_tcx(
+                        prog.as_libbpf_object().as_ptr(),
+                        ifindex as i32,
+                        &tcx,
+                    )
+                }
+                // No mode flag: the driver's native XDP when it has one, else generic XDP.
+                Hook::Xdp => libbpf_sys::bpf_program__attach_xdp(
+                    prog.as_libbpf_object().as_ptr(),
+                    ifindex as i32,
+                ),
+            }
         };
         let Some(raw) = std::ptr::NonNull::new(raw) else {
             let e = io::Error::last_os_error();
+            let (what, needs) = match hook {
+                Hook::Tcx => (format!("TCX attach on {iface}"), "kernel 6.6 or later"),
+                Hook::Xdp => (
+                    format!("XDP attach on {iface}"),
+                    "kernel 5.9 or later, MTU within one page, no other XDP program",
+                ),
+            };
             return Err(match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => LiveError::Permission {
-                    capability: "CAP_BPF and CAP_NET_ADMIN",
-                    what: format!("TCX attach on {iface}"),
+                    capability: "CAP_NET_ADMIN",
+                    what,
                 },
-                _ => LiveError::Unsupported(format!(
-                    "TCX attach on {iface} (kernel 6.6 or later): {e}"
-                )),
+                _ => LiveError::Unsupported(format!("{what} ({needs}): {e}")),
             });
         };
         // SAFETY: a fresh link we now own; dropping it destroys the link (detach).
         let link = unsafe { Link::from_ptr(raw) };
+        let xdp_mode = match hook {
+            Hook::Tcx => None,
+            Hook::Xdp => Some(xdp_mode(ifindex)),
+        };
 
         let mut consumer = Box::new(Consumer {
             sink: None,
@@ -288,6 +338,7 @@ impl EbpfSource {
             totals,
             _obj: obj,
             _promisc: promisc,
+            hook: HookInfo { hook, xdp_mode },
         })
     }
 
@@ -348,6 +399,28 @@ impl LiveSource for EbpfSource {
         Ok((self.consumer.delivered - before) as usize)
     }
 
+    fn hook(&self) -> Option<HookInfo> {
+        Some(self.hook)
+    }
+
+    fn reads_need_cap(&self) -> bool {
+        let fd = self.totals.as_fd().as_raw_fd();
+        let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
+        super::privs::fd_reads_need_cap(move || {
+            let key = 0u32;
+            let mut value = vec![0u8; TOTALS_SIZE * cpus];
+            // SAFETY: a per-CPU array lookup writes one value per possible CPU into `value`.
+            let rc = unsafe {
+                libbpf_sys::bpf_map_lookup_elem(
+                    fd,
+                    &key as *const u32 as *const libc::c_void,
+                    value.as_mut_ptr() as *mut libc::c_void,
+                )
+            };
+            rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EPERM)
+        })
+    }
+
     fn stats(&self) -> LiveStats {
         let mut t = [0u64; TOTALS_SIZE / 8];
         if let Ok(Some(cpus)) = self
@@ -379,6 +452,27 @@ impl LiveSource for EbpfSource {
     }
 }
 
+/// How the kernel runs the XDP program on `ifindex`: "native" (in the driver, before any
+/// socket buffer exists) or "generic" (after GRO, on socket buffers: slower, and a coalesced
+/// frame counts as one packet).
+#[cfg(smbwire_bpf)]
+fn xdp_mode(ifindex: u32) -> &'static str {
+    let mut q = libbpf_sys::bpf_xdp_query_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_xdp_query_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: q is a valid, sized out-struct.
+    if unsafe { libbpf_sys::bpf_xdp_query(ifindex as i32, 0, &mut q) } != 0 {
+        return "unknown";
+    }
+    match u32::from(q.attach_mode) {
+        libbpf_sys::XDP_ATTACHED_DRV => "native",
+        libbpf_sys::XDP_ATTACHED_SKB => "generic",
+        libbpf_sys::XDP_ATTACHED_HW => "offloaded",
+        _ => "unknown",
+    }
+}
+
 /// Built without clang: the eBPF backend is unavailable and `open` falls back.
 #[cfg(not(smbwire_bpf))]
 pub struct EbpfSource {
@@ -388,7 +482,12 @@ pub struct EbpfSource {
 
 #[cfg(not(smbwire_bpf))]
 impl EbpfSource {
-    pub fn open(_iface: &str, _ifindex: u32, _opts: &LiveOptions) -> Result<EbpfSource, LiveError> {
+    pub fn open(
+        _iface: &str,
+        _ifindex: u32,
+        _opts: &LiveOptions,
+        _hook: Hook,
+    ) -> Result<EbpfSource, LiveError> {
         Err(LiveError::Unsupported(
             "this build has no eBPF program (clang was missing at build time)".into(),
         ))

@@ -2,13 +2,16 @@
 //!
 //! Two backends deliver the same thing — Ethernet frames of storage traffic with their
 //! wire length and a wall-clock timestamp — plus exact counters:
-//! - `ebpf`: a TCX ingress program (`bpf/smbwire.bpf.c`) filters in the kernel, keeps exact
-//!   per-flow counters and copies matching frames into a BPF ring buffer. Its bpf_link dies
-//!   with the process, so nothing stays attached even after SIGKILL.
+//! - `ebpf`: a program (`bpf/smbwire.bpf.c`) at the TCX ingress hook (Linux 6.6+) or the XDP
+//!   hook (Linux 5.9+) filters in the kernel, keeps exact per-flow counters and copies
+//!   matching frames into a BPF ring buffer. Its bpf_link dies with the process, so nothing
+//!   stays attached even after SIGKILL.
 //! - `afpacket`: an AF_PACKET socket with a TPACKET_V3 mmap ring; the same matching rules
 //!   run in user space (`classify`).
 //!
-//! `open` tries eBPF first and falls back to AF_PACKET, saying why.
+//! `open` tries eBPF first (the hooks `hook_plan` picks for this kernel, in order) and falls
+//! back to AF_PACKET, saying why. After setup `privs::drop_thread` takes every capability
+//! away (see there for what remains and why).
 
 pub mod classify;
 pub mod flows;
@@ -17,6 +20,8 @@ pub mod flows;
 pub mod afpacket;
 #[cfg(target_os = "linux")]
 pub mod ebpf;
+#[cfg(target_os = "linux")]
+pub mod privs;
 #[cfg(target_os = "linux")]
 pub mod rotate;
 #[cfg(target_os = "linux")]
@@ -61,6 +66,129 @@ impl Backend {
     }
 }
 
+/// Where the eBPF program is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Hook {
+    /// TCX ingress (Linux 6.6+): after GRO, on socket buffers; sees a stripped VLAN tag and
+    /// the GRO/GSO segment count.
+    Tcx,
+    /// XDP (bpf_link since Linux 5.9): in the driver before any socket buffer (native), or
+    /// on socket buffers after GRO where the driver has no XDP (generic).
+    Xdp,
+}
+
+impl Hook {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Tcx => "tcx",
+            Hook::Xdp => "xdp",
+        }
+    }
+
+    /// The kernel release (major, minor) that first has this hook with a bpf_link.
+    pub fn since(self) -> (u32, u32) {
+        match self {
+            Hook::Tcx => (6, 6),
+            Hook::Xdp => (5, 9),
+        }
+    }
+}
+
+/// `--hook`: a hook, or `Auto` (what the kernel offers, TCX first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HookChoice {
+    #[default]
+    Auto,
+    Only(Hook),
+}
+
+impl std::str::FromStr for HookChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(HookChoice::Auto),
+            "tcx" => Ok(HookChoice::Only(Hook::Tcx)),
+            "xdp" => Ok(HookChoice::Only(Hook::Xdp)),
+            _ => Err(format!("hook must be auto, tcx or xdp, got {s:?}")),
+        }
+    }
+}
+
+/// The hook in use, for the status line and the JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HookInfo {
+    pub hook: Hook,
+    /// XDP only: "native", "generic" (or "offloaded", "unknown").
+    pub xdp_mode: Option<&'static str>,
+}
+
+/// (major, minor) of a kernel release string such as "6.1.0-18-amd64"; None if unparsable.
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The hooks to try, in order, for `choice` on a kernel `release`, and why a hook was left
+/// out. Auto: TCX on 6.6+, then XDP on 5.9+; a release that cannot be parsed (or a
+/// distribution kernel that backports, e.g. RHEL's) is tried with both, since a failed
+/// attach costs nothing and falls through. An explicit hook is tried whatever the release.
+pub fn hook_plan(choice: HookChoice, release: &str) -> (Vec<Hook>, Vec<String>) {
+    let all = [Hook::Tcx, Hook::Xdp];
+    match choice {
+        HookChoice::Only(h) => (vec![h], Vec::new()),
+        HookChoice::Auto => {
+            let Some(have) = parse_release(release) else {
+                return (all.to_vec(), Vec::new());
+            };
+            let mut skipped = Vec::new();
+            let mut plan = Vec::new();
+            for h in all {
+                if have >= h.since() {
+                    plan.push(h);
+                } else {
+                    let (ma, mi) = h.since();
+                    skipped.push(format!(
+                        "{} needs kernel {ma}.{mi} or later, this is {release}",
+                        h.name()
+                    ));
+                }
+            }
+            (plan, skipped)
+        }
+    }
+}
+
+/// Tries `plan` in order with `attach` and returns the first source that attaches. A
+/// permission error ends the search (every hook needs the same privileges); other failures
+/// fall through to the next hook. The error of a failed search says what each hook said.
+pub fn attach_first<T>(
+    plan: &[Hook],
+    skipped: &[String],
+    mut attach: impl FnMut(Hook) -> Result<T, LiveError>,
+) -> Result<(T, Hook), LiveError> {
+    let mut why: Vec<String> = skipped.to_vec();
+    let mut last = None;
+    for &h in plan {
+        match attach(h) {
+            Ok(src) => return Ok((src, h)),
+            Err(e @ LiveError::Permission { .. }) => return Err(e),
+            Err(LiveError::Unsupported(w)) => {
+                why.push(w.clone());
+                last = Some(LiveError::Unsupported(w));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(match (why.len(), last) {
+        (1, Some(e)) => e,
+        _ if why.is_empty() => LiveError::Unsupported("no eBPF hook to try".into()),
+        _ => LiveError::Unsupported(why.join("; ")),
+    })
+}
+
 #[derive(Clone, Debug)]
 pub struct LiveOptions {
     /// TCP ports whose traffic is storage traffic (either side of the connection).
@@ -81,6 +209,10 @@ pub struct LiveOptions {
     pub require_ebpf: bool,
     /// Skip eBPF (tests, or kernels where it misbehaves).
     pub force_af_packet: bool,
+    /// Which eBPF hook (`--hook`).
+    pub hook: HookChoice,
+    /// XDP: drop storage frames after counting and copying them (`--xdp-drop`).
+    pub xdp_drop: bool,
 }
 
 impl Default for LiveOptions {
@@ -95,6 +227,8 @@ impl Default for LiveOptions {
             promisc: true,
             require_ebpf: false,
             force_af_packet: false,
+            hook: HookChoice::Auto,
+            xdp_drop: false,
         }
     }
 }
@@ -144,6 +278,15 @@ pub trait LiveSource {
     fn next_batch(&mut self, timeout_ms: i32, f: &mut dyn FnMut(RawFrame<'_>))
         -> io::Result<usize>;
     fn stats(&self) -> LiveStats;
+    /// The eBPF hook in use; None for AF_PACKET.
+    fn hook(&self) -> Option<HookInfo> {
+        None
+    }
+    /// Whether `stats` still needs a capability once privileges are dropped (eBPF maps on
+    /// kernels that check `unprivileged_bpf_disabled` on every bpf() call).
+    fn reads_need_cap(&self) -> bool {
+        false
+    }
 }
 
 /// What `open` returns: the source, its backend, and why eBPF was not used (if it was not).
@@ -193,8 +336,11 @@ pub fn open(iface: &str, opts: &LiveOptions) -> Result<Opened, LiveError> {
     let why = if opts.force_af_packet {
         "AF_PACKET forced".to_string()
     } else {
-        match ebpf::EbpfSource::open(iface, ifindex, opts) {
-            Ok(src) => return Ok((Box::new(src), Backend::Ebpf, None)),
+        let (plan, skipped) = hook_plan(opts.hook, &sys::kernel_release());
+        match attach_first(&plan, &skipped, |h| {
+            ebpf::EbpfSource::open(iface, ifindex, opts, h)
+        }) {
+            Ok((src, _)) => return Ok((Box::new(src), Backend::Ebpf, None)),
             Err(e) if opts.require_ebpf => return Err(e),
             Err(e) => e.to_string(),
         }
@@ -206,4 +352,85 @@ pub fn open(iface: &str, opts: &LiveOptions) -> Result<Opened, LiveError> {
 #[cfg(not(target_os = "linux"))]
 pub fn open(_iface: &str, _opts: &LiveOptions) -> Result<Opened, LiveError> {
     Err(LiveError::Unsupported("live capture needs Linux".into()))
+}
+
+#[cfg(test)]
+mod hook_tests {
+    use super::*;
+
+    #[test]
+    fn releases_parse() {
+        assert_eq!(parse_release("6.18.44-fc-v669"), Some((6, 18)));
+        assert_eq!(parse_release("5.15.0-91-generic"), Some((5, 15)));
+        assert_eq!(parse_release("5.14.0-427.el9.x86_64"), Some((5, 14)));
+        assert_eq!(parse_release("6.1.0-18-amd64"), Some((6, 1)));
+        assert_eq!(parse_release("6.6"), Some((6, 6)));
+        assert_eq!(parse_release("garbage"), None);
+        assert_eq!(parse_release("6"), None);
+    }
+
+    #[test]
+    fn auto_takes_tcx_then_xdp_by_kernel() {
+        use Hook::*;
+        let plan = |r: &str| hook_plan(HookChoice::Auto, r).0;
+        assert_eq!(plan("6.18.44-fc-v669"), vec![Tcx, Xdp]);
+        assert_eq!(plan("6.6.0"), vec![Tcx, Xdp]);
+        // Debian 12, Ubuntu 22.04, RHEL 9: XDP only.
+        assert_eq!(plan("6.1.0-18-amd64"), vec![Xdp]);
+        assert_eq!(plan("5.15.0-91-generic"), vec![Xdp]);
+        assert_eq!(plan("5.14.0-427.el9.x86_64"), vec![Xdp]);
+        assert_eq!(plan("5.9.0"), vec![Xdp]);
+        // Neither: AF_PACKET, and the reason names both.
+        let (p, why) = hook_plan(HookChoice::Auto, "5.4.0-150-generic");
+        assert!(p.is_empty());
+        assert_eq!(why.len(), 2);
+        assert!(why[0].contains("tcx needs kernel 6.6") && why[1].contains("xdp needs kernel 5.9"), "{why:?}");
+        // Unparsable: try both.
+        assert_eq!(plan("weird"), vec![Tcx, Xdp]);
+    }
+
+    #[test]
+    fn explicit_hook_is_tried_whatever_the_release() {
+        assert_eq!(hook_plan(HookChoice::Only(Hook::Tcx), "5.4.0").0, vec![Hook::Tcx]);
+        assert_eq!(hook_plan(HookChoice::Only(Hook::Xdp), "6.18").0, vec![Hook::Xdp]);
+        assert_eq!("xdp".parse::<HookChoice>(), Ok(HookChoice::Only(Hook::Xdp)));
+        assert_eq!("auto".parse::<HookChoice>(), Ok(HookChoice::Auto));
+        assert!("tc".parse::<HookChoice>().is_err());
+    }
+
+    #[test]
+    fn attach_falls_through_unsupported_and_stops_at_permission() {
+        use Hook::*;
+        // TCX missing (a backported kernel said 6.6 but has no TCX): XDP is taken.
+        let mut tried = Vec::new();
+        let r = attach_first(&[Tcx, Xdp], &[], |h| {
+            tried.push(h);
+            match h {
+                Tcx => Err(LiveError::Unsupported("TCX attach on eth0: Invalid argument".into())),
+                Xdp => Ok("xdp-source"),
+            }
+        });
+        assert_eq!(r, Ok(("xdp-source", Xdp)));
+        assert_eq!(tried, vec![Tcx, Xdp]);
+        // Both fail: AF_PACKET follows, and the reason has both.
+        let r: Result<((), Hook), _> = attach_first(&[Tcx, Xdp], &[], |h| {
+            Err(LiveError::Unsupported(format!("{} failed", h.name())))
+        });
+        assert_eq!(r, Err(LiveError::Unsupported("tcx failed; xdp failed".into())));
+        // No privilege: XDP is not tried (it needs the same).
+        let mut tried = Vec::new();
+        let r: Result<((), Hook), _> = attach_first(&[Tcx, Xdp], &[], |h| {
+            tried.push(h);
+            Err(LiveError::Permission { capability: "CAP_BPF", what: "loading".into() })
+        });
+        assert!(matches!(r, Err(LiveError::Permission { .. })));
+        assert_eq!(tried, vec![Tcx]);
+        // An old kernel: nothing to try, the reasons are the skipped hooks.
+        let (plan, skipped) = hook_plan(HookChoice::Auto, "5.4.0");
+        let r: Result<((), Hook), _> = attach_first(&plan, &skipped, |_| unreachable!());
+        match r {
+            Err(LiveError::Unsupported(w)) => assert!(w.contains("xdp needs kernel 5.9"), "{w}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

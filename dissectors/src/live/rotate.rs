@@ -80,6 +80,15 @@ impl RotatingPcapng {
         Ok(w)
     }
 
+    /// Gives the open file to `uid`/`gid` (`--user`: the first file is created before the
+    /// privilege drop).
+    pub fn chown_current(&self, uid: u32, gid: u32) -> io::Result<()> {
+        match self.out.as_ref() {
+            Some(out) => std::os::unix::fs::fchown(out.get_ref(), Some(uid), Some(gid)),
+            None => Ok(()),
+        }
+    }
+
     pub fn stats(&self) -> WriteStats {
         let mut s = self.stats.clone();
         s.files = self.kept.iter().map(|p| p.display().to_string()).collect();

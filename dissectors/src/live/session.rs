@@ -21,7 +21,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::rotate::{RotatingPcapng, WriteOptions};
-use super::{Backend, LiveError, LiveOptions, LiveSource, LiveStats};
+use super::privs::{self, Summary, User};
+use super::{Backend, HookInfo, LiveError, LiveOptions, LiveSource, LiveStats};
 use crate::accounting::{cat, Accounting};
 use crate::dedupe::Class;
 use crate::pipeline::{Config, Pipeline, PipelineView};
@@ -35,6 +36,15 @@ pub struct SessionOptions {
     pub history_seconds: usize,
     /// Snapshot period.
     pub interval: Duration,
+    /// Drop privileges once the source is attached (`smbwire live` always does); `None`
+    /// keeps them (an embedding program that drops them itself).
+    pub privileges: Option<PrivilegeOptions>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PrivilegeOptions {
+    /// Also switch to this user (`--user`: its uid, gid and supplementary groups).
+    pub user: Option<String>,
 }
 
 impl Default for SessionOptions {
@@ -44,6 +54,7 @@ impl Default for SessionOptions {
             write: None,
             history_seconds: 300,
             interval: Duration::from_secs(1),
+            privileges: None,
         }
     }
 }
@@ -77,30 +88,55 @@ pub struct LiveSession {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<Result<String, String>>>,
     backend: Backend,
+    hook: Option<HookInfo>,
     fallback_reason: Option<String>,
     seen: Mutex<u64>,
 }
 
-type Ready = Result<(Backend, Option<String>), LiveError>;
+type Ready = Result<(Backend, Option<HookInfo>, Option<String>), LiveError>;
 
 impl LiveSession {
     /// Opens `iface` (eBPF, else AF_PACKET unless required) and starts the capture thread.
     /// Errors (permission, no such interface, unwritable `--write` path) come back here.
     pub fn start(iface: &str, opts: SessionOptions, config: Config) -> Result<LiveSession, LiveError> {
-        let writer = match &opts.write {
+        let user = match opts.privileges.as_ref().and_then(|p| p.user.as_deref()) {
+            Some(name) => Some(privs::lookup_user(name)?),
+            None => None,
+        };
+        let mut writer = match &opts.write {
             Some(w) => Some(RotatingPcapng::create(w.clone()).map_err(|e| {
                 LiveError::Io(format!("{}: cannot write capture file: {e}", w.path.display()))
             })?),
             None => None,
         };
+        if let (Some(w), Some(u)) = (writer.as_mut(), user.as_ref()) {
+            // The first file was created by root: it belongs to the user the capture runs as.
+            w.chown_current(u.uid, u.gid)
+                .map_err(|e| LiveError::Io(format!("--write: cannot give the file to {}: {e}", u.name)))?;
+        }
+        let drop_privileges = opts.privileges.is_some();
+        let rotation_dir = opts
+            .write
+            .as_ref()
+            .filter(|w| w.size_limit > 0)
+            .map(|w| match w.path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => std::path::PathBuf::from("."),
+            });
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             published: Mutex::new(Published::default()),
             changed: Condvar::new(),
         });
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Ready>(1);
+        // Privilege drop: the starting thread tells the capture thread when its own part
+        // (and the switch of user, which glibc applies to every thread) is done; the capture
+        // thread then drops its capabilities and says so, before any frame is read.
+        let (go_tx, go_rx) = mpsc::sync_channel::<Result<(), String>>(1);
+        let (dropped_tx, dropped_rx) = mpsc::sync_channel::<Result<(), String>>(1);
         let thread_shared = shared.clone();
         let iface_owned = iface.to_string();
+        let thread_user = user.clone();
         let thread = std::thread::Builder::new()
             .name("smbwire-live".into())
             .spawn(move || {
@@ -113,22 +149,43 @@ impl LiveSession {
                         return Err(msg);
                     }
                 };
-                let _ = ready_tx.send(Ok((backend, why.clone())));
+                let mut summary = None;
+                let mut keep = 0;
+                if drop_privileges {
+                    if source.reads_need_cap() {
+                        keep = privs::cap_for_bpf_reads();
+                    }
+                    if let Err(e) = privs::limit_thread(keep != 0) {
+                        let e = LiveError::Io(format!("dropping privileges: {e}"));
+                        let _ = ready_tx.send(Err(e.clone()));
+                        return Err(e.to_string());
+                    }
+                }
+                let _ = ready_tx.send(Ok((backend, source.hook(), why.clone())));
+                if drop_privileges {
+                    match go_rx.recv() {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => return Err("the live session was abandoned".into()),
+                    }
+                    if let Err(e) = privs::set_thread_caps(keep) {
+                        let msg = format!("dropping privileges: {e}");
+                        let _ = dropped_tx.send(Err(msg.clone()));
+                        return Err(msg);
+                    }
+                    summary = Some(privs::summary(thread_user.as_ref(), keep));
+                    let _ = dropped_tx.send(Ok(()));
+                }
                 let mut cap = Capture::new(iface_owned, source, backend, why, opts, config, writer);
+                cap.privileges = summary;
                 Ok(cap.run(&thread_shared))
             })
             .map_err(|e| LiveError::Io(format!("cannot start the capture thread: {e}")))?;
-        match ready_rx.recv() {
-            Ok(Ok((backend, fallback_reason))) => Ok(LiveSession {
-                shared,
-                thread: Some(thread),
-                backend,
-                fallback_reason,
-                seen: Mutex::new(0),
-            }),
+        let (backend, hook, fallback_reason) = match ready_rx.recv() {
+            Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 let _ = thread.join();
-                Err(e)
+                return Err(e);
             }
             Err(_) => {
                 let why = match thread.join() {
@@ -136,9 +193,37 @@ impl LiveSession {
                     Ok(Err(e)) => e,
                     Ok(Ok(_)) => "the capture thread ended early".to_string(),
                 };
-                Err(LiveError::Io(why))
+                return Err(LiveError::Io(why));
+            }
+        };
+        if drop_privileges {
+            let mine = drop_own(user.as_ref(), rotation_dir.as_deref());
+            let _ = go_tx.send(mine.clone());
+            let theirs = match mine {
+                Ok(()) => dropped_rx
+                    .recv()
+                    .unwrap_or_else(|_| Err("the capture thread ended early".into())),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = theirs {
+                shared.stop.store(true, Ordering::SeqCst);
+                let _ = thread.join();
+                return Err(LiveError::Io(e));
             }
         }
+        Ok(LiveSession {
+            shared,
+            thread: Some(thread),
+            backend,
+            hook,
+            fallback_reason,
+            seen: Mutex::new(0),
+        })
+    }
+
+    /// The eBPF hook in use; None with AF_PACKET.
+    pub fn hook(&self) -> Option<HookInfo> {
+        self.hook
     }
 
     pub fn backend(&self) -> Backend {
@@ -183,6 +268,27 @@ impl LiveSession {
     }
 }
 
+/// The starting thread's part of the drop: bounding and ambient sets, no_new_privs, the
+/// switch of user (all threads), then no capability at all.
+fn drop_own(user: Option<&User>, rotation_dir: Option<&std::path::Path>) -> Result<(), String> {
+    privs::limit_thread(false).map_err(|e| format!("dropping privileges: {e}"))?;
+    if let Some(u) = user {
+        privs::switch_user(u).map_err(|e| format!("--user {}: {e}", u.name))?;
+    }
+    privs::set_thread_caps(0).map_err(|e| format!("dropping privileges: {e}"))?;
+    if let Some(dir) = rotation_dir {
+        // Rotation creates files after the drop: fail now rather than at the first rotation.
+        if !privs::can_write_dir(dir) {
+            let who = user.map_or("this process without capabilities".to_string(), |u| u.name.clone());
+            return Err(format!(
+                "--write: {} is not writable by {who} (new files are created there after the privilege drop)",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Drop for LiveSession {
     fn drop(&mut self) {
         if self.thread.is_some() {
@@ -214,6 +320,7 @@ struct Capture {
     prev_wire: (u64, u64),
     prev_at: Instant,
     error: Option<String>,
+    privileges: Option<Summary>,
 }
 
 impl Capture {
@@ -242,6 +349,7 @@ impl Capture {
             prev_wire: (0, 0),
             prev_at: Instant::now(),
             error: None,
+            privileges: None,
             opts,
         }
     }
@@ -320,7 +428,10 @@ impl Capture {
         json!({
             "iface": self.iface,
             "backend": self.backend,
+            "hook": self.source.hook().map(|h| h.hook),
+            "xdp_mode": self.source.hook().and_then(|h| h.xdp_mode),
             "fallback_reason": self.fallback_reason,
+            "privileges": self.privileges,
             "started": self.started_wall,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "stats": stats,

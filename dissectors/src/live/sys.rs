@@ -106,6 +106,20 @@ impl PromiscGuard {
     }
 }
 
+/// The running kernel's release (`uname -r`), "" if unknown.
+pub fn kernel_release() -> String {
+    // SAFETY: utsname is plain data; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: u is a valid out-pointer.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return String::new();
+    }
+    // SAFETY: uname NUL-terminates release.
+    unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
