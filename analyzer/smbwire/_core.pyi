@@ -33,6 +33,9 @@ class LiveSession:
     @property
     def backend(self) -> str: ...
     @property
+    def hook(self) -> str | None:
+        """The eBPF hook in use ("tcx" or "xdp"); None with AF_PACKET."""
+    @property
     def fallback_reason(self) -> str | None: ...
     @property
     def finished(self) -> bool: ...

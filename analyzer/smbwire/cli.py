@@ -227,15 +227,35 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Force a capture backend (tests); also SMBWIRE_LIVE_BACKEND.")
 @click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
               help="Also capture TCP PORT as storage traffic (SMB or iWARP), besides 445 and 5445 (repeatable).")
+@click.option("--hook", type=click.Choice(["auto", "tcx", "xdp"]), default="auto", show_default=True,
+              help="Where the eBPF program attaches: TCX (Linux 6.6+) or XDP (5.9+); auto: TCX if the kernel has it, else XDP.")
+@click.option("--xdp-drop", is_flag=True,
+              help="With --hook xdp: drop storage frames after counting and copying them (a mirror port only: this host never sees them).")
+@click.option("--user", "-Z", "user", metavar="NAME",
+              help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
+@click.option("--keep-privileges", is_flag=True, hidden=True,
+              help="Do not drop capabilities after setup (debugging).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
-         plain: bool, interval: float, backend: str | None, ports: tuple[int, ...]) -> int:
+         plain: bool, interval: float, backend: str | None, ports: tuple[int, ...], hook: str,
+         xdp_drop: bool, user: str | None, keep_privileges: bool) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
-    `analyze`. Needs CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW (eBPF), or CAP_NET_RAW (AF_PACKET)."""
+    `analyze`. Needs CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW (eBPF), or CAP_NET_RAW (AF_PACKET),
+    and gives every capability up once the capture is attached, before any packet is parsed."""
+    import signal
+    import time
+
     from . import live as live_mod
     from .tui import build_live_view, status_line
+
+    # Everything used after the privilege drop is imported before it: the installation (a
+    # venv or pyenv under /root, say) may not be readable by --user, nor by root without
+    # CAP_DAC_READ_SEARCH.
+    from rich.live import Live
+
+    from . import report  # noqa: F401  (the final report)
 
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
@@ -244,12 +264,19 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
         jsonout.check_writable(write)
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
-                         backend=backend, interval=interval, tcp_ports=list(ports) or None)
+                         backend=backend, interval=interval, tcp_ports=list(ports) or None, hook=hook,
+                         xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user)
+    if json_out is not None and json_out != "-":
+        # The result is written after the privilege drop, with the rights left (another
+        # user, or root without CAP_DAC_OVERRIDE): check those now, not with the result in hand.
+        parent = os.path.dirname(os.path.abspath(json_out))
+        if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(json_out) and not os.access(json_out, os.W_OK)):
+            run.stop()
+            who = user or "root without capabilities"
+            raise UserError(f"--json {json_out}: not writable by {who} once privileges are dropped "
+                            f"(the result is written after the drop); choose a directory {who} may write")
     if run.fallback_reason:
         click.echo(f"smbwire: eBPF not used ({run.fallback_reason}); capturing with AF_PACKET", err=True)
-
-    import signal
-    import time
 
     stopping: dict[str, Any] = {"why": None, "signals": 0}
 
@@ -268,8 +295,6 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     latest: dict[str, Any] | None = None
     try:
         if tui:
-            from rich.live import Live
-
             with Live(build_live_view(None, out.width, out.height), console=out, screen=True,
                       auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as view:
                 while not _live_should_stop(stopping, deadline, run):
@@ -279,7 +304,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                     # Redraw on every tick (also picks up a resized terminal).
                     view.update(build_live_view(latest, out.width, out.height), refresh=True)
         else:
-            click.echo(f"smbwire: capturing on {iface} with {run.backend}", err=True)
+            hook_note = f" at {run.hook}" if run.hook else ""
+            click.echo(f"smbwire: capturing on {iface} with {run.backend}{hook_note}", err=True)
             while not _live_should_stop(stopping, deadline, run):
                 snap = run.poll(_live_wait(deadline))
                 if snap is not None:

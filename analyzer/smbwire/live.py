@@ -18,6 +18,8 @@ from .topology import Topology
 #: What a live capture needs; named in the error when one is missing.
 CAPABILITIES = "CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW"
 BACKENDS = ("auto", "ebpf", "af-packet")
+#: Where the eBPF program attaches: auto (TCX on Linux 6.6+, else XDP on 5.9+), tcx, xdp.
+HOOKS = ("auto", "tcx", "xdp")
 #: Environment variable that forces a backend (tests, kernels where eBPF misbehaves).
 BACKEND_ENV = "SMBWIRE_LIVE_BACKEND"
 #: TCP ports always captured: SMB2 direct TCP (MS-SMB2 2.1) and SMB Direct over iWARP (MS-SMBD 2.1).
@@ -42,6 +44,12 @@ class LiveRun:
     @property
     def backend(self) -> str:
         return str(self._s.backend)
+
+    @property
+    def hook(self) -> str | None:
+        """The eBPF hook in use ("tcx" or "xdp"); None with AF_PACKET."""
+        h = self._s.hook
+        return None if h is None else str(h)
 
     @property
     def fallback_reason(self) -> str | None:
@@ -80,10 +88,19 @@ def start(
     tcp_ports: list[int] | None = None,
     interval: float = 1.0,
     history_seconds: int = 300,
+    hook: str = "auto",
+    xdp_drop: bool = False,
+    drop_privileges: bool = True,
+    user: str | None = None,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
-    RoCEv1. Raises `LivePermissionError` (names the
-    capabilities), `EbpfRequired`, or `UserError` for what the user can fix."""
+    RoCEv1, with the eBPF program at `hook` (or AF_PACKET).
+
+    With `drop_privileges` (the default) the process gives up every capability once the
+    capture is attached, before any packet is parsed, and with `user` also becomes that user
+    (uid, gid, groups), like `tcpdump -Z`; files written later (`--json`, rotated `--write`
+    files) are then written with only that user's rights. Raises `LivePermissionError`
+    (names the capabilities), `EbpfRequired`, or `UserError` for what the user can fix."""
     if not iface or "/" in iface or len(iface) > 15:
         raise UserError(f"{iface!r} is not a network interface name")
     backend = backend or os.environ.get(BACKEND_ENV) or "auto"
@@ -91,12 +108,24 @@ def start(
         raise UserError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if backend == "af-packet" and require_ebpf:
         raise UserError("--require-ebpf and the af-packet backend exclude each other")
+    if hook not in HOOKS:
+        raise UserError(f"hook must be one of {', '.join(HOOKS)}, got {hook!r}")
+    if backend == "af-packet" and hook != "auto":
+        raise UserError(f"--hook {hook} needs eBPF, not the af-packet backend")
+    if xdp_drop and hook != "xdp":
+        raise UserError("--xdp-drop needs --hook xdp")
+    if user is not None and not drop_privileges:
+        raise UserError("--user switches user as part of the privilege drop")
     config = build_config(topology=topology, window=window, top_n=top_n)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",
         "interval_seconds": interval,
         "history_seconds": history_seconds,
+        "hook": hook,
+        "xdp_drop": xdp_drop,
+        "drop_privileges": drop_privileges,
+        "user": user,
     }
     # Configured ports add to the defaults.
     options["tcp_ports"] = list(dict.fromkeys([*DEFAULT_TCP_PORTS, *(tcp_ports or ())]))

@@ -79,7 +79,7 @@ def _header(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
     t.append("smbwire live", style="bold")
     t.append(f" · {live.get('iface', DASH)}")
     backend = live.get("backend")
-    t.append(f" · {backend or DASH}", style="green" if backend == "ebpf" else "yellow")
+    t.append(f" · {backend or DASH}{_hook_note(live)}", style="green" if backend == "ebpf" else "yellow")
     t.append(f" · up {fmt_seconds(live.get('uptime_seconds'))}")
     t.append(f" · window {fmt_seconds(snap.get('window_seconds'))}", style="dim")
     stats = _dict(live.get("stats"))
@@ -92,6 +92,15 @@ def _header(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
     for err in live.get("errors") or []:
         out.append(Text(f"error: {err}", style="bold red"))
     return out
+
+
+def _hook_note(live: dict[str, Any]) -> str:
+    """"/tcx", "/xdp" or "/xdp-generic": where the eBPF program is attached."""
+    hook = live.get("hook")
+    if not hook:
+        return ""
+    mode = live.get("xdp_mode")
+    return f"/{hook}" + (f"-{mode}" if hook == "xdp" and mode not in (None, "native") else "")
 
 
 def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text]:
@@ -291,6 +300,7 @@ def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
         stamp,
         f"iface={live.get('iface', DASH)}",
         f"backend={live.get('backend', DASH)}",
+        *([f"hook={live['hook']}"] if live.get("hook") else []),
         f"pkts={stats.get('packets_matched', 0)}",
         f"wire={fmt_bytes(_num(last.get('wire_bytes')))}/s",
     ]

@@ -84,7 +84,8 @@ fn version() -> &'static str {
 /// A live capture session (`smbwire live`): the capture and analysis run on an engine
 /// thread; Python polls snapshots and stops it. Options (JSON, every key optional):
 /// `{"tcp_ports": [445, 5445], "snaplen": N, "promisc": true, "require_ebpf": false,
-/// "force_af_packet": false, "history_seconds": 300, "interval_seconds": 1.0,
+/// "force_af_packet": false, "hook": "auto"|"tcx"|"xdp", "xdp_drop": false,
+/// "drop_privileges": false, "user": null, "history_seconds": 300, "interval_seconds": 1.0,
 /// "write": {"path": "cap.pcapng", "size_limit": 0, "count": 10}}`.
 /// Raises PermissionError (missing capability, named), ValueError for bad options or a
 /// missing interface, OSError otherwise.
@@ -93,6 +94,7 @@ fn version() -> &'static str {
 struct PyLiveSession {
     inner: std::sync::Mutex<smbwire_dissectors::live::session::LiveSession>,
     backend: &'static str,
+    hook: Option<&'static str>,
     fallback_reason: Option<String>,
 }
 
@@ -108,6 +110,7 @@ impl PyLiveSession {
             .map_err(live_error)?;
         Ok(PyLiveSession {
             backend: session.backend().name(),
+            hook: session.hook().map(|h| h.hook.name()),
             fallback_reason: session.fallback_reason().map(str::to_string),
             inner: std::sync::Mutex::new(session),
         })
@@ -140,6 +143,12 @@ impl PyLiveSession {
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend
+    }
+
+    /// The eBPF hook in use ("tcx" or "xdp"); None with AF_PACKET.
+    #[getter]
+    fn hook(&self) -> Option<&'static str> {
+        self.hook
     }
 
     #[getter]
@@ -176,6 +185,19 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
     o.live.force_af_packet = flag("force_af_packet", false)?;
     if o.live.require_ebpf && o.live.force_af_packet {
         return Err("require_ebpf and force_af_packet exclude each other".into());
+    }
+    if let Some(h) = v.get("hook").filter(|h| !h.is_null()) {
+        o.live.hook = h.as_str().ok_or("hook must be a string")?.parse()?;
+    }
+    o.live.xdp_drop = flag("xdp_drop", false)?;
+    if flag("drop_privileges", false)? {
+        let user = match v.get("user").filter(|u| !u.is_null()) {
+            Some(u) => Some(u.as_str().ok_or("user must be a string")?.to_string()),
+            None => None,
+        };
+        o.privileges = Some(smbwire_dissectors::live::session::PrivilegeOptions { user });
+    } else if v.get("user").is_some_and(|u| !u.is_null()) {
+        return Err("user needs drop_privileges".into());
     }
     if let Some(p) = v.get("tcp_ports").filter(|p| !p.is_null()) {
         o.live.tcp_ports = p
