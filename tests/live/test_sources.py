@@ -227,6 +227,27 @@ def test_rocev2_udp_exact_and_other_udp_not_copied(livecat, lab, backend):
     assert st["ring_drops"] == 0 and st["kernel_drops"] == 0
 
 
+def udp_counters(lab):
+    """UDP datagrams B's stack received: delivered to a socket, or to no port (ICMP sent)."""
+    lines = [l.split() for l in lab.ns(lab.b, "cat", "/proc/net/snmp").stdout.splitlines() if l.startswith("Udp:")]
+    return sum(int(lines[1][lines[0].index(k)]) for k in ("InDatagrams", "NoPorts", "InErrors"))
+
+
+def test_xdp_drop_takes_only_storage_frames_from_the_stack(livecat, lab):
+    """--xdp-drop: storage frames are counted and copied, then dropped before the stack;
+    other traffic still reaches it."""
+    cap = Capture(livecat, lab, "xdp", "--xdp-drop")
+    before = udp_counters(lab)
+    lab.udp("198.18.0.2", 4791, 200)
+    lab.udp("198.18.0.2", 4792, 70)
+    time.sleep(0.2)
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    assert st["packets_matched"] == 200 == r["delivered"] and st["packets_seen"] == 270
+    assert udp_counters(lab) - before == 70, "only the 4792 datagrams reached B's stack"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tcp_445_exact_against_kernel_and_8080_not_copied(livecat, lab, backend):
     cap = Capture(livecat, lab, backend)
