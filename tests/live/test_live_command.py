@@ -26,7 +26,8 @@ from realtraffic.analyzer_cli import analyze, analyzer_command, edge_sum
 from realtraffic.netlab import Lab, check_prerequisites
 from realtraffic.workloads import CHUNKS, REDIRECTION, REPLICATION, W, copies, redirect
 
-PROGRAM = "smbwire_tc"
+#: bpftool's name of the program at each eBPF hook.
+PROGRAMS = {"tcx": "smbwire_tc", "xdp": "smbwire_xdp"}
 SPAN = "span1"
 
 
@@ -38,8 +39,8 @@ def bpftool_json(*args):
     return json.loads(sh("bpftool", "-j", *args).stdout or "[]")
 
 
-def our_progs() -> set[int]:
-    return {p["id"] for p in bpftool_json("prog", "show") if p.get("name") == PROGRAM}
+def our_progs(hook: str = "tcx") -> set[int]:
+    return {p["id"] for p in bpftool_json("prog", "show") if p.get("name") == PROGRAMS[hook]}
 
 
 def links_of(prog_ids: set[int]) -> set[int]:
@@ -57,6 +58,10 @@ def all_maps() -> set[int]:
 
 def tc_ingress(lab: Lab) -> str:
     return sh("ip", "netns", "exec", lab.mon, "tc", "filter", "show", "dev", SPAN, "ingress").stdout.strip()
+
+
+def xdp_on_span(lab: Lab) -> bool:
+    return "xdp" in json.loads(sh("ip", "-n", lab.mon, "-d", "-j", "link", "show", SPAN).stdout)[0]
 
 
 def qdiscs(lab: Lab) -> str:
@@ -142,23 +147,25 @@ def check_truth(r: dict) -> None:
     assert set(rows) == {("n1", "n2", REPLICATION), ("n1", "n2", REDIRECTION), ("n2", "n1", REPLICATION)}
 
 
-@pytest.mark.parametrize("backend", ["ebpf", "af-packet"])
-def test_live_equals_truth_and_offline_analysis(ready, tmp_path, backend):
+@pytest.mark.parametrize("source", ["tcx", "xdp", "af-packet"])
+def test_live_equals_truth_and_offline_analysis(ready, tmp_path, source):
+    backend = "af-packet" if source == "af-packet" else "ebpf"
+    hook = source if backend == "ebpf" else "tcx"
     with Lab(capture_dir=tmp_path) as lab:
         topo = tmp_path / "lab.toml"
         topo.write_text(lab.topology_toml())
-        before = our_progs()
+        before = our_progs(hook)
         args = ["--topology", str(topo), "--backend", backend, "--write", str(tmp_path / "live.pcapng"),
                 "--write-size", "4MiB", "--write-count", "1000"]
         if backend == "ebpf":
-            args += ["--require-ebpf", "--duration", "300"]
+            args += ["--require-ebpf", "--hook", hook, "--duration", "300"]
         else:
             # Long enough for the workloads on a busy 2-core machine; stopped by --duration.
             args += ["--duration", "20"]
         live = LiveProc(lab, tmp_path, *args)
         t0 = time.monotonic()
         if backend == "ebpf":
-            mine = our_progs() - before
+            mine = our_progs(hook) - before
             assert len(mine) == 1 and len(links_of(mine)) == 1
         run_workloads(lab)
         took = time.monotonic() - t0
@@ -172,6 +179,8 @@ def test_live_equals_truth_and_offline_analysis(ready, tmp_path, backend):
         capture = lab.stop_capture()
         result = live.result()
         assert result["live"]["backend"] == backend
+        assert result["live"]["hook"] == (hook if backend == "ebpf" else None)
+        assert result["live"]["privileges"]["dropped"] and result["live"]["privileges"]["threads_with_capabilities"] == 0
         assert result["live"]["errors"] == []
         stats = result["live"]["stats"]
         assert stats["kernel_drops"] == 0 and stats["ring_drops"] == 0
@@ -194,21 +203,23 @@ def test_live_equals_truth_and_offline_analysis(ready, tmp_path, backend):
         assert "n1->n2:replication=3.00" in lines[-1], lines[-1]
         if backend == "ebpf":
             deadline = time.time() + 5
-            while our_progs() & mine and time.time() < deadline:
+            while our_progs(hook) & mine and time.time() < deadline:
                 time.sleep(0.1)
-            assert not our_progs() & mine and not links_of(mine)
+            assert not our_progs(hook) & mine and not links_of(mine)
         assert tc_ingress(lab) == ""
         assert "clsact" not in qdiscs(lab)
 
 
+@pytest.mark.parametrize("hook", ["tcx", "xdp"])
 @pytest.mark.parametrize("how", ["exit", "SIGTERM", "SIGKILL"])
-def test_nothing_stays_in_the_kernel(ready, tmp_path, how):
+def test_nothing_stays_in_the_kernel(ready, tmp_path, how, hook):
+    """Also after the privilege drop: the process that closes the link has no capability."""
     with Lab(capture_dir=tmp_path, capture=False) as lab:
-        before = our_progs()
+        before = our_progs(hook)
         duration = "2" if how == "exit" else "120"
-        live = LiveProc(lab, tmp_path, "--require-ebpf", "--duration", duration)
-        mine = our_progs() - before
-        assert len(mine) == 1, "one smbwire_tc program while running"
+        live = LiveProc(lab, tmp_path, "--require-ebpf", "--hook", hook, "--duration", duration)
+        mine = our_progs(hook) - before
+        assert len(mine) == 1, f"one {PROGRAMS[hook]} program while running"
         assert len(links_of(mine)) == 1, "attached through one bpf_link"
         maps = maps_of(mine)
         # ring, tcp_ports, flows, totals, config, scratch_buf
@@ -220,11 +231,12 @@ def test_nothing_stays_in_the_kernel(ready, tmp_path, how):
         if how != "SIGKILL":
             assert live.result()["live"]["backend"] == "ebpf"
         deadline = time.time() + 5
-        while (our_progs() & mine or links_of(mine) or all_maps() & maps) and time.time() < deadline:
+        while (our_progs(hook) & mine or links_of(mine) or all_maps() & maps) and time.time() < deadline:
             time.sleep(0.1)  # freed after an RCU grace period
-        assert not our_progs() & mine, "program still loaded"
+        assert not our_progs(hook) & mine, "program still loaded"
         assert not links_of(mine), "link still present"
         assert not all_maps() & maps, f"maps still present: {sorted(all_maps() & maps)}"
+        assert not xdp_on_span(lab), "an XDP program is still attached"
         assert tc_ingress(lab) == ""
         assert "clsact" not in qdiscs(lab)
         assert not [f for f in os.listdir("/sys/fs/bpf") if "smbwire" in f]
