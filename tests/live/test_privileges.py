@@ -135,3 +135,17 @@ def test_json_the_user_cannot_write_is_refused_at_start(lab, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert f"--json {out}: not writable by nobody once privileges are dropped" in lines[0], r.stderr
+
+
+def test_rotation_in_a_directory_the_user_cannot_write_is_refused_at_start(lab):
+    """With --write-size, files after a rotation are created after the drop: the directory
+    must be writable by --user. Checked at start, one line."""
+    with tempfile.TemporaryDirectory(prefix="smbwire-priv-", dir="/tmp") as tmp:
+        Path(tmp).chmod(0o755)  # root's: nobody may enter, not create files
+        r = subprocess.run(["ip", "netns", "exec", lab.b, *analyzer_command(), "live", "-i", lab.vb, "--plain",
+                            "--duration", "30", "--user", "nobody", "--write", f"{tmp}/cap.pcapng",
+                            "--write-size", "1MiB"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"--write: {tmp} is not writable by nobody" in lines[0], r.stderr
