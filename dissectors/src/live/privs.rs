@@ -61,14 +61,15 @@ fn has(set: u64, cap: u32) -> bool {
 }
 
 /// What a BPF load refused with EPERM/EACCES lacks, from the calling thread's effective set:
-/// loading maps needs CAP_BPF (or CAP_SYS_ADMIN), a networking program also CAP_NET_ADMIN.
-/// None when both are there: the refusal had another cause (the verifier answers EACCES).
+/// loading maps needs CAP_BPF, a networking program also CAP_NET_ADMIN (CAP_SYS_ADMIN stands
+/// in for either, as in the kernel). None when both are there: the refusal had another cause
+/// (the verifier answers EACCES).
 pub fn missing_for_bpf_load() -> Option<&'static str> {
     let Some(eff) = status_field("/proc/thread-self/status", "CapEff:") else {
         return Some("CAP_BPF and CAP_NET_ADMIN");
     };
     let bpf = has(eff, CAP_BPF) || has(eff, CAP_SYS_ADMIN);
-    match (bpf, has(eff, CAP_NET_ADMIN)) {
+    match (bpf, has(eff, CAP_NET_ADMIN) || has(eff, CAP_SYS_ADMIN)) {
         (false, false) => Some("CAP_BPF and CAP_NET_ADMIN"),
         (false, true) => Some("CAP_BPF"),
         (true, false) => Some("CAP_NET_ADMIN"),
