@@ -191,10 +191,9 @@ impl EbpfSource {
         // libbpf would print verifier and probe chatter on stderr; errors come back to us.
         // SMBWIRE_LIBBPF_DEBUG=1 shows it (a verifier log when a kernel refuses the program).
         if std::env::var_os("SMBWIRE_LIBBPF_DEBUG").is_some() {
-            libbpf_rs::set_print(Some((
-                libbpf_rs::PrintLevel::Debug,
-                |_, msg: String| eprint!("{msg}"),
-            )));
+            libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, |_, msg: String| {
+                eprint!("{msg}")
+            })));
         } else {
             libbpf_rs::set_print(None);
         }
@@ -243,7 +242,11 @@ impl EbpfSource {
         }
         let mut cfg = [0u8; 8];
         cfg[..4].copy_from_slice(&opts.snaplen.min(MAX_SNAPLEN).to_ne_bytes());
-        let flags = if opts.xdp_drop && hook == Hook::Xdp { CFG_XDP_DROP } else { 0 };
+        let flags = if opts.xdp_drop && hook == Hook::Xdp {
+            CFG_XDP_DROP
+        } else {
+            0
+        };
         cfg[4..].copy_from_slice(&flags.to_ne_bytes());
         config
             .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
@@ -256,9 +259,10 @@ impl EbpfSource {
         };
 
         let name = program_name(hook);
-        let prog = obj.progs().find(|p| p.name() == name).ok_or_else(|| {
-            LiveError::Unsupported(format!("eBPF object has no program {name}"))
-        })?;
+        let prog = obj
+            .progs()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| LiveError::Unsupported(format!("eBPF object has no program {name}")))?;
         // SAFETY: prog is a loaded program of `obj`; libbpf returns NULL and sets errno on error.
         let raw = unsafe {
             match hook {

@@ -92,7 +92,13 @@ pub fn lookup_user(name: &str) -> Result<User, LiveError> {
     let mut buf = vec![0 as libc::c_char; 16384];
     // SAFETY: every pointer is valid for the call; `out` is NULL or points to `pw`.
     let rc = unsafe {
-        libc::getpwnam_r(cname.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out)
+        libc::getpwnam_r(
+            cname.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        )
     };
     if rc != 0 || out.is_null() {
         return Err(LiveError::Io(format!("--user: no such user: {name}")));
@@ -167,7 +173,9 @@ pub fn switch_user(user: &User) -> io::Result<()> {
     // setuid to a non-root user cannot be undone; make sure it took.
     // SAFETY: as above.
     if user.uid != 0 && unsafe { libc::setuid(0) } == 0 {
-        return Err(io::Error::other("setuid(0) still succeeds after switching user"));
+        return Err(io::Error::other(
+            "setuid(0) still succeeds after switching user",
+        ));
     }
     Ok(())
 }
@@ -208,7 +216,11 @@ fn clear_thread_effective() -> io::Result<()> {
     let mut data = [CapData::default(); 2];
     // SAFETY: capget/capset with a v3 header and two data words.
     unsafe {
-        check(libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, data.as_mut_ptr()) as i32)?;
+        check(libc::syscall(
+            libc::SYS_capget,
+            &mut hdr as *mut CapHeader,
+            data.as_mut_ptr(),
+        ) as i32)?;
         for d in data.iter_mut() {
             d.effective = 0;
         }
@@ -282,7 +294,10 @@ pub fn summary(user: Option<&User>, keep: u64) -> Summary {
         no_new_privs: true,
         ..Default::default()
     };
-    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    let tasks = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten();
     for t in tasks {
         let path = t.path().join("status");
         let path = path.to_string_lossy();
@@ -310,7 +325,10 @@ mod tests {
 
     #[test]
     fn names_and_bits() {
-        assert_eq!(cap_names((1 << CAP_BPF) | (1 << CAP_NET_ADMIN)), ["CAP_NET_ADMIN", "CAP_BPF"]);
+        assert_eq!(
+            cap_names((1 << CAP_BPF) | (1 << CAP_NET_ADMIN)),
+            ["CAP_NET_ADMIN", "CAP_BPF"]
+        );
         assert!(cap_names(0).is_empty());
     }
 
@@ -318,7 +336,10 @@ mod tests {
     fn root_and_nobody_are_found() {
         let r = lookup_user("root").unwrap();
         assert_eq!((r.uid, r.gid), (0, 0));
-        assert!(lookup_user("smbwire-no-such-user").unwrap_err().to_string().contains("no such user"));
+        assert!(lookup_user("smbwire-no-such-user")
+            .unwrap_err()
+            .to_string()
+            .contains("no such user"));
     }
 
     #[test]
@@ -342,6 +363,9 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(after, (Some(0), Some(0), Some(0), Some(1)));
-        assert_eq!(status_field("/proc/thread-self/status", "CapEff:"), Some(before));
+        assert_eq!(
+            status_field("/proc/thread-self/status", "CapEff:"),
+            Some(before)
+        );
     }
 }
