@@ -672,3 +672,31 @@ def test_smbwire_live_without_bpf_privilege_says_why_and_falls_back(lab, tmp_pat
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "missing: CAP_BPF:" in lines[0] and "eBPF" in lines[0], r.stderr
+
+
+# --- which hook ------------------------------------------------------------------------------
+
+
+def test_auto_takes_tcx_on_this_kernel(livecat, lab):
+    """This kernel (6.6+) offers TCX: `auto` takes it (the order itself is unit-tested in
+    dissectors/src/live/mod.rs with injected kernel releases)."""
+    r = lab.ns(lab.b, str(livecat), lab.vb, "--require-ebpf", "--seconds", "0.5")
+    assert r.stderr.splitlines()[0] == "ready ebpf tcx"
+    assert json.loads(r.stdout)["hook"] == "tcx"
+
+
+def test_busy_xdp_hook_falls_back_and_says_why(livecat, lab):
+    """Another program holds the interface's XDP hook: `--hook xdp` falls back to AF_PACKET,
+    naming the XDP attach, or fails in one line with --require-ebpf; TCX is unaffected."""
+    holder = Capture(livecat, lab, "xdp")
+    try:
+        r = lab.ns(lab.b, str(livecat), lab.vb, "--hook", "xdp", "--seconds", "0.5", "--no-promisc")
+        assert r.stderr.splitlines()[0] == "ready af-packet", r.stderr
+        why = json.loads(r.stdout)["fallback_reason"]
+        assert why.startswith(f"live capture unsupported: XDP attach on {lab.vb}"), why
+        r = lab.ns(lab.b, str(livecat), lab.vb, "--hook", "xdp", "--require-ebpf", "--seconds", "0.5", check=False)
+        assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and "XDP attach" in r.stderr, r.stderr
+        r = lab.ns(lab.b, str(livecat), lab.vb, "--seconds", "0.5", "--require-ebpf")
+        assert r.stderr.splitlines()[0] == "ready ebpf tcx", r.stderr
+    finally:
+        holder.finish()
