@@ -320,6 +320,10 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 	__u32 snap = cfg->snaplen;
 	if (snap == 0 || snap > SMBWIRE_MAX_SNAP)
 		snap = SMBWIRE_MAX_SNAP;
+	/* XDP copies at most a page's worth (a frame of generic XDP after GRO may be longer:
+	 * its copy is cut there, like a snap length, and its counters stay whole). */
+	if (p->xdp && snap > SMBWIRE_XDP_MAX_COPY)
+		snap = SMBWIRE_XDP_MAX_COPY;
 	__u32 caplen = m->len;
 	if (caplen > snap)
 		caplen = snap;
