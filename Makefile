@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux
+APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux zstd xz-utils
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 

@@ -18,7 +18,7 @@ import click
 from . import __version__, engine, jsonout
 from .errors import SmbwireError, UserError
 from .topology import load_topology
-from .units import parse_size
+from .units import parse_size, parse_time
 
 
 # rich (the report) is imported only by a command that renders something: `analyze -q --json`
@@ -109,6 +109,18 @@ def version() -> None:
     click.echo(f"engine {ev}" if ev is not None else "engine not built (smbwire._core missing)")
 
 
+class _Time(click.ParamType):
+    name = "TIME"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_time(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
 class _Size(click.ParamType):
     name = "SIZE"
 
@@ -132,10 +144,16 @@ class _Size(click.ParamType):
               help="How many top duplicated payloads to keep and show.")
 @click.option("--ledger", metavar="OUT.parquet",
               help="Also write the send ledger (Parquet, docs/ledger.md) for `smbwire attribute`.")
+@click.option("--from", "from_ns", type=_Time(), metavar="TIME",
+              help="Analyse only frames captured at or after TIME (epoch seconds or ISO 8601; UTC unless an offset is given).")
+@click.option("--to", "to_ns", type=_Time(), metavar="TIME", help="Analyse only frames captured before TIME.")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
-            evidence: str | None, top: int, ledger: str | None, quiet: bool) -> int:
-    """Analyse capture files (pcap/pcapng) together and report duplicate payload per edge."""
+            evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
+            quiet: bool) -> int:
+    """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
+    duplicate payload per edge. FILE '-' reads a capture from standard input
+    (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
     paths = engine.check_inputs(files)
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
@@ -145,9 +163,11 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     show_progress = not quiet and sys.stderr.isatty()
     if show_progress:
         result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
-            paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger))
+            paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
+            from_ns=from_ns, to_ns=to_ns))
     else:
-        result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger)
+        result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
+                                from_ns=from_ns, to_ns=to_ns)
     for line in engine.skipped_inputs(result, paths):
         click.echo(f"smbwire: warning: {line}", err=True)
 

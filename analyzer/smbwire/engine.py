@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
@@ -42,12 +43,14 @@ def engine_version() -> str | None:
 
 
 def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The paths as strings, after checking that at least one names a readable, non-empty
-    regular file and none is given twice. Raises `InputError`.
+    """The paths as strings, after checking that at least one names something readable as a
+    capture and none is given twice. Raises `InputError`.
 
-    A file that cannot be used (missing, a directory, unreadable, empty) is an error only
-    when no file is usable; among usable ones it is passed on, and the engine skips it with
-    a warning naming it (as it does a file that is not a capture)."""
+    `-` is standard input (once at most); a FIFO or a character device is read as a stream
+    (`tcpdump -w fifo`). A path that cannot be used (missing, a directory or socket,
+    unreadable, empty) is an error only when no path is usable; among usable ones it is
+    passed on, and the engine skips it with a warning naming it (as it does a file that is
+    not a capture)."""
     if not paths:
         raise InputError("no capture file given")
     out: list[str] = []
@@ -56,6 +59,10 @@ def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     for p in paths:
         path = os.fspath(p)
         out.append(path)
+        if path == "-":
+            if out.count("-") > 1:
+                raise InputError("-: standard input given twice")
+            continue
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -64,12 +71,19 @@ def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
         except OSError as e:
             problems.append(f"{path}: {e.strerror or e}")
             continue
-        if os.path.isdir(path):
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
             problems.append(f"{path}: is a directory, not a capture file")
+        elif stat.S_ISSOCK(mode):
+            problems.append(f"{path}: is a socket, not a capture file")
+        elif stat.S_ISBLK(mode):
+            problems.append(f"{path}: is a block device, not a capture file")
         elif not os.access(path, os.R_OK):
             problems.append(f"{path}: permission denied")
-        elif st.st_size == 0 and os.path.isfile(path):
+        elif st.st_size == 0 and stat.S_ISREG(mode):
             problems.append(f"{path}: empty file (0 bytes), not a capture")
+        if not stat.S_ISREG(mode):
+            continue  # a FIFO or device: no identity to compare
         key = (st.st_dev, st.st_ino)
         if key in seen:
             raise InputError(
@@ -87,8 +101,13 @@ def build_config(
     window: float = DEFAULT_WINDOW_SECONDS,
     top_n: int = DEFAULT_TOP_N,
     ledger: str | None = None,
+    from_ns: int | None = None,
+    to_ns: int | None = None,
 ) -> dict[str, Any]:
-    """The engine's config object (serialised as `config_json`)."""
+    """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
+    only frames captured in [from, to) (ns since the epoch)."""
+    if from_ns is not None and to_ns is not None and from_ns >= to_ns:
+        raise UserError("the --from time must be before the --to time")
     if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
         raise UserError(f"window must be a positive number of seconds, got {window!r}")
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
@@ -102,6 +121,10 @@ def build_config(
     config: dict[str, Any] = {"window_seconds": float(window), "topology": topo, "top_n": top_n}
     if ledger is not None:
         config["ledger"] = ledger
+    if from_ns is not None:
+        config["from_ns"] = from_ns
+    if to_ns is not None:
+        config["to_ns"] = to_ns
     return config
 
 
@@ -114,6 +137,8 @@ def analyze(
     progress: ProgressFn | None = None,
     top_n: int = DEFAULT_TOP_N,
     ledger: str | os.PathLike[str] | None = None,
+    from_ns: int | None = None,
+    to_ns: int | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -127,7 +152,8 @@ def analyze(
     if ledger is not None:
         ledger_path = os.fspath(ledger)
         check_writable(ledger_path)
-    config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path)
+    config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
+                          from_ns=from_ns, to_ns=to_ns)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

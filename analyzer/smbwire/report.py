@@ -135,10 +135,13 @@ def _header(r: dict[str, Any], wide: bool) -> list[RenderableType]:
         grid.add_column(justify="right", no_wrap=True)
         grid.add_column(justify="right", no_wrap=True)
         for idx, i in enumerate(inputs):
-            grid.add_row(
-                f"[{idx}]", _path(i.get("path"), wide), fmt_bytes(i.get("size_bytes")),
-                f"{fmt_count(i.get('frames'))} frames",
-            )
+            size = fmt_bytes(i.get("size_bytes"))
+            if i.get("compression"):
+                # The accounting counts the capture's own bytes, after decompression.
+                size += f" ({i['compression']} {fmt_bytes(i.get('compressed_bytes'))}, decompressed)"
+            elif i.get("source") in ("stdin", "fifo", "character_device"):
+                size += f" (read from {str(i['source']).replace('_', ' ')})"
+            grid.add_row(f"[{idx}]", _path(i.get("path"), wide), size, f"{fmt_count(i.get('frames'))} frames")
         out.append(Padding(grid, (0, 0, 0, 2)))
     return out
 

@@ -100,3 +100,35 @@ def parse_size(text: str) -> int:
     if value != int(value):
         raise ValueError(f"{text!r} is not a whole number of bytes")
     return int(value)
+
+
+_EPOCH = re.compile(r"^\s*(\d+)(?:\.(\d{1,9}))?\s*$")
+
+
+def parse_time(text: str) -> int:
+    """A point in time -> ns since the epoch: seconds since the epoch (`1738238400.25`, as
+    tshark's frame.time_epoch prints them) or ISO 8601 (`2025-01-30T12:00:00.5Z`,
+    `2025-01-30 12:00:00+01:00`; without an offset the time is UTC, as the report prints
+    capture times). Raises ValueError."""
+    m = _EPOCH.match(text)
+    if m:
+        whole, frac = m.groups()
+        return int(whole) * 1_000_000_000 + int((frac or "0").ljust(9, "0"))
+    from datetime import datetime, timezone
+
+    s = text.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time (examples: 1738238400.25, 2025-01-30T12:00:00Z)"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    ns = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+    if ns < 0:
+        raise ValueError(f"{text!r} is before 1970")
+    return ns

@@ -49,6 +49,10 @@ pub mod cat {
     pub const RDMA_RETRANSMITTED: &str = "rdma_retransmitted";
     /// iWARP stream bytes that could not be framed (after a gap, bad FPDU).
     pub const RDMA_UNPARSED: &str = "rdma_unparsed";
+    /// Frames outside the `--from`/`--to` time bounds, left out of the analysis.
+    pub const OUTSIDE_TIME_BOUNDS: &str = "outside_time_bounds";
+    /// Input files skipped as unusable beside usable ones (not a capture, damaged header).
+    pub const UNUSABLE_INPUT: &str = "unusable_input";
 }
 
 #[derive(Debug, Default, Clone)]

@@ -56,11 +56,15 @@ pub struct Config {
     pub iwarp_ports: Vec<u16>,
     /// Write the send ledger (the ordered stage's events) to this path (`--ledger`).
     pub ledger: Option<String>,
+    /// Analyse only frames captured at or after this time (ns since the epoch; `--from`).
+    pub from_ns: Option<u64>,
+    /// Analyse only frames captured before this time (ns since the epoch; `--to`).
+    pub to_ns: Option<u64>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None }
     }
 }
 
@@ -96,6 +100,18 @@ impl Config {
         if let Some(p) = v.get("ledger") {
             if !p.is_null() {
                 c.ledger = Some(p.as_str().ok_or("ledger must be a path")?.to_string());
+            }
+        }
+        for (key, slot) in [("from_ns", &mut c.from_ns), ("to_ns", &mut c.to_ns)] {
+            if let Some(t) = v.get(key) {
+                if !t.is_null() {
+                    *slot = Some(t.as_u64().ok_or_else(|| format!("{key} must be a time in ns since the epoch"))?);
+                }
+            }
+        }
+        if let (Some(a), Some(b)) = (c.from_ns, c.to_ns) {
+            if a >= b {
+                return Err("the --from time must be before the --to time".to_string());
             }
         }
         if let Some(p) = v.get("iwarp_ports") {
@@ -157,6 +173,8 @@ pub struct Pipeline {
     window_ns: u64,
     /// Warnings raised before or outside the frames (an unusable input file); first in the result.
     pub warnings: Vec<String>,
+    /// Bytes of the input files skipped as unusable (accounted as `unusable_input`).
+    pub unusable_input_bytes: u64,
 }
 
 impl Pipeline {
@@ -181,6 +199,7 @@ impl Pipeline {
             last_sweep: 0,
             window_ns: config.dedupe.window_ns,
             warnings: Vec::new(),
+            unusable_input_bytes: 0,
         }
     }
 
@@ -375,7 +394,7 @@ impl Pipeline {
         for (k, v) in std::mem::take(&mut dedupe.anomalies) {
             *anomaly_counts.entry(k).or_insert(0) += v;
         }
-        let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum();
+        let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum::<u64>() + self.unusable_input_bytes;
         let total_bytes = accounting.total();
         let smb2 = smb.stats();
         let input_warnings = std::mem::take(&mut self.warnings);
@@ -453,7 +472,10 @@ pub fn analyze_files(
     tick: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<Results, AnalyzeError> {
     let started = Instant::now();
-    let mut merged = Merged::open(paths).map_err(AnalyzeError::Capture)?;
+    let mut merged = Merged::open(paths).map_err(|e| match e {
+        CaptureError::Interrupted => AnalyzeError::Interrupted,
+        e => AnalyzeError::Capture(e),
+    })?;
     let evidence: Option<Box<dyn std::io::Write + Send>> = match evidence_path {
         Some(p) => {
             let f = std::fs::File::create(p)
@@ -462,12 +484,19 @@ pub fn analyze_files(
         }
         None => None,
     };
-    let total = merged.total_size();
+    // Streams and compressed captures have no size before their end: no total then.
+    let total = if merged.sizes_known() { merged.total_size() } else { 0 };
     let mut pipeline = Pipeline::new(config, evidence);
     if let Some(p) = &config.ledger {
         pipeline.shared.dedupe.record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
     }
-    for (_, e) in &merged.skipped {
+    let mut container = Accounting::default();
+    for (i, e) in &merged.skipped {
+        // Its bytes are accounted too (every input byte in one category), as far as they can
+        // be known: a regular file's size; nothing for a missing file or a stream.
+        let bytes = std::fs::metadata(&paths[*i]).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
+        container.add(cat::UNUSABLE_INPUT, bytes);
+        pipeline.unusable_input_bytes += bytes;
         pipeline.shared.anomalies.raise("capture.unusable_input");
         let others = merged.used.len();
         pipeline.warnings.push(format!(
@@ -475,7 +504,6 @@ pub fn analyze_files(
             if others == 1 { "" } else { "s" }
         ));
     }
-    let mut container = Accounting::default();
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
     loop {
@@ -486,6 +514,11 @@ pub fn analyze_files(
         if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
             *n += 1;
         }
+        let ts = frame.info.ts_ns;
+        if config.from_ns.is_some_and(|a| ts < a) || config.to_ns.is_some_and(|b| ts >= b) {
+            container.add(cat::OUTSIDE_TIME_BOUNDS, frame.data.len() as u64);
+            continue;
+        }
         pipeline.process(&frame);
         let pos = merged.position();
         if pos >= next_tick {
@@ -495,16 +528,26 @@ pub fn analyze_files(
             }
         }
     }
+    if merged.interrupted() {
+        return Err(AnalyzeError::Interrupted);
+    }
+    let total = merged.total_size();
     tick(total, total);
     // Only the files that were analysed: frames and evidence name them by this index.
     let inputs = merged
         .used
         .iter()
         .enumerate()
-        .map(|(i, &p)| InputFile {
-            path: paths[p].clone(),
-            size_bytes: std::fs::metadata(&paths[p]).map(|m| m.len()).unwrap_or(0),
-            frames: frames_per_file[i],
+        .map(|(i, &p)| {
+            let src = merged.source(i);
+            InputFile {
+                path: paths[p].clone(),
+                size_bytes: src.size(),
+                frames: frames_per_file[i],
+                source: src.kind.name(),
+                compression: src.compression.map(|c| c.name()),
+                compressed_bytes: src.compression.map(|_| src.raw_bytes()),
+            }
         })
         .collect();
     let (results, ledger, input_warnings) = pipeline.finish_recorded(inputs, container, started);

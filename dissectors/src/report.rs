@@ -13,8 +13,18 @@ pub const SCHEMA: &str = "smbwire/1";
 #[derive(Debug, Clone, Serialize)]
 pub struct InputFile {
     pub path: String,
+    /// Bytes of the capture itself: for a compressed capture, the decompressed bytes (what
+    /// the accounting counts); for a stream, the bytes read to its end.
     pub size_bytes: u64,
     pub frames: u64,
+    /// "file", "stdin", "fifo" or "character_device".
+    pub source: &'static str,
+    /// "gzip", "zstd" or "xz" when the capture was compressed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<&'static str>,
+    /// The compressed capture's own size (bytes read from the file or stream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compressed_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -232,8 +232,16 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
     Ok(o)
 }
 
+/// Is a signal (Ctrl-C) pending for the interpreter? Runs Python's handlers: with the default
+/// SIGINT handler that raises KeyboardInterrupt, which `analyze` reports as such. Called by
+/// the engine while it waits on a silent stream (stdin, FIFO).
+fn signal_pending() -> bool {
+    Python::with_gil(|py| py.check_signals().is_err())
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    smbwire_dissectors::capture::interrupt::set_check(signal_pending);
     #[cfg(target_os = "linux")]
     m.add_class::<PyLiveSession>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;

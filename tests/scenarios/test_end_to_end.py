@@ -148,6 +148,9 @@ def test_unusable_input_beside_a_good_one_is_a_warning_and_the_rest_is_analysed(
     assert [i["path"] for i in r["inputs"]] == [str(NESTED4)]
     assert r["inputs"][0]["frames"] == alone["inputs"][0]["frames"] > 0
     assert r["accounting"]["reconciled"]
+    # Every input byte is accounted, the skipped file's too.
+    assert r["accounting"]["categories"]["unusable_input"] == garbage.stat().st_size
+    assert r["accounting"]["input_bytes"] == NESTED4.stat().st_size + garbage.stat().st_size
 
 
 def test_missing_and_empty_inputs_beside_a_good_one_are_skipped(tmp_path):

@@ -32,6 +32,7 @@ impl Merged {
                     readers.push(r);
                     used.push(i);
                 }
+                Err(CaptureError::Interrupted) => return Err(CaptureError::Interrupted),
                 Err(e) => skipped.push((i, e)),
             }
         }
@@ -73,6 +74,21 @@ impl Merged {
         self.picked = best.map(|(_, i)| i);
         let i = self.picked?;
         self.readers[i].current()
+    }
+
+    /// Are all sizes known before the end (no stream, no compressed capture)?
+    pub fn sizes_known(&self) -> bool {
+        self.readers.iter().all(|r| r.source().size_known())
+    }
+
+    /// Did the user interrupt a wait on a stream?
+    pub fn interrupted(&self) -> bool {
+        self.readers.iter().any(|r| r.source().interrupted)
+    }
+
+    /// The source of reader `i` (its kind, compression and sizes).
+    pub fn source(&self, i: usize) -> &super::source::Source {
+        self.readers[i].source()
     }
 
     pub fn total_size(&self) -> u64 {

@@ -26,7 +26,7 @@ pub mod linktype {
 }
 
 /// Metadata of one captured frame.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FrameInfo {
     pub frame: FrameRef,
     pub ts_ns: u64,
@@ -52,6 +52,8 @@ pub enum CaptureError {
     Empty { path: String },
     /// The file header itself is damaged (nothing in the file can be read).
     BadHeader { path: String, reason: String },
+    /// The user interrupted (Ctrl-C) while smbwire waited for a stream's first bytes.
+    Interrupted,
 }
 
 impl std::fmt::Display for CaptureError {
@@ -65,6 +67,7 @@ impl std::fmt::Display for CaptureError {
             CaptureError::BadHeader { path, reason } => {
                 write!(f, "{path}: damaged capture header: {reason}")
             }
+            CaptureError::Interrupted => write!(f, "interrupted"),
         }
     }
 }
@@ -81,6 +84,8 @@ pub trait FrameReader {
     fn file_size(&self) -> u64;
     /// Bytes consumed so far (for progress).
     fn position(&self) -> u64;
+    /// Where the bytes come from (file or stream, compression) and how many were read.
+    fn source(&self) -> &source::Source;
 }
 
 /// Open one file, sniffing pcap vs pcapng from the magic number.
@@ -100,10 +105,19 @@ pub fn open_reader(
 }
 
 fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Result<Box<dyn FrameReader>, CaptureError> {
-    if src.size() == 0 {
+    src.decompress_if_compressed(path)?;
+    let got = src.fill(4);
+    if src.interrupted {
+        return Err(CaptureError::Interrupted);
+    }
+    if got == 0 && !src.read_error {
         return Err(CaptureError::Empty { path: path.to_string() });
     }
-    if src.fill(4) < 4 {
+    if got < 4 && src.read_error {
+        let what = src.compression.map_or("the file".to_string(), |c| format!("its {} data", c.name()));
+        return Err(CaptureError::Io { path: path.to_string(), reason: format!("{what} could not be read (damaged or cut short)") });
+    }
+    if got < 4 {
         return Err(CaptureError::BadHeader { path: path.to_string(), reason: "shorter than a magic number".into() });
     }
     let m = src.peek();
@@ -117,7 +131,33 @@ fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Resul
     Err(CaptureError::NotACapture { path: path.to_string() })
 }
 
-mod source;
+pub mod source;
+
+/// Ctrl-C while the engine waits on a silent stream. The engine cannot see the embedding
+/// program's signal handling, so the embedder installs a check (`set_check`): the Python
+/// binding asks the interpreter whether a signal is pending. Without one, nothing interrupts.
+pub mod interrupt {
+    use std::sync::OnceLock;
+
+    static CHECK: OnceLock<fn() -> bool> = OnceLock::new();
+
+    /// The text of the `io::Error` a stream returns when the user interrupted it.
+    pub const MARK: &str = "smbwire: interrupted while waiting for input";
+
+    /// Install the check (first call wins).
+    pub fn set_check(f: fn() -> bool) {
+        let _ = CHECK.set(f);
+    }
+
+    /// Has the user asked to stop?
+    pub fn requested() -> bool {
+        CHECK.get().is_some_and(|f| f())
+    }
+
+    pub fn is_mark(e: &std::io::Error) -> bool {
+        e.kind() == std::io::ErrorKind::Interrupted && e.get_ref().is_some_and(|r| r.to_string() == MARK)
+    }
+}
 
 /// Test helpers, also for the synthesizer's tests (feature `testutil`).
 #[cfg(any(test, feature = "testutil"))]
@@ -737,5 +777,173 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn sample_pcap() -> Vec<u8> {
+        let frames: Vec<Vec<u8>> = (0..200u32).map(|i| vec![(i % 251) as u8; 60 + (i as usize * 37) % 1400]).collect();
+        let recs: Vec<(u32, u32, &[u8], u32)> =
+            frames.iter().enumerate().map(|(i, d)| (1_700_000_000 + i as u32, 0, d.as_slice(), d.len() as u32)).collect();
+        pcap(false, false, 1, &recs)
+    }
+
+    /// Open bytes as a stream of unknown size (as stdin or a FIFO would be read).
+    fn open_stream(data: Vec<u8>) -> Result<Box<dyn FrameReader>, CaptureError> {
+        let mut src = source::Source::from_reader(Box::new(std::io::Cursor::new(data)), 0);
+        src.forget_size();
+        sniff_and_open(src, "<stream>", 0)
+    }
+
+    fn compressed(c: source::Compression, data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        match c {
+            source::Compression::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            source::Compression::Zstd => zstd::stream::encode_all(data, 3).unwrap(),
+            source::Compression::Xz => {
+                let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+        }
+    }
+
+    #[test]
+    fn compressed_captures_read_as_the_capture_itself() {
+        let plain = sample_pcap();
+        let whole = read_all(open_bytes(plain.clone()).unwrap());
+        for c in [source::Compression::Gzip, source::Compression::Zstd, source::Compression::Xz] {
+            let z = compressed(c, &plain);
+            for r in [open_bytes(z.clone()).unwrap(), open_stream(z.clone()).unwrap()] {
+                let (kind, comp) = (r.source().kind, r.source().compression);
+                assert_eq!((kind, comp), (source::InputKind::File, Some(c)));
+                assert!(!r.source().size_known());
+                let p = read_all(r);
+                assert_eq!(p.frames, whole.frames, "{c:?}");
+                // The accounting covers the decompressed capture, byte for byte.
+                assert_eq!(p.covered(), plain.len() as u64, "{c:?}");
+                assert_eq!(p.an.iter().count(), 0, "{c:?}");
+            }
+            // The compressed size is what was read from the file.
+            let mut r = open_bytes(z.clone()).unwrap();
+            let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+            while r.advance(&mut acct, &mut an) {}
+            assert_eq!(r.source().raw_bytes(), z.len() as u64, "{c:?}");
+            assert_eq!(r.file_size(), plain.len() as u64, "{c:?}");
+        }
+        // Several gzip members concatenated (`cat a.gz b.gz`) are one stream, as gzip -d reads them.
+        let half = plain.len() / 2;
+        let mut two = compressed(source::Compression::Gzip, &plain[..half]);
+        two.extend(compressed(source::Compression::Gzip, &plain[half..]));
+        assert_eq!(read_all(open_bytes(two).unwrap()).frames, whole.frames);
+    }
+
+    #[test]
+    fn damaged_compressed_captures_are_counted_not_fatal() {
+        let plain = sample_pcap();
+        for c in [source::Compression::Gzip, source::Compression::Zstd, source::Compression::Xz] {
+            let z = compressed(c, &plain);
+            // Cut short: the frames decompressed so far, then a read error; every byte that
+            // came out of the decompressor is accounted.
+            // (A decompressor may hold back a whole block: then not even the header comes out.)
+            let cut = z[..z.len() * 2 / 3].to_vec();
+            match open_bytes(cut) {
+                Ok(r) => {
+                    let p = read_all(r);
+                    assert!(p.frames.len() < 200, "{c:?}: {} frames", p.frames.len());
+                    assert_eq!(p.an.get("capture.read_error"), 1, "{c:?}");
+                }
+                Err(e) => {
+                    assert!(c != source::Compression::Gzip, "gzip streams: {e}");
+                    assert!(matches!(e, CaptureError::Io { .. }), "{c:?}: {e}");
+                    assert!(e.to_string().contains(c.name()), "{e}");
+                }
+            }
+            // Flipped bytes in the middle: no panic, an anomaly, frames before it intact.
+            let mut bad = z.clone();
+            let mid = bad.len() / 2;
+            for b in &mut bad[mid..mid + 64] {
+                *b ^= 0x5a;
+            }
+            if let Ok(r) = open_bytes(bad) {
+                let p = read_all(r);
+                assert!(p.frames.len() <= 200);
+                assert!(p.an.iter().count() > 0, "{c:?}: damage went unnoticed");
+            }
+        }
+        // A stream that is only a compression header is not a capture.
+        assert!(open_bytes(vec![0x1f, 0x8b]).is_err());
+    }
+
+    #[test]
+    fn streams_of_unknown_size() {
+        let plain = sample_pcap();
+        let whole = read_all(open_bytes(plain.clone()).unwrap());
+        let r = open_stream(plain.clone()).unwrap();
+        assert!(!r.source().size_known());
+        let p = read_all(r);
+        assert_eq!(p.frames, whole.frames);
+        assert_eq!(p.covered(), plain.len() as u64);
+        assert!(matches!(open_stream(vec![]), Err(CaptureError::Empty { .. })));
+        let mut ng = Ng::new(false);
+        ng.shb().idb(1, 0, &[]).epb(0, 5, &[7; 70], 70);
+        let p = read_all(open_stream(ng.out.clone()).unwrap());
+        assert_eq!((p.frames.len(), p.covered()), (1, ng.out.len() as u64));
+    }
+
+    #[test]
+    fn modified_pcap_records_carry_eight_more_header_bytes() {
+        // Kuznetzov's modified format: magic a1b2cd34, then per record 16 + 8 header bytes.
+        let mut v = pcap(false, false, 1, &[]);
+        v[..4].copy_from_slice(&pcap::MAGIC_MODIFIED.to_le_bytes());
+        for (i, len) in [(1u32, 60usize), (2, 1514)] {
+            for x in [1_700_000_000 + i, 250_000, len as u32, len as u32, 3] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+            v.extend_from_slice(&[0x00, 0x08, 0x00, 0x00]); // protocol, packet type, padding
+            v.extend(std::iter::repeat_n(i as u8, len));
+        }
+        let p = read_all(open_bytes(v.clone()).unwrap());
+        assert_eq!(p.frames.len(), 2);
+        assert_eq!(p.frames[1].1, vec![2u8; 1514]);
+        assert_eq!(p.frames[0].0.ts_ns, 1_700_000_001_250_000_000);
+        assert_eq!(p.acct.get(cat::CAPTURE_FORMAT), 24 + 2 * 24);
+        assert_eq!(p.covered(), v.len() as u64);
+        assert_eq!(p.an.iter().count(), 0);
+        // Big-endian too.
+        let mut be = pcap(true, false, 1, &[]);
+        be[..4].copy_from_slice(&pcap::MAGIC_MODIFIED.to_be_bytes());
+        for x in [1u32, 0, 4, 4, 0, 0] {
+            be.extend_from_slice(&x.to_be_bytes());
+        }
+        be.extend_from_slice(&[9; 4]);
+        let p = read_all(open_bytes(be).unwrap());
+        assert_eq!(p.frames[0].1, vec![9u8; 4]);
+    }
+
+    #[test]
+    fn snaplen_anomalies() {
+        let set_snaplen = |v: &mut Vec<u8>, s: u32| v[16..20].copy_from_slice(&s.to_le_bytes());
+        let rec: &[u8] = &[5; 100];
+        for (snaplen, name) in [(0u32, "pcap.snaplen_zero"), (1 << 31, "pcap.snaplen_implausible")] {
+            let mut v = pcap(false, false, 1, &[(1, 0, rec, 100)]);
+            set_snaplen(&mut v, snaplen);
+            let p = read_all(open_bytes(v).unwrap());
+            assert_eq!(p.frames.len(), 1, "snaplen {snaplen}: the record is still read");
+            assert_eq!(p.an.get(name), 1, "snaplen {snaplen}");
+        }
+        // A record longer than the file's snaplen: kept, and said.
+        let mut v = pcap(false, false, 1, &[(1, 0, rec, 100), (2, 0, &rec[..50], 100)]);
+        set_snaplen(&mut v, 64);
+        let p = read_all(open_bytes(v).unwrap());
+        assert_eq!((p.frames.len(), p.an.get("pcap.record_exceeds_snaplen")), (2, 1));
+        // pcapng: an EPB longer than its interface's snaplen; snaplen 0 means none (§4.2).
+        let mut ng = Ng::new(false);
+        ng.shb().idb(1, 64, &[]).idb(1, 0, &[]).epb(0, 1, rec, 100).epb(1, 2, rec, 100).epb(0, 3, &rec[..64], 100);
+        let p = read_all(open_bytes(ng.out.clone()).unwrap());
+        assert_eq!((p.frames.len(), p.an.get("pcapng.record_exceeds_snaplen")), (3, 1));
+        assert_eq!(p.covered(), ng.out.len() as u64);
     }
 }

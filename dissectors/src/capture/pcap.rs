@@ -1,6 +1,9 @@
 //! Classic libpcap format (magic a1b2c3d4 µs / a1b23c4d ns, either byte order), as
 //! described in draft-ietf-opsawg-pcap: a 24-byte file header, then records of a 16-byte
 //! header (seconds, sub-seconds, captured length, original length) and the frame bytes.
+//! Also the "modified" pcap of Alexey Kuznetzov's patched tcpdump that libpcap reads
+//! (magic a1b2cd34): µs records with 8 more header bytes (interface index, protocol,
+//! packet type, padding), accounted as container bytes.
 
 use super::source::Source;
 use super::{CaptureError, FrameInfo, FrameReader, RawFrame};
@@ -17,14 +20,30 @@ pub const MAX_SNAPLEN_HONOURED: u32 = 4 << 20;
 
 pub const MAGIC_MICROS: u32 = 0xa1b2_c3d4;
 pub const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
+pub const MAGIC_MODIFIED: u32 = 0xa1b2_cd34;
+/// Record header of the modified format: the standard 16 bytes, then ifindex (4),
+/// protocol (2), packet type (1), padding (1).
+pub const MODIFIED_RECORD_HEADER_LEN: usize = 24;
 
-/// Does this 4-byte prefix start a pcap file? Returns (big_endian, nanosecond).
-pub fn sniff(magic: [u8; 4]) -> Option<(bool, bool)> {
+/// The variant a magic number names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub big_endian: bool,
+    pub nanos: bool,
+    /// Kuznetzov's modified pcap (24-byte record headers).
+    pub modified: bool,
+}
+
+/// Does this 4-byte prefix start a pcap file?
+pub fn sniff(magic: [u8; 4]) -> Option<Variant> {
+    let v = |big_endian, nanos, modified| Some(Variant { big_endian, nanos, modified });
     match (u32::from_be_bytes(magic), u32::from_le_bytes(magic)) {
-        (MAGIC_MICROS, _) => Some((true, false)),
-        (MAGIC_NANOS, _) => Some((true, true)),
-        (_, MAGIC_MICROS) => Some((false, false)),
-        (_, MAGIC_NANOS) => Some((false, true)),
+        (MAGIC_MICROS, _) => v(true, false, false),
+        (MAGIC_NANOS, _) => v(true, true, false),
+        (MAGIC_MODIFIED, _) => v(true, false, true),
+        (_, MAGIC_MICROS) => v(false, false, false),
+        (_, MAGIC_NANOS) => v(false, true, false),
+        (_, MAGIC_MODIFIED) => v(false, false, true),
         _ => None,
     }
 }
@@ -33,6 +52,7 @@ pub struct PcapReader {
     src: Source,
     big_endian: bool,
     nanos: bool,
+    record_header_len: usize,
     linktype: u32,
     snaplen: u32,
     file_index: u16,
@@ -50,7 +70,7 @@ impl PcapReader {
             return Err(CaptureError::BadHeader { path: path.to_string(), reason: "pcap file header shorter than 24 bytes".into() });
         }
         let h = src.peek();
-        let (big_endian, nanos) =
+        let Variant { big_endian, nanos, modified } =
             sniff([h[0], h[1], h[2], h[3]]).ok_or_else(|| CaptureError::NotACapture { path: path.to_string() })?;
         let rd32 = |o: usize| read_u32(&h[o..o + 4], big_endian);
         let major = if big_endian { u16::from_be_bytes([h[4], h[5]]) } else { u16::from_le_bytes([h[4], h[5]]) };
@@ -65,6 +85,7 @@ impl PcapReader {
             src,
             big_endian,
             nanos,
+            record_header_len: if modified { MODIFIED_RECORD_HEADER_LEN } else { RECORD_HEADER_LEN },
             linktype,
             snaplen,
             file_index,
@@ -86,7 +107,13 @@ impl PcapReader {
     /// Give up on the rest of the file: a damaged record header cannot be resynchronised.
     fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: &'static str, category: &'static str) {
         // After a read error the unread rest cannot be accounted; say so.
-        an.raise(if self.src.read_error { "capture.read_error" } else { anomaly });
+        an.raise(if self.src.interrupted {
+            "capture.interrupted"
+        } else if self.src.read_error {
+            "capture.read_error"
+        } else {
+            anomaly
+        });
         let rest = self.src.skip_to_end();
         acct.add(category, rest);
         self.done = true;
@@ -107,6 +134,13 @@ impl FrameReader for PcapReader {
         if !self.header_accounted {
             self.header_accounted = true;
             acct.add(cat::CAPTURE_FORMAT, FILE_HEADER_LEN as u64);
+            // A snaplen of 0 or one beyond any capture tool's is damage, or a writer's bug:
+            // say so once (records are still read, each checked against `max_caplen`).
+            if self.snaplen == 0 {
+                an.raise("pcap.snaplen_zero");
+            } else if self.snaplen > MAX_SNAPLEN_HONOURED {
+                an.raise("pcap.snaplen_implausible");
+            }
         }
         if let Some((_, len)) = self.cur.take() {
             self.src.consume(len);
@@ -114,12 +148,13 @@ impl FrameReader for PcapReader {
         if self.done {
             return false;
         }
-        let avail = self.src.fill(RECORD_HEADER_LEN);
-        if avail == 0 && !self.src.read_error {
+        let hlen = self.record_header_len;
+        let avail = self.src.fill(hlen);
+        if avail == 0 && !self.src.read_error && !self.src.interrupted {
             self.done = true;
             return false;
         }
-        if avail < RECORD_HEADER_LEN {
+        if avail < hlen {
             self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
             return false;
         }
@@ -130,7 +165,11 @@ impl FrameReader for PcapReader {
             self.abandon(acct, an, "pcap.bad_record_length", cat::MALFORMED);
             return false;
         }
-        let need = RECORD_HEADER_LEN + caplen as usize;
+        if self.snaplen != 0 && caplen > self.snaplen {
+            // libpcap refuses such a record; the bytes are plausible, so keep them, and say so.
+            an.raise("pcap.record_exceeds_snaplen");
+        }
+        let need = hlen + caplen as usize;
         if self.src.fill(need) < need {
             self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
             return false;
@@ -139,8 +178,8 @@ impl FrameReader for PcapReader {
             an.raise("pcap.bad_timestamp_fraction");
         }
         let ts_ns = u64::from(sec) * 1_000_000_000 + u64::from(frac) * if self.nanos { 1 } else { 1_000 };
-        acct.add(cat::CAPTURE_FORMAT, RECORD_HEADER_LEN as u64);
-        self.src.consume(RECORD_HEADER_LEN);
+        acct.add(cat::CAPTURE_FORMAT, hlen as u64);
+        self.src.consume(hlen);
         self.frames += 1;
         let info = FrameInfo {
             frame: FrameRef { file: self.file_index, number: self.frames },
@@ -155,6 +194,10 @@ impl FrameReader for PcapReader {
     fn current(&self) -> Option<RawFrame<'_>> {
         let (info, len) = self.cur?;
         Some(RawFrame { info, data: &self.src.peek()[..len] })
+    }
+
+    fn source(&self) -> &Source {
+        &self.src
     }
 
     fn file_size(&self) -> u64 {

@@ -152,7 +152,13 @@ impl PcapngReader {
 
     fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: &'static str, category: &'static str) {
         // After a read error the unread rest cannot be accounted; say so.
-        an.raise(if self.src.read_error { "capture.read_error" } else { anomaly });
+        an.raise(if self.src.interrupted {
+            "capture.interrupted"
+        } else if self.src.read_error {
+            "capture.read_error"
+        } else {
+            anomaly
+        });
         let rest = self.src.skip_to_end();
         acct.add(category, rest);
         self.done = true;
@@ -209,7 +215,7 @@ impl FrameReader for PcapngReader {
                 return false;
             }
             let avail = self.src.fill(BLOCK_MIN_LEN);
-            if avail == 0 && !self.src.read_error {
+            if avail == 0 && !self.src.read_error && !self.src.interrupted {
                 self.done = true;
                 return false;
             }
@@ -298,6 +304,10 @@ impl FrameReader for PcapngReader {
                     self.frames += 1;
                     match self.packet(b, ty) {
                         Ok((iface, ts, data_off, data_len, orig_len)) => {
+                            // An interface's snaplen bounds its records (pcapng §4.2; 0: none).
+                            if iface.snaplen != 0 && data_len > iface.snaplen as usize {
+                                an.raise("pcapng.record_exceeds_snaplen");
+                            }
                             let info = FrameInfo {
                                 frame: FrameRef { file: self.file_index, number: self.frames },
                                 ts_ns: ts,
@@ -322,6 +332,10 @@ impl FrameReader for PcapngReader {
     fn current(&self) -> Option<RawFrame<'_>> {
         let c = self.cur?;
         Some(RawFrame { info: c.info, data: &self.src.peek()[c.data_off..c.data_off + c.data_len] })
+    }
+
+    fn source(&self) -> &Source {
+        &self.src
     }
 
     fn file_size(&self) -> u64 {

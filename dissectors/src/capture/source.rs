@@ -1,13 +1,123 @@
-//! A capture file read through one bounded buffer: records are parsed in place and frames
-//! are borrowed from it, so memory does not grow with the file.
+//! A capture read through one bounded buffer: records are parsed in place and frames are
+//! borrowed from it, so memory does not grow with the capture.
+//!
+//! The bytes come from a regular file, or from a stream whose size is known only at its end
+//! (standard input, a FIFO such as `tcpdump -w fifo`, a character device), possibly through
+//! a decompressor (gzip, zstd, xz: recognised by their magic numbers, as Wireshark does).
+//! A stream is never read blocking: the reader waits in `poll` in short steps and asks
+//! `interrupt::requested()` between them, so Ctrl-C is honoured while a FIFO has no writer.
 
 use super::CaptureError;
 use std::fs::File;
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Initial buffer size; it only grows when a single record is larger (records are capped
 /// by the readers, so the buffer is bounded).
 pub const BUF_LEN: usize = 1 << 20;
+
+/// How a capture's bytes reach the reader (reported per input).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    File,
+    Stdin,
+    Fifo,
+    CharDevice,
+}
+
+impl InputKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputKind::File => "file",
+            InputKind::Stdin => "stdin",
+            InputKind::Fifo => "fifo",
+            InputKind::CharDevice => "character_device",
+        }
+    }
+}
+
+/// A compressed capture's container format, recognised by its magic number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    Gzip,
+    Zstd,
+    Xz,
+}
+
+impl Compression {
+    /// gzip (RFC 1952 §2.3.1), zstd frame (RFC 8878 §3.1.1), xz stream header (.xz format §2.1.1.1).
+    pub fn sniff(head: &[u8]) -> Option<Compression> {
+        if head.starts_with(&[0x1f, 0x8b]) {
+            Some(Compression::Gzip)
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Some(Compression::Zstd)
+        } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
+            Some(Compression::Xz)
+        } else {
+            None
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::Gzip => "gzip",
+            Compression::Zstd => "zstd",
+            Compression::Xz => "xz",
+        }
+    }
+}
+
+/// Counts the bytes read through it (the compressed size of a compressed capture).
+struct Counting<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// A byte stream that may stay silent for a long time (stdin, FIFO, character device): each
+/// read first waits in `poll` in steps of `POLL_STEP_MS`, asking `interrupt::requested()`
+/// between steps, so it never blocks past a Ctrl-C.
+#[cfg(target_os = "linux")]
+struct Polled {
+    file: File,
+}
+
+#[cfg(target_os = "linux")]
+const POLL_STEP_MS: i32 = 100;
+
+#[cfg(target_os = "linux")]
+impl Read for Polled {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::io::AsRawFd;
+        loop {
+            let mut pfd = libc::pollfd { fd: self.file.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let r = unsafe { libc::poll(&mut pfd, 1, POLL_STEP_MS) };
+            if r > 0 {
+                match self.file.read(buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    other => return other,
+                }
+            } else if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            if super::interrupt::requested() {
+                return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, super::interrupt::MARK));
+            }
+        }
+    }
+}
 
 pub struct Source {
     file: Box<dyn Read + Send>,
@@ -16,32 +126,162 @@ pub struct Source {
     start: usize,
     /// End of valid bytes in `buf`.
     end: usize,
-    /// File offset of `buf[start]`.
+    /// Offset (in the capture's own, decompressed, bytes) of `buf[start]`.
     consumed: u64,
-    size: u64,
+    /// The capture's size when known in advance (a regular, uncompressed file).
+    known_size: Option<u64>,
     eof: bool,
     /// Set when a read failed: the rest of the file is treated as unreadable.
     pub read_error: bool,
+    /// Set when the user interrupted a wait for more bytes (Ctrl-C on a silent stream).
+    pub interrupted: bool,
+    pub kind: InputKind,
+    pub compression: Option<Compression>,
+    /// Bytes read from the file or stream itself (before decompression).
+    raw_read: Arc<AtomicU64>,
 }
 
 impl Source {
+    /// Open a path: `-` is standard input; a FIFO or character device is read as a stream
+    /// (opening a FIFO does not wait for its writer); a directory or a socket is refused in
+    /// one line. gzip, zstd and xz captures are decompressed on the fly.
     pub fn open(path: &str) -> Result<Self, CaptureError> {
         let io = |e: std::io::Error| CaptureError::Io { path: path.to_string(), reason: e.to_string() };
-        let file = File::open(path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if meta.is_dir() {
-            return Err(CaptureError::Io { path: path.to_string(), reason: "is a directory".into() });
+        if path == "-" {
+            return Self::stream(Box::new(std::io::stdin()), InputKind::Stdin, path);
         }
+        let meta = std::fs::metadata(path).map_err(io)?;
+        let not_capture = |what: &str| CaptureError::Io { path: path.to_string(), reason: format!("is {what}, not a capture file") };
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+            let ft = meta.file_type();
+            if ft.is_socket() {
+                return Err(not_capture("a socket"));
+            }
+            if ft.is_block_device() {
+                return Err(not_capture("a block device"));
+            }
+            if ft.is_fifo() || ft.is_char_device() {
+                // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer,
+                // out of reach of Ctrl-C. `Polled` does the waiting.
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(path)
+                    .map_err(io)?;
+                let kind = if ft.is_fifo() { InputKind::Fifo } else { InputKind::CharDevice };
+                return Self::stream(Box::new(Polled { file }), kind, path);
+            }
+        }
+        if meta.is_dir() {
+            return Err(not_capture("a directory"));
+        }
+        let file = File::open(path).map_err(io)?;
         Ok(Self::from_reader(Box::new(file), meta.len()))
     }
 
-    /// Read from any byte stream of known size (in-memory captures, tests, pipes).
-    pub fn from_reader(file: Box<dyn Read + Send>, size: u64) -> Self {
-        Source { file, buf: vec![0; BUF_LEN], start: 0, end: 0, consumed: 0, size, eof: false, read_error: false }
+    /// A stream of unknown size (standard input, FIFO, character device).
+    fn stream(reader: Box<dyn Read + Send>, kind: InputKind, _path: &str) -> Result<Self, CaptureError> {
+        // Standard input is wrapped by `Polled` too when it is not a regular file, so a
+        // silent pipe does not hold off Ctrl-C.
+        #[cfg(target_os = "linux")]
+        let reader: Box<dyn Read + Send> = if kind == InputKind::Stdin {
+            use std::os::unix::io::FromRawFd;
+            // SAFETY: fd 0 is duplicated, so the File owns its own descriptor.
+            let fd = unsafe { libc::dup(0) };
+            if fd < 0 {
+                reader
+            } else {
+                Box::new(Polled { file: unsafe { File::from_raw_fd(fd) } })
+            }
+        } else {
+            reader
+        };
+        let count = Arc::new(AtomicU64::new(0));
+        Ok(Source {
+            file: Box::new(Counting { inner: reader, count: count.clone() }),
+            buf: vec![0; BUF_LEN],
+            start: 0,
+            end: 0,
+            consumed: 0,
+            known_size: None,
+            eof: false,
+            read_error: false,
+            interrupted: false,
+            kind,
+            compression: None,
+            raw_read: count,
+        })
     }
 
+    /// Read from any byte stream of known size (in-memory captures, tests).
+    pub fn from_reader(file: Box<dyn Read + Send>, size: u64) -> Self {
+        let count = Arc::new(AtomicU64::new(0));
+        Source {
+            file: Box::new(Counting { inner: file, count: count.clone() }),
+            buf: vec![0; BUF_LEN],
+            start: 0,
+            end: 0,
+            consumed: 0,
+            known_size: Some(size),
+            eof: false,
+            read_error: false,
+            interrupted: false,
+            kind: InputKind::File,
+            compression: None,
+            raw_read: count,
+        }
+    }
+
+    /// When the first bytes are a gzip, zstd or xz header, read the rest through the matching
+    /// decompressor: the readers then see the capture itself, of a size known only at its end.
+    pub fn decompress_if_compressed(&mut self, path: &str) -> Result<(), CaptureError> {
+        self.fill(6);
+        if self.interrupted {
+            return Err(CaptureError::Interrupted);
+        }
+        let Some(c) = Compression::sniff(self.peek()) else { return Ok(()) };
+        // The bytes already buffered go first, then the rest of the file.
+        let head = self.buf[self.start..self.end].to_vec();
+        let rest = std::mem::replace(&mut self.file, Box::new(std::io::empty()));
+        let raw: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(head).chain(rest));
+        let io = |e: std::io::Error| CaptureError::Io { path: path.to_string(), reason: format!("{} stream: {e}", c.name()) };
+        self.file = match c {
+            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
+            Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw).map_err(io)?),
+            Compression::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(raw)),
+        };
+        self.compression = Some(c);
+        self.known_size = None;
+        self.start = 0;
+        self.end = 0;
+        self.eof = false;
+        self.read_error = false;
+        Ok(())
+    }
+
+    /// Bytes read from the file or stream itself: the compressed size of a compressed
+    /// capture (final once the capture has been read to its end).
+    pub fn raw_bytes(&self) -> u64 {
+        self.raw_read.load(Ordering::Relaxed)
+    }
+
+    /// Treat the bytes as a stream of unknown size (tests: stdin and FIFOs without a terminal).
+    #[cfg(test)]
+    pub fn forget_size(&mut self) {
+        self.known_size = None;
+    }
+
+    /// Is the size known before reading (a regular, uncompressed file)?
+    pub fn size_known(&self) -> bool {
+        self.known_size.is_some()
+    }
+
+    /// The capture's size: known in advance for a regular file; for a stream or a compressed
+    /// capture, the bytes seen so far (final at the end).
     pub fn size(&self) -> u64 {
-        self.size
+        self.known_size.unwrap_or(self.consumed + (self.end - self.start) as u64)
     }
 
     /// File offset of the first unconsumed byte.
@@ -51,7 +291,7 @@ impl Source {
 
     /// Bytes the file had at open time beyond the consumed ones.
     pub fn remaining(&self) -> u64 {
-        self.size.saturating_sub(self.consumed)
+        self.size().saturating_sub(self.consumed)
     }
 
     /// Try to make `n` contiguous unconsumed bytes available; returns how many are (less
@@ -72,6 +312,10 @@ impl Source {
             match self.file.read(&mut self.buf[self.end..]) {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k,
+                Err(e) if super::interrupt::is_mark(&e) => {
+                    self.eof = true;
+                    self.interrupted = true;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.eof = true;

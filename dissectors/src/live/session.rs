@@ -417,6 +417,9 @@ impl Capture {
             path: format!("live:{}", self.iface),
             size_bytes: self.captured_bytes,
             frames: self.frames,
+            source: "interface",
+            compression: None,
+            compressed_bytes: None,
         }
     }
 

@@ -1,0 +1,206 @@
+"""Inputs a storage engineer has besides a plain file, with the real engine: a capture piped
+on standard input (`tcpdump -w - | smbwire analyze -`), a FIFO (with Ctrl-C honoured while it
+has no writer), gzip/zstd/xz compressed captures recognised by content, paths that can never
+be a capture (one line), and `--from`/`--to` time bounds.
+
+A capture read any of these ways gives the same figures as the plain file; the accounting
+counts the capture's own (decompressed) bytes and `inputs` says how they were read."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from paths import CAPTURES
+
+CAPTURE = CAPTURES / "nested4-1MiB.pcap"
+TOPOLOGY = CAPTURES / "s2d-two-node.toml"
+
+
+def smbwire(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smbwire", *map(str, args)], capture_output=True, **kw)
+
+
+def figures(r: dict) -> dict:
+    """What must not depend on how the capture was read."""
+    return {k: r[k] for k in ("edges", "totals", "capture", "accounting", "anomalies", "tcp", "smb2", "top_duplicates")}
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plain") / "r.json"
+    r = smbwire("analyze", CAPTURE, "--topology", TOPOLOGY, "-q", "--json", out)
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+def zstd_compress(data: bytes) -> bytes:
+    exe = shutil.which("zstd")
+    assert exe, "zstd (Debian package zstd) is needed: `make test` installs it"
+    return subprocess.run([exe, "-q", "-c"], input=data, capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "xz"])
+def test_compressed_capture_gives_the_plain_figures(kind, plain, tmp_path):
+    data = CAPTURE.read_bytes()
+    packed = {"gzip": gzip.compress, "xz": lzma.compress, "zstd": zstd_compress}[kind](data)
+    # A name that says nothing: the format is recognised by content, as Wireshark does.
+    path = tmp_path / "capture.bin"
+    path.write_bytes(packed)
+    out = tmp_path / "r.json"
+    r = smbwire("analyze", path, "--topology", TOPOLOGY, "-q", "--json", out)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert figures(res) == figures(plain)
+    (inp,) = res["inputs"]
+    assert inp["compression"] == kind
+    assert inp["compressed_bytes"] == len(packed)
+    # Accounting counts the decompressed capture bytes, and reconciles with them.
+    assert inp["size_bytes"] == len(data) == res["accounting"]["input_bytes"]
+    assert res["accounting"]["reconciled"] is True
+    # The report says so.
+    r = smbwire("analyze", path, "--topology", TOPOLOGY)
+    assert r.returncode == 0, r.stderr
+    assert f"({kind} " in r.stdout.decode() and "decompressed)" in r.stdout.decode()
+
+
+def test_stdin(plain, tmp_path):
+    out = tmp_path / "r.json"
+    r = smbwire("analyze", "-", "--topology", TOPOLOGY, "-q", "--json", out, input=CAPTURE.read_bytes())
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert figures(res) == figures(plain)
+    assert res["inputs"] == [{"path": "-", "size_bytes": CAPTURE.stat().st_size,
+                              "frames": plain["inputs"][0]["frames"], "source": "stdin"}]
+    # Compressed on stdin too (`tcpdump -w - | gzip | ...`).
+    r = smbwire("analyze", "-", "--topology", TOPOLOGY, "-q", "--json", out, input=gzip.compress(CAPTURE.read_bytes()))
+    assert r.returncode == 0, r.stderr
+    assert figures(json.loads(out.read_text())) == figures(plain)
+
+
+def test_stdin_errors():
+    r = smbwire("analyze", "-", input=b"")
+    assert r.returncode == 2 and r.stderr.decode().strip() == "smbwire: error: -: empty file (zero length)"
+    r = smbwire("analyze", "-", "-", input=b"")
+    assert r.returncode == 2 and "standard input given twice" in r.stderr.decode()
+
+
+def test_fifo_read_as_it_is_written(plain, tmp_path):
+    fifo = tmp_path / "cap.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "r.json"
+    data = CAPTURE.read_bytes()
+
+    def writer():
+        time.sleep(0.5)  # smbwire is already waiting for the writer
+        with open(fifo, "wb") as w:
+            for i in range(0, len(data), 65536):  # in pieces, with pauses, as tcpdump writes
+                w.write(data[i:i + 65536])
+                w.flush()
+                time.sleep(0.01)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    r = smbwire("analyze", fifo, "--topology", TOPOLOGY, "-q", "--json", out, timeout=60)
+    t.join()
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert figures(res) == figures(plain)
+    assert res["inputs"][0]["source"] == "fifo"
+    assert res["inputs"][0]["size_bytes"] == len(data)
+
+
+def _sigint_default():
+    # Children of a non-interactive shell may start with SIGINT ignored; a user's shell does not.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("writer", ["none", "stalled"])
+def test_ctrl_c_while_a_fifo_waits(writer, tmp_path):
+    fifo = tmp_path / "cap.fifo"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(fifo), "-q"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_sigint_default)
+    w = None
+    try:
+        if writer == "stalled":
+            # A writer that sent part of a capture and then went quiet (a silent network).
+            w = open(fifo, "wb")  # noqa: SIM115
+            w.write(CAPTURE.read_bytes()[:100_000])
+            w.flush()
+        time.sleep(1.5)
+        assert p.poll() is None, "smbwire should still be waiting"
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=10)
+        assert time.monotonic() - sent < 2, "Ctrl-C took too long to be honoured"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if w is not None:
+            w.close()
+    assert p.returncode == 130, err
+    assert err.decode().strip() == "smbwire: error: interrupted"
+
+
+def test_paths_that_can_never_be_a_capture(tmp_path):
+    sock_path = tmp_path / "s.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock_path))
+    try:
+        for path, why in [(sock_path, "is a socket, not a capture file"),
+                          (tmp_path, "is a directory, not a capture file")]:
+            r = smbwire("analyze", path, timeout=10)
+            assert r.returncode == 2
+            assert r.stderr.decode().strip() == f"smbwire: error: {path}: {why}"
+    finally:
+        s.close()
+    # Beside a usable capture, it is skipped with a warning and the rest is analysed.
+    r = smbwire("analyze", tmp_path, CAPTURE, "-q", timeout=30)
+    assert r.returncode == 0
+    assert "is a directory" in r.stderr.decode()
+
+
+def test_time_bounds(plain, tmp_path):
+    first, last = plain["capture"]["first_ts"], plain["capture"]["last_ts"]
+    size = plain["accounting"]["input_bytes"]
+
+    def run(*bounds):
+        out = tmp_path / "r.json"
+        r = smbwire("analyze", CAPTURE, "--topology", TOPOLOGY, "-q", "--json", out, *bounds)
+        assert r.returncode == 0, r.stderr
+        return json.loads(out.read_text())
+
+    # Bounds around the whole capture: the same figures, nothing outside.
+    res = run("--from", f"{first - 1:.6f}", "--to", f"{last + 1:.6f}")
+    assert figures(res) == figures(plain)
+    # A bound after the last frame: no frame analysed, every frame byte outside the bounds.
+    res = run("--from", f"{last + 1:.6f}")
+    cats = res["accounting"]["categories"]
+    assert res["totals"]["payload_bytes"] == 0
+    assert cats["outside_time_bounds"] + cats["capture_format"] == size
+    assert res["accounting"]["reconciled"] is True
+    # A slice in the middle (ISO 8601 for one end): fewer bytes, all accounted.
+    mid = (first + last) / 2
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(mid))) + f".{int((mid % 1) * 1e6):06d}Z"
+    res = run("--from", f"{first:.9f}", "--to", iso)
+    assert 0 < res["accounting"]["categories"]["outside_time_bounds"] < size
+    assert res["capture"]["last_ts"] < mid
+    assert res["accounting"]["reconciled"] is True
+    # Nonsense and an empty interval: one line each.
+    for bounds, needle in [(("--from", "yesterday"), "is not a time"),
+                           (("--from", "20", "--to", "10"), "--from time must be before the --to time")]:
+        r = smbwire("analyze", CAPTURE, *bounds)
+        assert r.returncode == 2 and needle in r.stderr.decode(), r.stderr
