@@ -18,28 +18,13 @@ use crate::rdma::iwarp::IwarpStream;
 use crate::rdma::{mpa, RdmaState};
 use crate::report::{self, AccountingReport, AnalysisStats, CaptureSpan, InputFile, Results, TcpReport};
 use crate::smb2::state::SmbState;
-use crate::smb2::stream::{Parts, Smb2Stream};
+use crate::smb2::stream::Smb2Stream;
 use crate::tcp::flow::{FlowConfig, FlowOutcome, FlowTable};
 use crate::tcp::StreamConsumer;
 use crate::wire::{self, Transport};
 
-/// State shared by every stream consumer: counters, SMB sessions, the dedupe index.
-pub struct Shared {
-    pub anomalies: Anomalies,
-    pub accounting: Accounting,
-    pub smb: SmbState,
-    pub dedupe: Dedupe,
-    /// RoCE queue pairs, iWARP connections and SMB Direct connections.
-    pub rdma: RdmaState,
-}
-
-impl Shared {
-    /// Disjoint borrows: the SMB2 parts and the RDMA state.
-    pub fn split(&mut self) -> (Parts<'_>, &mut RdmaState) {
-        let Shared { anomalies, accounting, smb, dedupe, rdma } = self;
-        (Parts { anomalies, accounting, smb, sink: dedupe }, rdma)
-    }
-}
+/// The run state every stream consumer shares: counters, SMB sessions, the dedupe index, RDMA.
+pub type Shared = crate::context::Shared<SmbState, Dedupe, RdmaState>;
 
 /// UDP destination port of RoCEv2 (IBTA Annex A17).
 pub const ROCE_V2_PORT: u16 = 4791;

@@ -17,11 +17,14 @@ use super::ddp::{self, Buffer, Segment};
 use super::mpa;
 use crate::accounting::cat;
 use crate::frame::FrameCtx;
-use crate::pipeline::Shared;
-use crate::smb2::stream::Parts;
+use crate::context::PayloadSink;
+use crate::smb2::SmbState;
 use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
 use crate::tcp::StreamConsumer;
 use std::net::IpAddr;
+
+/// The run state an iWARP stream is lent (the pipeline's, or a test harness's payload sink `D`).
+type Shared<D> = crate::context::Shared<SmbState, D, super::RdmaState>;
 
 /// Bytes scanned for a frame start after a gap before older ones are given up.
 const SCAN_LIMIT: usize = 128 * 1024;
@@ -84,7 +87,7 @@ impl IwarpStream {
         }
     }
 
-    fn feed(&mut self, mut input: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+    fn feed<D: PayloadSink>(&mut self, mut input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         while !input.is_empty() {
             let n = match self.state {
                 State::Start => {
@@ -105,7 +108,7 @@ impl IwarpStream {
         }
     }
 
-    fn frame_bytes(&mut self, input: &[u8], sh: &mut Shared) -> usize {
+    fn frame_bytes<D: PayloadSink>(&mut self, input: &[u8], sh: &mut Shared<D>) -> usize {
         let want = match mpa::Frame::parse(&self.buf) {
             Some(Ok(f)) => f.len().min(mpa::FRAME_HEADER_LEN + mpa::MAX_PRIVATE_DATA),
             _ => mpa::FRAME_HEADER_LEN,
@@ -146,7 +149,7 @@ impl IwarpStream {
 
     /// Markers and CRC of this direction, decided at its first FPDU byte (the peer's frame
     /// was seen by then).
-    fn flags(&mut self, sh: &Shared) -> bool {
+    fn flags<D: PayloadSink>(&mut self, sh: &Shared<D>) -> bool {
         if let Some(m) = self.markers {
             return m;
         }
@@ -159,7 +162,7 @@ impl IwarpStream {
         m
     }
 
-    fn fpdu_bytes(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared) -> usize {
+    fn fpdu_bytes<D: PayloadSink>(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) -> usize {
         let markers = self.flags(sh);
         let m = self.pos % mpa::MARKER_INTERVAL;
         if markers && m < mpa::MARKER_LEN as u64 {
@@ -199,7 +202,7 @@ impl IwarpStream {
         n
     }
 
-    fn on_fpdu(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+    fn on_fpdu<D: PayloadSink>(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
         let logical = std::mem::take(&mut self.logical);
         let raw = std::mem::take(&mut self.raw);
         let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
@@ -222,12 +225,7 @@ impl IwarpStream {
         self.logical.clear();
     }
 
-    fn conn<'a>(&self, sh: &'a mut Shared) -> (Parts<'a>, &'a mut super::RdmaState) {
-        let Shared { anomalies, accounting, smb, dedupe, rdma } = sh;
-        (Parts { anomalies, accounting, smb, sink: dedupe }, rdma)
-    }
-
-    fn on_segment(&mut self, ulpdu: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+    fn on_segment<D: PayloadSink>(&mut self, ulpdu: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         let seg = match Segment::parse(ulpdu) {
             Ok(s) => s,
             Err(e) => {
@@ -260,7 +258,7 @@ impl IwarpStream {
                         sh.anomalies.raise("iwarp.send_segment_lost");
                         let held = other.map(|(_, b)| b.len()).unwrap_or(0);
                         sh.accounting.add(cat::SMB_UNPARSED, (held + payload.len()) as u64);
-                        let (mut p, rdma) = self.conn(sh);
+                        let (mut p, rdma) = sh.split();
                         if let Some(c) = rdma.conns.get_mut(&conn_id) {
                             c.lost(side, &mut p);
                         }
@@ -275,7 +273,7 @@ impl IwarpStream {
                     sh.accounting.add(cat::RDMA_OTHER_ULP, msg.len() as u64);
                     return;
                 }
-                let (mut p, rdma) = self.conn(sh);
+                let (mut p, rdma) = sh.split();
                 let c = rdma.conns.entry(conn_id).or_insert_with(|| {
                     rdma.stats.smbdirect_connections += 1;
                     SmbdConn::new(conn_id, ends, None)
@@ -323,13 +321,13 @@ impl IwarpStream {
         }
     }
 
-    fn tagged(&mut self, token: u32, va: u64, payload: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+    fn tagged<D: PayloadSink>(&mut self, token: u32, va: u64, payload: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         if self.smbd != Some(true) {
             sh.accounting.add(cat::RDMA_OTHER_ULP, payload.len() as u64);
             return;
         }
         let (conn_id, side, ends) = (self.conn, self.side, self.ends);
-        let (mut p, rdma) = self.conn(sh);
+        let (mut p, rdma) = sh.split();
         let c = rdma.conns.entry(conn_id).or_insert_with(|| {
             rdma.stats.smbdirect_connections += 1;
             SmbdConn::new(conn_id, ends, None)
@@ -370,7 +368,7 @@ impl IwarpStream {
         Some(crc == [0; 4] || mpa::crc32c(&b[..total - mpa::CRC_LEN]).to_le_bytes() == crc)
     }
 
-    fn resync_bytes(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared) -> usize {
+    fn resync_bytes<D: PayloadSink>(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) -> usize {
         let take = input.len().min(SCAN_LIMIT);
         self.buf.extend_from_slice(&input[..take]);
         let markers = self.markers == Some(true);
@@ -424,13 +422,13 @@ impl IwarpStream {
         take
     }
 
-    fn drop_partial(&mut self, sh: &mut Shared) {
+    fn drop_partial<D: PayloadSink>(&mut self, sh: &mut Shared<D>) {
         // Markers inside `raw` were accounted as they passed; logical bytes were not.
         sh.accounting.add(cat::RDMA_UNPARSED, (self.logical.len() + self.buf.len()) as u64);
         if let Some((_, b)) = self.send.take() {
             sh.accounting.add(cat::SMB_UNPARSED, b.len() as u64);
         }
-        let (mut p, rdma) = self.conn(sh);
+        let (mut p, rdma) = sh.split();
         if let Some(c) = rdma.conns.get_mut(&self.conn) {
             c.lost(self.side, &mut p);
         }
@@ -440,12 +438,12 @@ impl IwarpStream {
     }
 }
 
-impl StreamConsumer<Shared> for IwarpStream {
-    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         self.feed(bytes, ctx, sh);
     }
 
-    fn gap(&mut self, missing: u64, _ctx: &FrameCtx, sh: &mut Shared) {
+    fn gap(&mut self, missing: u64, _ctx: &FrameCtx, sh: &mut Shared<D>) {
         if missing == 0 {
             return;
         }
@@ -462,7 +460,7 @@ impl StreamConsumer<Shared> for IwarpStream {
         self.enter_resync(pos + missing);
     }
 
-    fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+    fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
         if !self.logical.is_empty() || !self.buf.is_empty() {
             sh.anomalies.raise("iwarp.stream_ended_mid_fpdu");
         }
@@ -481,7 +479,7 @@ impl StreamConsumer<Shared> for IwarpStream {
             sh.rdma.iwarp_closed.remove(&self.conn);
             sh.rdma.mpa.remove(&self.conn);
             sh.rdma.iwarp_reads.remove(&self.conn);
-            let (mut p, rdma) = self.conn(sh);
+            let (mut p, rdma) = sh.split();
             if let Some(mut c) = rdma.conns.remove(&self.conn) {
                 c.close(ctx, &mut p, &mut rdma.stats);
             }

@@ -22,7 +22,7 @@ use super::psn::{self, Mark, PsnWindow};
 use super::{cm, RdmaState, ROCE_CONN_BASE};
 use crate::accounting::cat;
 use crate::frame::FrameCtx;
-use crate::smb2::stream::Parts;
+use crate::smb2::Parts;
 use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

@@ -20,4 +20,8 @@ pub mod stream;
 pub mod transform;
 
 pub use state::{SmbState, Smb2Stats};
-pub use stream::{Parts, PayloadSink, Smb2Shared, Smb2Stream};
+pub use crate::context::PayloadSink;
+pub use stream::Smb2Stream;
+
+/// The parts of the run state lent to the SMB2 stage and the stages that carry SMB2 (SMB Direct).
+pub type Parts<'a> = crate::context::Parts<'a, SmbState>;

@@ -23,12 +23,12 @@ use super::handle::{handle, ChainCtx, PayloadMeta};
 use super::netbios;
 use super::records::{self as rec, command, protocol_id, HeaderRepr, HEADER_LEN};
 use super::state::SmbState;
-use crate::accounting::{cat, Accounting};
-use crate::anomaly::Anomalies;
-use crate::dedupe::{Dedupe, SendKind, SendRecord, Transport};
+use super::Parts;
+use crate::accounting::cat;
+use crate::context::{PayloadSink, Shared};
 use crate::frame::{FrameCtx, FrameRef};
 use crate::payload::hash::PayloadHasher;
-use crate::pipeline::Shared;
+use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::tcp::StreamConsumer;
 use std::net::IpAddr;
 
@@ -40,40 +40,6 @@ const PATTERN_LEN: usize = 10;
 const CARRY: usize = PATTERN_LEN - 1;
 /// Bytes of a compressed message buffered to look at its uncompressed SMB2 header.
 const COMPRESSED_PREFIX: usize = 512;
-
-/// Where payload sends and completions go (the dedupe index in the pipeline).
-pub trait PayloadSink {
-    fn send(&mut self, rec: SendRecord);
-    fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64);
-}
-
-impl PayloadSink for Dedupe {
-    fn send(&mut self, rec: SendRecord) {
-        Dedupe::send(self, rec)
-    }
-    fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
-        Dedupe::complete(self, conn, message_id, ts_ns)
-    }
-}
-
-/// Disjoint borrows of the shared state an SMB2 stream uses.
-pub struct Parts<'a> {
-    pub anomalies: &'a mut Anomalies,
-    pub accounting: &'a mut Accounting,
-    pub smb: &'a mut SmbState,
-    pub sink: &'a mut dyn PayloadSink,
-}
-
-/// Shared state that can lend `Parts` (the pipeline's `Shared`, or a test harness).
-pub trait Smb2Shared {
-    fn smb2_parts(&mut self) -> Parts<'_>;
-}
-
-impl Smb2Shared for Shared {
-    fn smb2_parts(&mut self) -> Parts<'_> {
-        Parts { anomalies: &mut self.anomalies, accounting: &mut self.accounting, smb: &mut self.smb, sink: &mut self.dedupe }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -886,25 +852,34 @@ impl Smb2Stream {
     }
 }
 
-impl<S: Smb2Shared> StreamConsumer<S> for Smb2Stream {
-    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut S) {
-        let mut p = shared.smb2_parts();
-        self.feed_message(bytes, ctx, &mut p);
+impl Smb2Stream {
+    /// A gap in the input (`StreamConsumer::gap` with the parts lent).
+    pub fn on_gap(&mut self, missing: u64, ctx: &FrameCtx, p: &mut Parts) {
+        self.gap_inner(missing, ctx, p);
     }
 
-    fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut S) {
-        let mut p = shared.smb2_parts();
-        self.gap_inner(missing, ctx, &mut p);
-    }
-
-    fn close(&mut self, ctx: &FrameCtx, shared: &mut S) {
-        let mut p = shared.smb2_parts();
+    /// End of the stream (`StreamConsumer::close` with the parts lent).
+    pub fn on_close(&mut self, ctx: &FrameCtx, p: &mut Parts) {
         let mid_message = !matches!(self.state, State::NbHeader | State::Idle | State::Resync) || self.small_len > 0;
         if mid_message {
             p.anomalies.raise("smb2.stream_ended_mid_message");
         }
-        self.abandon(ctx, &mut p);
+        self.abandon(ctx, p);
         self.state = if self.framed { State::NbHeader } else { State::Idle };
+    }
+}
+
+impl<D: PayloadSink, R> StreamConsumer<Shared<SmbState, D, R>> for Smb2Stream {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut Shared<SmbState, D, R>) {
+        self.feed_message(bytes, ctx, &mut shared.parts());
+    }
+
+    fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut Shared<SmbState, D, R>) {
+        self.on_gap(missing, ctx, &mut shared.parts());
+    }
+
+    fn close(&mut self, ctx: &FrameCtx, shared: &mut Shared<SmbState, D, R>) {
+        self.on_close(ctx, &mut shared.parts());
     }
 }
 

@@ -9,11 +9,11 @@
 //! transfer ends incomplete: reported, not hashed).
 
 use crate::accounting::cat;
-use crate::dedupe::{SendKind, SendRecord, Transport};
+use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::{FrameCtx, FrameRef};
 use crate::payload::hash::PayloadHasher;
 use crate::smb2::records::BufferDescriptorV1;
-use crate::smb2::stream::Parts;
+use crate::smb2::Parts;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;

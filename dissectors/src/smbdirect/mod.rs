@@ -12,14 +12,15 @@
 
 pub mod link;
 pub mod records;
+pub mod stats;
 
-pub use crate::rdma::RdmaStats as Counters;
+pub use stats::RdmaStats as Counters;
 
 use crate::accounting::cat;
-use crate::dedupe::SendKind;
+use crate::payload::send::SendKind;
 use crate::frame::FrameCtx;
 use crate::smb2::records::{self as rec, channel, command, HeaderRepr, HEADER_LEN};
-use crate::smb2::stream::{Parts, Smb2Stream};
+use crate::smb2::{Parts, Smb2Stream};
 use records::{DataTransfer, NegotiateRequest, NegotiateResponse};
 use std::net::IpAddr;
 
@@ -257,14 +258,7 @@ impl SmbdConn {
         for from in 0..2 {
             self.lost(from, p);
             if let Some(s) = self.dirs[from].smb2.as_mut() {
-                use crate::tcp::StreamConsumer;
-                struct Lend<'a, 'b>(&'a mut Parts<'b>);
-                impl crate::smb2::stream::Smb2Shared for Lend<'_, '_> {
-                    fn smb2_parts(&mut self) -> Parts<'_> {
-                        Parts { anomalies: self.0.anomalies, accounting: self.0.accounting, smb: self.0.smb, sink: self.0.sink }
-                    }
-                }
-                s.close(ctx, &mut Lend(p));
+                s.on_close(ctx, p);
             }
         }
         self.linker.close(self.id, p, c);

@@ -8,11 +8,11 @@ pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod linktype;
 pub mod sll;
 pub mod tcp;
 pub mod udp;
 
-use crate::capture::linktype;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Why a frame could not be decoded down to its transport payload.
