@@ -31,6 +31,24 @@ pub mod tcp;
 pub mod wire;
 
 
+/// Every anomaly name the engine can raise (the keys of the JSON `"anomalies"` object), from
+/// the stages' `Anomaly` enums and the record parsers' error types, by stage.
+pub fn all_anomaly_names() -> impl Iterator<Item = &'static str> {
+    fn names<A: anomaly::AnomalyKind>(all: &'static [A]) -> impl Iterator<Item = &'static str> {
+        all.iter().map(|a| a.name())
+    }
+    names(capture::Anomaly::ALL)
+        .chain(names(wire::Anomaly::ALL))
+        .chain(names(tcp::Anomaly::ALL))
+        .chain(names(smb2::Anomaly::ALL))
+        .chain(smb2::anomaly::record_errors().into_iter().map(|e| e.name()))
+        .chain(names(smbdirect::Anomaly::ALL))
+        .chain(smbdirect::anomaly::record_errors().into_iter().map(|e| e.name()))
+        .chain(names(rdma::Anomaly::ALL))
+        .chain(rdma::anomaly::record_error_names())
+        .chain(names(dedupe::Anomaly::ALL))
+}
+
 /// The allowed dependency order, lowest first: a module may use only modules of an earlier
 /// entry (modules within one entry use none of each other).
 pub const LAYERS: &[&[&str]] = &[
@@ -162,6 +180,23 @@ mod tests {
             }
         }
         assert!(wrong.is_empty(), "module dependencies: {wrong:#?}");
+    }
+
+    /// Every anomaly name is documented in docs/json-schema.md, once per name.
+    #[test]
+    fn every_anomaly_is_documented() {
+        let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/json-schema.md")).unwrap();
+        let names: Vec<&str> = super::all_anomaly_names().collect();
+        let unique: BTreeSet<&str> = names.iter().copied().collect();
+        assert_eq!(unique.len(), names.len(), "a name is declared twice");
+        let missing: Vec<&str> = names.iter().copied().filter(|n| !doc.contains(&format!("`{n}`"))).collect();
+        assert!(missing.is_empty(), "anomalies not in docs/json-schema.md: {missing:?}");
+        // And the doc's anomaly table names no anomaly the engine does not have.
+        let section = doc.split("## Anomalies").nth(1).expect("an `## Anomalies` section").split("\n## ").next().unwrap();
+        for line in section.lines().filter(|l| l.starts_with("| `")) {
+            let name = line[3..].split('`').next().unwrap();
+            assert!(unique.contains(name), "docs/json-schema.md names `{name}`, which the engine does not raise");
+        }
     }
 
     #[test]

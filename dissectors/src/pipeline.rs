@@ -180,24 +180,24 @@ impl Pipeline {
         }
         if ts < self.last_ts {
             // Merged mirror ports may be slightly out of order; time only moves forward.
-            self.shared.anomalies.raise("capture.time_went_backwards");
+            self.shared.anomalies.raise(crate::capture::Anomaly::TimeWentBackwards);
         } else {
             self.last_ts = ts;
         }
         let ctx = FrameCtx { frame: frame.info.frame, ts_ns: self.last_ts };
         let len = frame.data.len() as u64;
         if (frame.info.orig_len as u64) > len {
-            self.shared.anomalies.raise("capture.snaplen_truncated_frame");
+            self.shared.anomalies.raise(crate::capture::Anomaly::SnaplenTruncatedFrame);
         }
         let decoded = match wire::decode(frame.info.linktype, frame.data) {
             Ok(d) => d,
             Err(e @ wire::DecodeError::UnsupportedLinkType(_)) => {
-                self.shared.anomalies.raise(e.anomaly());
+                self.shared.anomalies.raise(e);
                 self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);
                 return;
             }
             Err(e) => {
-                self.shared.anomalies.raise(e.anomaly());
+                self.shared.anomalies.raise(e);
                 self.shared.accounting.add(cat::MALFORMED, len);
                 return;
             }
@@ -348,9 +348,8 @@ impl Pipeline {
         flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
         let ledger = self.shared.dedupe.take_ledger();
         let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;
-        for (k, v) in self.flows.anomalies().iter().chain(self.mpa_flows.anomalies().iter()) {
-            anomalies.raise_n(k, v);
-        }
+        anomalies.absorb(self.flows.anomalies());
+        anomalies.absorb(self.mpa_flows.anomalies());
         for (k, v) in container.iter() {
             accounting.add(k, v);
         }
@@ -453,7 +452,7 @@ pub fn analyze_files(
         pipeline.shared.dedupe.record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
     }
     for (_, e) in &merged.skipped {
-        pipeline.shared.anomalies.raise("capture.unusable_input");
+        pipeline.shared.anomalies.raise(crate::capture::Anomaly::UnusableInput);
         let others = merged.used.len();
         pipeline.warnings.push(format!(
             "{e}: skipped; the report covers the {others} other input{}",

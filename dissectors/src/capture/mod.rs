@@ -5,9 +5,12 @@
 //! headers, options, padding) go to `accounting::cat::CAPTURE_FORMAT`, a partial record at
 //! the end to `TRUNCATED_TAIL`; frame bytes are accounted by later stages.
 
+pub mod anomaly;
 pub mod merge;
 pub mod pcap;
 pub mod pcapng;
+
+pub use anomaly::Anomaly;
 
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;

@@ -7,6 +7,7 @@ use super::{CaptureError, FrameInfo, FrameReader, RawFrame};
 use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
 use crate::frame::FrameRef;
+use super::Anomaly;
 
 pub const FILE_HEADER_LEN: usize = 24;
 pub const RECORD_HEADER_LEN: usize = 16;
@@ -84,9 +85,9 @@ impl PcapReader {
     }
 
     /// Give up on the rest of the file: a damaged record header cannot be resynchronised.
-    fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: &'static str, category: &'static str) {
+    fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: Anomaly, category: &'static str) {
         // After a read error the unread rest cannot be accounted; say so.
-        an.raise(if self.src.read_error { "capture.read_error" } else { anomaly });
+        an.raise(if self.src.read_error { Anomaly::ReadError } else { anomaly });
         let rest = self.src.skip_to_end();
         acct.add(category, rest);
         self.done = true;
@@ -120,23 +121,23 @@ impl FrameReader for PcapReader {
             return false;
         }
         if avail < RECORD_HEADER_LEN {
-            self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
+            self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
             return false;
         }
         let h = self.src.peek();
         let be = self.big_endian;
         let (sec, frac, caplen, orig_len) = (read_u32(&h[0..4], be), read_u32(&h[4..8], be), read_u32(&h[8..12], be), read_u32(&h[12..16], be));
         if caplen > self.max_caplen() {
-            self.abandon(acct, an, "pcap.bad_record_length", cat::MALFORMED);
+            self.abandon(acct, an, Anomaly::PcapBadRecordLength, cat::MALFORMED);
             return false;
         }
         let need = RECORD_HEADER_LEN + caplen as usize;
         if self.src.fill(need) < need {
-            self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
+            self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
             return false;
         }
         if (!self.nanos && frac >= 1_000_000) || (self.nanos && frac >= 1_000_000_000) {
-            an.raise("pcap.bad_timestamp_fraction");
+            an.raise(Anomaly::PcapBadTimestampFraction);
         }
         let ts_ns = u64::from(sec) * 1_000_000_000 + u64::from(frac) * if self.nanos { 1 } else { 1_000 };
         acct.add(cat::CAPTURE_FORMAT, RECORD_HEADER_LEN as u64);

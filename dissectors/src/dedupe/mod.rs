@@ -16,11 +16,14 @@
 //!
 //! The rules and the JSON fields are documented in docs/attribution.md.
 
+pub mod anomaly;
 pub mod attribution;
 pub mod evidence;
 pub mod figures;
 pub mod index;
 pub mod topology;
+
+pub use anomaly::Anomaly;
 
 pub use attribution::Class;
 pub use index::{Dedupe, DedupeReport};

@@ -22,6 +22,7 @@ use crate::smb2::SmbState;
 use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
 use crate::tcp::StreamConsumer;
 use std::net::IpAddr;
+use super::Anomaly;
 
 /// The run state an iWARP stream is lent (the pipeline's, or a test harness's payload sink `D`).
 type Shared<D> = crate::context::Shared<SmbState, D, super::RdmaState>;
@@ -94,7 +95,7 @@ impl IwarpStream {
                     if mpa::Frame::parse(&input[..input.len().min(mpa::KEY_LEN)]).is_some() {
                         self.state = State::Frame;
                     } else {
-                        sh.anomalies.raise("iwarp.no_mpa_frame");
+                        sh.anomalies.raise(Anomaly::IwarpNoMpaFrame);
                         self.markers = Some(false);
                         self.enter_resync(0);
                     }
@@ -118,7 +119,7 @@ impl IwarpStream {
         match mpa::Frame::parse(&self.buf) {
             None => {
                 // Not MPA after all: give up framing this direction.
-                sh.anomalies.raise("iwarp.bad_mpa_frame");
+                sh.anomalies.raise(Anomaly::IwarpBadMpaFrame);
                 sh.accounting.add(cat::RDMA_UNPARSED, self.buf.len() as u64);
                 self.buf.clear();
                 self.markers = Some(false);
@@ -126,12 +127,12 @@ impl IwarpStream {
             }
             Some(Ok(f)) if self.buf.len() >= f.len().min(mpa::FRAME_HEADER_LEN + mpa::MAX_PRIVATE_DATA) => {
                 if f.private_data_len as usize > mpa::MAX_PRIVATE_DATA {
-                    sh.anomalies.raise("iwarp.mpa_private_data_too_long");
+                    sh.anomalies.raise(Anomaly::IwarpMpaPrivateDataTooLong);
                 }
                 if f.reply {
                     sh.rdma.stats.iwarp.mpa_replies += 1;
                     if f.rejected {
-                        sh.anomalies.raise("iwarp.mpa_rejected");
+                        sh.anomalies.raise(Anomaly::IwarpMpaRejected);
                     }
                 } else {
                     sh.rdma.stats.iwarp.mpa_requests += 1;
@@ -212,7 +213,7 @@ impl IwarpStream {
             let want = mpa::crc32c(&raw[..self.crc_raw_len.min(raw.len())]).to_le_bytes();
             if want != crc_field {
                 sh.rdma.stats.iwarp.crc_errors += 1;
-                sh.anomalies.raise("iwarp.crc_error");
+                sh.anomalies.raise(Anomaly::IwarpCrcError);
             }
         }
         let ulpdu = &logical[2..2 + l];
@@ -229,7 +230,7 @@ impl IwarpStream {
         let seg = match Segment::parse(ulpdu) {
             Ok(s) => s,
             Err(e) => {
-                sh.anomalies.raise(e.name());
+                sh.anomalies.raise(e);
                 sh.accounting.add(cat::RDMA_UNPARSED, ulpdu.len() as u64);
                 return;
             }
@@ -255,7 +256,7 @@ impl IwarpStream {
                         Some(buf)
                     }
                     other => {
-                        sh.anomalies.raise("iwarp.send_segment_lost");
+                        sh.anomalies.raise(Anomaly::IwarpSendSegmentLost);
                         let held = other.map(|(_, b)| b.len()).unwrap_or(0);
                         sh.accounting.add(cat::SMB_UNPARSED, (held + payload.len()) as u64);
                         let (mut p, rdma) = sh.split();
@@ -290,7 +291,7 @@ impl IwarpStream {
                         }
                         list.push_back(r);
                     }
-                    Err(e) => sh.anomalies.raise(e.name()),
+                    Err(e) => sh.anomalies.raise(e),
                 }
             }
             (ddp::opcode::WRITE, Buffer::Tagged { stag, to }) => self.tagged(stag, to, payload, ctx, sh),
@@ -304,7 +305,7 @@ impl IwarpStream {
                 match mapped {
                     Some((token, va)) => self.tagged(token, va, payload, ctx, sh),
                     None if self.smbd == Some(true) => {
-                        sh.anomalies.raise("iwarp.read_response_without_request");
+                        sh.anomalies.raise(Anomaly::IwarpReadResponseWithoutRequest);
                         sh.rdma.stats.unlinked_bytes += payload.len() as u64;
                         sh.accounting.add(cat::RDMA_UNLINKED, payload.len() as u64);
                     }
@@ -314,7 +315,7 @@ impl IwarpStream {
             (ddp::opcode::TERMINATE, _) => {
                 // RDMAP Terminate (RFC 5040 §5.2.1.6): the peer tore the stream down with an error.
                 sh.rdma.stats.iwarp.terminates += 1;
-                sh.anomalies.raise("iwarp.terminate");
+                sh.anomalies.raise(Anomaly::IwarpTerminate);
                 sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64);
             }
             _ => sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64),
@@ -448,7 +449,7 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
             return;
         }
         sh.rdma.stats.gaps += 1;
-        sh.anomalies.raise("iwarp.gap");
+        sh.anomalies.raise(Anomaly::IwarpGap);
         let pos = match self.state {
             State::Resync => self.scan_pos + self.buf.len() as u64,
             _ => self.pos,
@@ -462,7 +463,7 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
 
     fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
         if !self.logical.is_empty() || !self.buf.is_empty() {
-            sh.anomalies.raise("iwarp.stream_ended_mid_fpdu");
+            sh.anomalies.raise(Anomaly::IwarpStreamEndedMidFpdu);
         }
         // Bytes that arrived after an earlier close are dropped here too, so they stay accounted.
         self.drop_partial(sh);

@@ -11,6 +11,7 @@
 //! `RdmaState` is the `rdma` part of `context::Shared`; `RdmaStats` (the report's `"rdma"`
 //! section) is defined in `smbdirect::stats`, the lowest stage that counts into it.
 
+pub mod anomaly;
 pub mod cm;
 pub mod ddp;
 pub mod ib;
@@ -18,6 +19,8 @@ pub mod iwarp;
 pub mod mpa;
 pub mod psn;
 pub mod roce;
+
+pub use anomaly::Anomaly;
 
 pub use crate::smbdirect::stats::{InfinibandStats, IwarpStats, RdmaStats, SmbDirectStats};
 

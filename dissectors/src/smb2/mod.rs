@@ -11,6 +11,7 @@
 //! - `state`: sessions, trees, open files keyed by SessionId/TreeId/FileId; pending requests.
 //! - `bounded`: the capped, oldest-first-evicting map the state is built on.
 
+pub mod anomaly;
 pub mod bounded;
 pub mod handle;
 pub mod netbios;
@@ -18,6 +19,8 @@ pub mod records;
 pub mod state;
 pub mod stream;
 pub mod transform;
+
+pub use anomaly::Anomaly;
 
 pub use state::{SmbState, Smb2Stats};
 pub use crate::context::PayloadSink;

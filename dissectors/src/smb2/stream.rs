@@ -31,6 +31,7 @@ use crate::payload::hash::PayloadHasher;
 use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::tcp::StreamConsumer;
 use std::net::IpAddr;
+use super::Anomaly;
 
 /// Most bytes of one non-payload message buffered for parsing; the rest is skipped.
 pub const MESSAGE_CAP: usize = 64 * 1024;
@@ -184,14 +185,14 @@ impl Smb2Stream {
         if self.state != State::Idle {
             // The previous message ended inside a buffered part (cannot happen for whole
             // messages; defensive).
-            p.anomalies.raise("smb2.unframed_state_reset");
+            p.anomalies.raise(Anomaly::UnframedStateReset);
             self.abandon(ctx, p);
         }
         if msg.is_empty() {
             return;
         }
         if msg.len() > netbios::MAX_LENGTH as usize {
-            p.anomalies.raise("smb2.message_too_long");
+            p.anomalies.raise(Anomaly::MessageTooLong);
             p.accounting.add(cat::SMB_UNPARSED, msg.len() as u64);
             return;
         }
@@ -199,7 +200,7 @@ impl Smb2Stream {
         self.state = State::ProtocolId;
         self.feed(msg, ctx, p);
         if self.state != State::Idle {
-            p.anomalies.raise("smb2.unframed_message_truncated");
+            p.anomalies.raise(Anomaly::UnframedMessageTruncated);
             self.abandon(ctx, p);
         }
     }
@@ -305,7 +306,7 @@ impl Smb2Stream {
 
     fn on_netbios_header(&mut self, p: &mut Parts) {
         match netbios::Repr::parse(&self.small[..4]) {
-            Err(_) => self.lose_framing("smb2.netbios_bad_type", p),
+            Err(_) => self.lose_framing(Anomaly::NetbiosBadType, p),
             Ok(r) if !r.is_session_message() => {
                 // Session request/response, keepalive: transport metadata.
                 p.accounting.add(cat::SMB_METADATA, 4);
@@ -316,7 +317,7 @@ impl Smb2Stream {
                     self.end_of_message();
                 }
             }
-            Ok(r) if r.length < 4 => self.lose_framing("smb2.netbios_bad_length", p),
+            Ok(r) if r.length < 4 => self.lose_framing(Anomaly::NetbiosBadLength, p),
             Ok(r) => {
                 self.msg_left = r.length;
                 self.state = State::ProtocolId;
@@ -364,11 +365,11 @@ impl Smb2Stream {
             }
             _ if self.framed => {
                 // Restore the message length consumed so far; resync rescans these bytes.
-                self.lose_framing("smb2.unknown_protocol_id", p);
+                self.lose_framing(Anomaly::UnknownProtocolId, p);
                 return;
             }
             _ => {
-                p.anomalies.raise("smb2.unknown_protocol_id");
+                p.anomalies.raise(Anomaly::UnknownProtocolId);
                 p.accounting.add(cat::SMB_UNPARSED, self.small_len as u64);
                 self.small_len = 0;
                 self.state = State::Skip(cat::SMB_UNPARSED);
@@ -404,7 +405,7 @@ impl Smb2Stream {
         } else if self.chain_next {
             self.start_element(&[]);
         } else {
-            p.anomalies.raise("smb2.trailing_bytes");
+            p.anomalies.raise(Anomaly::TrailingBytes);
             self.state = State::Skip(cat::SMB_UNPARSED);
         }
     }
@@ -419,7 +420,7 @@ impl Smb2Stream {
 
     /// The bytes held in `small` were not a valid NetBIOS/SMB2 start: drop the first byte
     /// (unparsed) and rescan the others.
-    fn lose_framing(&mut self, anomaly: &'static str, p: &mut Parts) {
+    fn lose_framing(&mut self, anomaly: Anomaly, p: &mut Parts) {
         p.anomalies.raise(anomaly);
         p.smb.stats.resyncs += 1;
         let held = self.small_len;
@@ -452,7 +453,11 @@ impl Smb2Stream {
         let h = match HeaderRepr::parse(&self.buf) {
             Ok(h) => h,
             Err(e) => {
-                p.anomalies.raise(if self.buf.len() < HEADER_LEN { "smb2.truncated_header" } else { e.name() });
+                if self.buf.len() < HEADER_LEN {
+                    p.anomalies.raise(Anomaly::TruncatedHeader);
+                } else {
+                    p.anomalies.raise(e);
+                }
                 // Element boundaries are unknown: the rest of the message is unparsed.
                 self.chain_next = false;
                 self.elem_left = self.msg_left;
@@ -472,7 +477,7 @@ impl Smb2Stream {
             self.chain_next = true;
             nc
         } else {
-            p.anomalies.raise("smb2.bad_next_command");
+            p.anomalies.raise(Anomaly::BadNextCommand);
             avail
         };
         self.elem_left = elem_len - HEADER_LEN as u32;
@@ -519,7 +524,7 @@ impl Smb2Stream {
             Some((off, len)) if len > 0 => {
                 let end = off as u64 + len as u64;
                 if off < fixed || end > elem_len as u64 || off > MESSAGE_CAP {
-                    p.anomalies.raise(if write { "smb2.write_bad_data_offset" } else { "smb2.read_bad_data_offset" });
+                    p.anomalies.raise(if write { Anomaly::WriteBadDataOffset } else { Anomaly::ReadBadDataOffset });
                     // Treat as metadata: parse what the fixed part says, no payload.
                     self.payload = None;
                     self.process(ctx, p, false);
@@ -561,7 +566,7 @@ impl Smb2Stream {
     fn on_whole(&mut self, ctx: &FrameCtx, p: &mut Parts) {
         let elem_len = self.buf.len() + self.elem_left as usize;
         if elem_len > MESSAGE_CAP && self.buf.len() == MESSAGE_CAP {
-            p.anomalies.raise("smb2.message_over_cap");
+            p.anomalies.raise(Anomaly::MessageOverCap);
         }
         self.process(ctx, p, false);
         self.state = State::Tail(cat::SMB_METADATA);
@@ -629,7 +634,7 @@ impl Smb2Stream {
                     });
                 }
                 None => {
-                    p.anomalies.raise("smb2.payload_incomplete");
+                    p.anomalies.raise(Anomaly::PayloadIncomplete);
                     p.smb.stats.payload_incomplete += 1;
                     p.smb.stats.payload_incomplete_bytes += pl.length as u64;
                 }
@@ -650,7 +655,7 @@ impl Smb2Stream {
         let t = match rec::CompressionTransform::parse(&self.buf) {
             Ok(t) => t,
             Err(e) => {
-                p.anomalies.raise(e.name());
+                p.anomalies.raise(e);
                 return;
             }
         };
@@ -780,13 +785,13 @@ impl Smb2Stream {
             return;
         }
         if !self.framed {
-            p.anomalies.raise("smb2.gap");
+            p.anomalies.raise(Anomaly::Gap);
             self.abandon(ctx, p);
             return;
         }
         let to_resync = |s: &mut Self, p: &mut Parts| {
             s.abandon(ctx, p);
-            p.anomalies.raise("smb2.gap_resync");
+            p.anomalies.raise(Anomaly::GapResync);
             p.smb.stats.resyncs += 1;
             s.state = State::Resync;
         };
@@ -809,7 +814,7 @@ impl Smb2Stream {
                 }
             }
             State::Head(_, _) if self.hdr.is_none() => {
-                p.anomalies.raise("smb2.gap_in_message");
+                p.anomalies.raise(Anomaly::GapInMessage);
                 self.msg_left -= missing as u32;
                 self.state = State::Skip(cat::SMB_UNPARSED);
                 if self.msg_left == 0 {
@@ -830,7 +835,7 @@ impl Smb2Stream {
             }
             State::Head(_, _) | State::Tail(_) => {
                 if matches!(self.state, State::Head(..)) {
-                    p.anomalies.raise("smb2.gap_in_message");
+                    p.anomalies.raise(Anomaly::GapInMessage);
                 }
                 if missing <= self.elem_left as u64 {
                     self.eat(missing as usize);
@@ -840,7 +845,7 @@ impl Smb2Stream {
                     }
                 } else {
                     // The next element's header is lost: skip the rest of the message.
-                    p.anomalies.raise("smb2.gap_in_message");
+                    p.anomalies.raise(Anomaly::GapInMessage);
                     self.msg_left -= missing as u32;
                     self.state = State::Skip(cat::SMB_UNPARSED);
                     if self.msg_left == 0 {
@@ -862,7 +867,7 @@ impl Smb2Stream {
     pub fn on_close(&mut self, ctx: &FrameCtx, p: &mut Parts) {
         let mid_message = !matches!(self.state, State::NbHeader | State::Idle | State::Resync) || self.small_len > 0;
         if mid_message {
-            p.anomalies.raise("smb2.stream_ended_mid_message");
+            p.anomalies.raise(Anomaly::StreamEndedMidMessage);
         }
         self.abandon(ctx, p);
         self.state = if self.framed { State::NbHeader } else { State::Idle };

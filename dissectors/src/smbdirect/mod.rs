@@ -10,9 +10,12 @@
 //! Accounting: negotiate messages and data transfer headers/padding → `smbdirect_control`;
 //! fragment data → the SMB2 layer once the message is whole, `smb_unparsed` when it never is.
 
+pub mod anomaly;
 pub mod link;
 pub mod records;
 pub mod stats;
+
+pub use anomaly::Anomaly;
 
 pub use stats::RdmaStats as Counters;
 
@@ -97,7 +100,7 @@ impl SmbdConn {
                 c.smbdirect.credits_requested += u64::from(n.credits_requested);
                 c.smbdirect.credits_granted += u64::from(n.credits_granted);
                 if n.status != 0 {
-                    p.anomalies.raise("smbdirect.negotiate_failed");
+                    p.anomalies.raise(Anomaly::NegotiateFailed);
                 }
                 self.client.get_or_insert(1 - from);
                 p.accounting.add(cat::SMBDIRECT_CONTROL, msg.len() as u64);
@@ -107,7 +110,7 @@ impl SmbdConn {
         let t = match DataTransfer::parse(msg) {
             Ok(t) => t,
             Err(e) => {
-                p.anomalies.raise(e.name());
+                p.anomalies.raise(e);
                 p.accounting.add(cat::SMBDIRECT_CONTROL, msg.len() as u64);
                 return;
             }
@@ -118,10 +121,10 @@ impl SmbdConn {
         c.smbdirect.credits_requested += u64::from(t.credits_requested);
         c.smbdirect.credits_granted += u64::from(t.credits_granted);
         if t.credits_requested == 0 {
-            p.anomalies.raise("smbdirect.zero_credits_requested");
+            p.anomalies.raise(Anomaly::ZeroCreditsRequested);
         }
         if t.data_length > 0 && t.data_offset % 8 != 0 {
-            p.anomalies.raise("smbdirect.unaligned_data_offset");
+            p.anomalies.raise(Anomaly::UnalignedDataOffset);
         }
         let data = t.data(msg);
         p.accounting.add(cat::SMBDIRECT_CONTROL, (msg.len() - data.len()) as u64);
@@ -131,7 +134,7 @@ impl SmbdConn {
         let remaining = t.remaining_data_length as usize;
         if !d.reassembly.is_empty() || remaining > 0 {
             if d.reassembly.len() + data.len() + remaining > MAX_FRAGMENTED_SIZE {
-                p.anomalies.raise("smbdirect.fragmented_too_large");
+                p.anomalies.raise(Anomaly::FragmentedTooLarge);
                 p.accounting.add(cat::SMB_UNPARSED, (d.reassembly.len() + data.len()) as u64);
                 d.reassembly = Vec::new();
                 return;
@@ -151,7 +154,7 @@ impl SmbdConn {
     pub fn lost(&mut self, from: usize, p: &mut Parts) {
         let d = &mut self.dirs[from & 1];
         if !d.reassembly.is_empty() {
-            p.anomalies.raise("smbdirect.fragment_lost");
+            p.anomalies.raise(Anomaly::FragmentLost);
             p.accounting.add(cat::SMB_UNPARSED, d.reassembly.len() as u64);
             d.reassembly = Vec::new();
         }

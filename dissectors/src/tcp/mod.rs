@@ -5,8 +5,11 @@
 //! buffer, and bytes that never arrive (lost segments, snaplen-truncated frames, buffer
 //! overflow) are delivered as an explicit `Chunk::Gap` so the consumer can skip or resync.
 
+pub mod anomaly;
 pub mod flow;
 pub mod reassembly;
+
+pub use anomaly::Anomaly;
 
 pub use flow::{Endpoint, FlowConfig, FlowOutcome, FlowTable};
 pub use reassembly::{Reassembler, ReassemblyConfig, SegmentOutcome};
