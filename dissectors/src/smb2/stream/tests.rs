@@ -2,6 +2,9 @@
 //! with `tshark -z follow,tcp,raw`), compared with tshark's counts in expected.json, plus
 //! synthetic streams for compounds, gaps, resync and hostile lengths.
 use super::*;
+use crate::frame::FrameRef;
+use crate::payload::send::{SendKind, SendRecord, Transport};
+use crate::smb2::records::{self as rec, command};
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
 use crate::payload::hash::digest_of;
