@@ -199,6 +199,44 @@ mod tests {
         }
     }
 
+    /// One test layout: a module's unit tests are its child module `tests`, declared
+    /// `#[cfg(test)] mod tests` with the body inline or in the module's directory as `tests.rs`
+    /// (`x.rs` → `x/tests.rs`, `x/mod.rs` → `x/tests.rs`); no `#[path]`, no other file names.
+    /// Tests that need the synthesizer are in synth/tests/. live/ (another owner) is not checked yet.
+    #[test]
+    fn one_test_layout() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut all = Vec::new();
+        files(&src, &mut all);
+        let mut wrong = Vec::new();
+        for p in &all {
+            let rel = p.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+            if rel.starts_with("live/") {
+                continue;
+            }
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name.ends_with("_tests.rs") || name == "fuzz.rs" {
+                wrong.push(format!("{rel}: test file outside the layout"));
+            }
+            let text = std::fs::read_to_string(p).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, l) in lines.iter().enumerate() {
+                if l.trim_start().starts_with("#[path") {
+                    wrong.push(format!("{rel}:{}: #[path]", i + 1));
+                }
+                // A file-level test module (not nested in another one) is called `tests`.
+                if *l == "#[cfg(test)]" {
+                    if let Some(m) = lines.get(i + 1).and_then(|n| n.strip_prefix("mod ")) {
+                        if !(m == "tests;" || m == "tests {") {
+                            wrong.push(format!("{rel}:{}: test module `{m}`", i + 2));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
     #[test]
     fn every_module_is_in_layers() {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");

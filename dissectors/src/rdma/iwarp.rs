@@ -487,3 +487,6 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

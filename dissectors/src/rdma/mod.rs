@@ -95,5 +95,3 @@ impl RdmaState {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod fuzz;

@@ -880,5 +880,4 @@ pub fn data_region(msg: &[u8], cmd: u16, response: bool) -> Option<DataRegion> {
 }
 
 #[cfg(test)]
-#[path = "records_tests.rs"]
 mod tests;

@@ -4,9 +4,9 @@
 //! random byte flips, gaps and early closes. Nothing may panic, and every byte handed to the
 //! streams must land in exactly one accounting category.
 
-use super::ddp::{self, Buffer};
-use super::iwarp::IwarpStream;
-use super::mpa;
+use crate::rdma::ddp::{self, Buffer};
+use crate::rdma::iwarp::IwarpStream;
+use crate::rdma::{mpa, RdmaState};
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
 use crate::context::Shared;
@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr};
 const C: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), 50000);
 const S: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 5445);
 
-type Run = Shared<SmbState, Dedupe, super::RdmaState>;
+type Run = Shared<SmbState, Dedupe, RdmaState>;
 
 fn shared() -> Run {
     Shared {
@@ -29,7 +29,7 @@ fn shared() -> Run {
         accounting: Accounting::default(),
         smb: SmbState::new(),
         dedupe: Dedupe::new(DedupeConfig::default(), Topology::default(), None),
-        rdma: super::RdmaState::new(),
+        rdma: RdmaState::new(),
     }
 }
 
