@@ -26,7 +26,7 @@ pub enum Chunk<'a> {
 }
 
 /// A consumer of one direction of a TCP stream (SMB2 framing, iWARP MPA...).
-/// `S` is the pipeline's shared state (sessions, dedupe index, counters).
+/// `S` is the run state the consumer is lent (`context::Shared` in the pipeline; `()` in tests).
 pub trait StreamConsumer<S> {
     fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut S);
     fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut S);
