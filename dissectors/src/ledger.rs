@@ -3,7 +3,7 @@
 //!
 //! The ordered stage is a pure function of this event stream: `Dedupe::send` for every payload
 //! send, `Dedupe::complete` when its response is seen, `Dedupe::advance` at each sweep of the
-//! window. Replaying a ledger through a fresh `Dedupe` (`replay`) therefore gives the same
+//! window. Replaying a ledger through a fresh `Dedupe` (`dedupe::replay`) therefore gives the same
 //! figures as the analysis that wrote it, under any topology or window: a user who fixes a
 //! topology file does not re-read the captures, and a distributed analysis can cut here.
 //!
@@ -32,7 +32,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
-use crate::dedupe::{SendKind, SendRecord, Transport};
+use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::FrameRef;
 use crate::payload::{BlockDigest, PayloadDigest, BLOCK_SIZE};
 
@@ -572,18 +572,6 @@ pub fn read(path: &str) -> Result<Ledger, LedgerError> {
     Ok(Ledger { events, at_ns, run: r.run })
 }
 
-/// Feeds recorded events to an ordered stage, in order: `Dedupe::finish` then gives the
-/// figures of the analysis that recorded them, under the stage's own topology and window.
-pub fn replay(events: impl IntoIterator<Item = Event>, stage: &mut crate::dedupe::Dedupe) {
-    for e in events {
-        match e {
-            Event::Send(s) => stage.send(*s),
-            Event::Complete { conn, message_id, ts_ns } => stage.complete(conn, message_id, ts_ns),
-            Event::Advance { ts_ns } => stage.advance(ts_ns),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -681,7 +669,7 @@ mod tests {
             let l = read(ledger.to_str().unwrap()).unwrap();
             assert!(l.events.iter().filter(|e| matches!(e, Event::Send(_))).count() >= 8);
             let mut d = Dedupe::new(config.dedupe.clone(), config.topology.clone(), None);
-            replay(l.events, &mut d);
+            crate::dedupe::replay(l.events, &mut d);
             let got = serde_json::to_value(d.finish()).unwrap();
             assert_eq!(got, want, "with_topology={with_topology}");
             let _ = Topology::default();

@@ -18,28 +18,13 @@ use crate::rdma::iwarp::IwarpStream;
 use crate::rdma::{mpa, RdmaState};
 use crate::report::{self, AccountingReport, AnalysisStats, CaptureSpan, InputFile, Results, TcpReport};
 use crate::smb2::state::SmbState;
-use crate::smb2::stream::{Parts, Smb2Stream};
+use crate::smb2::stream::Smb2Stream;
 use crate::tcp::flow::{FlowConfig, FlowOutcome, FlowTable};
 use crate::tcp::StreamConsumer;
 use crate::wire::{self, Transport};
 
-/// State shared by every stream consumer: counters, SMB sessions, the dedupe index.
-pub struct Shared {
-    pub anomalies: Anomalies,
-    pub accounting: Accounting,
-    pub smb: SmbState,
-    pub dedupe: Dedupe,
-    /// RoCE queue pairs, iWARP connections and SMB Direct connections.
-    pub rdma: RdmaState,
-}
-
-impl Shared {
-    /// Disjoint borrows: the SMB2 parts and the RDMA state.
-    pub fn split(&mut self) -> (Parts<'_>, &mut RdmaState) {
-        let Shared { anomalies, accounting, smb, dedupe, rdma } = self;
-        (Parts { anomalies, accounting, smb, sink: dedupe }, rdma)
-    }
-}
+/// The run state every stream consumer shares: counters, SMB sessions, the dedupe index, RDMA.
+pub type Shared = crate::context::Shared<SmbState, Dedupe, RdmaState>;
 
 /// UDP destination port of RoCEv2 (IBTA Annex A17).
 pub const ROCE_V2_PORT: u16 = 4791;
@@ -214,24 +199,24 @@ impl Pipeline {
         }
         if ts < self.last_ts {
             // Merged mirror ports may be slightly out of order; time only moves forward.
-            self.shared.anomalies.raise("capture.time_went_backwards");
+            self.shared.anomalies.raise(crate::capture::Anomaly::TimeWentBackwards);
         } else {
             self.last_ts = ts;
         }
         let ctx = FrameCtx { frame: frame.info.frame, ts_ns: self.last_ts };
         let len = frame.data.len() as u64;
         if (frame.info.orig_len as u64) > len {
-            self.shared.anomalies.raise("capture.snaplen_truncated_frame");
+            self.shared.anomalies.raise(crate::capture::Anomaly::SnaplenTruncatedFrame);
         }
         let decoded = match wire::decode(frame.info.linktype, frame.data) {
             Ok(d) => d,
             Err(e @ wire::DecodeError::UnsupportedLinkType(_)) => {
-                self.shared.anomalies.raise(e.anomaly());
+                self.shared.anomalies.raise(e);
                 self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);
                 return;
             }
             Err(e) => {
-                self.shared.anomalies.raise(e.anomaly());
+                self.shared.anomalies.raise(e);
                 self.shared.accounting.add(cat::MALFORMED, len);
                 return;
             }
@@ -382,9 +367,8 @@ impl Pipeline {
         flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
         let ledger = self.shared.dedupe.take_ledger();
         let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;
-        for (k, v) in self.flows.anomalies().iter().chain(self.mpa_flows.anomalies().iter()) {
-            anomalies.raise_n(k, v);
-        }
+        anomalies.absorb(self.flows.anomalies());
+        anomalies.absorb(self.mpa_flows.anomalies());
         for (k, v) in container.iter() {
             accounting.add(k, v);
         }
@@ -497,7 +481,7 @@ pub fn analyze_files(
         let bytes = std::fs::metadata(&paths[*i]).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
         container.add(cat::UNUSABLE_INPUT, bytes);
         pipeline.unusable_input_bytes += bytes;
-        pipeline.shared.anomalies.raise("capture.unusable_input");
+        pipeline.shared.anomalies.raise(crate::capture::Anomaly::UnusableInput);
         let others = merged.used.len();
         pipeline.warnings.push(format!(
             "{e}: skipped; the report covers the {others} other input{}",

@@ -24,7 +24,7 @@ use smbwire_dissectors::capture::{linktype, FrameInfo};
 use smbwire_dissectors::dedupe::{SendKind, SendRecord};
 use smbwire_dissectors::frame::FrameRef;
 use smbwire_dissectors::payload::hash::digest_of;
-use smbwire_dissectors::smb2::stream::{Parts, PayloadSink, Smb2Shared};
+use smbwire_dissectors::context::{PayloadSink, Shared};
 use smbwire_synth::data::SplitMix64;
 use smbwire_synth::frames::{flags, Endpoint, FrameBuilder, TcpFields};
 use smbwire_synth::smb2 as msg;
@@ -272,19 +272,6 @@ impl PayloadSink for Sink<'_> {
     fn complete(&mut self, _: u64, _: u64, _: u64) {}
 }
 
-struct TapShared<'a> {
-    anomalies: &'a mut Anomalies,
-    accounting: &'a mut Accounting,
-    smb: &'a mut SmbState,
-    sink: Sink<'a>,
-}
-
-impl Smb2Shared for TapShared<'_> {
-    fn smb2_parts(&mut self) -> Parts<'_> {
-        Parts { anomalies: self.anomalies, accounting: self.accounting, smb: self.smb, sink: &mut self.sink }
-    }
-}
-
 fn ctx_of(i: usize) -> FrameCtx {
     FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: 1_700_000_000_000_000_000 + i as u64 * 1_000 }
 }
@@ -292,10 +279,12 @@ fn ctx_of(i: usize) -> FrameCtx {
 /// Frames through wire decode, the flow table's reassembly and SMB2 streams; the sends.
 fn sends_through_stages(frames: &[Vec<u8>]) -> (Vec<Key>, Tap) {
     let mut tap = Tap { smb: Some(SmbState::new()), ..Tap::default() };
-    let mut smb = tap.smb.take().unwrap();
+    let smb = tap.smb.take().unwrap();
     let mut sends = Vec::new();
     {
-        let mut shared = TapShared { anomalies: &mut tap.anomalies, accounting: &mut tap.accounting, smb: &mut smb, sink: Sink(&mut sends) };
+        let anomalies = std::mem::take(&mut tap.anomalies);
+        let accounting = std::mem::take(&mut tap.accounting);
+        let mut shared = Shared { anomalies, accounting, smb, dedupe: Sink(&mut sends), rdma: () };
         let mut table: FlowTable<Smb2Stream> = FlowTable::new(FlowConfig::default());
         for (i, f) in frames.iter().enumerate() {
             let d = wire::decode(linktype::ETHERNET, f).expect("synthetic frame decodes");
@@ -307,8 +296,10 @@ fn sends_through_stages(frames: &[Vec<u8>]) -> (Vec<Key>, Tap) {
         }
         table.finish(&mut shared);
         tap.tcp = table.stats();
+        tap.anomalies = shared.anomalies;
+        tap.accounting = shared.accounting;
+        tap.smb = Some(shared.smb);
     }
-    tap.smb = Some(smb);
     let mut keys: Vec<Key> = sends.iter().map(key).collect();
     keys.sort();
     tap.sends = sends;

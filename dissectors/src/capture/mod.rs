@@ -5,25 +5,19 @@
 //! headers, options, padding) go to `accounting::cat::CAPTURE_FORMAT`, a partial record at
 //! the end to `TRUNCATED_TAIL`; frame bytes are accounted by later stages.
 
+pub mod anomaly;
 pub mod merge;
 pub mod pcap;
 pub mod pcapng;
+
+pub use anomaly::Anomaly;
 
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
 use crate::frame::FrameRef;
 
-/// Link-layer types (tcpdump.org LINKTYPE_* values) that `wire::decode` understands.
-pub mod linktype {
-    pub const NULL: u32 = 0; // BSD loopback: 4-byte host-order address family
-    pub const ETHERNET: u32 = 1;
-    pub const RAW: u32 = 101; // raw IPv4/IPv6
-    pub const LINUX_SLL: u32 = 113;
-    pub const IPV4: u32 = 228;
-    pub const IPV6: u32 = 229;
-    pub const LINUX_SLL2: u32 = 276;
-    pub const ERF: u32 = 197;
-}
+/// Link-layer types: defined with the link decoders (`wire::linktype`), named here too.
+pub use crate::wire::linktype;
 
 /// Metadata of one captured frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

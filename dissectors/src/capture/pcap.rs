@@ -10,6 +10,7 @@ use super::{CaptureError, FrameInfo, FrameReader, RawFrame};
 use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
 use crate::frame::FrameRef;
+use super::Anomaly;
 
 pub const FILE_HEADER_LEN: usize = 24;
 pub const RECORD_HEADER_LEN: usize = 16;
@@ -105,12 +106,12 @@ impl PcapReader {
     }
 
     /// Give up on the rest of the file: a damaged record header cannot be resynchronised.
-    fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: &'static str, category: &'static str) {
+    fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: Anomaly, category: &'static str) {
         // After a read error the unread rest cannot be accounted; say so.
         an.raise(if self.src.interrupted {
-            "capture.interrupted"
+            Anomaly::Interrupted
         } else if self.src.read_error {
-            "capture.read_error"
+            Anomaly::ReadError
         } else {
             anomaly
         });
@@ -137,9 +138,9 @@ impl FrameReader for PcapReader {
             // A snaplen of 0 or one beyond any capture tool's is damage, or a writer's bug:
             // say so once (records are still read, each checked against `max_caplen`).
             if self.snaplen == 0 {
-                an.raise("pcap.snaplen_zero");
+                an.raise(Anomaly::PcapSnaplenZero);
             } else if self.snaplen > MAX_SNAPLEN_HONOURED {
-                an.raise("pcap.snaplen_implausible");
+                an.raise(Anomaly::PcapSnaplenImplausible);
             }
         }
         if let Some((_, len)) = self.cur.take() {
@@ -155,27 +156,27 @@ impl FrameReader for PcapReader {
             return false;
         }
         if avail < hlen {
-            self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
+            self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
             return false;
         }
         let h = self.src.peek();
         let be = self.big_endian;
         let (sec, frac, caplen, orig_len) = (read_u32(&h[0..4], be), read_u32(&h[4..8], be), read_u32(&h[8..12], be), read_u32(&h[12..16], be));
         if caplen > self.max_caplen() {
-            self.abandon(acct, an, "pcap.bad_record_length", cat::MALFORMED);
+            self.abandon(acct, an, Anomaly::PcapBadRecordLength, cat::MALFORMED);
             return false;
         }
         if self.snaplen != 0 && caplen > self.snaplen {
             // libpcap refuses such a record; the bytes are plausible, so keep them, and say so.
-            an.raise("pcap.record_exceeds_snaplen");
+            an.raise(Anomaly::PcapRecordExceedsSnaplen);
         }
         let need = hlen + caplen as usize;
         if self.src.fill(need) < need {
-            self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
+            self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
             return false;
         }
         if (!self.nanos && frac >= 1_000_000) || (self.nanos && frac >= 1_000_000_000) {
-            an.raise("pcap.bad_timestamp_fraction");
+            an.raise(Anomaly::PcapBadTimestampFraction);
         }
         let ts_ns = u64::from(sec) * 1_000_000_000 + u64::from(frac) * if self.nanos { 1 } else { 1_000 };
         acct.add(cat::CAPTURE_FORMAT, hlen as u64);

@@ -9,6 +9,7 @@ use super::{CaptureError, FrameInfo, FrameReader, RawFrame};
 use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
 use crate::frame::FrameRef;
+use super::Anomaly;
 
 pub mod block {
     /// Section Header Block; the value reads the same in both byte orders.
@@ -150,12 +151,12 @@ impl PcapngReader {
         }
     }
 
-    fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: &'static str, category: &'static str) {
+    fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: Anomaly, category: &'static str) {
         // After a read error the unread rest cannot be accounted; say so.
         an.raise(if self.src.interrupted {
-            "capture.interrupted"
+            Anomaly::Interrupted
         } else if self.src.read_error {
-            "capture.read_error"
+            Anomaly::ReadError
         } else {
             anomaly
         });
@@ -220,7 +221,7 @@ impl FrameReader for PcapngReader {
                 return false;
             }
             if avail < BLOCK_MIN_LEN {
-                self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
+                self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
                 return false;
             }
             let h = self.src.peek();
@@ -230,7 +231,7 @@ impl FrameReader for PcapngReader {
                     BYTE_ORDER_MAGIC => self.big_endian = false,
                     m if m.swap_bytes() == BYTE_ORDER_MAGIC => self.big_endian = true,
                     _ => {
-                        self.abandon(acct, an, "pcapng.bad_byte_order_magic", cat::MALFORMED);
+                        self.abandon(acct, an, Anomaly::PcapngBadByteOrderMagic, cat::MALFORMED);
                         return false;
                     }
                 }
@@ -238,7 +239,7 @@ impl FrameReader for PcapngReader {
             let h = self.src.peek();
             let total = self.u32_at(h, 4) as usize;
             if total < BLOCK_MIN_LEN || !total.is_multiple_of(4) {
-                self.abandon(acct, an, "pcapng.bad_block_length", cat::MALFORMED);
+                self.abandon(acct, an, Anomaly::PcapngBadBlockLength, cat::MALFORMED);
                 return false;
             }
             let parsed = matches!(ty, block::SHB | block::IDB | block::EPB | block::SPB | block::PB);
@@ -246,13 +247,13 @@ impl FrameReader for PcapngReader {
                 // Skipped without buffering the whole block.
                 let skipped = self.src.skip(total as u64);
                 if skipped < total as u64 {
-                    an.raise("capture.truncated_record");
+                    an.raise(Anomaly::TruncatedRecord);
                     acct.add(cat::TRUNCATED_TAIL, skipped);
                     self.done = true;
                     return false;
                 }
                 if parsed {
-                    an.raise("pcapng.oversized_block");
+                    an.raise(Anomaly::PcapngOversizedBlock);
                     acct.add(cat::MALFORMED, skipped);
                     if matches!(ty, block::EPB | block::SPB | block::PB) {
                         self.frames += 1;
@@ -263,23 +264,23 @@ impl FrameReader for PcapngReader {
                 continue;
             }
             if self.src.fill(total) < total {
-                self.abandon(acct, an, "capture.truncated_record", cat::TRUNCATED_TAIL);
+                self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
                 return false;
             }
             let b = &self.src.peek()[..total];
             if self.u32_at(b, total - 4) as usize != total {
-                an.raise("pcapng.block_length_mismatch");
+                an.raise(Anomaly::PcapngBlockLengthMismatch);
             }
             match ty {
                 block::SHB => {
                     // BOM(4) major(2) minor(2) section length(8) options.
                     if total < 28 {
-                        an.raise("pcapng.bad_section_header");
+                        an.raise(Anomaly::PcapngBadSectionHeader);
                         self.drop_block(acct, total, cat::MALFORMED);
                         continue;
                     }
                     if self.u16_at(b, 12) != 1 {
-                        self.abandon(acct, an, "pcapng.unsupported_version", cat::MALFORMED);
+                        self.abandon(acct, an, Anomaly::PcapngUnsupportedVersion, cat::MALFORMED);
                         return false;
                     }
                     self.interfaces.clear();
@@ -291,11 +292,11 @@ impl FrameReader for PcapngReader {
                         self.drop_block(acct, total, cat::CAPTURE_FORMAT);
                     }
                     Some(_) => {
-                        an.raise("pcapng.too_many_interfaces");
+                        an.raise(Anomaly::PcapngTooManyInterfaces);
                         self.drop_block(acct, total, cat::MALFORMED);
                     }
                     None => {
-                        an.raise("pcapng.bad_interface_block");
+                        an.raise(Anomaly::PcapngBadInterfaceBlock);
                         self.drop_block(acct, total, cat::MALFORMED);
                     }
                 },
@@ -306,7 +307,7 @@ impl FrameReader for PcapngReader {
                         Ok((iface, ts, data_off, data_len, orig_len)) => {
                             // An interface's snaplen bounds its records (pcapng §4.2; 0: none).
                             if iface.snaplen != 0 && data_len > iface.snaplen as usize {
-                                an.raise("pcapng.record_exceeds_snaplen");
+                                an.raise(Anomaly::PcapngRecordExceedsSnaplen);
                             }
                             let info = FrameInfo {
                                 frame: FrameRef { file: self.file_index, number: self.frames },
@@ -349,22 +350,22 @@ impl FrameReader for PcapngReader {
 
 impl PcapngReader {
     /// Locate the frame in a packet block: (interface, ts_ns, data offset, caplen, orig_len).
-    fn packet(&self, b: &[u8], ty: u32) -> Result<(Interface, u64, usize, usize, u32), &'static str> {
+    fn packet(&self, b: &[u8], ty: u32) -> Result<(Interface, u64, usize, usize, u32), Anomaly> {
         let total = b.len();
         match ty {
             block::EPB | block::PB => {
                 // EPB: interface(4) ts_hi(4) ts_lo(4) caplen(4) origlen(4);
                 // PB: interface(2) drops(2) then the same.
                 if total < 32 {
-                    return Err("pcapng.bad_packet_block");
+                    return Err(Anomaly::PcapngBadPacketBlock);
                 }
                 let iface_id = if ty == block::EPB { self.u32_at(b, 8) as usize } else { usize::from(self.u16_at(b, 8)) };
-                let iface = *self.interfaces.get(iface_id).ok_or("pcapng.unknown_interface")?;
+                let iface = *self.interfaces.get(iface_id).ok_or(Anomaly::PcapngUnknownInterface)?;
                 let ts = (u64::from(self.u32_at(b, 12)) << 32) | u64::from(self.u32_at(b, 16));
                 let caplen = self.u32_at(b, 20) as usize;
                 let orig_len = self.u32_at(b, 24);
                 if caplen > total - 32 {
-                    return Err("pcapng.bad_caplen");
+                    return Err(Anomaly::PcapngBadCaplen);
                 }
                 Ok((iface, iface.tsresol.to_ns(ts, iface.tsoffset_s), 28, caplen, orig_len))
             }
@@ -372,9 +373,9 @@ impl PcapngReader {
                 // SPB: origlen(4) then data; it belongs to interface 0 and has no timestamp,
                 // so it takes the previous frame's time (keeps the merge order stable).
                 if total < 16 {
-                    return Err("pcapng.bad_packet_block");
+                    return Err(Anomaly::PcapngBadPacketBlock);
                 }
-                let iface = *self.interfaces.first().ok_or("pcapng.unknown_interface")?;
+                let iface = *self.interfaces.first().ok_or(Anomaly::PcapngUnknownInterface)?;
                 let orig_len = self.u32_at(b, 8);
                 let mut caplen = (orig_len as usize).min(total - 16);
                 if iface.snaplen != 0 {

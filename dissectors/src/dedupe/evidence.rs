@@ -12,6 +12,7 @@ use std::collections::BinaryHeap;
 use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
+use super::Anomaly;
 
 /// Sends listed per duplicated payload (the count goes on in `sends_total`).
 pub const MAX_SENDS_PER_PAYLOAD: usize = 1000;
@@ -158,7 +159,7 @@ impl Evidence {
                 open.sends.push(ev);
                 self.stored_sends += 1;
             } else {
-                anomalies.raise("dedupe.evidence_cap");
+                anomalies.raise(Anomaly::EvidenceCap);
             }
         }
     }
@@ -192,7 +193,7 @@ impl Evidence {
             if ok {
                 self.written += 1;
             } else {
-                anomalies.raise("dedupe.evidence_write_error");
+                anomalies.raise(Anomaly::EvidenceWriteError);
             }
         }
         self.offer_top(dup);
@@ -257,7 +258,7 @@ impl Evidence {
     pub fn finish(mut self, anomalies: &mut Anomalies) -> Vec<DuplicatePayload> {
         if let Some(w) = self.writer.as_mut() {
             if w.flush().is_err() {
-                anomalies.raise("dedupe.evidence_write_error");
+                anomalies.raise(Anomaly::EvidenceWriteError);
             }
         }
         let mut out: Vec<Ranked> = self.top.drain().map(|Reverse(r)| r).collect();

@@ -24,6 +24,7 @@ use crate::payload::BLOCK_SIZE;
 use hashbrown::HashTable;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use super::Anomaly;
 
 pub use super::figures::DedupeReport;
 
@@ -300,7 +301,7 @@ impl Dedupe {
         if s.ts_ns < self.clock_ns {
             // Sends are handed over when their last byte is seen, so one that started
             // earlier can arrive after a later one; windows use the running clock.
-            self.anomalies.raise("dedupe.send_out_of_order");
+            self.anomalies.raise(Anomaly::SendOutOfOrder);
         }
         let ts_ns = s.ts_ns.max(self.clock_ns);
         self.advance(ts_ns);
@@ -312,7 +313,7 @@ impl Dedupe {
             .get(&msg)
             .is_some_and(|k| k[kind_slot].is_some())
         {
-            self.anomalies.raise("dedupe.repeated_message");
+            self.anomalies.raise(Anomaly::RepeatedMessage);
             return;
         }
 
@@ -469,7 +470,7 @@ impl Dedupe {
 
         self.note_peaks();
         while self.blocks.len() > self.cfg.max_live_blocks && self.sends.len() > 1 {
-            self.anomalies.raise("dedupe.live_block_cap");
+            self.anomalies.raise(Anomaly::LiveBlockCap);
             self.stats.early_expiries += 1;
             self.fold_front();
         }
@@ -513,7 +514,7 @@ impl Dedupe {
             self.fold_front();
         }
         let other = self.topo.overflow_lookups();
-        self.anomalies.raise_n("dedupe.auto_node_cap", other);
+        self.anomalies.raise_n(Anomaly::AutoNodeCap, other);
         self.stats.other_node_lookups = other;
         let evidence = std::mem::replace(&mut self.evidence, Evidence::new(None, 0));
         let top_duplicates = evidence.finish(&mut self.anomalies);
@@ -539,7 +540,7 @@ impl Dedupe {
         let mut anomalies = self.anomalies.clone();
         let mut stats = self.stats.clone();
         let other = self.topo.overflow_lookups();
-        anomalies.raise_n("dedupe.auto_node_cap", other);
+        anomalies.raise_n(Anomaly::AutoNodeCap, other);
         stats.other_node_lookups = other;
         let top_duplicates = self.evidence.snapshot_top();
         self.report(&acc, globally_unique, top_duplicates, &anomalies, &stats)

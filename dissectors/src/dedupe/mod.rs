@@ -16,74 +16,44 @@
 //!
 //! The rules and the JSON fields are documented in docs/attribution.md.
 
+pub mod anomaly;
 pub mod attribution;
 pub mod evidence;
 pub mod figures;
 pub mod index;
 pub mod topology;
 
+pub use anomaly::Anomaly;
+
 pub use attribution::Class;
 pub use index::{Dedupe, DedupeReport};
 pub use topology::Topology;
 
-use crate::frame::FrameRef;
-use crate::payload::PayloadDigest;
-use std::net::IpAddr;
-use std::sync::Arc;
+pub use crate::payload::send::{SendKind, SendRecord, Transport};
 
-/// Which SMB2 operation moved the payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SendKind {
-    /// WRITE request data (client → server).
-    Write,
-    /// READ response data (server → client).
-    Read,
+use crate::context::PayloadSink;
+use crate::ledger::Event;
+
+impl PayloadSink for Dedupe {
+    fn send(&mut self, rec: SendRecord) {
+        Dedupe::send(self, rec)
+    }
+    fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
+        Dedupe::complete(self, conn, message_id, ts_ns)
+    }
 }
 
-/// How the payload crossed the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// Inline in an SMB2 message over TCP (NetBIOS framing).
-    Tcp,
-    /// Moved by RDMA Read/Write (SMB Direct), linked to an SMB2 WRITE/READ.
-    Rdma,
-    /// Inline in an SMB2 message carried in SMB Direct Send messages.
-    SmbDirect,
-}
-
-/// One distinct send of a payload (one SMB2 message, or one RDMA transfer).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SendRecord {
-    /// Connection id (unique per TCP connection / RDMA QP pair in this run).
-    pub conn: u64,
-    /// SMB2 MessageId of the WRITE request / READ request this payload belongs to.
-    pub message_id: u64,
-    pub kind: SendKind,
-    pub transport: Transport,
-    /// Network addresses of the sender and receiver of the payload bytes.
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub session_id: u64,
-    pub tree_id: u32,
-    pub file_id: [u8; 16],
-    /// Share path from TREE_CONNECT (e.g. `\\server\share`), when seen.
-    pub share: Option<Arc<str>>,
-    /// File name from CREATE, when seen.
-    pub file_name: Option<Arc<str>>,
-    /// File offset of the WRITE / READ.
-    pub offset: u64,
-    /// Frames that carried the payload (first and last).
-    pub first_frame: FrameRef,
-    pub last_frame: FrameRef,
-    /// The frame of the SMB2 header when it is not among the payload frames: over SMB Direct,
-    /// the Send that carried the WRITE request or the READ response (the payload moved in RDMA
-    /// Read Responses / RDMA Writes). `None` when the header shares the first payload frame.
-    pub header_frame: Option<FrameRef>,
-    /// Time of the first payload byte (ns since epoch).
-    pub ts_ns: u64,
-    pub digest: PayloadDigest,
+/// Feeds recorded events (a send ledger, `crate::ledger`) to an ordered stage, in order:
+/// `Dedupe::finish` then gives the figures of the analysis that recorded them, under the
+/// stage's own topology and window.
+pub fn replay(events: impl IntoIterator<Item = Event>, stage: &mut Dedupe) {
+    for e in events {
+        match e {
+            Event::Send(s) => stage.send(*s),
+            Event::Complete { conn, message_id, ts_ns } => stage.complete(conn, message_id, ts_ns),
+            Event::Advance { ts_ns } => stage.advance(ts_ns),
+        }
+    }
 }
 
 /// Configuration of the index.

@@ -6,6 +6,7 @@
 //! (see `hash.rs` for the exact, documented construction) so it costs one pass over the data.
 
 pub mod hash;
+pub mod send;
 
 pub const BLOCK_SIZE: usize = 4096;
 

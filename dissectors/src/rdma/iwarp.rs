@@ -17,11 +17,15 @@ use super::ddp::{self, Buffer, Segment};
 use super::mpa;
 use crate::accounting::cat;
 use crate::frame::FrameCtx;
-use crate::pipeline::Shared;
-use crate::smb2::stream::Parts;
+use crate::context::PayloadSink;
+use crate::smb2::SmbState;
 use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
 use crate::tcp::StreamConsumer;
 use std::net::IpAddr;
+use super::Anomaly;
+
+/// The run state an iWARP stream is lent (the pipeline's, or a test harness's payload sink `D`).
+type Shared<D> = crate::context::Shared<SmbState, D, super::RdmaState>;
 
 /// Bytes scanned for a frame start after a gap before older ones are given up.
 const SCAN_LIMIT: usize = 128 * 1024;
@@ -84,14 +88,14 @@ impl IwarpStream {
         }
     }
 
-    fn feed(&mut self, mut input: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+    fn feed<D: PayloadSink>(&mut self, mut input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         while !input.is_empty() {
             let n = match self.state {
                 State::Start => {
                     if mpa::Frame::parse(&input[..input.len().min(mpa::KEY_LEN)]).is_some() {
                         self.state = State::Frame;
                     } else {
-                        sh.anomalies.raise("iwarp.no_mpa_frame");
+                        sh.anomalies.raise(Anomaly::IwarpNoMpaFrame);
                         self.markers = Some(false);
                         self.enter_resync(0);
                     }
@@ -105,7 +109,7 @@ impl IwarpStream {
         }
     }
 
-    fn frame_bytes(&mut self, input: &[u8], sh: &mut Shared) -> usize {
+    fn frame_bytes<D: PayloadSink>(&mut self, input: &[u8], sh: &mut Shared<D>) -> usize {
         let want = match mpa::Frame::parse(&self.buf) {
             Some(Ok(f)) => f.len().min(mpa::FRAME_HEADER_LEN + mpa::MAX_PRIVATE_DATA),
             _ => mpa::FRAME_HEADER_LEN,
@@ -115,7 +119,7 @@ impl IwarpStream {
         match mpa::Frame::parse(&self.buf) {
             None => {
                 // Not MPA after all: give up framing this direction.
-                sh.anomalies.raise("iwarp.bad_mpa_frame");
+                sh.anomalies.raise(Anomaly::IwarpBadMpaFrame);
                 sh.accounting.add(cat::RDMA_UNPARSED, self.buf.len() as u64);
                 self.buf.clear();
                 self.markers = Some(false);
@@ -123,12 +127,12 @@ impl IwarpStream {
             }
             Some(Ok(f)) if self.buf.len() >= f.len().min(mpa::FRAME_HEADER_LEN + mpa::MAX_PRIVATE_DATA) => {
                 if f.private_data_len as usize > mpa::MAX_PRIVATE_DATA {
-                    sh.anomalies.raise("iwarp.mpa_private_data_too_long");
+                    sh.anomalies.raise(Anomaly::IwarpMpaPrivateDataTooLong);
                 }
                 if f.reply {
                     sh.rdma.stats.iwarp.mpa_replies += 1;
                     if f.rejected {
-                        sh.anomalies.raise("iwarp.mpa_rejected");
+                        sh.anomalies.raise(Anomaly::IwarpMpaRejected);
                     }
                 } else {
                     sh.rdma.stats.iwarp.mpa_requests += 1;
@@ -146,7 +150,7 @@ impl IwarpStream {
 
     /// Markers and CRC of this direction, decided at its first FPDU byte (the peer's frame
     /// was seen by then).
-    fn flags(&mut self, sh: &Shared) -> bool {
+    fn flags<D: PayloadSink>(&mut self, sh: &Shared<D>) -> bool {
         if let Some(m) = self.markers {
             return m;
         }
@@ -159,7 +163,7 @@ impl IwarpStream {
         m
     }
 
-    fn fpdu_bytes(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared) -> usize {
+    fn fpdu_bytes<D: PayloadSink>(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) -> usize {
         let markers = self.flags(sh);
         let m = self.pos % mpa::MARKER_INTERVAL;
         if markers && m < mpa::MARKER_LEN as u64 {
@@ -199,7 +203,7 @@ impl IwarpStream {
         n
     }
 
-    fn on_fpdu(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+    fn on_fpdu<D: PayloadSink>(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
         let logical = std::mem::take(&mut self.logical);
         let raw = std::mem::take(&mut self.raw);
         let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
@@ -209,7 +213,7 @@ impl IwarpStream {
             let want = mpa::crc32c(&raw[..self.crc_raw_len.min(raw.len())]).to_le_bytes();
             if want != crc_field {
                 sh.rdma.stats.iwarp.crc_errors += 1;
-                sh.anomalies.raise("iwarp.crc_error");
+                sh.anomalies.raise(Anomaly::IwarpCrcError);
             }
         }
         let ulpdu = &logical[2..2 + l];
@@ -222,16 +226,11 @@ impl IwarpStream {
         self.logical.clear();
     }
 
-    fn conn<'a>(&self, sh: &'a mut Shared) -> (Parts<'a>, &'a mut super::RdmaState) {
-        let Shared { anomalies, accounting, smb, dedupe, rdma } = sh;
-        (Parts { anomalies, accounting, smb, sink: dedupe }, rdma)
-    }
-
-    fn on_segment(&mut self, ulpdu: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+    fn on_segment<D: PayloadSink>(&mut self, ulpdu: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         let seg = match Segment::parse(ulpdu) {
             Ok(s) => s,
             Err(e) => {
-                sh.anomalies.raise(e.name());
+                sh.anomalies.raise(e);
                 sh.accounting.add(cat::RDMA_UNPARSED, ulpdu.len() as u64);
                 return;
             }
@@ -257,10 +256,10 @@ impl IwarpStream {
                         Some(buf)
                     }
                     other => {
-                        sh.anomalies.raise("iwarp.send_segment_lost");
+                        sh.anomalies.raise(Anomaly::IwarpSendSegmentLost);
                         let held = other.map(|(_, b)| b.len()).unwrap_or(0);
                         sh.accounting.add(cat::SMB_UNPARSED, (held + payload.len()) as u64);
-                        let (mut p, rdma) = self.conn(sh);
+                        let (mut p, rdma) = sh.split();
                         if let Some(c) = rdma.conns.get_mut(&conn_id) {
                             c.lost(side, &mut p);
                         }
@@ -275,7 +274,7 @@ impl IwarpStream {
                     sh.accounting.add(cat::RDMA_OTHER_ULP, msg.len() as u64);
                     return;
                 }
-                let (mut p, rdma) = self.conn(sh);
+                let (mut p, rdma) = sh.split();
                 let c = rdma.conns.entry(conn_id).or_insert_with(|| {
                     rdma.stats.smbdirect_connections += 1;
                     SmbdConn::new(conn_id, ends, None)
@@ -292,7 +291,7 @@ impl IwarpStream {
                         }
                         list.push_back(r);
                     }
-                    Err(e) => sh.anomalies.raise(e.name()),
+                    Err(e) => sh.anomalies.raise(e),
                 }
             }
             (ddp::opcode::WRITE, Buffer::Tagged { stag, to }) => self.tagged(stag, to, payload, ctx, sh),
@@ -306,7 +305,7 @@ impl IwarpStream {
                 match mapped {
                     Some((token, va)) => self.tagged(token, va, payload, ctx, sh),
                     None if self.smbd == Some(true) => {
-                        sh.anomalies.raise("iwarp.read_response_without_request");
+                        sh.anomalies.raise(Anomaly::IwarpReadResponseWithoutRequest);
                         sh.rdma.stats.unlinked_bytes += payload.len() as u64;
                         sh.accounting.add(cat::RDMA_UNLINKED, payload.len() as u64);
                     }
@@ -316,20 +315,20 @@ impl IwarpStream {
             (ddp::opcode::TERMINATE, _) => {
                 // RDMAP Terminate (RFC 5040 §5.2.1.6): the peer tore the stream down with an error.
                 sh.rdma.stats.iwarp.terminates += 1;
-                sh.anomalies.raise("iwarp.terminate");
+                sh.anomalies.raise(Anomaly::IwarpTerminate);
                 sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64);
             }
             _ => sh.accounting.add(cat::RDMA_HEADERS, payload.len() as u64),
         }
     }
 
-    fn tagged(&mut self, token: u32, va: u64, payload: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+    fn tagged<D: PayloadSink>(&mut self, token: u32, va: u64, payload: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         if self.smbd != Some(true) {
             sh.accounting.add(cat::RDMA_OTHER_ULP, payload.len() as u64);
             return;
         }
         let (conn_id, side, ends) = (self.conn, self.side, self.ends);
-        let (mut p, rdma) = self.conn(sh);
+        let (mut p, rdma) = sh.split();
         let c = rdma.conns.entry(conn_id).or_insert_with(|| {
             rdma.stats.smbdirect_connections += 1;
             SmbdConn::new(conn_id, ends, None)
@@ -370,7 +369,7 @@ impl IwarpStream {
         Some(crc == [0; 4] || mpa::crc32c(&b[..total - mpa::CRC_LEN]).to_le_bytes() == crc)
     }
 
-    fn resync_bytes(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared) -> usize {
+    fn resync_bytes<D: PayloadSink>(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) -> usize {
         let take = input.len().min(SCAN_LIMIT);
         self.buf.extend_from_slice(&input[..take]);
         let markers = self.markers == Some(true);
@@ -424,13 +423,13 @@ impl IwarpStream {
         take
     }
 
-    fn drop_partial(&mut self, sh: &mut Shared) {
+    fn drop_partial<D: PayloadSink>(&mut self, sh: &mut Shared<D>) {
         // Markers inside `raw` were accounted as they passed; logical bytes were not.
         sh.accounting.add(cat::RDMA_UNPARSED, (self.logical.len() + self.buf.len()) as u64);
         if let Some((_, b)) = self.send.take() {
             sh.accounting.add(cat::SMB_UNPARSED, b.len() as u64);
         }
-        let (mut p, rdma) = self.conn(sh);
+        let (mut p, rdma) = sh.split();
         if let Some(c) = rdma.conns.get_mut(&self.conn) {
             c.lost(self.side, &mut p);
         }
@@ -440,17 +439,17 @@ impl IwarpStream {
     }
 }
 
-impl StreamConsumer<Shared> for IwarpStream {
-    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, sh: &mut Shared) {
+impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
         self.feed(bytes, ctx, sh);
     }
 
-    fn gap(&mut self, missing: u64, _ctx: &FrameCtx, sh: &mut Shared) {
+    fn gap(&mut self, missing: u64, _ctx: &FrameCtx, sh: &mut Shared<D>) {
         if missing == 0 {
             return;
         }
         sh.rdma.stats.gaps += 1;
-        sh.anomalies.raise("iwarp.gap");
+        sh.anomalies.raise(Anomaly::IwarpGap);
         let pos = match self.state {
             State::Resync => self.scan_pos + self.buf.len() as u64,
             _ => self.pos,
@@ -462,9 +461,9 @@ impl StreamConsumer<Shared> for IwarpStream {
         self.enter_resync(pos + missing);
     }
 
-    fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared) {
+    fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
         if !self.logical.is_empty() || !self.buf.is_empty() {
-            sh.anomalies.raise("iwarp.stream_ended_mid_fpdu");
+            sh.anomalies.raise(Anomaly::IwarpStreamEndedMidFpdu);
         }
         // Bytes that arrived after an earlier close are dropped here too, so they stay accounted.
         self.drop_partial(sh);
@@ -481,10 +480,13 @@ impl StreamConsumer<Shared> for IwarpStream {
             sh.rdma.iwarp_closed.remove(&self.conn);
             sh.rdma.mpa.remove(&self.conn);
             sh.rdma.iwarp_reads.remove(&self.conn);
-            let (mut p, rdma) = self.conn(sh);
+            let (mut p, rdma) = sh.split();
             if let Some(mut c) = rdma.conns.remove(&self.conn) {
                 c.close(ctx, &mut p, &mut rdma.stats);
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,10 +22,11 @@ use super::psn::{self, Mark, PsnWindow};
 use super::{cm, RdmaState, ROCE_CONN_BASE};
 use crate::accounting::cat;
 use crate::frame::FrameCtx;
-use crate::smb2::stream::Parts;
+use crate::smb2::Parts;
 use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use super::Anomaly;
 
 /// Queue pairs tracked; past this new QPs are not analysed.
 pub const MAX_QPS: usize = 65_536;
@@ -113,7 +114,7 @@ pub fn packet(st: &mut RdmaState, src: IpAddr, dst: IpAddr, b: &[u8], ctx: &Fram
     let r = match ib::Repr::parse(b) {
         Ok(r) => r,
         Err(e) => {
-            p.anomalies.raise(e.name());
+            p.anomalies.raise(e);
             let c = if e == ib::Error::UnknownOpcode { cat::RDMA_OTHER_ULP } else { cat::MALFORMED };
             return account_all(p, c, b.len());
         }
@@ -146,7 +147,7 @@ fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], p: &mut Parts
         cm::Message::Reply { remote_comm_id, local_qpn, .. } => {
             st.stats.infiniband.cm_replies += 1;
             let Some((req_qpn, port)) = roce.cm_pending.remove(&(dst, remote_comm_id)) else {
-                p.anomalies.raise("rdma.cm_reply_without_request");
+                p.anomalies.raise(Anomaly::CmReplyWithoutRequest);
                 return;
             };
             let smbd = port.is_some_and(|pt| SMBD_CM_PORTS.contains(&pt));
@@ -207,7 +208,7 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
     let key = (dst, r.dest_qp);
     if !st.roce.qps.contains_key(&key) {
         if st.roce.qps.len() >= MAX_QPS {
-            p.anomalies.raise("rdma.qp_table_full");
+            p.anomalies.raise(Anomaly::QpTableFull);
             return account_all(p, cat::RDMA_OTHER_ULP, len);
         }
         st.stats.qps += 1;
@@ -300,7 +301,7 @@ fn on_send_packet(st: &mut RdmaState, key: (IpAddr, u32), conn: u64, from: usize
     };
     if first {
         if let Some((_, old)) = qp.send.take() {
-            p.anomalies.raise("rdma.send_incomplete");
+            p.anomalies.raise(Anomaly::SendIncomplete);
             account_all(p, cat::SMB_UNPARSED, old.len());
             c.lost(from, p);
         }
@@ -321,7 +322,7 @@ fn on_send_packet(st: &mut RdmaState, key: (IpAddr, u32), conn: u64, from: usize
         }
         other => {
             // A packet of the Send was lost or reordered: the message cannot be rebuilt.
-            p.anomalies.raise("rdma.send_out_of_sequence");
+            p.anomalies.raise(Anomaly::SendOutOfSequence);
             let held = other.map(|(_, b)| b.len()).unwrap_or(0);
             account_all(p, cat::SMB_UNPARSED, held + r.payload.len());
             c.lost(from, p);
@@ -370,7 +371,7 @@ fn find(list: &VecDeque<Context>, psn: u32, kind: Kind, plen: usize) -> Option<(
 fn deliver(st: &mut RdmaState, c: &Context, psn: u32, kind: Kind, bytes: &[u8], ctx: &FrameCtx, p: &mut Parts) {
     match position(c, psn, kind, bytes.len()) {
         Some(pos) => deliver_at(st, c, pos, bytes, ctx, p),
-        None => unlinked(st, bytes.len(), "rdma.data_outside_message", p),
+        None => unlinked(st, bytes.len(), Anomaly::DataOutsideMessage, p),
     }
 }
 
@@ -378,11 +379,11 @@ fn deliver_at(st: &mut RdmaState, c: &Context, pos: u64, bytes: &[u8], ctx: &Fra
     let RdmaState { stats, conns, .. } = st;
     match conns.get_mut(&c.conn) {
         Some(conn) => conn.rdma_data(c.from, c.reth.r_key, c.reth.va.wrapping_add(pos), bytes, ctx, p, stats),
-        None => unlinked(st, bytes.len(), "rdma.data_without_connection", p),
+        None => unlinked(st, bytes.len(), Anomaly::DataWithoutConnection, p),
     }
 }
 
-fn unlinked(st: &mut RdmaState, n: usize, anomaly: &'static str, p: &mut Parts) {
+fn unlinked(st: &mut RdmaState, n: usize, anomaly: impl crate::anomaly::AnomalyKind, p: &mut Parts) {
     if n > 0 {
         p.anomalies.raise(anomaly);
         st.stats.unlinked_bytes += n as u64;
@@ -405,7 +406,7 @@ fn write_packet(st: &mut RdmaState, key: (IpAddr, u32), psn: u32, kind: Kind, by
         Some((c, pos)) => deliver_at(st, &c, pos, bytes, ctx, p),
         None => {
             if !hold(&mut qp.orphans, psn, kind, bytes, ctx) {
-                unlinked(st, bytes.len(), "rdma.write_without_first", p);
+                unlinked(st, bytes.len(), Anomaly::WriteWithoutFirst, p);
             }
         }
     }
@@ -426,7 +427,7 @@ fn read_response(st: &mut RdmaState, requester: IpAddr, responder: IpAddr, psn: 
         None => {
             let o = st.roce.read_orphans.entry((requester, responder)).or_default();
             if !hold(o, psn, kind, bytes, ctx) {
-                unlinked(st, bytes.len(), "rdma.read_response_without_request", p);
+                unlinked(st, bytes.len(), Anomaly::ReadResponseWithoutRequest, p);
             }
         }
     }
@@ -448,9 +449,9 @@ pub fn finish(st: &mut RdmaState, p: &mut Parts) {
         leftover += o.list.iter().map(|h| h.bytes.len()).sum::<usize>();
         *o = Orphans::default();
     }
-    unlinked(st, leftover, "rdma.unlinked_data", p);
+    unlinked(st, leftover, crate::smbdirect::Anomaly::RdmaUnlinkedData, p);
     if unparsed > 0 {
-        p.anomalies.raise("rdma.send_incomplete");
+        p.anomalies.raise(Anomaly::SendIncomplete);
         p.accounting.add(cat::SMB_UNPARSED, unparsed as u64);
     }
 }

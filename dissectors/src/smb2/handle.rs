@@ -7,6 +7,7 @@ use super::records::{self as rec, command, status, HeaderRepr};
 use super::state::{ConnInfo, Pending, SmbState};
 use crate::anomaly::Anomalies;
 use std::sync::Arc;
+use super::Anomaly;
 
 /// FileId value meaning "the file of the previous operation in this compound" (§3.2.4.1.4).
 const FILE_ID_RELATED: [u8; 16] = [0xFF; 16];
@@ -48,7 +49,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
     let resp = h.is_response();
     smb.count_command(h.command, resp);
     if command::name(h.command).is_none() {
-        an.raise("smb2.unknown_command");
+        an.raise(Anomaly::UnknownCommand);
     }
     // Resolve identity (related elements inherit it).
     let related = h.is_related();
@@ -73,7 +74,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
     let error_body = resp && !ok && rec::ErrorResponse::parse(msg).is_ok();
     let report = |an: &mut Anomalies, r: rec::Result<()>| {
         if let Err(e) = r {
-            an.raise(e.name());
+            an.raise(e);
         }
     };
 
@@ -90,12 +91,12 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 };
                 smb.set_negotiated(conn, info, an);
             }
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::SESSION_SETUP, false) => match rec::SessionSetupRequest::parse(msg) {
             Ok(s) if s.flags & rec::SessionSetupRequest::FLAG_BINDING != 0 => smb.note_binding_request(conn, h.message_id, an),
             Ok(_) => {}
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::SESSION_SETUP, true) => {
             if ok {
@@ -108,7 +109,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
         (command::LOGOFF, true) if ok => smb.logoff(session_id),
         (command::TREE_CONNECT, false) => match rec::TreeConnectRequest::parse(msg) {
             Ok(t) => smb.add_pending(conn, h.message_id, Pending::TreeConnect { path: Arc::from(t.path) }, an),
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::TREE_CONNECT, true) => {
             let path = match smb.take_pending(conn, h.message_id) {
@@ -133,7 +134,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 chain.create_name = Some(name);
                 chain.file_id = None;
             }
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::CREATE, true) => {
             let name = match smb.take_pending(conn, h.message_id) {
@@ -148,13 +149,13 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                         }
                         chain.file_id = Some(c.file_id);
                     }
-                    Err(e) => an.raise(e.name()),
+                    Err(e) => an.raise(e),
                 }
             }
         }
         (command::CLOSE, false) => match rec::CloseRequest::parse(msg) {
             Ok(c) => smb.add_pending(conn, h.message_id, Pending::Close { file_id: resolve(chain, c.file_id) }, an),
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::CLOSE, true) => {
             if let Some(Pending::Close { file_id }) = smb.take_pending(conn, h.message_id) {
@@ -170,7 +171,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let p = Pending::Read { session_id, tree_id, file_id, offset: r.offset, length: r.length };
                 smb.add_pending(conn, h.message_id, p, an);
             }
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::READ, true) => {
             smb.stats.read_resp_pdus += 1;
@@ -183,7 +184,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let (file_id, offset, rtree) = match read {
                     Some(Pending::Read { file_id, offset, tree_id, .. }) => (file_id, offset, tree_id),
                     _ => {
-                        an.raise("smb2.read_response_without_request");
+                        an.raise(Anomaly::ReadResponseWithoutRequest);
                         ([0; 16], 0, tree_id)
                     }
                 };
@@ -219,7 +220,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                     file_name,
                 });
             }
-            Err(e) => an.raise(e.name()),
+            Err(e) => an.raise(e),
         },
         (command::WRITE, true) if !h.is_interim() => {
             if ok {

@@ -11,6 +11,7 @@
 //! - `state`: sessions, trees, open files keyed by SessionId/TreeId/FileId; pending requests.
 //! - `bounded`: the capped, oldest-first-evicting map the state is built on.
 
+pub mod anomaly;
 pub mod bounded;
 pub mod handle;
 pub mod netbios;
@@ -19,5 +20,11 @@ pub mod state;
 pub mod stream;
 pub mod transform;
 
+pub use anomaly::Anomaly;
+
 pub use state::{SmbState, Smb2Stats};
-pub use stream::{Parts, PayloadSink, Smb2Shared, Smb2Stream};
+pub use crate::context::PayloadSink;
+pub use stream::Smb2Stream;
+
+/// The parts of the run state lent to the SMB2 stage and the stages that carry SMB2 (SMB Direct).
+pub type Parts<'a> = crate::context::Parts<'a, SmbState>;

@@ -845,6 +845,39 @@ pub fn body_needed(cmd: u16, response: bool) -> Option<usize> {
     }
 }
 
+/// Where the data of a WRITE request (§2.2.21 DataOffset, Length) or a READ response
+/// (§2.2.20 DataOffset, DataLength) lies, read from its header and fixed part alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataRegion {
+    /// From the start of the SMB2 header.
+    pub offset: usize,
+    pub length: u32,
+}
+
+/// Bytes of header and fixed part that `data_region` reads: WRITE requests and READ responses
+/// only (`None` for other messages).
+pub fn data_fixed_len(cmd: u16, response: bool) -> Option<usize> {
+    match (cmd, response) {
+        (command::WRITE, false) => Some(HEADER_LEN + WriteRequest::FIXED_LEN),
+        (command::READ, true) => Some(HEADER_LEN + ReadResponse::FIXED_LEN),
+        _ => None,
+    }
+}
+
+/// The data region of a WRITE request or READ response. `None` when `msg` is shorter than the
+/// fixed part, or its body is not the data-bearing one (another StructureSize: an error
+/// response). The region is not checked against the message: the caller decides.
+pub fn data_region(msg: &[u8], cmd: u16, response: bool) -> Option<DataRegion> {
+    let fixed = data_fixed_len(cmd, response)?;
+    let write = cmd == command::WRITE;
+    if msg.len() < fixed || u16_at(msg, HEADER_LEN) != Ok(if write { 49 } else { 17 }) {
+        return None;
+    }
+    // WRITE's DataOffset is 2 bytes; READ's is 1 byte followed by Reserved. Both lengths sit
+    // at body offset 4.
+    let offset = if write { usize::from(u16_at(msg, HEADER_LEN + 2).ok()?) } else { usize::from(msg[HEADER_LEN + 2]) };
+    Some(DataRegion { offset, length: u32_at(msg, HEADER_LEN + 4).ok()? })
+}
+
 #[cfg(test)]
-#[path = "records_tests.rs"]
 mod tests;

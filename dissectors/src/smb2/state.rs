@@ -10,6 +10,7 @@ use crate::anomaly::Anomalies;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use super::Anomaly;
 
 /// Caps of the state maps.
 #[derive(Debug, Clone, Copy)]
@@ -132,7 +133,7 @@ impl SmbState {
 
     fn evicted(an: &mut Anomalies, evicted: bool) {
         if evicted {
-            an.raise("smb2.state_evicted");
+            an.raise(Anomaly::StateEvicted);
         }
     }
 
@@ -215,7 +216,7 @@ impl SmbState {
             return;
         }
         if self.stats.files.len() >= self.limits.reported_files {
-            an.raise("smb2.report_files_capped");
+            an.raise(Anomaly::ReportFilesCapped);
             return;
         }
         self.stats.files.insert(name.to_string());

@@ -9,16 +9,17 @@
 //! transfer ends incomplete: reported, not hashed).
 
 use crate::accounting::cat;
-use crate::dedupe::{SendKind, SendRecord, Transport};
+use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::{FrameCtx, FrameRef};
 use crate::payload::hash::PayloadHasher;
 use crate::smb2::records::BufferDescriptorV1;
-use crate::smb2::stream::Parts;
+use crate::smb2::Parts;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::Counters;
+use super::Anomaly;
 
 /// Transfers kept per connection; the oldest is ended (incomplete) past this.
 pub const MAX_TRANSFERS: usize = 256;
@@ -99,11 +100,11 @@ impl Linker {
             total += u64::from(d.length);
         }
         if total > MAX_TRANSFER_LEN {
-            p.anomalies.raise("rdma.transfer_too_long");
+            p.anomalies.raise(Anomaly::RdmaTransferTooLong);
             return;
         }
         if self.transfers.iter().any(|t| t.req.message_id == req.message_id) {
-            p.anomalies.raise("rdma.duplicate_transfer");
+            p.anomalies.raise(Anomaly::RdmaDuplicateTransfer);
             return;
         }
         if self.transfers.len() >= MAX_TRANSFERS {
@@ -112,7 +113,7 @@ impl Linker {
                     // A READ whose response was never seen: its data is whole all the same.
                     Self::finish(conn, t, p, c);
                 } else {
-                    p.anomalies.raise("rdma.transfer_evicted");
+                    p.anomalies.raise(Anomaly::RdmaTransferEvicted);
                     Self::end_incomplete(t, c, p);
                 }
             }
@@ -154,7 +155,7 @@ impl Linker {
                 self.orphan_bytes += bytes.len();
                 self.orphans.push_back(Orphan { token, va, bytes: bytes.to_vec(), ctx: *ctx, src, dst });
             } else {
-                p.anomalies.raise("rdma.unlinked_data");
+                p.anomalies.raise(Anomaly::RdmaUnlinkedData);
                 c.unlinked_bytes += bytes.len() as u64;
                 p.accounting.add(cat::RDMA_UNLINKED, bytes.len() as u64);
             }
@@ -170,7 +171,7 @@ impl Linker {
         let room = u64::from(d.length) - within;
         let (inside, beyond) = bytes.split_at((bytes.len() as u64).min(room) as usize);
         if !beyond.is_empty() {
-            p.anomalies.raise("rdma.data_beyond_descriptor");
+            p.anomalies.raise(Anomaly::RdmaDataBeyondDescriptor);
             c.unlinked_bytes += beyond.len() as u64;
             p.accounting.add(cat::RDMA_UNLINKED, beyond.len() as u64);
         }
@@ -209,7 +210,7 @@ impl Linker {
             }
             p.accounting.add(cat::RDMA_PAYLOAD, bytes.len() as u64);
             if t.held_bytes + bytes.len() > MAX_HELD_PER_TRANSFER {
-                p.anomalies.raise("rdma.reorder_buffer_full");
+                p.anomalies.raise(Anomaly::RdmaReorderBufferFull);
                 t.hasher = None;
                 return;
             }
@@ -305,7 +306,7 @@ impl Linker {
         if t.total == 0 {
             return;
         }
-        p.anomalies.raise("rdma.payload_incomplete");
+        p.anomalies.raise(Anomaly::RdmaPayloadIncomplete);
         c.incomplete_transfers += 1;
         p.smb.stats.payload_incomplete += 1;
         p.smb.stats.payload_incomplete_bytes += t.total;
@@ -325,7 +326,7 @@ impl Linker {
             p.accounting.add(cat::RDMA_UNLINKED, o.bytes.len() as u64);
         }
         if self.orphan_bytes > 0 {
-            p.anomalies.raise("rdma.unlinked_data");
+            p.anomalies.raise(Anomaly::RdmaUnlinkedData);
         }
         self.orphan_bytes = 0;
     }

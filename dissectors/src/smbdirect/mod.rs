@@ -10,16 +10,20 @@
 //! Accounting: negotiate messages and data transfer headers/padding → `smbdirect_control`;
 //! fragment data → the SMB2 layer once the message is whole, `smb_unparsed` when it never is.
 
+pub mod anomaly;
 pub mod link;
 pub mod records;
+pub mod stats;
 
-pub use crate::rdma::RdmaStats as Counters;
+pub use anomaly::Anomaly;
+
+pub use stats::RdmaStats as Counters;
 
 use crate::accounting::cat;
-use crate::dedupe::SendKind;
+use crate::payload::send::SendKind;
 use crate::frame::FrameCtx;
 use crate::smb2::records::{self as rec, channel, command, HeaderRepr, HEADER_LEN};
-use crate::smb2::stream::{Parts, Smb2Stream};
+use crate::smb2::{Parts, Smb2Stream};
 use records::{DataTransfer, NegotiateRequest, NegotiateResponse};
 use std::net::IpAddr;
 
@@ -96,7 +100,7 @@ impl SmbdConn {
                 c.smbdirect.credits_requested += u64::from(n.credits_requested);
                 c.smbdirect.credits_granted += u64::from(n.credits_granted);
                 if n.status != 0 {
-                    p.anomalies.raise("smbdirect.negotiate_failed");
+                    p.anomalies.raise(Anomaly::NegotiateFailed);
                 }
                 self.client.get_or_insert(1 - from);
                 p.accounting.add(cat::SMBDIRECT_CONTROL, msg.len() as u64);
@@ -106,7 +110,7 @@ impl SmbdConn {
         let t = match DataTransfer::parse(msg) {
             Ok(t) => t,
             Err(e) => {
-                p.anomalies.raise(e.name());
+                p.anomalies.raise(e);
                 p.accounting.add(cat::SMBDIRECT_CONTROL, msg.len() as u64);
                 return;
             }
@@ -117,10 +121,10 @@ impl SmbdConn {
         c.smbdirect.credits_requested += u64::from(t.credits_requested);
         c.smbdirect.credits_granted += u64::from(t.credits_granted);
         if t.credits_requested == 0 {
-            p.anomalies.raise("smbdirect.zero_credits_requested");
+            p.anomalies.raise(Anomaly::ZeroCreditsRequested);
         }
         if t.data_length > 0 && t.data_offset % 8 != 0 {
-            p.anomalies.raise("smbdirect.unaligned_data_offset");
+            p.anomalies.raise(Anomaly::UnalignedDataOffset);
         }
         let data = t.data(msg);
         p.accounting.add(cat::SMBDIRECT_CONTROL, (msg.len() - data.len()) as u64);
@@ -130,7 +134,7 @@ impl SmbdConn {
         let remaining = t.remaining_data_length as usize;
         if !d.reassembly.is_empty() || remaining > 0 {
             if d.reassembly.len() + data.len() + remaining > MAX_FRAGMENTED_SIZE {
-                p.anomalies.raise("smbdirect.fragmented_too_large");
+                p.anomalies.raise(Anomaly::FragmentedTooLarge);
                 p.accounting.add(cat::SMB_UNPARSED, (d.reassembly.len() + data.len()) as u64);
                 d.reassembly = Vec::new();
                 return;
@@ -150,7 +154,7 @@ impl SmbdConn {
     pub fn lost(&mut self, from: usize, p: &mut Parts) {
         let d = &mut self.dirs[from & 1];
         if !d.reassembly.is_empty() {
-            p.anomalies.raise("smbdirect.fragment_lost");
+            p.anomalies.raise(Anomaly::FragmentLost);
             p.accounting.add(cat::SMB_UNPARSED, d.reassembly.len() as u64);
             d.reassembly = Vec::new();
         }
@@ -257,14 +261,7 @@ impl SmbdConn {
         for from in 0..2 {
             self.lost(from, p);
             if let Some(s) = self.dirs[from].smb2.as_mut() {
-                use crate::tcp::StreamConsumer;
-                struct Lend<'a, 'b>(&'a mut Parts<'b>);
-                impl crate::smb2::stream::Smb2Shared for Lend<'_, '_> {
-                    fn smb2_parts(&mut self) -> Parts<'_> {
-                        Parts { anomalies: self.0.anomalies, accounting: self.0.accounting, smb: self.0.smb, sink: self.0.sink }
-                    }
-                }
-                s.close(ctx, &mut Lend(p));
+                s.on_close(ctx, p);
             }
         }
         self.linker.close(self.id, p, c);

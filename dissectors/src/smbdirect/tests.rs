@@ -6,13 +6,13 @@
 use super::records::{DataTransfer, NegotiateRequest, NegotiateResponse};
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
-use crate::dedupe::{SendKind, SendRecord, Transport};
+use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::{FrameCtx, FrameRef};
 use crate::payload::hash::PayloadHasher;
 use crate::rdma::ib::{self, opcode, Reth};
 use crate::rdma::RdmaState;
 use crate::smb2::state::SmbState;
-use crate::smb2::stream::{Parts, PayloadSink};
+use crate::smb2::{Parts, PayloadSink};
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr};
 

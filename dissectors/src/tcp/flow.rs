@@ -33,6 +33,7 @@ use super::{Chunk, ReassemblyStats, StreamConsumer};
 use crate::anomaly::Anomalies;
 use crate::frame::FrameCtx;
 use crate::wire::TcpSegment;
+use super::Anomaly;
 
 /// TCP header flags (RFC 9293 §3.1).
 const FIN: u8 = 0x01;
@@ -266,7 +267,7 @@ impl<C> FlowTable<C> {
         if !self.flows.contains_key(&key) {
             while self.flows.len() >= self.cfg.max_flows.max(1) {
                 let Some((_, &oldest)) = self.by_age.first_key_value() else { break };
-                self.anomalies.raise("tcp.flow_table_full");
+                self.anomalies.raise(Anomaly::FlowTableFull);
                 self.remove(oldest, shared);
             }
         }
@@ -350,7 +351,7 @@ impl<C> FlowTable<C> {
             out
         };
         if out.dropped > 0 {
-            self.anomalies.raise("tcp.undeliverable_data");
+            self.anomalies.raise(Anomaly::UndeliverableData);
         }
         self.stats.peak_buffered_bytes = self.stats.peak_buffered_bytes.max(self.total_buffered as u64);
         self.enforce_global_cap(ctx, shared);
@@ -376,7 +377,7 @@ impl<C> FlowTable<C> {
             }
             let Some((n, key, d)) = largest else { break };
             let Some(flow) = self.flows.get_mut(&key) else { break };
-            self.anomalies.raise("tcp.global_buffer_cap");
+            self.anomalies.raise(Anomaly::GlobalBufferCap);
             let half = &mut flow.halves[d];
             let stats = &mut self.stats;
             match half.consumer.as_mut() {

@@ -5,8 +5,11 @@
 //! buffer, and bytes that never arrive (lost segments, snaplen-truncated frames, buffer
 //! overflow) are delivered as an explicit `Chunk::Gap` so the consumer can skip or resync.
 
+pub mod anomaly;
 pub mod flow;
 pub mod reassembly;
+
+pub use anomaly::Anomaly;
 
 pub use flow::{Endpoint, FlowConfig, FlowOutcome, FlowTable};
 pub use reassembly::{Reassembler, ReassemblyConfig, SegmentOutcome};
@@ -23,7 +26,7 @@ pub enum Chunk<'a> {
 }
 
 /// A consumer of one direction of a TCP stream (SMB2 framing, iWARP MPA...).
-/// `S` is the pipeline's shared state (sessions, dedupe index, counters).
+/// `S` is the run state the consumer is lent (`context::Shared` in the pipeline; `()` in tests).
 pub trait StreamConsumer<S> {
     fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut S);
     fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut S);

@@ -4,15 +4,18 @@
 //!
 //! `decode` walks a captured frame from its link layer down to the transport payload.
 
+pub mod anomaly;
 pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod linktype;
 pub mod sll;
 pub mod tcp;
 pub mod udp;
 
-use crate::capture::linktype;
+pub use anomaly::Anomaly;
+
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Why a frame could not be decoded down to its transport payload.
@@ -89,7 +92,7 @@ pub struct Decoded<'a> {
     pub dup_signature: u64,
     /// Something odd but decodable (fragment, TSO zero length...): a stable anomaly name the
     /// caller should raise once for this frame.
-    pub anomaly: Option<&'static str>,
+    pub anomaly: Option<Anomaly>,
 }
 
 /// What follows the link layer.
@@ -217,7 +220,7 @@ struct NetLayer<'a> {
     hash: Fnv,
     /// Set when this is a fragment whose transport header is elsewhere.
     later_fragment: bool,
-    anomaly: Option<&'static str>,
+    anomaly: Option<Anomaly>,
 }
 
 fn ipv4_layer(data: &[u8]) -> Result<NetLayer<'_>, DecodeError> {
@@ -227,16 +230,16 @@ fn ipv4_layer(data: &[u8]) -> Result<NetLayer<'_>, DecodeError> {
     let declared = match usize::from(ip.total_len()) {
         0 => {
             // Captured on the sender before segmentation offload filled the length in.
-            anomaly = Some("ipv4.zero_total_length");
+            anomaly = Some(Anomaly::Ipv4ZeroTotalLength);
             data.len() - hl
         }
         tl => tl - hl,
     };
     let later_fragment = ip.frag_offset() != 0;
     if later_fragment {
-        anomaly = Some("ipv4.non_first_fragment");
+        anomaly = Some(Anomaly::Ipv4NonFirstFragment);
     } else if ip.more_frags() {
-        anomaly = Some("ipv4.fragment");
+        anomaly = Some(Anomaly::Ipv4Fragment);
     }
     // Header without TTL (byte 8) and checksum (bytes 10..12).
     let hash = Fnv::new().bytes(&data[..8]).bytes(&data[9..10]).bytes(&data[12..hl]);
@@ -261,7 +264,7 @@ fn ipv6_layer(data: &[u8]) -> Result<NetLayer<'_>, DecodeError> {
     let declared = match usize::from(ip.payload_len()) {
         // Jumbogram (RFC 2675) or a TSO capture: the captured bytes are all we know.
         0 => {
-            anomaly = Some("ipv6.zero_payload_length");
+            anomaly = Some(Anomaly::Ipv6ZeroPayloadLength);
             payload.len()
         }
         pl => pl,
@@ -271,9 +274,9 @@ fn ipv6_layer(data: &[u8]) -> Result<NetLayer<'_>, DecodeError> {
     if let Some((off, more)) = upper.fragment {
         if off != 0 {
             later_fragment = true;
-            anomaly = Some("ipv6.non_first_fragment");
+            anomaly = Some(Anomaly::Ipv6NonFirstFragment);
         } else if more {
-            anomaly = Some("ipv6.fragment");
+            anomaly = Some(Anomaly::Ipv6Fragment);
         }
     }
     // Fixed header without hop limit (byte 7), plus the extension headers.
@@ -689,13 +692,13 @@ mod tests {
         let p0 = ipv6_udp(b"abc", &frag0, ipv4::protocol::IPV6_FRAGMENT);
         let d = decode(linktype::IPV6, &p0).unwrap();
         assert!(matches!(d.transport, Transport::Udp(_)));
-        assert_eq!(d.anomaly, Some("ipv6.fragment"));
+        assert_eq!(d.anomaly.map(Anomaly::name), Some("ipv6.fragment"));
         // Later fragment: no transport.
         let frag1 = [ipv4::protocol::UDP, 0, 0x00, 0x08, 0, 0, 0, 9];
         let p = ipv6_udp(b"abc", &frag1, ipv4::protocol::IPV6_FRAGMENT);
         let d = decode(linktype::IPV6, &p).unwrap();
         assert!(matches!(d.transport, Transport::Other));
-        assert_eq!((d.anomaly, d.header_bytes), (Some("ipv6.non_first_fragment"), p.len()));
+        assert_eq!((d.anomaly.map(Anomaly::name), d.header_bytes), (Some("ipv6.non_first_fragment"), p.len()));
     }
 
     #[test]
@@ -706,13 +709,13 @@ mod tests {
         f[14 + 7] = 0x01;
         let d = decode(linktype::ETHERNET, &f).unwrap();
         assert!(matches!(d.transport, Transport::Other));
-        assert_eq!((d.anomaly, d.header_bytes), (Some("ipv4.non_first_fragment"), f.len()));
+        assert_eq!((d.anomaly.map(Anomaly::name), d.header_bytes), (Some("ipv4.non_first_fragment"), f.len()));
         // First fragment (MF set, offset 0): TCP decoded, flagged.
         f[14 + 6] = 0x20;
         f[14 + 7] = 0x00;
         let d = decode(linktype::ETHERNET, &f).unwrap();
         assert_eq!(tcp_of(&d).payload, b"0123456789");
-        assert_eq!(d.anomaly, Some("ipv4.fragment"));
+        assert_eq!(d.anomaly.map(Anomaly::name), Some("ipv4.fragment"));
     }
 
     #[test]
@@ -813,7 +816,7 @@ mod tests {
         f[14 + 3] = 0;
         let d = decode(linktype::ETHERNET, &f).unwrap();
         assert_eq!(tcp_of(&d).declared_len, 3000);
-        assert_eq!(d.anomaly, Some("ipv4.zero_total_length"));
+        assert_eq!(d.anomaly.map(Anomaly::name), Some("ipv4.zero_total_length"));
     }
 
     mod fuzz {

@@ -4,14 +4,14 @@
 //! random byte flips, gaps and early closes. Nothing may panic, and every byte handed to the
 //! streams must land in exactly one accounting category.
 
-use super::ddp::{self, Buffer};
-use super::iwarp::IwarpStream;
-use super::mpa;
+use crate::rdma::ddp::{self, Buffer};
+use crate::rdma::iwarp::IwarpStream;
+use crate::rdma::{mpa, RdmaState};
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
-use crate::dedupe::Dedupe;
+use crate::context::Shared;
+use crate::dedupe::{Dedupe, DedupeConfig, Topology};
 use crate::frame::{FrameCtx, FrameRef};
-use crate::pipeline::{Config, Shared};
 use crate::smb2::state::SmbState;
 use crate::smbdirect::records::{DataTransfer, NegotiateRequest, NegotiateResponse};
 use crate::tcp::StreamConsumer;
@@ -21,14 +21,15 @@ use std::net::{IpAddr, Ipv4Addr};
 const C: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), 50000);
 const S: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 5445);
 
-fn shared() -> Shared {
-    let c = Config::default();
+type Run = Shared<SmbState, Dedupe, RdmaState>;
+
+fn shared() -> Run {
     Shared {
         anomalies: Anomalies::default(),
         accounting: Accounting::default(),
         smb: SmbState::new(),
-        dedupe: Dedupe::new(c.dedupe, c.topology, None),
-        rdma: super::RdmaState::new(),
+        dedupe: Dedupe::new(DedupeConfig::default(), Topology::default(), None),
+        rdma: RdmaState::new(),
     }
 }
 
@@ -41,7 +42,7 @@ enum Ev {
 }
 
 /// Feeds the events, then closes both directions and ends the run; returns the bytes fed.
-fn drive(evs: &[Ev], smbd: bool) -> (Shared, u64) {
+fn drive(evs: &[Ev], smbd: bool) -> (Run, u64) {
     let mut sh = shared();
     let mut st = [IwarpStream::new(7, 0, [C, S], smbd), IwarpStream::new(7, 1, [C, S], smbd)];
     let mut fed = 0u64;

@@ -2,6 +2,11 @@
 //! with `tshark -z follow,tcp,raw`), compared with tshark's counts in expected.json, plus
 //! synthetic streams for compounds, gaps, resync and hostile lengths.
 use super::*;
+use crate::frame::FrameRef;
+use crate::payload::send::{SendKind, SendRecord, Transport};
+use crate::smb2::records::{self as rec, command};
+use crate::accounting::Accounting;
+use crate::anomaly::Anomalies;
 use crate::payload::hash::digest_of;
 use crate::smb2::records::HeaderRepr;
 use std::collections::BTreeMap;
@@ -38,8 +43,8 @@ struct Harness {
     fed: u64,
 }
 
-impl Smb2Shared for Harness {
-    fn smb2_parts(&mut self) -> Parts<'_> {
+impl Harness {
+    fn parts(&mut self) -> Parts<'_> {
         Parts { anomalies: &mut self.anomalies, accounting: &mut self.accounting, smb: &mut self.smb, sink: &mut self.rec }
     }
 }
@@ -65,11 +70,11 @@ impl Conn {
     fn feed(&mut self, h: &mut Harness, to_server: bool, bytes: &[u8], n: u64) {
         h.fed += bytes.len() as u64;
         let s = if to_server { &mut self.c2s } else { &mut self.s2c };
-        s.data(bytes, &ctx(n), h);
+        s.on_message(bytes, &ctx(n), &mut h.parts());
     }
     fn close(&mut self, h: &mut Harness) {
-        self.c2s.close(&ctx(0), h);
-        self.s2c.close(&ctx(0), h);
+        self.c2s.on_close(&ctx(0), &mut h.parts());
+        self.s2c.on_close(&ctx(0), &mut h.parts());
     }
 }
 
@@ -330,7 +335,7 @@ fn one_stream(h: &mut Harness, parts: &[&[u8]]) -> Smb2Stream {
     let mut s = Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445));
     for (i, p) in parts.iter().enumerate() {
         h.fed += p.len() as u64;
-        s.data(p, &ctx(i as u64 + 1), h);
+        s.on_message(p, &ctx(i as u64 + 1), &mut h.parts());
     }
     s
 }
@@ -346,7 +351,7 @@ fn compound_create_then_related_write() {
     let stream = netbios(&msg);
     let mut h = Harness::default();
     let mut s = one_stream(&mut h, &[&stream[..100], &stream[100..5000], &stream[5000..]]);
-    s.close(&ctx(9), &mut h);
+    s.on_close(&ctx(9), &mut h.parts());
     assert_eq!(h.rec.sends.len(), 1);
     let r = &h.rec.sends[0];
     assert_eq!((r.message_id, r.offset, r.session_id, r.tree_id), (11, 4096, 0x99, 7));
@@ -366,10 +371,10 @@ fn gap_inside_payload_is_incomplete_and_framing_survives() {
     let w2 = netbios(&write_req(2, [1; 16], 8000, &data(3000, 2), false, 0));
     let mut h = Harness::default();
     let mut s = one_stream(&mut h, &[&w1[..3000]]);
-    s.gap(1000, &ctx(2), &mut h);
+    s.on_gap(1000, &ctx(2), &mut h.parts());
     h.fed += (w1.len() - 4000 + w2.len()) as u64;
-    s.data(&w1[4000..], &ctx(3), &mut h);
-    s.data(&w2, &ctx(4), &mut h);
+    s.on_message(&w1[4000..], &ctx(3), &mut h.parts());
+    s.on_message(&w2, &ctx(4), &mut h.parts());
     assert_eq!(h.rec.sends.len(), 1);
     assert_eq!(h.rec.sends[0].message_id, 2);
     assert_eq!(h.rec.sends[0].digest, digest_of(&data(3000, 2)));
@@ -389,10 +394,10 @@ fn gap_in_header_position_resyncs() {
     let mut s = one_stream(&mut h, &[&w1]);
     // Lose the middle of w2's header: framing is gone until w3.
     h.fed += (w2.len() - 30) as u64 + w3.len() as u64;
-    s.gap(30, &ctx(2), &mut h);
-    s.data(&w2[30..], &ctx(3), &mut h);
+    s.on_gap(30, &ctx(2), &mut h.parts());
+    s.on_message(&w2[30..], &ctx(3), &mut h.parts());
     for c in w3.chunks(5) {
-        s.data(c, &ctx(4), &mut h);
+        s.on_message(c, &ctx(4), &mut h.parts());
     }
     let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
     assert_eq!(ids, vec![1, 3]);
@@ -410,7 +415,7 @@ fn capture_starting_mid_message_resyncs() {
     let full = {
         let mut h = Harness::default();
         let mut s = one_stream(&mut h, &[&c2s]);
-        s.close(&ctx(0), &mut h);
+        s.on_close(&ctx(0), &mut h.parts());
         h
     };
     for k in [1usize, 5, 77, 1000, 20_000] {
@@ -423,7 +428,7 @@ fn capture_starting_mid_message_resyncs() {
         };
         let mut h = Harness::default();
         let mut s = one_stream(&mut h, &c2s[k..].chunks(1460).collect::<Vec<_>>());
-        s.close(&ctx(0), &mut h);
+        s.on_close(&ctx(0), &mut h.parts());
         assert_eq!(smb_categories(&h), h.fed, "k={k}");
         assert!(h.accounting.get(cat::SMB_UNPARSED) > 0);
         assert!(h.accounting.get(cat::SMB_UNPARSED) < 70_000, "k={k}: resync skipped too much");
@@ -453,7 +458,7 @@ fn bogus_lengths_are_anomalies_not_panics() {
     let d = netbios(&write_req(4, [1; 16], 0, &data(100, 4), false, 0));
     let mut h = Harness::default();
     let mut s = one_stream(&mut h, &[&a, &b, &c, &d]);
-    s.close(&ctx(0), &mut h);
+    s.on_close(&ctx(0), &mut h.parts());
     assert_eq!(h.anomalies.get("smb2.write_bad_data_offset"), 2);
     assert_eq!(h.anomalies.get("smb2.bad_next_command"), 1);
     let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
@@ -469,7 +474,7 @@ fn oversized_message_is_capped() {
     m.extend(std::iter::repeat_n(0u8, 70_000));
     let mut h = Harness::default();
     let mut s = one_stream(&mut h, &[&netbios(&m)]);
-    s.close(&ctx(0), &mut h);
+    s.on_close(&ctx(0), &mut h.parts());
     assert_eq!(h.anomalies.get("smb2.message_over_cap"), 1);
     assert!(h.smb.stats.files.contains("big"));
     assert_eq!(smb_categories(&h), h.fed);
@@ -485,7 +490,7 @@ fn unframed_mode_is_one_message_per_call() {
     let m2 = write_req(2, [4; 16], 0, &payload, false, 0);
     for m in [&m1, &m2] {
         h.fed += m.len() as u64;
-        s.on_message(m, &ctx(1), &mut h.smb2_parts());
+        s.on_message(m, &ctx(1), &mut h.parts());
     }
     assert_eq!(h.rec.sends.len(), 1);
     assert_eq!(h.rec.sends[0].transport, Transport::SmbDirect);
@@ -541,12 +546,12 @@ mod fuzz {
             let mut s = Smb2Stream::new(1, true, addr(1, 0), addr(2, 0));
             for (i, (b, gap)) in chunks.iter().enumerate() {
                 h.fed += b.len() as u64;
-                s.data(b, &ctx(i as u64), &mut h);
+                s.on_message(b, &ctx(i as u64), &mut h.parts());
                 if *gap > 40 {
-                    s.gap(*gap, &ctx(i as u64), &mut h);
+                    s.on_gap(*gap, &ctx(i as u64), &mut h.parts());
                 }
             }
-            s.close(&ctx(0), &mut h);
+            s.on_close(&ctx(0), &mut h.parts());
             prop_assert_eq!(smb_categories(&h), h.fed);
         }
 
@@ -560,7 +565,7 @@ mod fuzz {
             let mut h = Harness::default();
             let parts: Vec<&[u8]> = stream.chunks(cut).collect();
             let mut s = one_stream(&mut h, &parts);
-            s.close(&ctx(0), &mut h);
+            s.on_close(&ctx(0), &mut h.parts());
             prop_assert_eq!(smb_categories(&h), h.fed);
         }
     }

@@ -146,6 +146,23 @@ fn write_request_and_response() {
     assert_eq!(WriteRequest::parse(&hex(WRITE_REQ_HEAD)[..100]), Err(Error::Truncated));
 }
 
+/// The data regions the streaming parser reads agree with the parsed records, and only the
+/// data-bearing messages have one.
+#[test]
+fn data_regions_of_write_request_and_read_response() {
+    let (w, r) = (hex(WRITE_REQ_HEAD), hex(READ_RESP_HEAD));
+    assert_eq!(data_region(&w, command::WRITE, false), Some(DataRegion { offset: 0x70, length: 7000 }));
+    assert_eq!(data_region(&r, command::READ, true), Some(DataRegion { offset: 0x50, length: 16 }));
+    assert_eq!(data_fixed_len(command::WRITE, false), Some(HEADER_LEN + WriteRequest::FIXED_LEN));
+    assert_eq!(data_region(&w[..HEADER_LEN + WriteRequest::FIXED_LEN - 1], command::WRITE, false), None);
+    assert_eq!(data_region(&w, command::WRITE, true), None);
+    assert_eq!(data_region(&hex(READ_REQ), command::READ, false), None);
+    // An error response (StructureSize 9) has no data region.
+    let mut e = r.clone();
+    e[HEADER_LEN] = 9;
+    assert_eq!(data_region(&e, command::READ, true), None);
+}
+
 #[test]
 fn rdma_write_channel_info_descriptors() {
     // A WRITE request as SMB Direct sends it (§4 of the protocol notes): Length 0,

@@ -1,0 +1,62 @@
+//! A payload send: what the SMB2 and SMB Direct stages hand to the payload sink (the dedupe
+//! index), one per WRITE request data, READ response data or linked RDMA transfer.
+
+use super::PayloadDigest;
+use crate::frame::FrameRef;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Which SMB2 operation moved the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendKind {
+    /// WRITE request data (client → server).
+    Write,
+    /// READ response data (server → client).
+    Read,
+}
+
+/// How the payload crossed the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// Inline in an SMB2 message over TCP (NetBIOS framing).
+    Tcp,
+    /// Moved by RDMA Read/Write (SMB Direct), linked to an SMB2 WRITE/READ.
+    Rdma,
+    /// Inline in an SMB2 message carried in SMB Direct Send messages.
+    SmbDirect,
+}
+
+/// One distinct send of a payload (one SMB2 message, or one RDMA transfer).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SendRecord {
+    /// Connection id (unique per TCP connection / RDMA QP pair in this run).
+    pub conn: u64,
+    /// SMB2 MessageId of the WRITE request / READ request this payload belongs to.
+    pub message_id: u64,
+    pub kind: SendKind,
+    pub transport: Transport,
+    /// Network addresses of the sender and receiver of the payload bytes.
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub session_id: u64,
+    pub tree_id: u32,
+    pub file_id: [u8; 16],
+    /// Share path from TREE_CONNECT (e.g. `\\server\share`), when seen.
+    pub share: Option<Arc<str>>,
+    /// File name from CREATE, when seen.
+    pub file_name: Option<Arc<str>>,
+    /// File offset of the WRITE / READ.
+    pub offset: u64,
+    /// Frames that carried the payload (first and last).
+    pub first_frame: FrameRef,
+    pub last_frame: FrameRef,
+    /// The frame of the SMB2 header when it is not among the payload frames: over SMB Direct,
+    /// the Send that carried the WRITE request or the READ response (the payload moved in RDMA
+    /// Read Responses / RDMA Writes). `None` when the header shares the first payload frame.
+    pub header_frame: Option<FrameRef>,
+    /// Time of the first payload byte (ns since epoch).
+    pub ts_ns: u64,
+    pub digest: PayloadDigest,
+}
