@@ -24,6 +24,7 @@ crate::anomaly::anomalies! {
         IwarpReadResponseWithoutRequest = "iwarp.read_response_without_request",
         IwarpSendSegmentLost = "iwarp.send_segment_lost",
         IwarpStreamEndedMidFpdu = "iwarp.stream_ended_mid_fpdu",
+        IwarpDataAfterClose = "iwarp.data_after_close",
         IwarpTerminate = "iwarp.terminate",
     }
 }

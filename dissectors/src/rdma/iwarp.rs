@@ -441,6 +441,13 @@ impl IwarpStream {
 
 impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
     fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) {
+        if self.closed {
+            // The direction has ended (its partial FPDU was dropped at the close): what comes
+            // after is no continuation of it, so it is not framed, only accounted.
+            sh.anomalies.raise(Anomaly::IwarpDataAfterClose);
+            sh.accounting.add(cat::RDMA_UNPARSED, bytes.len() as u64);
+            return;
+        }
         self.feed(bytes, ctx, sh);
     }
 
@@ -465,7 +472,6 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
         if !self.logical.is_empty() || !self.buf.is_empty() {
             sh.anomalies.raise(Anomaly::IwarpStreamEndedMidFpdu);
         }
-        // Bytes that arrived after an earlier close are dropped here too, so they stay accounted.
         self.drop_partial(sh);
         if self.closed {
             return;
