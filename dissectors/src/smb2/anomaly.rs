@@ -16,6 +16,8 @@ crate::anomaly::anomalies! {
         MessageTooLong = "smb2.message_too_long",
         NetbiosBadLength = "smb2.netbios_bad_length",
         NetbiosBadType = "smb2.netbios_bad_type",
+        NetbiosLengthImplausible = "smb2.netbios_length_implausible",
+        NetbiosLengthBeyondMessage = "smb2.netbios_length_beyond_message",
         PayloadIncomplete = "smb2.payload_incomplete",
         ReadBadDataOffset = "smb2.read_bad_data_offset",
         WriteBadDataOffset = "smb2.write_bad_data_offset",

@@ -85,6 +85,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let c = n.contexts.unwrap_or_default();
                 let info = ConnInfo {
                     dialect: n.dialect_revision,
+                    max_size: n.max_transact_size.max(n.max_read_size).max(n.max_write_size),
                     cipher: c.ciphers.first().copied(),
                     compression_algorithms: c.compression_algorithms,
                     rdma_transform_ids: c.rdma_transform_ids,

@@ -43,6 +43,9 @@ pub enum Pending {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnInfo {
     pub dialect: u16,
+    /// The largest message body the NEGOTIATE response allows: max(MaxTransactSize,
+    /// MaxReadSize, MaxWriteSize) (MS-SMB2 §2.2.4).
+    pub max_size: u32,
     pub cipher: Option<u16>,
     pub compression_algorithms: Vec<u16>,
     pub rdma_transform_ids: Vec<u16>,

@@ -3,6 +3,15 @@
 //! and, once framing is lost (bad header, gap), the scan for the next NetBIOS + SMB2 header.
 
 use super::{Smb2Stream, State, CARRY, COMPRESSED_PREFIX, PATTERN_LEN};
+
+/// Largest MaxRead/Write/TransactSize servers offer (Windows Server 2016 and later, Samba's
+/// default: 8 MiB); the bound on a message before its connection's NEGOTIATE was seen.
+pub const UNNEGOTIATED_MAX_SIZE: u32 = 8 << 20;
+/// A negotiated size below this is not taken as a bound (a server may offer little and
+/// still send a larger IOCTL or QUERY_DIRECTORY response within MaxTransactSize).
+const MIN_BELIEVED_SIZE: u32 = 1 << 20;
+/// Room beyond the size for headers, the other elements of a compound, a transform header.
+pub const MESSAGE_SLACK: u32 = 1 << 20;
 use crate::accounting::cat;
 use crate::smb2::handle::ChainCtx;
 use crate::smb2::netbios;
@@ -25,11 +34,23 @@ impl Smb2Stream {
                 }
             }
             Ok(r) if r.length < 4 => self.lose_framing(Anomaly::NetbiosBadLength, p),
+            // A length is believed only when it fits what the connection negotiated (or, before
+            // a NEGOTIATE was seen, what any server offers): one forged header must not swallow
+            // the messages that follow it.
+            Ok(r) if r.length > self.max_message_len(p) => self.lose_framing(Anomaly::NetbiosLengthImplausible, p),
             Ok(r) => {
                 self.msg_left = r.length;
                 self.state = State::ProtocolId;
             }
         }
+    }
+
+    /// The longest NetBIOS length believed on this connection: the negotiated maximum
+    /// (MaxTransactSize, MaxReadSize, MaxWriteSize) or, with no NEGOTIATE seen,
+    /// `UNNEGOTIATED_MAX_SIZE`, plus `MESSAGE_SLACK` for headers, compounding and transforms.
+    pub(super) fn max_message_len(&self, p: &Parts) -> u32 {
+        let size = p.smb.conn(self.conn).map_or(UNNEGOTIATED_MAX_SIZE, |c| c.max_size.max(MIN_BELIEVED_SIZE));
+        size.saturating_add(MESSAGE_SLACK).min(netbios::MAX_LENGTH)
     }
 
     pub(super) fn on_protocol_id(&mut self, p: &mut Parts) {

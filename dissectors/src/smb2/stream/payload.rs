@@ -97,9 +97,27 @@ impl Smb2Stream {
                 p.sink.complete(self.conn, mid, ctx.ts_ns);
             }
         }
+        // The last element of a message ends with its data (MS-SMB2 §2.2.21, §2.2.20: the
+        // buffer is the end of the message; at most alignment padding follows). A NetBIOS
+        // length reaching further is not believed: resynchronise on what follows instead of
+        // swallowing it (a forged length would otherwise hide the messages after it).
+        if self.framed && !self.chain_next && self.elem_left > TRAILING_PAD_MAX {
+            p.anomalies.raise(Anomaly::NetbiosLengthBeyondMessage);
+            p.smb.stats.resyncs += 1;
+            self.msg_left = 0;
+            self.elem_left = 0;
+            self.hdr = None;
+            self.small_len = 0;
+            self.buf.clear();
+            self.state = State::Resync;
+            return;
+        }
         self.state = State::Tail(cat::SMB_METADATA);
         if self.elem_left == 0 {
             self.end_of_element(p);
         }
     }
 }
+
+/// Padding believed after the data of a message's last element (8-byte alignment).
+const TRAILING_PAD_MAX: u32 = 7;

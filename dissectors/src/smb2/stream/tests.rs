@@ -570,3 +570,59 @@ mod fuzz {
         }
     }
 }
+
+/// One forged NetBIOS length (0xFFFFFF, a whole 16 MiB) must not blind the parser to the valid
+/// WRITEs that follow (issue 12): on a WRITE whose data ends long before the claimed end, on a
+/// message of another command (longer than any server negotiates), and as a bare header.
+#[test]
+fn a_forged_netbios_length_does_not_swallow_the_messages_after_it() {
+    let writes: Vec<Vec<u8>> = (0..20u64).map(|i| netbios(&write_req(10 + i, [2; 16], i << 18, &data(256 << 10, i as u8), false, 0))).collect();
+    let forge = |mut m: Vec<u8>| {
+        m[1..4].copy_from_slice(&[0xff, 0xff, 0xff]);
+        m
+    };
+    let cases: [(&str, Vec<u8>, &str, usize); 4] = [
+        // The first WRITE itself claims 4 MiB (within any bound): it is hashed, and what
+        // follows its data is resynchronised instead of swallowed.
+        ("forged write", {
+            let mut m = netbios(&write_req(1, [2; 16], 0, &data(4096, 9), false, 0));
+            m[1..4].copy_from_slice(&[0x40, 0, 0]);
+            m
+        }, "smb2.netbios_length_beyond_message", 1),
+        // The same WRITE claiming 16 MiB: more than any server offers, not believed at all.
+        ("forged write 16 MiB", forge(netbios(&write_req(1, [2; 16], 0, &data(4096, 9), false, 0))), "smb2.netbios_length_implausible", 0),
+        // A CREATE claims 16 MiB: more than any server negotiates without a NEGOTIATE seen.
+        ("forged create", forge(netbios(&create_req(1, "x", 0))), "smb2.netbios_length_implausible", 0),
+        // A bare header claiming 16 MiB, then the next message's own header.
+        ("bare header", vec![0, 0xff, 0xff, 0xff], "smb2.netbios_length_implausible", 0),
+    ];
+    for (name, first, anomaly, extra_sends) in cases {
+        let mut h = Harness::default();
+        let mut parts: Vec<&[u8]> = vec![&first];
+        parts.extend(writes.iter().map(|w| w.as_slice()));
+        let mut s = one_stream(&mut h, &parts);
+        s.on_close(&ctx(0), &mut h.parts());
+        let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
+        let want: Vec<u64> = (if extra_sends == 1 { vec![1] } else { vec![] }).into_iter().chain(10..30).collect();
+        assert_eq!(ids, want, "{name}: every WRITE after the forged length is hashed");
+        assert_eq!(h.anomalies.get(anomaly), 1, "{name}");
+        assert_eq!(smb_categories(&h), h.fed, "{name}: every byte accounted");
+        // Nothing but the forged header's own bytes is unparsed.
+        assert!(h.accounting.get(cat::SMB_UNPARSED) <= first.len() as u64, "{name}: {:?}", h.accounting);
+    }
+    // A negotiated connection believes what it negotiated: a 12 MiB message passes with an
+    // 16 MiB MaxWriteSize, and is refused under the 8 MiB default.
+    let mut h = Harness::default();
+    let info = crate::smb2::state::ConnInfo { dialect: 0x311, max_size: 16 << 20, ..Default::default() };
+    h.smb.set_negotiated(1, info, &mut Anomalies::default());
+    let big = netbios(&write_req(5, [2; 16], 0, &data(12 << 20, 5), false, 0));
+    let mut s = one_stream(&mut h, &[&big]);
+    s.on_close(&ctx(0), &mut h.parts());
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.anomalies.get("smb2.netbios_length_implausible"), 0);
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&big]);
+    s.on_close(&ctx(0), &mut h.parts());
+    assert_eq!((h.rec.sends.len(), h.anomalies.get("smb2.netbios_length_implausible")), (0, 1));
+    assert_eq!(smb_categories(&h), h.fed);
+}
