@@ -3,7 +3,7 @@
 //! end-to-end checks of `tests_rdma` (independent RoCE reader, SMB Direct, SMB2, data behind
 //! the descriptors), and the equivalence with RoCEv2 from the BTH on.
 
-use super::roce::icrc_v1;
+use smbwire_dissectors::rdma::ib::icrc_rocev1;
 use super::tests_rdma::{check, gen, spec};
 use smbwire_dissectors::capture::testutil::{open_bytes, public_dir, read_all};
 use smbwire_dissectors::wire::{self, Transport};
@@ -19,7 +19,7 @@ fn split(f: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// rdma-infiniband-erf-ipoib.pcap frame 3 is a native IB packet with a GRH (IPoIB over UD):
-/// LRH, GRH, BTH, DETH, payload, ICRC, VCRC. Its ICRC is what `icrc_v1` computes over the
+/// LRH, GRH, BTH, DETH, payload, ICRC, VCRC. Its ICRC is what `ib::icrc_rocev1` computes over the
 /// GRH onwards, RoCEv1 being that packet without the LRH (which the ICRC never covers in a
 /// packet with a GRH). tshark shows that ICRC as 0x0566d54d.
 #[test]
@@ -37,15 +37,15 @@ fn icrc_matches_an_infiniband_packet_with_a_grh() {
     assert_eq!((grh[0] >> 4, grh[6]), (6, 0x1b), "GRH then BTH");
     let n = grh.len();
     assert_eq!(grh[n - 4..], [0x05, 0x66, 0xd5, 0x4d]);
-    assert_eq!(icrc_v1(&grh[..n - 4]).to_le_bytes(), grh[n - 4..]);
+    assert_eq!(icrc_rocev1(&grh[..n - 4]).to_le_bytes(), grh[n - 4..]);
     // The variant fields are outside it; a covered one is not.
     let mut g = grh[..n - 4].to_vec();
     g[1] ^= 0x5a; // TClass / FlowLabel
     g[7] = 3; // HopLmt
     g[GRH + 4] = 0x77; // BTH resv8a
-    assert_eq!(icrc_v1(&g), icrc_v1(&grh[..n - 4]));
+    assert_eq!(icrc_rocev1(&g), icrc_rocev1(&grh[..n - 4]));
     g[5] ^= 1; // PayLen
-    assert_ne!(icrc_v1(&g), icrc_v1(&grh[..n - 4]));
+    assert_ne!(icrc_rocev1(&g), icrc_rocev1(&grh[..n - 4]));
 }
 
 /// Every frame of a RoCEv1 capture goes through the capture reader and `wire::decode` as

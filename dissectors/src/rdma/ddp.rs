@@ -9,6 +9,15 @@ pub const TAGGED_HEADER_LEN: usize = 14;
 pub const UNTAGGED_HEADER_LEN: usize = 18;
 pub const READ_REQUEST_LEN: usize = 28;
 
+/// DDP queue numbers RDMAP uses for untagged messages (RFC 5040 §5.1).
+pub mod queue {
+    /// Send, Send with Invalidate, with Solicited Event, with both.
+    pub const SEND: u32 = 0;
+    pub const READ_REQUEST: u32 = 1;
+    pub const TERMINATE: u32 = 2;
+}
+
+/// RDMAP opcodes (RFC 5040 §4.3).
 pub mod opcode {
     pub const WRITE: u8 = 0;
     pub const READ_REQUEST: u8 = 1;
@@ -123,21 +132,28 @@ impl ReadRequest {
 
 /// Builds a ULPDU (tests, synthesizer).
 pub fn emit(opcode: u8, last: bool, buffer: Buffer, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(UNTAGGED_HEADER_LEN + payload.len());
+    emit_header(&mut v, opcode, last, buffer);
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Appends the DDP and RDMAP headers of one segment (DDP version 1, RDMAP version 1) to `out`;
+/// the tagged flag follows `buffer`.
+pub fn emit_header(out: &mut Vec<u8>, opcode: u8, last: bool, buffer: Buffer) {
     let tagged = matches!(buffer, Buffer::Tagged { .. });
-    let mut v = vec![u8::from(tagged) << 7 | u8::from(last) << 6 | 1, 0x40 | (opcode & 0x0f)];
+    out.extend_from_slice(&[u8::from(tagged) << 7 | u8::from(last) << 6 | 1, 0x40 | (opcode & 0x0f)]);
     match buffer {
         Buffer::Tagged { stag, to } => {
-            v.extend_from_slice(&stag.to_be_bytes());
-            v.extend_from_slice(&to.to_be_bytes());
+            out.extend_from_slice(&stag.to_be_bytes());
+            out.extend_from_slice(&to.to_be_bytes());
         }
         Buffer::Untagged { qn, msn, mo, inval_stag } => {
             for x in [inval_stag, qn, msn, mo] {
-                v.extend_from_slice(&x.to_be_bytes());
+                out.extend_from_slice(&x.to_be_bytes());
             }
         }
     }
-    v.extend_from_slice(payload);
-    v
 }
 
 #[cfg(test)]

@@ -668,6 +668,21 @@ impl BufferDescriptorV1 {
     /// At most this many descriptors are kept per request.
     pub const MAX: usize = 64;
 
+    pub fn parse(b: &[u8]) -> Option<BufferDescriptorV1> {
+        let d = b.get(..Self::LEN)?;
+        Some(BufferDescriptorV1 {
+            offset: u64::from_le_bytes(d[0..8].try_into().ok()?),
+            token: u32::from_le_bytes(d[8..12].try_into().ok()?),
+            length: u32::from_le_bytes(d[12..16].try_into().ok()?),
+        })
+    }
+
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.token.to_le_bytes());
+        out.extend_from_slice(&self.length.to_le_bytes());
+    }
+
     /// The array at header-relative `off`, `len` bytes. An empty range yields an empty list.
     pub fn parse_array(msg: &[u8], off: usize, len: usize) -> Result<Vec<BufferDescriptorV1>> {
         if len == 0 {
@@ -677,14 +692,7 @@ impl BufferDescriptorV1 {
             return Err(Error::BadOffset);
         }
         let b = range(msg, off, len)?;
-        Ok(b.chunks_exact(Self::LEN)
-            .take(Self::MAX)
-            .map(|d| BufferDescriptorV1 {
-                offset: u64::from_le_bytes(d[0..8].try_into().unwrap_or([0; 8])),
-                token: u32::from_le_bytes(d[8..12].try_into().unwrap_or([0; 4])),
-                length: u32::from_le_bytes(d[12..16].try_into().unwrap_or([0; 4])),
-            })
-            .collect())
+        Ok(b.chunks_exact(Self::LEN).take(Self::MAX).filter_map(Self::parse).collect())
     }
 }
 
