@@ -1,7 +1,7 @@
 //! Ethernet II / IPv4 / TCP frames for the synthesizer, emitted through the `smbwire_dissectors::wire`
 //! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
 
-use smbwire_dissectors::rdma::ib;
+use smbwire_dissectors::rdma::{cm, ib};
 use smbwire_dissectors::wire::{ethernet, ipv4, ipv6, tcp, udp};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -179,7 +179,7 @@ impl FrameBuilder {
         trailer_len: usize,
     ) -> &mut [u8] {
         self.stage_payload(payload, trailer_len);
-        let gid = |ip: Ipv4Addr| Ipv6Addr::from(super::ib_cm::ipv4_gid(ip));
+        let gid = |ip: Ipv4Addr| Ipv6Addr::from(cm::ipv4_gid(ip));
         let hdr = ipv6::Repr {
             src_addr: gid(src.ip),
             dst_addr: gid(dst.ip),

@@ -9,7 +9,7 @@
 //! - `truth`: the expected results, tallied while writing.
 //!
 //! - `smbdirect`: SMB Direct (MS-SMBD) over an RDMA link (`rdma::RdmaLink`): `roce`
-//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, with the RDMA CM exchange of `ib_cm`)
+//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, with the RDMA CM exchange)
 //!   or `iwarp` (RDMAP/DDP/MPA on `tcp`).
 //!
 //! Every record is written by the engine's encoder beside its parser (`smbwire_dissectors`:
@@ -24,7 +24,6 @@
 
 pub mod data;
 pub mod frames;
-pub mod ib_cm;
 pub mod iwarp;
 pub mod pcap;
 pub mod rdma;

@@ -4,7 +4,7 @@
 //! (EtherType 0x8915), with IPv4-mapped GIDs (::ffff:a.b.c.d) as source and destination.
 //! Everything from the BTH on is the same for both.
 //!
-//! Per connection: the RDMA CM exchange on QP1 (`ib_cm`), then RC traffic between two QPs.
+//! Per connection: the RDMA CM exchange on QP1 (`smbwire_dissectors::rdma::cm`), then RC traffic between two QPs.
 //! Sends and RDMA Writes are cut at the path MTU into FIRST/MIDDLE/LAST (or ONLY)
 //! packets with consecutive PSNs, the last one asking for an ACK (BTH A bit), which the
 //! responder returns (opcode 0x11, AETH with its MSN). An RDMA Read Request (RETH) takes as
@@ -21,12 +21,12 @@
 use super::data::SplitMix64;
 use super::frames::GrhFields;
 use super::frames::{Endpoint, FrameBuilder};
-use super::ib_cm::{self, End};
 use super::pcap::Tap;
 use super::rdma::{RdmaLink, RdmaTruth};
 use super::smbdirect::BufferDescriptor;
 use super::tcp::{Impairments, LossMode};
 use super::{ConnId, Host, Side};
+use smbwire_dissectors::rdma::cm::{self, End};
 use smbwire_dissectors::rdma::ib::{
     self, icrc_rocev1, icrc_rocev2, opcode, Aeth, Bth, Deth, Reth, AETH_LEN, BTH_LEN, DETH_LEN,
     ICRC_LEN, PSN_MASK,
@@ -307,7 +307,7 @@ impl RoceLink {
         tap: &mut Tap<W>,
         conn: ConnId,
         from: usize,
-        mad: &[u8; ib_cm::MAD_LEN],
+        mad: &[u8; cm::MAD_LEN],
     ) -> io::Result<()> {
         let c = &self.conns[conn];
         let (host, mut src, mut dst) = (c.hosts[from], c.ends[from], c.ends[1 - from]);
@@ -326,7 +326,7 @@ impl RoceLink {
         *self
             .stats
             .cm
-            .entry(ib_cm::attribute::name(attr).to_string())
+            .entry(cm::attribute::name(attr).to_string())
             .or_default() += 1;
         self.packet(tap, host, src, dst, &hdr, mad)?;
         tap.idle(10_000);
@@ -448,7 +448,7 @@ impl RoceLink {
             comm_id: comm,
             qpn,
             start_psn: psn,
-            guid: ib_cm::guid_from_mac(h.mac),
+            guid: cm::guid_from_mac(h.mac),
             ip: h.ip,
             port,
         };
@@ -483,11 +483,11 @@ impl RoceLink {
             cm,
         });
         self.stats.connections += 1;
-        let req = ib_cm::connect_request(tid, &cm[0], &cm[1], self.mtu as u64);
+        let req = cm::connect_request(tid, &cm[0], &cm[1], self.mtu as u64);
         self.cm_mad(tap, id, 0, &req)?;
-        let rep = ib_cm::connect_reply(tid, &cm[1], &cm[0]);
+        let rep = cm::connect_reply(tid, &cm[1], &cm[0]);
         self.cm_mad(tap, id, 1, &rep)?;
-        let rtu = ib_cm::ready_to_use(tid, &cm[0], &cm[1]);
+        let rtu = cm::ready_to_use(tid, &cm[0], &cm[1]);
         self.cm_mad(tap, id, 0, &rtu)?;
         Ok(id)
     }
@@ -631,9 +631,9 @@ impl<W: Write> RdmaLink<W> for RoceLink {
     fn close(&mut self, tap: &mut Tap<W>, conn: ConnId) -> io::Result<()> {
         let tid = self.rng.next_u64();
         let cm = self.conns[conn].cm;
-        let dreq = ib_cm::disconnect_request(tid, &cm[0], &cm[1]);
+        let dreq = cm::disconnect_request(tid, &cm[0], &cm[1]);
         self.cm_mad(tap, conn, 0, &dreq)?;
-        let drep = ib_cm::disconnect_reply(tid, &cm[1], &cm[0]);
+        let drep = cm::disconnect_reply(tid, &cm[1], &cm[0]);
         self.cm_mad(tap, conn, 1, &drep)
     }
 

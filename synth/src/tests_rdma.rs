@@ -6,23 +6,11 @@
 
 use super::tests::{read_pcap, reassemble, segments, Frame};
 use super::*;
+use smbwire_dissectors::rdma::{ib, mpa};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 const MIB: u64 = 1 << 20;
 const SMALL: u64 = 2 * MIB + 4096 * 3 + 100;
-
-fn bitwise_crc(poly: u32, parts: &[&[u8]]) -> u32 {
-    let mut c = !0u32;
-    for p in parts {
-        for &b in *p {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 != 0 { (c >> 1) ^ poly } else { c >> 1 };
-            }
-        }
-    }
-    !c
-}
 
 fn be24(b: &[u8]) -> u32 {
     u32::from_be_bytes([0, b[0], b[1], b[2]])
@@ -60,8 +48,8 @@ fn op_count(o: &mut Ops, op: u8) {
 }
 
 /// A RoCE frame's sender (IPv4 address; RoCEv1: from its IPv4-mapped source GID) and the
-/// packet from the BTH through the ICRC, after checking the encapsulation and the ICRC with
-/// the variant fields masked. RoCEv2: IPv4 / UDP 4791. RoCEv1: EtherType 0x8915 / GRH.
+/// packet from the BTH through the ICRC, after checking the encapsulation and the ICRC (the
+/// engine's `ib::icrc_rocev1`/`icrc_rocev2`, which mask the variant fields). RoCEv2: IPv4 / UDP 4791. RoCEv1: EtherType 0x8915 / GRH.
 fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
     if d[12..14] == [0x89, 0x15] {
         let grh = &d[14..];
@@ -76,12 +64,7 @@ fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
                 "IPv4-mapped GID"
             );
         }
-        let mut masked = pkt[..end - 4].to_vec();
-        masked[0] |= 0x0f;
-        masked[1..4].fill(0xff);
-        masked[7] = 0xff;
-        masked[40 + 4] = 0xff;
-        let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
+        let crc = ib::icrc_rocev1(&pkt[..end - 4]);
         assert_eq!(crc.to_le_bytes(), pkt[end - 4..], "ICRC");
         return (pkt[20..24].try_into().unwrap(), &pkt[40..]);
     }
@@ -92,16 +75,7 @@ fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
     let pkt = &ip[..total];
     assert_eq!(u16::from_be_bytes([pkt[22], pkt[23]]), 4791);
     assert_eq!(&pkt[26..28], &[0, 0], "UDP checksum not used");
-    // ICRC, with the variant fields masked.
-    let mut masked = pkt[..total - 4].to_vec();
-    masked[1] = 0xff;
-    masked[8] = 0xff;
-    masked[10] = 0xff;
-    masked[11] = 0xff;
-    masked[26] = 0xff;
-    masked[27] = 0xff;
-    masked[28 + 4] = 0xff;
-    let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
+    let crc = ib::icrc_rocev2(&pkt[..total - 4]);
     assert_eq!(crc.to_le_bytes(), pkt[total - 4..], "ICRC");
     (pkt[12..16].try_into().unwrap(), &pkt[28..])
 }
@@ -323,7 +297,7 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
             let end = off + 2 + len + pad;
             let got = u32::from_le_bytes(fp[end..end + 4].try_into().unwrap());
             if crc && !markers {
-                assert_eq!(got, bitwise_crc(0x82F6_3B78, &[&fp[off..end]]), "MPA CRC");
+                assert_eq!(got, mpa::crc32c(&fp[off..end]), "MPA CRC");
             } else if !crc {
                 assert_eq!(got, 0);
             }

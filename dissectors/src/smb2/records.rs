@@ -371,6 +371,28 @@ pub mod negotiate_context {
     pub const SIGNING_CAPABILITIES: u16 = 0x0008;
 }
 
+/// Dialect revisions (§2.2.3).
+pub mod dialect {
+    pub const SMB202: u16 = 0x0202;
+    pub const SMB210: u16 = 0x0210;
+    pub const SMB300: u16 = 0x0300;
+    pub const SMB302: u16 = 0x0302;
+    pub const SMB311: u16 = 0x0311;
+}
+
+/// HashAlgorithms of the PREAUTH_INTEGRITY_CAPABILITIES context (§2.2.3.1.1).
+pub mod hash_algorithm {
+    pub const SHA512: u16 = 0x0001;
+}
+
+/// Ciphers of the ENCRYPTION_CAPABILITIES context (§2.2.3.1.2).
+pub mod cipher {
+    pub const AES128_CCM: u16 = 0x0001;
+    pub const AES128_GCM: u16 = 0x0002;
+    pub const AES256_CCM: u16 = 0x0003;
+    pub const AES256_GCM: u16 = 0x0004;
+}
+
 /// What the negotiate contexts of a 3.1.1 NEGOTIATE request or response say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NegotiateContexts {
@@ -834,6 +856,150 @@ pub fn parse_empty_body(msg: &[u8]) -> Result<()> {
 /// CLOSE response (§2.2.16), StructureSize 60.
 pub fn parse_close_response(msg: &[u8]) -> Result<()> {
     structure_size(msg, 60)
+}
+
+// Encoders (tests and the synthesizer): each message as its parser above reads it, header
+// first. Reserved fields are zero; a variable Buffer that would be empty holds the one byte
+// StructureSize counts.
+
+/// A message buffer holding the 64-byte header `h`, with room for `body` more bytes.
+fn start_message(h: &HeaderRepr, body: usize) -> Vec<u8> {
+    let mut head = [0u8; HEADER_LEN];
+    h.emit(&mut head);
+    let mut v = Vec::with_capacity(HEADER_LEN + body);
+    v.extend_from_slice(&head);
+    v
+}
+
+fn put_u16(v: &mut Vec<u8>, x: u16) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+fn put_u32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+fn put_u64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+/// Header-relative offset of the Buffer of a READ or WRITE request, after the 48-byte fixed
+/// part: where the channel info (or inline WRITE data) goes.
+pub const READ_WRITE_REQUEST_BUFFER_OFFSET: u16 = (HEADER_LEN + WriteRequest::FIXED_LEN) as u16;
+
+impl TreeConnectRequest {
+    /// The path right after the 8-byte fixed part (no extension).
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let path: Vec<u8> = self.path.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let mut v = start_message(h, 8 + path.len());
+        put_u16(&mut v, 9);
+        put_u16(&mut v, self.flags);
+        put_u16(&mut v, (HEADER_LEN + 8) as u16); // PathOffset
+        put_u16(&mut v, path.len() as u16);
+        v.extend_from_slice(&path);
+        v
+    }
+}
+
+impl TreeConnectResponse {
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 16);
+        put_u16(&mut v, 16);
+        v.extend_from_slice(&[self.share_type, 0]);
+        put_u32(&mut v, self.share_flags);
+        put_u32(&mut v, self.capabilities);
+        put_u32(&mut v, self.maximal_access);
+        v
+    }
+}
+
+impl CloseRequest {
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 24);
+        put_u16(&mut v, 24);
+        put_u16(&mut v, self.flags);
+        put_u32(&mut v, 0); // Reserved
+        v.extend_from_slice(&self.file_id);
+        v
+    }
+}
+
+impl ReadRequest {
+    /// ReadChannelInfo, when there is any, fills the Buffer right after the fixed part.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let info = BufferDescriptorV1::LEN * self.read_channel_info.len();
+        let mut v = start_message(h, Self::FIXED_LEN + info.max(1));
+        put_u16(&mut v, 49);
+        v.extend_from_slice(&[self.padding, self.flags]);
+        put_u32(&mut v, self.length);
+        put_u64(&mut v, self.offset);
+        v.extend_from_slice(&self.file_id);
+        put_u32(&mut v, self.minimum_count);
+        put_u32(&mut v, self.channel);
+        put_u32(&mut v, self.remaining_bytes);
+        let at = if info == 0 { 0 } else { READ_WRITE_REQUEST_BUFFER_OFFSET };
+        put_u16(&mut v, at); // ReadChannelInfoOffset
+        put_u16(&mut v, info as u16); // ReadChannelInfoLength
+        if info == 0 {
+            v.push(0);
+        }
+        for d in &self.read_channel_info {
+            d.emit(&mut v);
+        }
+        v
+    }
+}
+
+impl ReadResponse {
+    /// The header and fixed part; `data_length` data bytes follow at `data_offset`. Without
+    /// data (it went by RDMA Write, §3.3.5.12) the message ends with the one Buffer byte.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, Self::FIXED_LEN + 1);
+        put_u16(&mut v, 17);
+        v.extend_from_slice(&[self.data_offset, 0]);
+        put_u32(&mut v, self.data_length);
+        put_u32(&mut v, self.data_remaining);
+        put_u32(&mut v, 0); // Flags (3.1.1) / Reserved2
+        if self.data_length == 0 {
+            v.push(0);
+        }
+        v
+    }
+}
+
+impl WriteRequest {
+    /// The header, fixed part and WriteChannelInfo (at `write_channel_info_offset`, which must
+    /// be the Buffer right after the fixed part when there is any); `length` inline data bytes
+    /// follow at `data_offset`.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let info = BufferDescriptorV1::LEN * self.write_channel_info.len();
+        let mut v = start_message(h, Self::FIXED_LEN + info);
+        put_u16(&mut v, 49);
+        put_u16(&mut v, self.data_offset);
+        put_u32(&mut v, self.length);
+        put_u64(&mut v, self.offset);
+        v.extend_from_slice(&self.file_id);
+        put_u32(&mut v, self.channel);
+        put_u32(&mut v, self.remaining_bytes);
+        put_u16(&mut v, self.write_channel_info_offset);
+        put_u16(&mut v, self.write_channel_info_length);
+        put_u32(&mut v, self.flags);
+        for d in &self.write_channel_info {
+            d.emit(&mut v);
+        }
+        v
+    }
+}
+
+impl WriteResponse {
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 16);
+        put_u16(&mut v, 17);
+        put_u16(&mut v, 0); // Reserved
+        put_u32(&mut v, self.count);
+        put_u32(&mut v, self.remaining);
+        put_u16(&mut v, 0); // WriteChannelInfoOffset
+        put_u16(&mut v, 0); // WriteChannelInfoLength
+        v
+    }
 }
 
 /// Body bytes (after the header) the streaming parser should buffer to parse a message of
