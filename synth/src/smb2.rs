@@ -7,8 +7,9 @@
 //! All integers are little-endian (MS-SMB2 §2.2). No message is signed or encrypted.
 
 use smbwire_dissectors::smb2::records::{
-    cipher, flags, hash_algorithm, negotiate_context, CloseRequest, HeaderRepr, ReadRequest,
-    ReadResponse, TreeConnectRequest, TreeConnectResponse, WriteRequest, WriteResponse,
+    cipher, emit_close_response, flags, hash_algorithm, negotiate_context, CloseRequest,
+    CreateRequest, CreateResponse, HeaderRepr, ReadRequest, ReadResponse, SessionSetupRequest,
+    SessionSetupResponse, TreeConnectRequest, TreeConnectResponse, WriteRequest, WriteResponse,
     READ_WRITE_REQUEST_BUFFER_OFFSET,
 };
 /// Command codes (MS-SMB2 §2.2.1.2), dialects (§2.2.3) and WRITE/READ Channel values
@@ -102,9 +103,6 @@ fn pad_to_8(b: &mut Vec<u8>) {
     while !b.len().is_multiple_of(8) {
         b.push(0);
     }
-}
-fn utf16le(s: &str) -> Vec<u8> {
-    s.encode_utf16().flat_map(|u| u.to_le_bytes()).collect()
 }
 
 /// DER TLV with a short-form length (every token here is under 128 bytes).
@@ -271,30 +269,18 @@ pub fn negotiate_response(
 /// SMB2_SESSION_FLAG_BINDING (0x01): an extra multichannel connection joining the session
 /// named by the header's SessionId (§3.2.4.1.7).
 pub fn session_setup_request(h: &Header, binding: bool) -> Vec<u8> {
-    let mut b = start(h, 24);
-    put_u16(&mut b, 25); // StructureSize
-    b.push(u8::from(binding)); // Flags
-    b.push(SIGNING_ENABLED as u8); // SecurityMode
-    put_u32(&mut b, 0x1); // Capabilities: SMB2_GLOBAL_CAP_DFS
-    put_u32(&mut b, 0); // Channel
-    let blob = spnego_init();
-    put_u16(&mut b, (HEADER_LEN + 24) as u16); // SecurityBufferOffset
-    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
-    put_u64(&mut b, 0); // PreviousSessionId
-    b.extend_from_slice(&blob);
-    b
+    SessionSetupRequest {
+        flags: if binding { SessionSetupRequest::FLAG_BINDING } else { 0 },
+        security_mode: SIGNING_ENABLED as u8,
+        capabilities: 0x1, // SMB2_GLOBAL_CAP_DFS
+        previous_session_id: 0,
+    }
+    .emit(&h.repr(), &spnego_init())
 }
 
 /// SESSION_SETUP response (§2.2.6), STATUS_SUCCESS, SPNEGO accept-completed.
 pub fn session_setup_response(h: &Header) -> Vec<u8> {
-    let mut b = start(h, 8);
-    put_u16(&mut b, 9); // StructureSize
-    put_u16(&mut b, 0); // SessionFlags
-    let blob = spnego_accept();
-    put_u16(&mut b, (HEADER_LEN + 8) as u16); // SecurityBufferOffset
-    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
-    b.extend_from_slice(&blob);
-    b
+    SessionSetupResponse { session_flags: 0 }.emit(&h.repr(), &spnego_accept())
 }
 
 /// TREE_CONNECT request (§2.2.9) for `path` (`\\server\share`).
@@ -319,45 +305,37 @@ pub fn tree_connect_response(h: &Header) -> Vec<u8> {
 
 /// CREATE request (§2.2.13): open-or-create `name` for read/write, no create contexts.
 pub fn create_request(h: &Header, name: &str) -> Vec<u8> {
-    let n = utf16le(name);
-    let mut b = start(h, 56 + n.len());
-    put_u16(&mut b, 57); // StructureSize
-    b.push(0); // SecurityFlags
-    b.push(0); // RequestedOplockLevel: SMB2_OPLOCK_LEVEL_NONE
-    put_u32(&mut b, 2); // ImpersonationLevel: Impersonation
-    put_u64(&mut b, 0); // SmbCreateFlags
-    put_u64(&mut b, 0); // Reserved
-    put_u32(&mut b, 0x0012_019F); // DesiredAccess: generic read/write rights
-    put_u32(&mut b, 0x80); // FileAttributes: FILE_ATTRIBUTE_NORMAL
-    put_u32(&mut b, 0x7); // ShareAccess: read | write | delete
-    put_u32(&mut b, 3); // CreateDisposition: FILE_OPEN_IF
-    put_u32(&mut b, 0x40); // CreateOptions: FILE_NON_DIRECTORY_FILE
-    put_u16(&mut b, (HEADER_LEN + 56) as u16); // NameOffset
-    put_u16(&mut b, n.len() as u16); // NameLength
-    put_u32(&mut b, 0); // CreateContextsOffset
-    put_u32(&mut b, 0); // CreateContextsLength
-    b.extend_from_slice(&n);
-    b
+    CreateRequest {
+        security_flags: 0,
+        requested_oplock_level: 0, // SMB2_OPLOCK_LEVEL_NONE
+        impersonation_level: 2,    // Impersonation
+        smb_create_flags: 0,
+        desired_access: 0x0012_019F, // generic read/write rights
+        file_attributes: 0x80,       // FILE_ATTRIBUTE_NORMAL
+        share_access: 0x7,           // read | write | delete
+        create_disposition: 3,       // FILE_OPEN_IF
+        create_options: 0x40,        // FILE_NON_DIRECTORY_FILE
+        name: name.to_string(),
+    }
+    .emit(&h.repr())
 }
 
 /// CREATE response (§2.2.14): FILE_OPENED, times all `now`, size `end_of_file`.
 pub fn create_response(h: &Header, file_id: FileId, now: u64, end_of_file: u64) -> Vec<u8> {
-    let mut b = start(h, 88);
-    put_u16(&mut b, 89); // StructureSize
-    b.push(0); // OplockLevel
-    b.push(0); // Flags
-    put_u32(&mut b, 1); // CreateAction: FILE_OPENED
-    for _ in 0..4 {
-        put_u64(&mut b, now); // CreationTime, LastAccessTime, LastWriteTime, ChangeTime
+    CreateResponse {
+        oplock_level: 0,
+        flags: 0,
+        create_action: 1, // FILE_OPENED
+        creation_time: now,
+        last_access_time: now,
+        last_write_time: now,
+        change_time: now,
+        allocation_size: end_of_file.next_multiple_of(1 << 20),
+        end_of_file,
+        file_attributes: 0x80,
+        file_id: file_id.bytes(),
     }
-    put_u64(&mut b, end_of_file.next_multiple_of(1 << 20)); // AllocationSize
-    put_u64(&mut b, end_of_file); // EndofFile
-    put_u32(&mut b, 0x80); // FileAttributes
-    put_u32(&mut b, 0); // Reserved2
-    b.extend_from_slice(&file_id.bytes());
-    put_u32(&mut b, 0); // CreateContextsOffset
-    put_u32(&mut b, 0); // CreateContextsLength
-    b
+    .emit(&h.repr())
 }
 
 /// CLOSE request (§2.2.15) without SMB2_CLOSE_FLAG_POSTQUERY_ATTRIB.
@@ -372,12 +350,7 @@ pub fn close_request(h: &Header, file_id: FileId) -> Vec<u8> {
 /// CLOSE response (§2.2.16); the attribute fields are zero because the request did not
 /// ask for them.
 pub fn close_response(h: &Header) -> Vec<u8> {
-    let mut b = start(h, 60);
-    put_u16(&mut b, 60); // StructureSize
-    put_u16(&mut b, 0); // Flags
-    put_u32(&mut b, 0); // Reserved
-    b.extend_from_slice(&[0u8; 52]); // 4 times, AllocationSize, EndofFile, FileAttributes
-    b
+    emit_close_response(&h.repr())
 }
 
 /// Offset of the data in a WRITE request: header + 48-byte fixed part (§2.2.21).

@@ -610,7 +610,13 @@ impl TreeConnectResponse {
 /// CREATE request (§2.2.13), StructureSize 57.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
+    pub security_flags: u8,
+    pub requested_oplock_level: u8,
+    pub impersonation_level: u32,
+    pub smb_create_flags: u64,
     pub desired_access: u32,
+    pub file_attributes: u32,
+    pub share_access: u32,
     pub create_disposition: u32,
     pub create_options: u32,
     /// Path relative to the share, UTF-16LE on the wire (empty = the share root).
@@ -632,7 +638,13 @@ impl CreateRequest {
             utf16le(range(msg, off, len)?)
         };
         Ok(CreateRequest {
+            security_flags: *msg.get(b + 2).ok_or(Error::Truncated)?,
+            requested_oplock_level: *msg.get(b + 3).ok_or(Error::Truncated)?,
+            impersonation_level: u32_at(msg, b + 4)?,
+            smb_create_flags: u64_at(msg, b + 8)?,
             desired_access: u32_at(msg, b + 24)?,
+            file_attributes: u32_at(msg, b + 28)?,
+            share_access: u32_at(msg, b + 32)?,
             create_disposition: u32_at(msg, b + 36)?,
             create_options: u32_at(msg, b + 40)?,
             name,
@@ -643,7 +655,15 @@ impl CreateRequest {
 /// CREATE response (§2.2.14), StructureSize 89.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateResponse {
+    pub oplock_level: u8,
+    pub flags: u8,
     pub create_action: u32,
+    /// FILETIMEs (MS-DTYP §2.3.3).
+    pub creation_time: u64,
+    pub last_access_time: u64,
+    pub last_write_time: u64,
+    pub change_time: u64,
+    pub allocation_size: u64,
     pub end_of_file: u64,
     pub file_attributes: u32,
     /// SMB2_FILEID: Persistent (8) then Volatile (8).
@@ -655,7 +675,14 @@ impl CreateResponse {
         structure_size(msg, 89)?;
         let b = HEADER_LEN;
         Ok(CreateResponse {
+            oplock_level: *msg.get(b + 2).ok_or(Error::Truncated)?,
+            flags: *msg.get(b + 3).ok_or(Error::Truncated)?,
             create_action: u32_at(msg, b + 4)?,
+            creation_time: u64_at(msg, b + 8)?,
+            last_access_time: u64_at(msg, b + 16)?,
+            last_write_time: u64_at(msg, b + 24)?,
+            change_time: u64_at(msg, b + 32)?,
+            allocation_size: u64_at(msg, b + 40)?,
             end_of_file: u64_at(msg, b + 48)?,
             file_attributes: u32_at(msg, b + 56)?,
             file_id: bytes16_at(msg, b + 64)?,
@@ -884,6 +911,90 @@ fn put_u64(v: &mut Vec<u8>, x: u64) {
 /// Header-relative offset of the Buffer of a READ or WRITE request, after the 48-byte fixed
 /// part: where the channel info (or inline WRITE data) goes.
 pub const READ_WRITE_REQUEST_BUFFER_OFFSET: u16 = (HEADER_LEN + WriteRequest::FIXED_LEN) as u16;
+
+impl SessionSetupRequest {
+    /// Channel 0; `security_buffer` (the GSS token) right after the 24-byte fixed part.
+    pub fn emit(&self, h: &HeaderRepr, security_buffer: &[u8]) -> Vec<u8> {
+        let mut v = start_message(h, 24 + security_buffer.len());
+        put_u16(&mut v, 25);
+        v.extend_from_slice(&[self.flags, self.security_mode]);
+        put_u32(&mut v, self.capabilities);
+        put_u32(&mut v, 0); // Channel
+        put_u16(&mut v, (HEADER_LEN + 24) as u16); // SecurityBufferOffset
+        put_u16(&mut v, security_buffer.len() as u16);
+        put_u64(&mut v, self.previous_session_id);
+        v.extend_from_slice(security_buffer);
+        v
+    }
+}
+
+impl SessionSetupResponse {
+    /// `security_buffer` right after the 8-byte fixed part.
+    pub fn emit(&self, h: &HeaderRepr, security_buffer: &[u8]) -> Vec<u8> {
+        let mut v = start_message(h, 8 + security_buffer.len());
+        put_u16(&mut v, 9);
+        put_u16(&mut v, self.session_flags);
+        put_u16(&mut v, (HEADER_LEN + 8) as u16); // SecurityBufferOffset
+        put_u16(&mut v, security_buffer.len() as u16);
+        v.extend_from_slice(security_buffer);
+        v
+    }
+}
+
+impl CreateRequest {
+    /// The name right after the 56-byte fixed part; no create contexts.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let name: Vec<u8> = self.name.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let mut v = start_message(h, 56 + name.len().max(1));
+        put_u16(&mut v, 57);
+        v.extend_from_slice(&[self.security_flags, self.requested_oplock_level]);
+        put_u32(&mut v, self.impersonation_level);
+        put_u64(&mut v, self.smb_create_flags);
+        put_u64(&mut v, 0); // Reserved
+        put_u32(&mut v, self.desired_access);
+        put_u32(&mut v, self.file_attributes);
+        put_u32(&mut v, self.share_access);
+        put_u32(&mut v, self.create_disposition);
+        put_u32(&mut v, self.create_options);
+        put_u16(&mut v, (HEADER_LEN + 56) as u16); // NameOffset
+        put_u16(&mut v, name.len() as u16);
+        put_u32(&mut v, 0); // CreateContextsOffset
+        put_u32(&mut v, 0); // CreateContextsLength
+        v.extend_from_slice(&name);
+        if name.is_empty() {
+            v.push(0);
+        }
+        v
+    }
+}
+
+impl CreateResponse {
+    /// No create contexts.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 88);
+        put_u16(&mut v, 89);
+        v.extend_from_slice(&[self.oplock_level, self.flags]);
+        put_u32(&mut v, self.create_action);
+        for t in [self.creation_time, self.last_access_time, self.last_write_time, self.change_time, self.allocation_size, self.end_of_file] {
+            put_u64(&mut v, t);
+        }
+        put_u32(&mut v, self.file_attributes);
+        put_u32(&mut v, 0); // Reserved2
+        v.extend_from_slice(&self.file_id);
+        put_u32(&mut v, 0); // CreateContextsOffset
+        put_u32(&mut v, 0); // CreateContextsLength
+        v
+    }
+}
+
+/// CLOSE response (§2.2.16) to a request without SMB2_CLOSE_FLAG_POSTQUERY_ATTRIB: Flags 0 and
+/// the attribute fields zero, as `parse_close_response` expects.
+pub fn emit_close_response(h: &HeaderRepr) -> Vec<u8> {
+    let mut v = start_message(h, 60);
+    put_u16(&mut v, 60);
+    v.resize(HEADER_LEN + 60, 0);
+    v
+}
 
 impl TreeConnectRequest {
     /// The path right after the 8-byte fixed part (no extension).
