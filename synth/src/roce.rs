@@ -28,7 +28,7 @@ use super::tcp::{Impairments, LossMode};
 use super::{ConnId, Host, Side};
 use smbwire_dissectors::rdma::cm::{self, End};
 use smbwire_dissectors::rdma::ib::{
-    self, icrc_rocev1, icrc_rocev2, opcode, Aeth, Bth, Deth, Reth, AETH_LEN, BTH_LEN, DETH_LEN,
+    self, icrc_rocev1, icrc_rocev2, opcode, Aeth, Bth, Deth, Ieth, Reth, AETH_LEN, BTH_LEN, DETH_LEN,
     ICRC_LEN, PSN_MASK,
 };
 use std::io::{self, Write};
@@ -528,7 +528,7 @@ impl<W: Write> RdmaLink<W> for RoceLink {
                 self.stats.solicited_events += 1;
             }
             if let (true, Some(key)) = (last, invalidate) {
-                self.headers.extend_from_slice(&key.to_be_bytes()); // IETH
+                Ieth { r_key: key }.emit(&mut self.headers);
             }
             self.rc_packet(tap, conn, f, &msg[s..e])?;
         }

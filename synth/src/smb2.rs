@@ -1,6 +1,7 @@
-//! SMB2/3 message builders for the synthesizer (emit side only; the parsers live in
-//! `smbwire_dissectors::smb2`). Each builder returns one SMB2 message: the 64-byte header (MS-SMB2
-//! §2.2.1.2, SYNC form) followed by the command's fixed part and buffer. WRITE requests and
+//! The SMB2/3 messages the synthesizer sends, written by the engine's encoders beside their
+//! parsers (`smbwire_dissectors::smb2::records`): this module chooses the field values (what a
+//! Windows client and server say). Each builder returns one SMB2 message: the 64-byte header
+//! (MS-SMB2 §2.2.1.2, SYNC form) followed by the command's fixed part and buffer. WRITE requests and
 //! READ responses return only the head: the caller sends the data right after it, so a
 //! 1 MiB payload is never copied into a message buffer.
 //!
@@ -8,7 +9,8 @@
 
 use smbwire_dissectors::smb2::records::{
     cipher, emit_close_response, flags, hash_algorithm, negotiate_context, CloseRequest,
-    CreateRequest, CreateResponse, HeaderRepr, ReadRequest, ReadResponse, SessionSetupRequest,
+    CreateRequest, CreateResponse, HeaderRepr, NegotiateContexts, NegotiateRequest,
+    NegotiateResponse, ReadRequest, ReadResponse, SessionSetupRequest,
     SessionSetupResponse, TreeConnectRequest, TreeConnectResponse, WriteRequest, WriteResponse,
     READ_WRITE_REQUEST_BUFFER_OFFSET,
 };
@@ -90,21 +92,6 @@ pub fn credit_charge(len: u32) -> u16 {
     (len.saturating_sub(1) / 65536 + 1) as u16
 }
 
-fn put_u16(b: &mut Vec<u8>, v: u16) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn pad_to_8(b: &mut Vec<u8>) {
-    while !b.len().is_multiple_of(8) {
-        b.push(0);
-    }
-}
-
 /// DER TLV with a short-form length (every token here is under 128 bytes).
 fn der(tag: u8, content: &[u8]) -> Vec<u8> {
     debug_assert!(content.len() < 128);
@@ -138,89 +125,45 @@ pub fn spnego_accept() -> Vec<u8> {
     der(0xa1, &der(0x30, &seq))
 }
 
-/// A message buffer starting with the 64-byte header (§2.2.1.2, SYNC).
-fn start(h: &Header, body_capacity: usize) -> Vec<u8> {
-    let mut head = [0u8; HEADER_LEN];
-    h.repr().emit(&mut head);
-    let mut b = Vec::with_capacity(HEADER_LEN + body_capacity);
-    b.extend_from_slice(&head);
-    b
-}
-
-/// Append one negotiate context (§2.2.3.1), 8-byte aligned as the list requires.
-fn put_context(b: &mut Vec<u8>, ctype: u16, data: &[u8]) {
-    pad_to_8(b);
-    put_u16(b, ctype);
-    put_u16(b, data.len() as u16);
-    put_u32(b, 0);
-    b.extend_from_slice(data);
-}
-
-fn preauth_context(salt: &[u8; 32]) -> Vec<u8> {
-    // §2.2.3.1.1: HashAlgorithmCount, SaltLength, HashAlgorithms, Salt.
-    let mut d = Vec::with_capacity(38);
-    put_u16(&mut d, 1);
-    put_u16(&mut d, salt.len() as u16);
-    put_u16(&mut d, hash_algorithm::SHA512);
-    d.extend_from_slice(salt);
-    d
-}
-
-fn encryption_context(ciphers: &[u16]) -> Vec<u8> {
-    // §2.2.3.1.2: CipherCount, Ciphers.
-    let mut d = Vec::new();
-    put_u16(&mut d, ciphers.len() as u16);
-    for c in ciphers {
-        put_u16(&mut d, *c);
+/// The 3.1.1 negotiate contexts (§2.2.3.1): PREAUTH_INTEGRITY with SHA-512 and `salt`
+/// (mandatory, §3.2.4.2.2.2), then ENCRYPTION with `ciphers`.
+fn contexts_311(salt: &[u8; 32], ciphers: &[u16]) -> NegotiateContexts {
+    NegotiateContexts {
+        preauth_hash_algorithms: vec![hash_algorithm::SHA512],
+        preauth_salt: salt.to_vec(),
+        ciphers: ciphers.to_vec(),
+        types: vec![
+            negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES,
+            negotiate_context::ENCRYPTION_CAPABILITIES,
+        ],
+        ..Default::default()
     }
-    d
 }
 
 /// NEGOTIATE request (§2.2.3). Offers SMB 3.0 up to `max_dialect`; with 3.1.1 it carries
-/// the PREAUTH_INTEGRITY (mandatory, §3.2.4.2.2.2) and ENCRYPTION contexts.
+/// the PREAUTH_INTEGRITY and ENCRYPTION contexts.
 pub fn negotiate_request(
     h: &Header,
     max_dialect: u16,
     client_guid: [u8; 16],
     salt: &[u8; 32],
 ) -> Vec<u8> {
-    let dialects: &[u16] = if max_dialect == dialect::SMB311 {
-        &[dialect::SMB300, dialect::SMB302, dialect::SMB311]
-    } else {
-        &[dialect::SMB300, dialect::SMB302]
-    };
-    let mut b = start(h, 36 + 8 + 96);
-    put_u16(&mut b, 36); // StructureSize
-    put_u16(&mut b, dialects.len() as u16);
-    put_u16(&mut b, SIGNING_ENABLED);
-    put_u16(&mut b, 0); // Reserved
-    put_u32(&mut b, CAPABILITIES);
-    b.extend_from_slice(&client_guid);
-    let context_offset_at = b.len();
-    put_u64(&mut b, 0); // NegotiateContextOffset/Count/Reserved2, or ClientStartTime = 0
-    for d in dialects {
-        put_u16(&mut b, *d);
+    let smb311 = max_dialect == dialect::SMB311;
+    let mut dialects = vec![dialect::SMB300, dialect::SMB302];
+    if smb311 {
+        dialects.push(dialect::SMB311);
     }
-    if max_dialect == dialect::SMB311 {
-        pad_to_8(&mut b);
-        let offset = b.len() as u32;
-        b[context_offset_at..context_offset_at + 4].copy_from_slice(&offset.to_le_bytes());
-        b[context_offset_at + 4..context_offset_at + 6].copy_from_slice(&2u16.to_le_bytes());
-        put_context(
-            &mut b,
-            negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES,
-            &preauth_context(salt),
-        );
-        put_context(
-            &mut b,
-            negotiate_context::ENCRYPTION_CAPABILITIES,
-            &encryption_context(&[cipher::AES128_GCM, cipher::AES128_CCM]),
-        );
+    NegotiateRequest {
+        security_mode: SIGNING_ENABLED,
+        capabilities: CAPABILITIES,
+        client_guid,
+        dialects,
+        contexts: smb311.then(|| contexts_311(salt, &[cipher::AES128_GCM, cipher::AES128_CCM])),
     }
-    b
+    .emit(&h.repr())
 }
 
-/// NEGOTIATE response (§2.2.4) selecting `dialect`; the security buffer is the server's
+/// NEGOTIATE response (§2.2.4) selecting `chosen`; the security buffer is the server's
 /// SPNEGO hint (§3.3.5.4).
 pub fn negotiate_response(
     h: &Header,
@@ -229,40 +172,19 @@ pub fn negotiate_response(
     salt: &[u8; 32],
     now: u64,
 ) -> Vec<u8> {
-    let mut b = start(h, 64 + 96);
-    put_u16(&mut b, 65); // StructureSize
-    put_u16(&mut b, SIGNING_ENABLED);
-    put_u16(&mut b, chosen);
-    put_u16(&mut b, if chosen == dialect::SMB311 { 2 } else { 0 }); // NegotiateContextCount
-    b.extend_from_slice(&server_guid);
-    put_u32(&mut b, CAPABILITIES & !0x1); // a server does not set DFS here (§3.3.5.4)
-    put_u32(&mut b, MAX_IO_SIZE); // MaxTransactSize
-    put_u32(&mut b, MAX_IO_SIZE); // MaxReadSize
-    put_u32(&mut b, MAX_IO_SIZE); // MaxWriteSize
-    put_u64(&mut b, now); // SystemTime (FILETIME)
-    put_u64(&mut b, 0); // ServerStartTime
-    let blob = spnego_init();
-    put_u16(&mut b, (HEADER_LEN + 64) as u16); // SecurityBufferOffset
-    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
-    let context_offset_at = b.len();
-    put_u32(&mut b, 0); // NegotiateContextOffset / Reserved2
-    b.extend_from_slice(&blob);
-    if chosen == dialect::SMB311 {
-        pad_to_8(&mut b);
-        let offset = b.len() as u32;
-        b[context_offset_at..context_offset_at + 4].copy_from_slice(&offset.to_le_bytes());
-        put_context(
-            &mut b,
-            negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES,
-            &preauth_context(salt),
-        );
-        put_context(
-            &mut b,
-            negotiate_context::ENCRYPTION_CAPABILITIES,
-            &encryption_context(&[cipher::AES128_GCM]),
-        );
+    NegotiateResponse {
+        security_mode: SIGNING_ENABLED,
+        dialect_revision: chosen,
+        server_guid,
+        capabilities: CAPABILITIES & !0x1, // a server does not set DFS here (§3.3.5.4)
+        max_transact_size: MAX_IO_SIZE,
+        max_read_size: MAX_IO_SIZE,
+        max_write_size: MAX_IO_SIZE,
+        system_time: now,
+        server_start_time: 0,
+        contexts: (chosen == dialect::SMB311).then(|| contexts_311(salt, &[cipher::AES128_GCM])),
     }
-    b
+    .emit(&h.repr(), &spnego_init())
 }
 
 /// SESSION_SETUP request (§2.2.5) with a SPNEGO NegTokenInit. `binding` sets

@@ -293,6 +293,23 @@ impl Aeth {
     }
 }
 
+/// Invalidate Extended Transport Header (IBTA §9.3.6): the R_Key a Send with Invalidate
+/// invalidates at the responder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ieth {
+    pub r_key: u32,
+}
+
+impl Ieth {
+    pub fn parse(b: &[u8]) -> Result<Ieth, Error> {
+        let b = b.get(..IETH_LEN).ok_or(Error::Truncated)?;
+        Ok(Ieth { r_key: u32::from_be_bytes([b[0], b[1], b[2], b[3]]) })
+    }
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.r_key.to_be_bytes());
+    }
+}
+
 /// Datagram Extended Transport Header (IBTA §9.3.2): Q_Key and source QP (UD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deth {
@@ -530,6 +547,10 @@ mod tests {
         a.emit(&mut v);
         assert_eq!(Aeth::parse(&v), Ok(a));
         assert_eq!(Aeth::parse(&v[..3]), Err(Error::Truncated));
+        let i = Ieth { r_key: 0xdead_beef };
+        v.clear();
+        i.emit(&mut v);
+        assert_eq!((Ieth::parse(&v), &v[..]), (Ok(i), &[0xde, 0xad, 0xbe, 0xef][..]));
     }
 
     #[test]

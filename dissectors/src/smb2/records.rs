@@ -397,6 +397,8 @@ pub mod cipher {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NegotiateContexts {
     pub preauth_hash_algorithms: Vec<u16>,
+    /// The PREAUTH_INTEGRITY_CAPABILITIES Salt.
+    pub preauth_salt: Vec<u8>,
     pub ciphers: Vec<u16>,
     pub compression_algorithms: Vec<u16>,
     pub compression_flags: u32,
@@ -426,7 +428,11 @@ impl NegotiateContexts {
             out.types.push(ctype);
             let n = |i| u16_at(data, i).map(|v| v as usize);
             match ctype {
-                negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES => out.preauth_hash_algorithms = u16_list(data, 4, n(0)?),
+                negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES => {
+                    out.preauth_hash_algorithms = u16_list(data, 4, n(0)?);
+                    let salt_at = 4 + 2 * n(0)?;
+                    out.preauth_salt = data.get(salt_at..salt_at + n(2)?).unwrap_or_default().to_vec();
+                }
                 negotiate_context::ENCRYPTION_CAPABILITIES => out.ciphers = u16_list(data, 2, n(0)?),
                 negotiate_context::COMPRESSION_CAPABILITIES => {
                     out.compression_flags = u32_at(data, 4)?;
@@ -486,6 +492,9 @@ pub struct NegotiateResponse {
     pub max_transact_size: u32,
     pub max_read_size: u32,
     pub max_write_size: u32,
+    /// FILETIMEs (MS-DTYP §2.3.3).
+    pub system_time: u64,
+    pub server_start_time: u64,
     /// Present for dialect 0x0311.
     pub contexts: Option<NegotiateContexts>,
 }
@@ -510,6 +519,8 @@ impl NegotiateResponse {
             max_transact_size: u32_at(msg, b + 28)?,
             max_read_size: u32_at(msg, b + 32)?,
             max_write_size: u32_at(msg, b + 36)?,
+            system_time: u64_at(msg, b + 40)?,
+            server_start_time: u64_at(msg, b + 48)?,
             contexts,
         })
     }
@@ -911,6 +922,104 @@ fn put_u64(v: &mut Vec<u8>, x: u64) {
 /// Header-relative offset of the Buffer of a READ or WRITE request, after the 48-byte fixed
 /// part: where the channel info (or inline WRITE data) goes.
 pub const READ_WRITE_REQUEST_BUFFER_OFFSET: u16 = (HEADER_LEN + WriteRequest::FIXED_LEN) as u16;
+
+impl NegotiateContexts {
+    /// Appends, each 8-byte aligned in `v` (which starts with the SMB2 header), the contexts
+    /// listed in `types` that this struct holds the data of: PREAUTH_INTEGRITY (hash
+    /// algorithms, salt), ENCRYPTION (ciphers), SIGNING (algorithms). Returns how many.
+    fn emit(&self, v: &mut Vec<u8>) -> u16 {
+        let mut count = 0;
+        for &ctype in &self.types {
+            let mut data = Vec::new();
+            let list = |data: &mut Vec<u8>, l: &[u16]| {
+                put_u16(data, l.len() as u16);
+                for x in l {
+                    put_u16(data, *x);
+                }
+            };
+            match ctype {
+                negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES => {
+                    put_u16(&mut data, self.preauth_hash_algorithms.len() as u16);
+                    put_u16(&mut data, self.preauth_salt.len() as u16);
+                    for x in &self.preauth_hash_algorithms {
+                        put_u16(&mut data, *x);
+                    }
+                    data.extend_from_slice(&self.preauth_salt);
+                }
+                negotiate_context::ENCRYPTION_CAPABILITIES => list(&mut data, &self.ciphers),
+                negotiate_context::SIGNING_CAPABILITIES => list(&mut data, &self.signing_algorithms),
+                _ => continue,
+            }
+            v.resize(v.len().next_multiple_of(8), 0);
+            put_u16(v, ctype);
+            put_u16(v, data.len() as u16);
+            put_u32(v, 0); // Reserved
+            v.extend_from_slice(&data);
+            count += 1;
+        }
+        count
+    }
+}
+
+impl NegotiateRequest {
+    /// The dialects after the 36-byte fixed part; with `contexts`, NegotiateContextOffset and
+    /// Count in place of ClientStartTime and the contexts after the dialects, 8-byte aligned.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 36 + 2 * self.dialects.len() + 96);
+        put_u16(&mut v, 36);
+        put_u16(&mut v, self.dialects.len() as u16);
+        put_u16(&mut v, self.security_mode);
+        put_u16(&mut v, 0); // Reserved
+        put_u32(&mut v, self.capabilities);
+        v.extend_from_slice(&self.client_guid);
+        let context_at = v.len();
+        put_u64(&mut v, 0); // NegotiateContextOffset, Count, Reserved2 (or ClientStartTime)
+        for d in &self.dialects {
+            put_u16(&mut v, *d);
+        }
+        if let Some(c) = &self.contexts {
+            v.resize(v.len().next_multiple_of(8), 0);
+            let off = v.len() as u32;
+            let n = c.emit(&mut v);
+            v[context_at..context_at + 4].copy_from_slice(&off.to_le_bytes());
+            v[context_at + 4..context_at + 6].copy_from_slice(&n.to_le_bytes());
+        }
+        v
+    }
+}
+
+impl NegotiateResponse {
+    /// `security_buffer` right after the 64-byte fixed part; with `contexts`, the contexts
+    /// after it, 8-byte aligned.
+    pub fn emit(&self, h: &HeaderRepr, security_buffer: &[u8]) -> Vec<u8> {
+        let mut v = start_message(h, 64 + security_buffer.len() + 96);
+        put_u16(&mut v, 65);
+        put_u16(&mut v, self.security_mode);
+        put_u16(&mut v, self.dialect_revision);
+        let count_at = v.len();
+        put_u16(&mut v, 0); // NegotiateContextCount (or Reserved)
+        v.extend_from_slice(&self.server_guid);
+        put_u32(&mut v, self.capabilities);
+        put_u32(&mut v, self.max_transact_size);
+        put_u32(&mut v, self.max_read_size);
+        put_u32(&mut v, self.max_write_size);
+        put_u64(&mut v, self.system_time);
+        put_u64(&mut v, self.server_start_time);
+        put_u16(&mut v, (HEADER_LEN + 64) as u16); // SecurityBufferOffset
+        put_u16(&mut v, security_buffer.len() as u16);
+        let offset_at = v.len();
+        put_u32(&mut v, 0); // NegotiateContextOffset (or Reserved2)
+        v.extend_from_slice(security_buffer);
+        if let Some(c) = &self.contexts {
+            v.resize(v.len().next_multiple_of(8), 0);
+            let off = v.len() as u32;
+            let n = c.emit(&mut v);
+            v[count_at..count_at + 2].copy_from_slice(&n.to_le_bytes());
+            v[offset_at..offset_at + 4].copy_from_slice(&off.to_le_bytes());
+        }
+        v
+    }
+}
 
 impl SessionSetupRequest {
     /// Channel 0; `security_buffer` (the GSS token) right after the 24-byte fixed part.

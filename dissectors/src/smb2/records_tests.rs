@@ -354,6 +354,8 @@ fn emit_gives_back_the_capture_bytes() {
         let off = usize::from(u16::from_le_bytes([b[at], b[at + 1]]));
         b[off..off + usize::from(u16::from_le_bytes([b[at + 2], b[at + 3]]))].to_vec()
     }
+    check(NEGOTIATE_REQ, |b, h| NegotiateRequest::parse(b).unwrap().emit(h));
+    check(NEGOTIATE_RESP, |b, h| NegotiateResponse::parse(b).unwrap().emit(h, &blob(b, 64 + 56)));
     check(SESSION_SETUP_REQ, |b, h| SessionSetupRequest::parse(b).unwrap().emit(h, &blob(b, 64 + 12)));
     check(SESSION_SETUP_RESP, |b, h| SessionSetupResponse::parse(b).unwrap().emit(h, &blob(b, 64 + 4)));
 }
