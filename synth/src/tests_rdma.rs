@@ -6,15 +6,12 @@
 
 use super::tests::{read_pcap, reassemble, segments, Frame};
 use super::*;
-use smbwire_dissectors::rdma::{ib, mpa};
+use smbwire_dissectors::rdma::{cm, ib, mpa};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 const MIB: u64 = 1 << 20;
 const SMALL: u64 = 2 * MIB + 4096 * 3 + 100;
 
-fn be24(b: &[u8]) -> u32 {
-    u32::from_be_bytes([0, b[0], b[1], b[2]])
-}
 fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes(b[..4].try_into().unwrap())
 }
@@ -91,25 +88,20 @@ pub(super) fn roce_ops(frames: &[Frame]) -> Ops {
     let (mut req_qpn, mut rep_qpn) = (HashMap::new(), HashMap::new());
     for f in frames {
         let (src, body) = roce_packet(&f.data);
-        let bth = &body[..12];
-        let op = bth[0];
-        let pad = usize::from((bth[1] >> 4) & 3);
-        let dest_qp = be24(&bth[5..8]);
-        let psn = be24(&bth[9..12]);
-        let rest = body[12..body.len() - 4 - pad].to_vec();
-        if op == 0x64 {
-            assert_eq!(dest_qp, 1, "CM MADs go to QP1");
-            assert_eq!(rest.len(), 8 + 256);
-            let mad = &rest[8..];
-            assert_eq!(mad[1], 0x07, "CM class");
-            match u16::from_be_bytes([mad[16], mad[17]]) {
-                0x10 => {
-                    req_qpn.insert(be32(&mad[24..]), be24(&mad[56..]));
+        let bth = ib::Bth::parse(body).unwrap();
+        let (op, dest_qp, psn) = (bth.opcode, bth.dest_qp, bth.psn);
+        let rest = body[ib::BTH_LEN..body.len() - ib::ICRC_LEN - usize::from(bth.pad_count)].to_vec();
+        if op == ib::opcode::UD_SEND_ONLY {
+            assert_eq!(dest_qp, ib::QP1, "CM MADs go to QP1");
+            assert_eq!(rest.len(), ib::DETH_LEN + cm::MAD_LEN);
+            match cm::parse(&rest[ib::DETH_LEN..]).expect("a CM MAD") {
+                cm::Message::Request { local_comm_id, local_qpn, .. } => {
+                    req_qpn.insert(local_comm_id, local_qpn);
                 }
-                0x13 => {
-                    rep_qpn.insert(be32(&mad[28..]), be24(&mad[36..]));
+                cm::Message::Reply { remote_comm_id, local_qpn, .. } => {
+                    rep_qpn.insert(remote_comm_id, local_qpn);
                 }
-                _ => {}
+                cm::Message::Other(_) => {}
             }
             o.cm += 1;
             op_count(&mut o, op);
