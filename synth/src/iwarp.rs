@@ -317,8 +317,12 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
 
     fn close(&mut self, tap: &mut Tap<W>, conn: ConnId) -> io::Result<()> {
         if self.terminate {
+            // RFC 5040 §5.1: Terminate goes on DDP queue 2. Its Terminate Control says DDP
+            // layer, Tagged Buffer Error, Invalid STag (RFC 6580 registry 0x1/0x1/0x00), with
+            // no copies of the offending headers (Hdrct 0).
             let kind = Message::Untagged { opcode: opcode::TERMINATE, qn: queue::TERMINATE, inval: 0 };
-            self.message(tap, conn, Side::Server, kind, &[0x11, 0x00, 0x00, 0x00], false)?;
+            let control = ddp::TerminateControl { layer: 1, etype: 1, error_code: 0, hdrct: 0 };
+            self.message(tap, conn, Side::Server, kind, &control.emit(), false)?;
             self.stats.terminates += 1;
         }
         let tcp = self.conns[conn].tcp;
