@@ -8,7 +8,8 @@
 //! All integers are little-endian (MS-SMB2 §2.2). No message is signed or encrypted.
 
 use smbwire_dissectors::smb2::records::{
-    cipher, emit_close_response, flags, hash_algorithm, negotiate_context, CloseRequest,
+    cipher, emit_close_response, flags, global_cap, hash_algorithm, negotiate_context,
+    security_mode, share_type, CloseRequest,
     CreateRequest, CreateResponse, HeaderRepr, NegotiateContexts, NegotiateRequest,
     NegotiateResponse, ReadRequest, ReadResponse, SessionSetupRequest,
     SessionSetupResponse, TreeConnectRequest, TreeConnectResponse, WriteRequest, WriteResponse,
@@ -18,10 +19,13 @@ use smbwire_dissectors::smb2::records::{
 /// (§2.2.19, §2.2.21), as the engine defines them.
 pub use smbwire_dissectors::smb2::records::{channel, command, dialect, HEADER_LEN};
 
-/// SMB2_GLOBAL_CAP_DFS | LEASING | LARGE_MTU | MULTI_CHANNEL | PERSISTENT_HANDLES (§2.2.3).
-const CAPABILITIES: u32 = 0x0000_001F;
-/// SMB2_NEGOTIATE_SIGNING_ENABLED (§2.2.3).
-const SIGNING_ENABLED: u16 = 0x0001;
+/// What the synthetic client and server offer (§2.2.3).
+const CAPABILITIES: u32 = global_cap::DFS
+    | global_cap::LEASING
+    | global_cap::LARGE_MTU
+    | global_cap::MULTI_CHANNEL
+    | global_cap::PERSISTENT_HANDLES;
+const SIGNING_ENABLED: u16 = security_mode::SIGNING_ENABLED;
 /// MaxTransactSize / MaxReadSize / MaxWriteSize the synthetic server offers (§2.2.4).
 pub const MAX_IO_SIZE: u32 = 8 << 20;
 
@@ -176,7 +180,7 @@ pub fn negotiate_response(
         security_mode: SIGNING_ENABLED,
         dialect_revision: chosen,
         server_guid,
-        capabilities: CAPABILITIES & !0x1, // a server does not set DFS here (§3.3.5.4)
+        capabilities: CAPABILITIES & !global_cap::DFS, // a server does not set DFS here (§3.3.5.4)
         max_transact_size: MAX_IO_SIZE,
         max_read_size: MAX_IO_SIZE,
         max_write_size: MAX_IO_SIZE,
@@ -194,7 +198,7 @@ pub fn session_setup_request(h: &Header, binding: bool) -> Vec<u8> {
     SessionSetupRequest {
         flags: if binding { SessionSetupRequest::FLAG_BINDING } else { 0 },
         security_mode: SIGNING_ENABLED as u8,
-        capabilities: 0x1, // SMB2_GLOBAL_CAP_DFS
+        capabilities: global_cap::DFS,
         previous_session_id: 0,
     }
     .emit(&h.repr(), &spnego_init())
@@ -217,7 +221,7 @@ pub fn tree_connect_request(h: &Header, path: &str) -> Vec<u8> {
 /// TREE_CONNECT response (§2.2.10): a disk share with full access, manual caching.
 pub fn tree_connect_response(h: &Header) -> Vec<u8> {
     TreeConnectResponse {
-        share_type: 0x01, // SMB2_SHARE_TYPE_DISK
+        share_type: share_type::DISK,
         share_flags: 0,
         capabilities: 0,
         maximal_access: 0x001F_01FF, // FILE_ALL_ACCESS

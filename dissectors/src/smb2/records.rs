@@ -360,6 +360,30 @@ impl ErrorResponse {
     }
 }
 
+/// SecurityMode of NEGOTIATE (§2.2.3, §2.2.4; 16 bits) and SESSION_SETUP (§2.2.5; 8 bits).
+pub mod security_mode {
+    pub const SIGNING_ENABLED: u16 = 0x0001;
+    pub const SIGNING_REQUIRED: u16 = 0x0002;
+}
+
+/// SMB2_GLOBAL_CAP_* of NEGOTIATE and SESSION_SETUP (§2.2.3).
+pub mod global_cap {
+    pub const DFS: u32 = 0x0000_0001;
+    pub const LEASING: u32 = 0x0000_0002;
+    pub const LARGE_MTU: u32 = 0x0000_0004;
+    pub const MULTI_CHANNEL: u32 = 0x0000_0008;
+    pub const PERSISTENT_HANDLES: u32 = 0x0000_0010;
+    pub const DIRECTORY_LEASING: u32 = 0x0000_0020;
+    pub const ENCRYPTION: u32 = 0x0000_0040;
+}
+
+/// ShareType of TREE_CONNECT responses (§2.2.10).
+pub mod share_type {
+    pub const DISK: u8 = 0x01;
+    pub const PIPE: u8 = 0x02;
+    pub const PRINT: u8 = 0x03;
+}
+
 /// NEGOTIATE context types (§2.2.3.1).
 pub mod negotiate_context {
     pub const PREAUTH_INTEGRITY_CAPABILITIES: u16 = 0x0001;
