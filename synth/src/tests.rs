@@ -66,6 +66,7 @@ pub(super) fn segments(frames: &[Frame]) -> (BTreeMap<FlowKey, Vec<Segment>>, us
             panic!("a TCP segment expected")
         };
         let ip = ipv4::Packet::new_checked(&d[ethernet::HEADER_LEN..]).unwrap();
+        assert_eq!(usize::from(ip.header_len()), ipv4::HEADER_LEN, "IPv4 without options");
         assert!(ip.verify_checksum(), "IPv4 header checksum");
         let seg = engine_tcp::Packet::new_checked(ip.payload()).unwrap();
         assert!(seg.verify_checksum(dec.src, dec.dst), "TCP checksum");
