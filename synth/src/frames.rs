@@ -1,16 +1,13 @@
 //! Ethernet II / IPv4 / TCP frames for the synthesizer, emitted through the `smbwire_dissectors::wire`
 //! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
 
+use smbwire_dissectors::rdma::{cm, ib};
 use smbwire_dissectors::wire::{ethernet, ipv4, ipv6, tcp, udp};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
 pub const IPV4_HEADER_LEN: usize = ipv4::HEADER_LEN;
 pub const TCP_HEADER_LEN: usize = tcp::HEADER_LEN;
-/// The InfiniBand Global Route Header has the IPv6 header's layout (IBTA vol. 1 §8.3.1).
-pub const GRH_LEN: usize = ipv6::HEADER_LEN;
-/// GRH NxtHdr of a packet whose next header is the BTH ("IBA transport", §8.3.1).
-pub const GRH_NEXT_HEADER_BTH: u8 = 0x1b;
 /// Ethernet + IPv4 + TCP without options.
 pub const HEADERS_LEN: usize = ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + TCP_HEADER_LEN;
 /// Minimum Ethernet frame without FCS (IEEE 802.3 clause 3.2.8): shorter frames are padded.
@@ -172,7 +169,7 @@ impl FrameBuilder {
     /// `trailer_len` zero bytes the caller fills in afterwards (the ICRC). The GIDs are the
     /// IPv4-mapped IPv6 addresses of the two ends (::ffff:a.b.c.d), the GID form RoCE
     /// adapters give an IPv4-configured port. Returns the whole frame; the GRH starts at
-    /// `ETHERNET_HEADER_LEN`.
+    /// `ETHERNET_HEADER_LEN`, and is `ib::GRH_LEN` bytes long.
     pub fn roce_v1_frame(
         &mut self,
         src: &Endpoint,
@@ -182,11 +179,11 @@ impl FrameBuilder {
         trailer_len: usize,
     ) -> &mut [u8] {
         self.stage_payload(payload, trailer_len);
-        let gid = |ip: Ipv4Addr| Ipv6Addr::from(super::ib_cm::ipv4_gid(ip));
+        let gid = |ip: Ipv4Addr| Ipv6Addr::from(cm::ipv4_gid(ip));
         let hdr = ipv6::Repr {
             src_addr: gid(src.ip),
             dst_addr: gid(dst.ip),
-            next_header: GRH_NEXT_HEADER_BTH,
+            next_header: ib::GRH_NEXT_HEADER_BTH,
             payload_len: self.payload.len(),
             hop_limit: grh.hop_limit,
             traffic_class: grh.traffic_class,

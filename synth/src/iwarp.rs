@@ -21,187 +21,28 @@ use super::rdma::{RdmaLink, RdmaTruth};
 use super::smbdirect::BufferDescriptor;
 use super::tcp::{Impairments, TcpLink};
 use super::{ConnId, Host, Side};
+use smbwire_dissectors::rdma::ddp::{self, opcode, queue, Buffer, UNTAGGED_HEADER_LEN};
+use smbwire_dissectors::rdma::mpa;
 use std::io::{self, Write};
 
 /// IANA "smbdirect": SMB Direct over iWARP (MS-SMBD §1.9).
 pub const SMBDIRECT_IWARP_PORT: u16 = 5445;
-pub const MPA_REQUEST_KEY: &[u8; 16] = b"MPA ID Req Frame";
-pub const MPA_REPLY_KEY: &[u8; 16] = b"MPA ID Rep Frame";
-const MPA_FLAG_MARKERS: u8 = 0x80;
-const MPA_FLAG_CRC: u8 = 0x40;
-const MPA_REVISION: u8 = 1;
-const MARKER_INTERVAL: usize = 512;
 /// Private data Windows Server 2012 sends in its MPA frames (8 bytes, as in the shared
 /// sample smbdirect-iwarp-win2012-smb300.pcap; its meaning is not publicly documented).
 const PRIVATE_REQUEST: [u8; 8] = [0, 0, 0, 0x10, 0, 0, 0, 0];
 const PRIVATE_REPLY: [u8; 8] = [0, 0, 0, 0, 0, 0, 0, 0x10];
 
-/// RDMAP opcodes (RFC 5040 §4.3).
-pub mod opcode {
-    pub const RDMA_WRITE: u8 = 0;
-    pub const RDMA_READ_REQUEST: u8 = 1;
-    pub const RDMA_READ_RESPONSE: u8 = 2;
-    pub const SEND: u8 = 3;
-    pub const SEND_WITH_INVALIDATE: u8 = 4;
-    pub const SEND_WITH_SOLICITED_EVENT: u8 = 5;
-    pub const SEND_WITH_SOLICITED_EVENT_AND_INVALIDATE: u8 = 6;
-}
-/// DDP queue numbers for RDMAP (RFC 5040 §5.1).
-const QN_SEND: u32 = 0;
-const QN_READ_REQUEST: u32 = 1;
-/// RFC 5040 §5.1: Terminate messages go on DDP queue 2.
-const QN_TERMINATE: u32 = 2;
-/// RDMAP Terminate (RFC 5040 §5.2.1.6): opcode 7; its header is 4 bytes of
-/// layer/type/code and flags, here "remote operation error, catastrophic", and no copies
-/// of the offending headers.
-const OPCODE_TERMINATE: u8 = 7;
-/// DDP control (RFC 5041 §4.2): Tagged, Last, DDP version 1.
-const DDP_TAGGED: u8 = 0x80;
-const DDP_LAST: u8 = 0x40;
-const DDP_VERSION: u8 = 0x01;
-/// RDMAP control (RFC 5040 §4.2): RDMAP version 1 in the top two bits.
-const RDMAP_VERSION: u8 = 0x40;
-pub const UNTAGGED_HEADER_LEN: usize = 18;
-pub const TAGGED_HEADER_LEN: usize = 14;
-/// Read Request payload: sink STag, sink TO, size, source STag, source TO (RFC 5040 §4.4).
-pub const READ_REQUEST_LEN: usize = 28;
-
-/// The DDP/RDMAP header of one segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DdpHeader {
-    Untagged {
-        opcode: u8,
-        last: bool,
-        invalidate_stag: u32,
-        qn: u32,
-        msn: u32,
-        mo: u32,
-    },
-    Tagged {
-        opcode: u8,
-        last: bool,
-        stag: u32,
-        to: u64,
-    },
-}
-
-impl DdpHeader {
-    pub fn emit(&self, b: &mut Vec<u8>) {
-        match *self {
-            DdpHeader::Untagged {
-                opcode,
-                last,
-                invalidate_stag,
-                qn,
-                msn,
-                mo,
-            } => {
-                b.push(if last { DDP_LAST } else { 0 } | DDP_VERSION);
-                b.push(RDMAP_VERSION | opcode);
-                b.extend_from_slice(&invalidate_stag.to_be_bytes());
-                b.extend_from_slice(&qn.to_be_bytes());
-                b.extend_from_slice(&msn.to_be_bytes());
-                b.extend_from_slice(&mo.to_be_bytes());
-            }
-            DdpHeader::Tagged {
-                opcode,
-                last,
-                stag,
-                to,
-            } => {
-                b.push(DDP_TAGGED | if last { DDP_LAST } else { 0 } | DDP_VERSION);
-                b.push(RDMAP_VERSION | opcode);
-                b.extend_from_slice(&stag.to_be_bytes());
-                b.extend_from_slice(&to.to_be_bytes());
-            }
-        }
+/// MPA Request or Reply frame (RFC 5044 §7.1), revision 1.
+fn mpa_frame(reply: bool, markers: bool, crc: bool, private: &[u8]) -> Vec<u8> {
+    mpa::Frame {
+        reply,
+        markers,
+        crc,
+        rejected: false,
+        revision: mpa::REVISION_1,
+        private_data_len: private.len() as u16,
     }
-
-    fn opcode(&self) -> u8 {
-        match *self {
-            DdpHeader::Untagged { opcode, .. } | DdpHeader::Tagged { opcode, .. } => opcode,
-        }
-    }
-}
-
-/// MPA Request or Reply frame (RFC 5044 §7.1).
-pub fn mpa_frame(key: &[u8; 16], markers: bool, crc: bool, private: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(20 + private.len());
-    b.extend_from_slice(key);
-    b.push(if markers { MPA_FLAG_MARKERS } else { 0 } | if crc { MPA_FLAG_CRC } else { 0 });
-    b.push(MPA_REVISION);
-    b.extend_from_slice(&(private.len() as u16).to_be_bytes());
-    b.extend_from_slice(private);
-    b
-}
-
-/// One FPDU holding `ulpdu`, placed at FPDU-stream position `pos` (for markers), appended
-/// to `out`; returns the new stream position. The CRC covers everything before it,
-/// markers included (RFC 5044 §4.1, §5).
-pub fn fpdu(out: &mut Vec<u8>, pos: usize, ulpdu: &[&[u8]], markers: bool, crc: bool) -> usize {
-    let len: usize = ulpdu.iter().map(|p| p.len()).sum();
-    let pad = (4 - (2 + len) % 4) % 4;
-    let start = out.len();
-    let mut at = pos;
-    let mut crc_at = [0usize; 4];
-    {
-        let mut put = |out: &mut Vec<u8>, bytes: &[u8]| {
-            for &b in bytes {
-                if markers && at.is_multiple_of(MARKER_INTERVAL) {
-                    let ptr = (at - pos) as u16;
-                    out.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
-                    at += 4;
-                }
-                out.push(b);
-                at += 1;
-            }
-        };
-        put(out, &(len as u16).to_be_bytes());
-        for p in ulpdu {
-            put(out, p);
-        }
-        put(out, &[0u8; 3][..pad]);
-        for slot in crc_at.iter_mut() {
-            put(out, &[0]);
-            *slot = out.len() - 1;
-        }
-    }
-    // A marker due right after the CRC ends this FPDU's TCP segment, so that the next
-    // segment starts with an FPDU header (RFC 5044 §6 FPDU alignment); it points back
-    // to this FPDU.
-    if markers && at.is_multiple_of(MARKER_INTERVAL) {
-        let ptr = (at - pos) as u16;
-        out.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
-        at += 4;
-    }
-    if crc {
-        let mut c = super::crc::Crc::crc32c();
-        c.update(&out[start..crc_at[0]]);
-        for (i, v) in crc_at.iter().zip(c.finish().to_le_bytes()) {
-            out[*i] = v;
-        }
-    }
-    at
-}
-
-/// Where an FPDU with a `ulpdu_len`-byte ULPDU placed at stream position `pos` ends,
-/// markers included (the same walk as `fpdu`, without the bytes).
-pub fn fpdu_end(pos: usize, ulpdu_len: usize, markers: bool) -> usize {
-    let mut remaining = 2 + ulpdu_len + (4 - (2 + ulpdu_len) % 4) % 4 + 4;
-    if !markers {
-        return pos + remaining;
-    }
-    let mut at = pos;
-    while remaining > 0 {
-        if at.is_multiple_of(MARKER_INTERVAL) {
-            at += 4;
-        }
-        let next = (at / MARKER_INTERVAL + 1) * MARKER_INTERVAL;
-        let step = remaining.min(next - at);
-        at += step;
-        remaining -= step;
-    }
-    at
+    .emit(private)
 }
 
 struct Connection {
@@ -247,7 +88,7 @@ impl IwarpLink {
         let overhead = 2
             + 4
             + if markers {
-                4 * (mss / MARKER_INTERVAL + 2)
+                mpa::MARKER_LEN * (mss / mpa::MARKER_INTERVAL as usize + 2)
             } else {
                 0
             };
@@ -290,8 +131,8 @@ impl IwarpLink {
     ) -> io::Result<()> {
         let f = from as usize;
         let hlen = match kind {
-            Message::Untagged { .. } => UNTAGGED_HEADER_LEN,
-            Message::Tagged { .. } => TAGGED_HEADER_LEN,
+            Message::Untagged { .. } => ddp::UNTAGGED_HEADER_LEN,
+            Message::Tagged { .. } => ddp::TAGGED_HEADER_LEN,
         };
         let msn = if let Message::Untagged { qn, .. } = kind {
             let slot = &mut self.conns[conn].msn[f][qn as usize];
@@ -312,38 +153,40 @@ impl IwarpLink {
             let mut take = cap.min(data.len() - off);
             if self.markers
                 && take > 4
-                && fpdu_end(pos, hlen + take, true).is_multiple_of(MARKER_INTERVAL)
+                && mpa::fpdu_end(pos as u64, hlen + take, true).is_multiple_of(mpa::MARKER_INTERVAL)
             {
                 take -= 4;
             }
             let last = off + take == data.len();
-            let h = match kind {
-                Message::Untagged { opcode, qn, inval } => DdpHeader::Untagged {
+            let (op, buffer) = match kind {
+                Message::Untagged { opcode, qn, inval } => (
                     opcode,
-                    last,
-                    invalidate_stag: inval,
-                    qn,
-                    msn,
-                    mo: off as u32,
-                },
-                Message::Tagged { opcode, stag, to } => DdpHeader::Tagged {
+                    Buffer::Untagged {
+                        qn,
+                        msn,
+                        mo: off as u32,
+                        inval_stag: inval,
+                    },
+                ),
+                Message::Tagged { opcode, stag, to } => (
                     opcode,
-                    last,
-                    stag,
-                    to: to + off as u64,
-                },
+                    Buffer::Tagged {
+                        stag,
+                        to: to + off as u64,
+                    },
+                ),
             };
             hdr.clear();
-            h.emit(&mut hdr);
-            self.stats.opcode(h.opcode());
+            ddp::emit_header(&mut hdr, op, last, buffer);
+            self.stats.opcode(op);
             let start = buf.len();
-            self.conns[conn].pos[f] = fpdu(
+            self.conns[conn].pos[f] = mpa::emit_fpdu_into(
                 &mut buf,
-                pos,
+                pos as u64,
                 &[&hdr, &data[off..off + take]],
                 self.markers,
                 self.crc,
-            );
+            ) as usize;
             ranges.push((start, buf.len(), is_data));
             off += take;
             if last {
@@ -381,11 +224,11 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
         } else {
             (&[], &[])
         };
-        let req = mpa_frame(MPA_REQUEST_KEY, self.markers, self.crc, pq);
+        let req = mpa_frame(false, self.markers, self.crc, pq);
         self.tcp
             .send_segments(tap, tcp, Side::Client, &[&req], &[(0, req.len(), false)])?;
         tap.idle(20_000);
-        let rep = mpa_frame(MPA_REPLY_KEY, self.markers, self.crc, pr);
+        let rep = mpa_frame(true, self.markers, self.crc, pr);
         self.tcp
             .send_segments(tap, tcp, Side::Server, &[&rep], &[(0, rep.len(), false)])?;
         tap.idle(20_000);
@@ -402,16 +245,16 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
     ) -> io::Result<()> {
         let (op, inval) = match (invalidate, self.solicited_event) {
             (Some(k), false) => (opcode::SEND_WITH_INVALIDATE, k),
-            (Some(k), true) => (opcode::SEND_WITH_SOLICITED_EVENT_AND_INVALIDATE, k),
+            (Some(k), true) => (opcode::SEND_WITH_SE_AND_INVALIDATE, k),
             (None, false) => (opcode::SEND, 0),
-            (None, true) => (opcode::SEND_WITH_SOLICITED_EVENT, 0),
+            (None, true) => (opcode::SEND_WITH_SE, 0),
         };
         if self.solicited_event {
             self.stats.solicited_events += 1;
         }
         let kind = Message::Untagged {
             opcode: op,
-            qn: QN_SEND,
+            qn: queue::SEND,
             inval,
         };
         self.message(tap, conn, from, kind, msg, false)
@@ -428,21 +271,23 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
         let sink_stag = (self.rng.next_u64() as u32) | 1;
         let sink_to = 0xffff_b000_0000_0000u64 + (self.next_sink << 24);
         self.next_sink += 1;
-        let mut rr = Vec::with_capacity(READ_REQUEST_LEN);
-        rr.extend_from_slice(&sink_stag.to_be_bytes());
-        rr.extend_from_slice(&sink_to.to_be_bytes());
-        rr.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        rr.extend_from_slice(&remote.token.to_be_bytes());
-        rr.extend_from_slice(&remote.offset.to_be_bytes());
+        let rr = ddp::ReadRequest {
+            sink_stag,
+            sink_to,
+            size: data.len() as u32,
+            src_stag: remote.token,
+            src_to: remote.offset,
+        }
+        .emit();
         let kind = Message::Untagged {
-            opcode: opcode::RDMA_READ_REQUEST,
-            qn: QN_READ_REQUEST,
+            opcode: opcode::READ_REQUEST,
+            qn: queue::READ_REQUEST,
             inval: 0,
         };
         self.message(tap, conn, Side::Server, kind, &rr, false)?;
         tap.idle(2_000);
         let kind = Message::Tagged {
-            opcode: opcode::RDMA_READ_RESPONSE,
+            opcode: opcode::READ_RESPONSE,
             stag: sink_stag,
             to: sink_to,
         };
@@ -460,7 +305,7 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
         data: &[u8],
     ) -> io::Result<()> {
         let kind = Message::Tagged {
-            opcode: opcode::RDMA_WRITE,
+            opcode: opcode::WRITE,
             stag: remote.token,
             to: remote.offset,
         };
@@ -472,8 +317,12 @@ impl<W: Write> RdmaLink<W> for IwarpLink {
 
     fn close(&mut self, tap: &mut Tap<W>, conn: ConnId) -> io::Result<()> {
         if self.terminate {
-            let kind = Message::Untagged { opcode: OPCODE_TERMINATE, qn: QN_TERMINATE, inval: 0 };
-            self.message(tap, conn, Side::Server, kind, &[0x11, 0x00, 0x00, 0x00], false)?;
+            // RFC 5040 §5.1: Terminate goes on DDP queue 2. Its Terminate Control says DDP
+            // layer, Tagged Buffer Error, Invalid STag (RFC 6580 registry 0x1/0x1/0x00), with
+            // no copies of the offending headers (Hdrct 0).
+            let kind = Message::Untagged { opcode: opcode::TERMINATE, qn: queue::TERMINATE, inval: 0 };
+            let control = ddp::TerminateControl { layer: 1, etype: 1, error_code: 0, hdrct: 0 };
+            self.message(tap, conn, Side::Server, kind, &control.emit(), false)?;
             self.stats.terminates += 1;
         }
         let tcp = self.conns[conn].tcp;

@@ -9,9 +9,12 @@
 //! - `truth`: the expected results, tallied while writing.
 //!
 //! - `smbdirect`: SMB Direct (MS-SMBD) over an RDMA link (`rdma::RdmaLink`): `roce`
-//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, with the RDMA CM exchange of `ib_cm`)
-//!   or `iwarp` (RDMAP/DDP/MPA on `tcp`);
-//!   `crc`: the ICRC and MPA CRC.
+//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, with the RDMA CM exchange)
+//!   or `iwarp` (RDMAP/DDP/MPA on `tcp`).
+//!
+//! Every record is written by the engine's encoder beside its parser (`smbwire_dissectors`:
+//! `wire`, `smb2::records`, `smbdirect::records`, `rdma::{ib, ddp, mpa, cm}`), which also
+//! owns the ICRC and the MPA CRC; this crate decides what to send when.
 //!
 //! A transport carries whole SMB2 messages between the two ends of a connection
 //! (`Transport`). Over SMB Direct, WRITE/READ data does not travel in the SMB2 message: the
@@ -19,10 +22,8 @@
 //! server pulls it with RDMA Read (`rdma_read`) or pushes it with RDMA Write (`rdma_write`)
 //! (MS-SMB2 §3.3.5.12, §3.3.5.13; MS-SMBD §3.1.4.5).
 
-pub mod crc;
 pub mod data;
 pub mod frames;
-pub mod ib_cm;
 pub mod iwarp;
 pub mod pcap;
 pub mod rdma;

@@ -1,37 +1,31 @@
-//! SMB2/3 message builders for the synthesizer (emit side only; the parsers live in
-//! `smbwire_dissectors::smb2`). Each builder returns one SMB2 message: the 64-byte header (MS-SMB2
-//! §2.2.1.2, SYNC form) followed by the command's fixed part and buffer. WRITE requests and
+//! The SMB2/3 messages the synthesizer sends, written by the engine's encoders beside their
+//! parsers (`smbwire_dissectors::smb2::records`): this module chooses the field values (what a
+//! Windows client and server say). Each builder returns one SMB2 message: the 64-byte header
+//! (MS-SMB2 §2.2.1.2, SYNC form) followed by the command's fixed part and buffer. WRITE requests and
 //! READ responses return only the head: the caller sends the data right after it, so a
 //! 1 MiB payload is never copied into a message buffer.
 //!
 //! All integers are little-endian (MS-SMB2 §2.2). No message is signed or encrypted.
 
-/// Command codes (MS-SMB2 §2.2.1.2, Command).
-pub mod command {
-    pub const NEGOTIATE: u16 = 0x0000;
-    pub const SESSION_SETUP: u16 = 0x0001;
-    pub const TREE_CONNECT: u16 = 0x0003;
-    pub const CREATE: u16 = 0x0005;
-    pub const CLOSE: u16 = 0x0006;
-    pub const READ: u16 = 0x0008;
-    pub const WRITE: u16 = 0x0009;
-}
+use smbwire_dissectors::smb2::records::{
+    cipher, emit_close_response, flags, global_cap, hash_algorithm, negotiate_context,
+    security_mode, share_type, CloseRequest,
+    CreateRequest, CreateResponse, HeaderRepr, NegotiateContexts, NegotiateRequest,
+    NegotiateResponse, ReadRequest, ReadResponse, SessionSetupRequest,
+    SessionSetupResponse, TreeConnectRequest, TreeConnectResponse, WriteRequest, WriteResponse,
+    READ_WRITE_REQUEST_BUFFER_OFFSET,
+};
+/// Command codes (MS-SMB2 §2.2.1.2), dialects (§2.2.3) and WRITE/READ Channel values
+/// (§2.2.19, §2.2.21), as the engine defines them.
+pub use smbwire_dissectors::smb2::records::{channel, command, dialect, HEADER_LEN};
 
-/// Dialect revisions (MS-SMB2 §2.2.3).
-pub mod dialect {
-    pub const SMB300: u16 = 0x0300;
-    pub const SMB302: u16 = 0x0302;
-    pub const SMB311: u16 = 0x0311;
-}
-
-pub const HEADER_LEN: usize = 64;
-const PROTOCOL_ID: [u8; 4] = [0xFE, b'S', b'M', b'B'];
-/// SMB2_FLAGS_SERVER_TO_REDIR (MS-SMB2 §2.2.1.2).
-const FLAGS_SERVER_TO_REDIR: u32 = 0x0000_0001;
-/// SMB2_GLOBAL_CAP_DFS | LEASING | LARGE_MTU | MULTI_CHANNEL | PERSISTENT_HANDLES (§2.2.3).
-const CAPABILITIES: u32 = 0x0000_001F;
-/// SMB2_NEGOTIATE_SIGNING_ENABLED (§2.2.3).
-const SIGNING_ENABLED: u16 = 0x0001;
+/// What the synthetic client and server offer (§2.2.3).
+const CAPABILITIES: u32 = global_cap::DFS
+    | global_cap::LEASING
+    | global_cap::LARGE_MTU
+    | global_cap::MULTI_CHANNEL
+    | global_cap::PERSISTENT_HANDLES;
+const SIGNING_ENABLED: u16 = security_mode::SIGNING_ENABLED;
 /// MaxTransactSize / MaxReadSize / MaxWriteSize the synthetic server offers (§2.2.4).
 pub const MAX_IO_SIZE: u32 = 8 << 20;
 
@@ -51,6 +45,25 @@ pub struct Header {
 }
 
 impl Header {
+    /// The header as the engine emits it (§2.2.1.2, SYNC): Status only in a response
+    /// (ChannelSequence + Reserved are 0 in an SMB 3.x request), never compounded, Reserved
+    /// (ProcessId) 0xFEFF as Windows sends it, unsigned.
+    pub fn repr(&self) -> HeaderRepr {
+        HeaderRepr {
+            credit_charge: self.credit_charge,
+            status: if self.response { self.status } else { 0 },
+            command: self.command,
+            credit: self.credits,
+            flags: if self.response { flags::SERVER_TO_REDIR } else { 0 },
+            next_command: 0,
+            message_id: self.message_id,
+            async_id: None,
+            reserved: 0xFEFF,
+            tree_id: Some(self.tree_id),
+            session_id: self.session_id,
+        }
+    }
+
     /// The response header matching this request header.
     pub fn response(&self) -> Header {
         Header {
@@ -68,31 +81,19 @@ pub struct FileId {
     pub volatile: u64,
 }
 
+impl FileId {
+    /// The 16 bytes on the wire, as the engine's records hold them.
+    pub fn bytes(&self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.persistent.to_le_bytes());
+        b[8..].copy_from_slice(&self.volatile.to_le_bytes());
+        b
+    }
+}
+
 /// CreditCharge of a READ/WRITE of `len` bytes: one credit per 64 KiB (§3.1.5.2).
 pub fn credit_charge(len: u32) -> u16 {
     (len.saturating_sub(1) / 65536 + 1) as u16
-}
-
-fn put_u16(b: &mut Vec<u8>, v: u16) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u32(b: &mut Vec<u8>, v: u32) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut Vec<u8>, v: u64) {
-    b.extend_from_slice(&v.to_le_bytes());
-}
-fn put_file_id(b: &mut Vec<u8>, f: FileId) {
-    put_u64(b, f.persistent);
-    put_u64(b, f.volatile);
-}
-fn pad_to_8(b: &mut Vec<u8>) {
-    while !b.len().is_multiple_of(8) {
-        b.push(0);
-    }
-}
-fn utf16le(s: &str) -> Vec<u8> {
-    s.encode_utf16().flat_map(|u| u.to_le_bytes()).collect()
 }
 
 /// DER TLV with a short-form length (every token here is under 128 bytes).
@@ -128,108 +129,45 @@ pub fn spnego_accept() -> Vec<u8> {
     der(0xa1, &der(0x30, &seq))
 }
 
-/// A message buffer starting with the 64-byte header (§2.2.1.2, SYNC).
-fn start(h: &Header, body_capacity: usize) -> Vec<u8> {
-    let mut b = Vec::with_capacity(HEADER_LEN + body_capacity);
-    b.extend_from_slice(&PROTOCOL_ID);
-    put_u16(&mut b, HEADER_LEN as u16); // StructureSize
-    put_u16(&mut b, h.credit_charge);
-    // Status in a response; ChannelSequence + Reserved in an SMB 3.x request.
-    put_u32(&mut b, if h.response { h.status } else { 0 });
-    put_u16(&mut b, h.command);
-    put_u16(&mut b, h.credits);
-    put_u32(&mut b, if h.response { FLAGS_SERVER_TO_REDIR } else { 0 });
-    put_u32(&mut b, 0); // NextCommand: never compounded
-    put_u64(&mut b, h.message_id);
-    put_u32(&mut b, 0xFEFF); // Reserved (ProcessId), as Windows sends it
-    put_u32(&mut b, h.tree_id);
-    put_u64(&mut b, h.session_id);
-    b.extend_from_slice(&[0u8; 16]); // Signature: unsigned
-    b
-}
-
-/// Negotiate context types (§2.2.3.1).
-const PREAUTH_INTEGRITY_CAPABILITIES: u16 = 0x0001;
-const ENCRYPTION_CAPABILITIES: u16 = 0x0002;
-/// SHA-512 (§2.2.3.1.1) and AES-128-GCM / AES-128-CCM (§2.2.3.1.2).
-const HASH_SHA512: u16 = 0x0001;
-const CIPHER_AES128_CCM: u16 = 0x0001;
-const CIPHER_AES128_GCM: u16 = 0x0002;
-
-/// Append one negotiate context (§2.2.3.1), 8-byte aligned as the list requires.
-fn put_context(b: &mut Vec<u8>, ctype: u16, data: &[u8]) {
-    pad_to_8(b);
-    put_u16(b, ctype);
-    put_u16(b, data.len() as u16);
-    put_u32(b, 0);
-    b.extend_from_slice(data);
-}
-
-fn preauth_context(salt: &[u8; 32]) -> Vec<u8> {
-    // §2.2.3.1.1: HashAlgorithmCount, SaltLength, HashAlgorithms, Salt.
-    let mut d = Vec::with_capacity(38);
-    put_u16(&mut d, 1);
-    put_u16(&mut d, salt.len() as u16);
-    put_u16(&mut d, HASH_SHA512);
-    d.extend_from_slice(salt);
-    d
-}
-
-fn encryption_context(ciphers: &[u16]) -> Vec<u8> {
-    // §2.2.3.1.2: CipherCount, Ciphers.
-    let mut d = Vec::new();
-    put_u16(&mut d, ciphers.len() as u16);
-    for c in ciphers {
-        put_u16(&mut d, *c);
+/// The 3.1.1 negotiate contexts (§2.2.3.1): PREAUTH_INTEGRITY with SHA-512 and `salt`
+/// (mandatory, §3.2.4.2.2.2), then ENCRYPTION with `ciphers`.
+fn contexts_311(salt: &[u8; 32], ciphers: &[u16]) -> NegotiateContexts {
+    NegotiateContexts {
+        preauth_hash_algorithms: vec![hash_algorithm::SHA512],
+        preauth_salt: salt.to_vec(),
+        ciphers: ciphers.to_vec(),
+        types: vec![
+            negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES,
+            negotiate_context::ENCRYPTION_CAPABILITIES,
+        ],
+        ..Default::default()
     }
-    d
 }
 
 /// NEGOTIATE request (§2.2.3). Offers SMB 3.0 up to `max_dialect`; with 3.1.1 it carries
-/// the PREAUTH_INTEGRITY (mandatory, §3.2.4.2.2.2) and ENCRYPTION contexts.
+/// the PREAUTH_INTEGRITY and ENCRYPTION contexts.
 pub fn negotiate_request(
     h: &Header,
     max_dialect: u16,
     client_guid: [u8; 16],
     salt: &[u8; 32],
 ) -> Vec<u8> {
-    let dialects: &[u16] = if max_dialect == dialect::SMB311 {
-        &[dialect::SMB300, dialect::SMB302, dialect::SMB311]
-    } else {
-        &[dialect::SMB300, dialect::SMB302]
-    };
-    let mut b = start(h, 36 + 8 + 96);
-    put_u16(&mut b, 36); // StructureSize
-    put_u16(&mut b, dialects.len() as u16);
-    put_u16(&mut b, SIGNING_ENABLED);
-    put_u16(&mut b, 0); // Reserved
-    put_u32(&mut b, CAPABILITIES);
-    b.extend_from_slice(&client_guid);
-    let context_offset_at = b.len();
-    put_u64(&mut b, 0); // NegotiateContextOffset/Count/Reserved2, or ClientStartTime = 0
-    for d in dialects {
-        put_u16(&mut b, *d);
+    let smb311 = max_dialect == dialect::SMB311;
+    let mut dialects = vec![dialect::SMB300, dialect::SMB302];
+    if smb311 {
+        dialects.push(dialect::SMB311);
     }
-    if max_dialect == dialect::SMB311 {
-        pad_to_8(&mut b);
-        let offset = b.len() as u32;
-        b[context_offset_at..context_offset_at + 4].copy_from_slice(&offset.to_le_bytes());
-        b[context_offset_at + 4..context_offset_at + 6].copy_from_slice(&2u16.to_le_bytes());
-        put_context(
-            &mut b,
-            PREAUTH_INTEGRITY_CAPABILITIES,
-            &preauth_context(salt),
-        );
-        put_context(
-            &mut b,
-            ENCRYPTION_CAPABILITIES,
-            &encryption_context(&[CIPHER_AES128_GCM, CIPHER_AES128_CCM]),
-        );
+    NegotiateRequest {
+        security_mode: SIGNING_ENABLED,
+        capabilities: CAPABILITIES,
+        client_guid,
+        dialects,
+        contexts: smb311.then(|| contexts_311(salt, &[cipher::AES128_GCM, cipher::AES128_CCM])),
     }
-    b
+    .emit(&h.repr())
 }
 
-/// NEGOTIATE response (§2.2.4) selecting `dialect`; the security buffer is the server's
+/// NEGOTIATE response (§2.2.4) selecting `chosen`; the security buffer is the server's
 /// SPNEGO hint (§3.3.5.4).
 pub fn negotiate_response(
     h: &Header,
@@ -238,240 +176,164 @@ pub fn negotiate_response(
     salt: &[u8; 32],
     now: u64,
 ) -> Vec<u8> {
-    let mut b = start(h, 64 + 96);
-    put_u16(&mut b, 65); // StructureSize
-    put_u16(&mut b, SIGNING_ENABLED);
-    put_u16(&mut b, chosen);
-    put_u16(&mut b, if chosen == dialect::SMB311 { 2 } else { 0 }); // NegotiateContextCount
-    b.extend_from_slice(&server_guid);
-    put_u32(&mut b, CAPABILITIES & !0x1); // a server does not set DFS here (§3.3.5.4)
-    put_u32(&mut b, MAX_IO_SIZE); // MaxTransactSize
-    put_u32(&mut b, MAX_IO_SIZE); // MaxReadSize
-    put_u32(&mut b, MAX_IO_SIZE); // MaxWriteSize
-    put_u64(&mut b, now); // SystemTime (FILETIME)
-    put_u64(&mut b, 0); // ServerStartTime
-    let blob = spnego_init();
-    put_u16(&mut b, (HEADER_LEN + 64) as u16); // SecurityBufferOffset
-    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
-    let context_offset_at = b.len();
-    put_u32(&mut b, 0); // NegotiateContextOffset / Reserved2
-    b.extend_from_slice(&blob);
-    if chosen == dialect::SMB311 {
-        pad_to_8(&mut b);
-        let offset = b.len() as u32;
-        b[context_offset_at..context_offset_at + 4].copy_from_slice(&offset.to_le_bytes());
-        put_context(
-            &mut b,
-            PREAUTH_INTEGRITY_CAPABILITIES,
-            &preauth_context(salt),
-        );
-        put_context(
-            &mut b,
-            ENCRYPTION_CAPABILITIES,
-            &encryption_context(&[CIPHER_AES128_GCM]),
-        );
+    NegotiateResponse {
+        security_mode: SIGNING_ENABLED,
+        dialect_revision: chosen,
+        server_guid,
+        capabilities: CAPABILITIES & !global_cap::DFS, // a server does not set DFS here (§3.3.5.4)
+        max_transact_size: MAX_IO_SIZE,
+        max_read_size: MAX_IO_SIZE,
+        max_write_size: MAX_IO_SIZE,
+        system_time: now,
+        server_start_time: 0,
+        contexts: (chosen == dialect::SMB311).then(|| contexts_311(salt, &[cipher::AES128_GCM])),
     }
-    b
+    .emit(&h.repr(), &spnego_init())
 }
 
 /// SESSION_SETUP request (§2.2.5) with a SPNEGO NegTokenInit. `binding` sets
 /// SMB2_SESSION_FLAG_BINDING (0x01): an extra multichannel connection joining the session
 /// named by the header's SessionId (§3.2.4.1.7).
 pub fn session_setup_request(h: &Header, binding: bool) -> Vec<u8> {
-    let mut b = start(h, 24);
-    put_u16(&mut b, 25); // StructureSize
-    b.push(u8::from(binding)); // Flags
-    b.push(SIGNING_ENABLED as u8); // SecurityMode
-    put_u32(&mut b, 0x1); // Capabilities: SMB2_GLOBAL_CAP_DFS
-    put_u32(&mut b, 0); // Channel
-    let blob = spnego_init();
-    put_u16(&mut b, (HEADER_LEN + 24) as u16); // SecurityBufferOffset
-    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
-    put_u64(&mut b, 0); // PreviousSessionId
-    b.extend_from_slice(&blob);
-    b
+    SessionSetupRequest {
+        flags: if binding { SessionSetupRequest::FLAG_BINDING } else { 0 },
+        security_mode: SIGNING_ENABLED as u8,
+        capabilities: global_cap::DFS,
+        previous_session_id: 0,
+    }
+    .emit(&h.repr(), &spnego_init())
 }
 
 /// SESSION_SETUP response (§2.2.6), STATUS_SUCCESS, SPNEGO accept-completed.
 pub fn session_setup_response(h: &Header) -> Vec<u8> {
-    let mut b = start(h, 8);
-    put_u16(&mut b, 9); // StructureSize
-    put_u16(&mut b, 0); // SessionFlags
-    let blob = spnego_accept();
-    put_u16(&mut b, (HEADER_LEN + 8) as u16); // SecurityBufferOffset
-    put_u16(&mut b, blob.len() as u16); // SecurityBufferLength
-    b.extend_from_slice(&blob);
-    b
+    SessionSetupResponse { session_flags: 0 }.emit(&h.repr(), &spnego_accept())
 }
 
 /// TREE_CONNECT request (§2.2.9) for `path` (`\\server\share`).
 pub fn tree_connect_request(h: &Header, path: &str) -> Vec<u8> {
-    let p = utf16le(path);
-    let mut b = start(h, 8 + p.len());
-    put_u16(&mut b, 9); // StructureSize
-    put_u16(&mut b, 0); // Flags/Reserved
-    put_u16(&mut b, (HEADER_LEN + 8) as u16); // PathOffset
-    put_u16(&mut b, p.len() as u16); // PathLength
-    b.extend_from_slice(&p);
-    b
+    TreeConnectRequest {
+        flags: 0,
+        path: path.to_string(),
+    }
+    .emit(&h.repr())
 }
 
-/// TREE_CONNECT response (§2.2.10): a disk share with full access.
+/// TREE_CONNECT response (§2.2.10): a disk share with full access, manual caching.
 pub fn tree_connect_response(h: &Header) -> Vec<u8> {
-    let mut b = start(h, 16);
-    put_u16(&mut b, 16); // StructureSize
-    b.push(0x01); // ShareType: SMB2_SHARE_TYPE_DISK
-    b.push(0); // Reserved
-    put_u32(&mut b, 0); // ShareFlags: manual caching
-    put_u32(&mut b, 0); // Capabilities
-    put_u32(&mut b, 0x001F_01FF); // MaximalAccess: FILE_ALL_ACCESS
-    b
+    TreeConnectResponse {
+        share_type: share_type::DISK,
+        share_flags: 0,
+        capabilities: 0,
+        maximal_access: 0x001F_01FF, // FILE_ALL_ACCESS
+    }
+    .emit(&h.repr())
 }
 
 /// CREATE request (§2.2.13): open-or-create `name` for read/write, no create contexts.
 pub fn create_request(h: &Header, name: &str) -> Vec<u8> {
-    let n = utf16le(name);
-    let mut b = start(h, 56 + n.len());
-    put_u16(&mut b, 57); // StructureSize
-    b.push(0); // SecurityFlags
-    b.push(0); // RequestedOplockLevel: SMB2_OPLOCK_LEVEL_NONE
-    put_u32(&mut b, 2); // ImpersonationLevel: Impersonation
-    put_u64(&mut b, 0); // SmbCreateFlags
-    put_u64(&mut b, 0); // Reserved
-    put_u32(&mut b, 0x0012_019F); // DesiredAccess: generic read/write rights
-    put_u32(&mut b, 0x80); // FileAttributes: FILE_ATTRIBUTE_NORMAL
-    put_u32(&mut b, 0x7); // ShareAccess: read | write | delete
-    put_u32(&mut b, 3); // CreateDisposition: FILE_OPEN_IF
-    put_u32(&mut b, 0x40); // CreateOptions: FILE_NON_DIRECTORY_FILE
-    put_u16(&mut b, (HEADER_LEN + 56) as u16); // NameOffset
-    put_u16(&mut b, n.len() as u16); // NameLength
-    put_u32(&mut b, 0); // CreateContextsOffset
-    put_u32(&mut b, 0); // CreateContextsLength
-    b.extend_from_slice(&n);
-    b
+    CreateRequest {
+        security_flags: 0,
+        requested_oplock_level: 0, // SMB2_OPLOCK_LEVEL_NONE
+        impersonation_level: 2,    // Impersonation
+        smb_create_flags: 0,
+        desired_access: 0x0012_019F, // generic read/write rights
+        file_attributes: 0x80,       // FILE_ATTRIBUTE_NORMAL
+        share_access: 0x7,           // read | write | delete
+        create_disposition: 3,       // FILE_OPEN_IF
+        create_options: 0x40,        // FILE_NON_DIRECTORY_FILE
+        name: name.to_string(),
+    }
+    .emit(&h.repr())
 }
 
 /// CREATE response (§2.2.14): FILE_OPENED, times all `now`, size `end_of_file`.
 pub fn create_response(h: &Header, file_id: FileId, now: u64, end_of_file: u64) -> Vec<u8> {
-    let mut b = start(h, 88);
-    put_u16(&mut b, 89); // StructureSize
-    b.push(0); // OplockLevel
-    b.push(0); // Flags
-    put_u32(&mut b, 1); // CreateAction: FILE_OPENED
-    for _ in 0..4 {
-        put_u64(&mut b, now); // CreationTime, LastAccessTime, LastWriteTime, ChangeTime
+    CreateResponse {
+        oplock_level: 0,
+        flags: 0,
+        create_action: 1, // FILE_OPENED
+        creation_time: now,
+        last_access_time: now,
+        last_write_time: now,
+        change_time: now,
+        allocation_size: end_of_file.next_multiple_of(1 << 20),
+        end_of_file,
+        file_attributes: 0x80,
+        file_id: file_id.bytes(),
     }
-    put_u64(&mut b, end_of_file.next_multiple_of(1 << 20)); // AllocationSize
-    put_u64(&mut b, end_of_file); // EndofFile
-    put_u32(&mut b, 0x80); // FileAttributes
-    put_u32(&mut b, 0); // Reserved2
-    put_file_id(&mut b, file_id);
-    put_u32(&mut b, 0); // CreateContextsOffset
-    put_u32(&mut b, 0); // CreateContextsLength
-    b
+    .emit(&h.repr())
 }
 
 /// CLOSE request (§2.2.15) without SMB2_CLOSE_FLAG_POSTQUERY_ATTRIB.
 pub fn close_request(h: &Header, file_id: FileId) -> Vec<u8> {
-    let mut b = start(h, 24);
-    put_u16(&mut b, 24); // StructureSize
-    put_u16(&mut b, 0); // Flags
-    put_u32(&mut b, 0); // Reserved
-    put_file_id(&mut b, file_id);
-    b
+    CloseRequest {
+        flags: 0,
+        file_id: file_id.bytes(),
+    }
+    .emit(&h.repr())
 }
 
 /// CLOSE response (§2.2.16); the attribute fields are zero because the request did not
 /// ask for them.
 pub fn close_response(h: &Header) -> Vec<u8> {
-    let mut b = start(h, 60);
-    put_u16(&mut b, 60); // StructureSize
-    put_u16(&mut b, 0); // Flags
-    put_u32(&mut b, 0); // Reserved
-    b.extend_from_slice(&[0u8; 52]); // 4 times, AllocationSize, EndofFile, FileAttributes
-    b
+    emit_close_response(&h.repr())
 }
 
 /// Offset of the data in a WRITE request: header + 48-byte fixed part (§2.2.21).
-pub const WRITE_DATA_OFFSET: u16 = (HEADER_LEN + 48) as u16;
+pub const WRITE_DATA_OFFSET: u16 = READ_WRITE_REQUEST_BUFFER_OFFSET;
+/// Offset of the data in a READ response: header + 16-byte fixed part (§2.2.20).
+pub const READ_DATA_OFFSET: u8 = (HEADER_LEN + ReadResponse::FIXED_LEN) as u8;
+/// Where WRITE and READ requests put their channel info: right after the 48-byte fixed
+/// part, in the Buffer field (§2.2.19, §2.2.21).
+pub const CHANNEL_INFO_OFFSET: u16 = READ_WRITE_REQUEST_BUFFER_OFFSET;
 
 /// Head of a WRITE request (§2.2.21) whose `length` data bytes follow inline.
 pub fn write_request_head(h: &Header, file_id: FileId, offset: u64, length: u32) -> Vec<u8> {
-    let mut b = start(h, 48);
-    put_u16(&mut b, 49); // StructureSize
-    put_u16(&mut b, WRITE_DATA_OFFSET); // DataOffset
-    put_u32(&mut b, length);
-    put_u64(&mut b, offset);
-    put_file_id(&mut b, file_id);
-    put_u32(&mut b, 0); // Channel: SMB2_CHANNEL_NONE (data inline)
-    put_u32(&mut b, 0); // RemainingBytes
-    put_u16(&mut b, 0); // WriteChannelInfoOffset
-    put_u16(&mut b, 0); // WriteChannelInfoLength
-    put_u32(&mut b, 0); // Flags
-    b
+    WriteRequest {
+        data_offset: WRITE_DATA_OFFSET,
+        length,
+        offset,
+        file_id: file_id.bytes(),
+        channel: channel::NONE,
+        remaining_bytes: 0,
+        write_channel_info_offset: 0,
+        write_channel_info_length: 0,
+        flags: 0,
+        write_channel_info: Vec::new(),
+    }
+    .emit(&h.repr())
 }
 
 /// WRITE response (§2.2.22) acknowledging `count` bytes.
 pub fn write_response(h: &Header, count: u32) -> Vec<u8> {
-    let mut b = start(h, 16);
-    put_u16(&mut b, 17); // StructureSize
-    put_u16(&mut b, 0); // Reserved
-    put_u32(&mut b, count);
-    put_u32(&mut b, 0); // Remaining
-    put_u16(&mut b, 0); // WriteChannelInfoOffset
-    put_u16(&mut b, 0); // WriteChannelInfoLength
-    b
+    WriteResponse { count, remaining: 0 }.emit(&h.repr())
 }
 
-/// READ request (§2.2.19) for `length` bytes at `offset`, data to come back inline.
+/// READ request (§2.2.19) for `length` bytes at `offset`, data to come back inline at
+/// `READ_DATA_OFFSET` (Padding).
 pub fn read_request(h: &Header, file_id: FileId, offset: u64, length: u32) -> Vec<u8> {
-    let mut b = start(h, 49);
-    put_u16(&mut b, 49); // StructureSize
-    b.push(READ_DATA_OFFSET); // Padding: where the client wants the response data
-    b.push(0); // Flags
-    put_u32(&mut b, length);
-    put_u64(&mut b, offset);
-    put_file_id(&mut b, file_id);
-    put_u32(&mut b, length); // MinimumCount
-    put_u32(&mut b, 0); // Channel: SMB2_CHANNEL_NONE
-    put_u32(&mut b, 0); // RemainingBytes
-    put_u16(&mut b, 0); // ReadChannelInfoOffset
-    put_u16(&mut b, 0); // ReadChannelInfoLength
-    b.push(0); // Buffer: one byte, as StructureSize 49 counts it
-    b
+    ReadRequest {
+        padding: READ_DATA_OFFSET,
+        flags: 0,
+        length,
+        offset,
+        file_id: file_id.bytes(),
+        minimum_count: length,
+        channel: channel::NONE,
+        remaining_bytes: 0,
+        read_channel_info: Vec::new(),
+    }
+    .emit(&h.repr())
 }
-
-/// Offset of the data in a READ response: header + 16-byte fixed part (§2.2.20).
-pub const READ_DATA_OFFSET: u8 = (HEADER_LEN + 16) as u8;
 
 /// Head of a READ response (§2.2.20) whose `length` data bytes follow inline.
 pub fn read_response_head(h: &Header, length: u32) -> Vec<u8> {
-    let mut b = start(h, 16);
-    put_u16(&mut b, 17); // StructureSize
-    b.push(READ_DATA_OFFSET); // DataOffset
-    b.push(0); // Reserved
-    put_u32(&mut b, length); // DataLength
-    put_u32(&mut b, 0); // DataRemaining
-    put_u32(&mut b, 0); // Flags (3.1.1) / Reserved2
-    b
-}
-
-/// Channel values of WRITE/READ requests (MS-SMB2 §2.2.19, §2.2.21).
-pub mod channel {
-    pub const NONE: u32 = 0x0000_0000;
-    pub const RDMA_V1: u32 = 0x0000_0001;
-    /// SMB 3.0.2 and later: the server remotely invalidates the token when done.
-    pub const RDMA_V1_INVALIDATE: u32 = 0x0000_0002;
-}
-
-/// Where WRITE and READ requests put their channel info: right after the 48-byte fixed
-/// part, in the Buffer field (§2.2.19, §2.2.21).
-pub const CHANNEL_INFO_OFFSET: u16 = (HEADER_LEN + 48) as u16;
-
-fn put_descriptors(b: &mut Vec<u8>, descs: &[super::smbdirect::BufferDescriptor]) {
-    for d in descs {
-        d.emit(b);
+    ReadResponse {
+        data_offset: READ_DATA_OFFSET,
+        data_length: length,
+        data_remaining: 0,
     }
+    .emit(&h.repr())
 }
 
 /// WRITE request (§2.2.21) whose data the server pulls by RDMA Read: Length and
@@ -486,23 +348,23 @@ pub fn write_request_rdma(
     chan: u32,
     descs: &[super::smbdirect::BufferDescriptor],
 ) -> Vec<u8> {
-    let mut b = start(h, 48 + 16 * descs.len());
-    put_u16(&mut b, 49); // StructureSize
-    put_u16(&mut b, 0); // DataOffset: no inline data
-    put_u32(&mut b, 0); // Length
-    put_u64(&mut b, offset);
-    put_file_id(&mut b, file_id);
-    put_u32(&mut b, chan);
-    put_u32(&mut b, remaining); // RemainingBytes
-    put_u16(&mut b, CHANNEL_INFO_OFFSET); // WriteChannelInfoOffset
-    put_u16(&mut b, (16 * descs.len()) as u16); // WriteChannelInfoLength
-    put_u32(&mut b, 0); // Flags
-    put_descriptors(&mut b, descs);
-    b
+    WriteRequest {
+        data_offset: 0,
+        length: 0,
+        offset,
+        file_id: file_id.bytes(),
+        channel: chan,
+        remaining_bytes: remaining,
+        write_channel_info_offset: CHANNEL_INFO_OFFSET,
+        write_channel_info_length: (super::smbdirect::BufferDescriptor::LEN * descs.len()) as u16,
+        flags: 0,
+        write_channel_info: descs.to_vec(),
+    }
+    .emit(&h.repr())
 }
 
 /// READ request (§2.2.19) asking the server to RDMA Write the data into the buffers
-/// named by ReadChannelInfo.
+/// named by ReadChannelInfo; no inline data wanted (Padding 0).
 pub fn read_request_rdma(
     h: &Header,
     file_id: FileId,
@@ -511,34 +373,29 @@ pub fn read_request_rdma(
     chan: u32,
     descs: &[super::smbdirect::BufferDescriptor],
 ) -> Vec<u8> {
-    let mut b = start(h, 48 + 16 * descs.len());
-    put_u16(&mut b, 49); // StructureSize
-    b.push(0); // Padding: no inline data wanted
-    b.push(0); // Flags
-    put_u32(&mut b, length);
-    put_u64(&mut b, offset);
-    put_file_id(&mut b, file_id);
-    put_u32(&mut b, length); // MinimumCount
-    put_u32(&mut b, chan);
-    put_u32(&mut b, 0); // RemainingBytes
-    put_u16(&mut b, CHANNEL_INFO_OFFSET); // ReadChannelInfoOffset
-    put_u16(&mut b, (16 * descs.len()) as u16); // ReadChannelInfoLength
-    put_descriptors(&mut b, descs);
-    b
+    ReadRequest {
+        padding: 0,
+        flags: 0,
+        length,
+        offset,
+        file_id: file_id.bytes(),
+        minimum_count: length,
+        channel: chan,
+        remaining_bytes: 0,
+        read_channel_info: descs.to_vec(),
+    }
+    .emit(&h.repr())
 }
 
 /// READ response (§2.2.20) after the data went by RDMA Write: DataLength 0 and
 /// DataRemaining = the bytes written (§3.3.5.12).
 pub fn read_response_rdma(h: &Header, remaining: u32) -> Vec<u8> {
-    let mut b = start(h, 17);
-    put_u16(&mut b, 17); // StructureSize
-    b.push(0); // DataOffset: no data in the message
-    b.push(0); // Reserved
-    put_u32(&mut b, 0); // DataLength
-    put_u32(&mut b, remaining); // DataRemaining
-    put_u32(&mut b, 0); // Flags (3.1.1) / Reserved2
-    b.push(0); // Buffer: the one byte StructureSize 17 counts
-    b
+    ReadResponse {
+        data_offset: 0,
+        data_length: 0,
+        data_remaining: remaining,
+    }
+    .emit(&h.repr())
 }
 
 #[cfg(test)]
@@ -565,7 +422,7 @@ mod tests {
         assert_eq!(u16::from_le_bytes([b[12], b[13]]), command::WRITE);
         assert_eq!(
             u32::from_le_bytes(b[16..20].try_into().unwrap()),
-            FLAGS_SERVER_TO_REDIR
+            flags::SERVER_TO_REDIR
         );
         assert_eq!(u64::from_le_bytes(b[24..32].try_into().unwrap()), 7);
         assert_eq!(u32::from_le_bytes(b[36..40].try_into().unwrap()), 5);
@@ -611,13 +468,13 @@ mod tests {
         assert_eq!(count, 2);
         assert_eq!(
             u16::from_le_bytes([b[off], b[off + 1]]),
-            PREAUTH_INTEGRITY_CAPABILITIES
+            negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES
         );
         let len = u16::from_le_bytes([b[off + 2], b[off + 3]]) as usize;
         let next = (off + 8 + len).next_multiple_of(8);
         assert_eq!(
             u16::from_le_bytes([b[next], b[next + 1]]),
-            ENCRYPTION_CAPABILITIES
+            negotiate_context::ENCRYPTION_CAPABILITIES
         );
 
         let r = negotiate_response(

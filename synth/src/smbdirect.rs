@@ -8,103 +8,51 @@ use super::data::SplitMix64;
 use super::pcap::Tap;
 use super::rdma::RdmaLink;
 use super::{ConnId, Host, Side, Transport};
+use smbwire_dissectors::smbdirect::records::{
+    DataTransfer, NegotiateRequest, NegotiateResponse, VERSION_1_0,
+};
 use std::io::{self, Write};
 
-/// SMB Direct 1.0 (§1.7).
-pub const VERSION_1: u16 = 0x0100;
-/// Data transfer header: 20 bytes, then padding to DataOffset 24 (§2.2.3: 8-byte aligned).
-pub const DATA_HEADER_LEN: usize = 20;
-pub const DATA_OFFSET: usize = 24;
-pub const NEGOTIATE_REQUEST_LEN: usize = 20;
-pub const NEGOTIATE_RESPONSE_LEN: usize = 32;
 /// Send credits each side asks for and the server grants at first (Windows' target, 255).
 const CREDIT_TARGET: u16 = 255;
 /// Largest reassembled message either side accepts (§3.1.1.1 MaxFragmentedRecvSize).
 pub const MAX_FRAGMENTED_SIZE: u32 = 1 << 20;
 /// Largest RDMA read/write the server does for one request (§2.2.2 MaxReadWriteSize).
 pub const MAX_READ_WRITE_SIZE: u32 = 8 << 20;
+/// Where the data of a data transfer message starts (§2.2.3: 8-byte aligned, after the header).
+pub const DATA_OFFSET: usize = DataTransfer::DATA_OFFSET as usize;
 
-/// SMB_DIRECT_BUFFER_DESCRIPTOR_V1 (§2.2.3.1): Offset (provider offset or virtual
-/// address), Token (STag / R_Key), Length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BufferDescriptor {
-    pub offset: u64,
-    pub token: u32,
-    pub length: u32,
-}
-
-impl BufferDescriptor {
-    pub const LEN: usize = 16;
-
-    pub fn emit(&self, b: &mut Vec<u8>) {
-        b.extend_from_slice(&self.offset.to_le_bytes());
-        b.extend_from_slice(&self.token.to_le_bytes());
-        b.extend_from_slice(&self.length.to_le_bytes());
-    }
-
-    pub fn parse(b: &[u8]) -> Option<BufferDescriptor> {
-        let b = b.get(..Self::LEN)?;
-        Some(BufferDescriptor {
-            offset: u64::from_le_bytes(b[0..8].try_into().ok()?),
-            token: u32::from_le_bytes(b[8..12].try_into().ok()?),
-            length: u32::from_le_bytes(b[12..16].try_into().ok()?),
-        })
-    }
-}
+/// SMB_DIRECT_BUFFER_DESCRIPTOR_V1 (§2.2.3.1), as the engine parses and emits it.
+pub use smbwire_dissectors::smb2::records::BufferDescriptorV1 as BufferDescriptor;
 
 /// Negotiate Request (§2.2.1, values per §3.1.5.2).
 pub fn negotiate_request(max_send: u32, max_receive: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(NEGOTIATE_REQUEST_LEN);
-    b.extend_from_slice(&VERSION_1.to_le_bytes()); // MinVersion
-    b.extend_from_slice(&VERSION_1.to_le_bytes()); // MaxVersion
-    b.extend_from_slice(&0u16.to_le_bytes()); // Reserved
-    b.extend_from_slice(&CREDIT_TARGET.to_le_bytes()); // CreditsRequested
-    b.extend_from_slice(&max_send.to_le_bytes()); // PreferredSendSize
-    b.extend_from_slice(&max_receive.to_le_bytes()); // MaxReceiveSize
-    b.extend_from_slice(&MAX_FRAGMENTED_SIZE.to_le_bytes()); // MaxFragmentedSize
-    b
+    NegotiateRequest {
+        min_version: VERSION_1_0,
+        max_version: VERSION_1_0,
+        credits_requested: CREDIT_TARGET,
+        preferred_send_size: max_send,
+        max_receive_size: max_receive,
+        max_fragmented_size: MAX_FRAGMENTED_SIZE,
+    }
+    .emit()
 }
 
 /// Negotiate Response (§2.2.2), STATUS_SUCCESS, version 1.0 chosen.
 pub fn negotiate_response(max_send: u32, max_receive: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(NEGOTIATE_RESPONSE_LEN);
-    b.extend_from_slice(&VERSION_1.to_le_bytes()); // MinVersion
-    b.extend_from_slice(&VERSION_1.to_le_bytes()); // MaxVersion
-    b.extend_from_slice(&VERSION_1.to_le_bytes()); // NegotiatedVersion
-    b.extend_from_slice(&0u16.to_le_bytes()); // Reserved
-    b.extend_from_slice(&CREDIT_TARGET.to_le_bytes()); // CreditsRequested
-    b.extend_from_slice(&CREDIT_TARGET.to_le_bytes()); // CreditsGranted
-    b.extend_from_slice(&0u32.to_le_bytes()); // Status
-    b.extend_from_slice(&MAX_READ_WRITE_SIZE.to_le_bytes()); // MaxReadWriteSize
-    b.extend_from_slice(&max_send.to_le_bytes()); // PreferredSendSize
-    b.extend_from_slice(&max_receive.to_le_bytes()); // MaxReceiveSize
-    b.extend_from_slice(&MAX_FRAGMENTED_SIZE.to_le_bytes()); // MaxFragmentedSize
-    b
-}
-
-/// The fields of a data transfer message header (§2.2.3) that vary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataHeader {
-    pub credits_requested: u16,
-    pub credits_granted: u16,
-    pub flags: u16,
-    pub remaining_data_length: u32,
-    pub data_length: u32,
-}
-
-impl DataHeader {
-    /// The 24 bytes before the data: header, DataOffset = 24, 4 bytes of padding.
-    pub fn emit(&self) -> [u8; DATA_OFFSET] {
-        let mut b = [0u8; DATA_OFFSET];
-        b[0..2].copy_from_slice(&self.credits_requested.to_le_bytes());
-        b[2..4].copy_from_slice(&self.credits_granted.to_le_bytes());
-        b[4..6].copy_from_slice(&self.flags.to_le_bytes());
-        // 6..8 Reserved
-        b[8..12].copy_from_slice(&self.remaining_data_length.to_le_bytes());
-        b[12..16].copy_from_slice(&(DATA_OFFSET as u32).to_le_bytes());
-        b[16..20].copy_from_slice(&self.data_length.to_le_bytes());
-        b
+    NegotiateResponse {
+        min_version: VERSION_1_0,
+        max_version: VERSION_1_0,
+        negotiated_version: VERSION_1_0,
+        credits_requested: CREDIT_TARGET,
+        credits_granted: CREDIT_TARGET,
+        status: 0,
+        max_read_write_size: MAX_READ_WRITE_SIZE,
+        preferred_send_size: max_send,
+        max_receive_size: max_receive,
+        max_fragmented_size: MAX_FRAGMENTED_SIZE,
     }
+    .emit()
 }
 
 /// Cut a message of `len` bytes into fragments of at most `max_data` bytes:
@@ -173,15 +121,16 @@ impl<L> SmbDirectTransport<L> {
             let c = &mut self.conns[conn];
             let granted = std::mem::take(&mut c.unreplenished[from as usize]);
             c.unreplenished[1 - from as usize] += 1;
-            let h = DataHeader {
+            let h = DataTransfer {
                 credits_requested: CREDIT_TARGET,
                 credits_granted: granted,
                 flags: 0,
                 remaining_data_length: remaining,
+                data_offset: DataTransfer::DATA_OFFSET,
                 data_length: (e - s) as u32,
             };
             msg.clear();
-            msg.extend_from_slice(&h.emit());
+            msg.extend_from_slice(&h.emit_head());
             let mut base = 0;
             for p in parts {
                 let (lo, hi) = (base, base + p.len());
@@ -327,36 +276,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn layouts() {
-        let r = negotiate_request(1364, 1364);
-        assert_eq!(r.len(), NEGOTIATE_REQUEST_LEN);
-        assert_eq!(u16::from_le_bytes([r[0], r[1]]), 0x0100);
-        assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), 1364);
-        let p = negotiate_response(1364, 1364);
-        assert_eq!(p.len(), NEGOTIATE_RESPONSE_LEN);
-        assert_eq!(
-            u32::from_le_bytes(p[16..20].try_into().unwrap()),
-            MAX_READ_WRITE_SIZE
-        );
-        let h = DataHeader {
-            credits_requested: 255,
-            credits_granted: 3,
-            flags: 0,
-            remaining_data_length: 7,
-            data_length: 9,
-        }
-        .emit();
-        assert_eq!(u32::from_le_bytes(h[12..16].try_into().unwrap()), 24);
-        assert_eq!(u32::from_le_bytes(h[8..12].try_into().unwrap()), 7);
-        let d = BufferDescriptor {
-            offset: 0x1122_3344_5566_7788,
-            token: 0xAABBCCDD,
-            length: 4096,
-        };
-        let mut b = Vec::new();
-        d.emit(&mut b);
-        assert_eq!(BufferDescriptor::parse(&b), Some(d));
-        assert_eq!(BufferDescriptor::parse(&b[..15]), None);
+    fn negotiate_messages_parse_back() {
+        let r = NegotiateRequest::parse(&negotiate_request(1364, 1364)).unwrap();
+        assert_eq!((r.min_version, r.preferred_send_size), (0x0100, 1364));
+        let p = NegotiateResponse::parse(&negotiate_response(1364, 1364)).unwrap();
+        assert_eq!(p.max_read_write_size, MAX_READ_WRITE_SIZE);
     }
 
     #[test]

@@ -17,6 +17,8 @@ use super::data::SplitMix64;
 use super::frames::{flags, Endpoint, FrameBuilder, TcpFields};
 use super::pcap::Tap;
 use super::{ConnId, Host, Side, Transport};
+use smbwire_dissectors::smb2::netbios;
+use smbwire_dissectors::wire::tcp::TcpOption;
 use std::io::{self, Write};
 
 /// The receiver acknowledges every second full segment (RFC 9293 §3.8.6.3 delayed ACK).
@@ -31,7 +33,7 @@ const SYN_WINDOW: u16 = 65535;
 const EPHEMERAL_BASE: u16 = 49152;
 pub const SMB_PORT: u16 = 445;
 /// NetBIOS-style length is 24 bits (MS-SMB2 §2.1).
-pub const MAX_MESSAGE_LEN: usize = (1 << 24) - 1;
+pub const MAX_MESSAGE_LEN: usize = netbios::MAX_LENGTH as usize;
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
@@ -180,8 +182,14 @@ impl TcpLink {
         });
         self.stats.connections += 1;
         // SYN options (RFC 9293 §3.2, RFC 7323 §2.2): MSS, NOP, window scale.
-        let m = (mss as u16).to_be_bytes();
-        let opts = [2, 4, m[0], m[1], 1, 3, 3, WINDOW_SHIFT];
+        let mut opts = Vec::with_capacity(8);
+        for o in [
+            TcpOption::MaxSegmentSize(mss as u16),
+            TcpOption::NoOperation,
+            TcpOption::WindowScale(WINDOW_SHIFT),
+        ] {
+            o.emit(&mut opts);
+        }
         let syn = TcpFields {
             seq: isn[0],
             ack: 0,
@@ -429,9 +437,13 @@ impl<W: Write> Transport<W> for TcpTransport {
                 "SMB2 message longer than 2^24-1",
             ));
         }
-        let l = (smb_len as u32).to_be_bytes();
-        let nbss = [0, l[1], l[2], l[3]];
-        let total = 4 + smb_len;
+        let mut nbss = [0u8; netbios::HEADER_LEN];
+        netbios::Repr {
+            kind: netbios::kind::SESSION_MESSAGE,
+            length: smb_len as u32,
+        }
+        .emit(&mut nbss);
+        let total = netbios::HEADER_LEN + smb_len;
         let ranges: Vec<(usize, usize, bool)> = (0..total.div_ceil(self.mss))
             .map(|i| (i * self.mss, ((i + 1) * self.mss).min(total), true))
             .collect();

@@ -1,8 +1,14 @@
-//! End-to-end checks of generated captures, read back with an independent minimal reader
-//! (pcap records → Ethernet/IPv4/TCP with checksum verification → per-direction TCP
-//! reassembly → NetBIOS-framed SMB2 messages), compared with the returned `Truth`.
+//! End-to-end checks of generated captures, read back through the engine's capture reader,
+//! wire decoder (both checksums verified) and TCP reassembler, then NetBIOS-framed SMB2
+//! messages walked here, compared with the returned `Truth`.
 
 use super::*;
+use smbwire_dissectors::capture::testutil::{open_bytes, read_all};
+use smbwire_dissectors::capture::{linktype, pcap::MAGIC_NANOS};
+use smbwire_dissectors::frame::FrameCtx;
+use smbwire_dissectors::tcp::reassembly::{ReassemblyConfig, Reassembler};
+use smbwire_dissectors::tcp::{Chunk, ReassemblyStats};
+use smbwire_dissectors::wire::{self as engine_wire, ethernet, ipv4, tcp as engine_tcp, Transport};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 const MIB: u64 = 1 << 20;
@@ -12,47 +18,21 @@ pub(super) struct Frame {
     pub(super) data: Vec<u8>,
 }
 
+/// Every frame of a nanosecond Ethernet pcap, through the engine's capture reader, which must
+/// account for the whole file and find nothing odd.
 pub(super) fn read_pcap(b: &[u8]) -> Vec<Frame> {
-    assert!(b.len() >= 24);
-    assert_eq!(
-        u32::from_le_bytes(b[0..4].try_into().unwrap()),
-        0xa1b2_3c4d,
-        "ns pcap magic"
-    );
-    assert_eq!(
-        u32::from_le_bytes(b[20..24].try_into().unwrap()),
-        1,
-        "LINKTYPE_ETHERNET"
-    );
-    let mut out = Vec::new();
-    let mut off = 24;
-    while off < b.len() {
-        let r = &b[off..off + 16];
-        let sec = u64::from(u32::from_le_bytes(r[0..4].try_into().unwrap()));
-        let nsec = u64::from(u32::from_le_bytes(r[4..8].try_into().unwrap()));
-        assert!(nsec < 1_000_000_000);
-        let incl = u32::from_le_bytes(r[8..12].try_into().unwrap()) as usize;
-        let orig = u32::from_le_bytes(r[12..16].try_into().unwrap()) as usize;
-        assert_eq!(incl, orig);
-        out.push(Frame {
-            ts: sec * 1_000_000_000 + nsec,
-            data: b[off + 16..off + 16 + incl].to_vec(),
-        });
-        off += 16 + incl;
-    }
-    assert_eq!(off, b.len());
-    out
-}
-
-pub(super) fn csum(data: &[u8]) -> u16 {
-    let mut acc: u32 = 0;
-    for c in data.chunks(2) {
-        acc += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
+    assert_eq!(u32::from_le_bytes(b[0..4].try_into().unwrap()), MAGIC_NANOS, "ns pcap magic");
+    let pass = read_all(open_bytes(b.to_vec()).expect("the engine opens the capture"));
+    assert_eq!(pass.an.iter().count(), 0, "reader anomalies");
+    assert_eq!(pass.covered(), b.len() as u64, "every byte of the file accounted for");
+    pass.frames
+        .into_iter()
+        .map(|(info, data)| {
+            assert_eq!(info.linktype, linktype::ETHERNET, "LINKTYPE_ETHERNET");
+            assert_eq!(info.orig_len as usize, data.len(), "not cut by a snaplen");
+            Frame { ts: info.ts_ns, data }
+        })
+        .collect()
 }
 
 pub(super) type FlowKey = ([u8; 4], u16, [u8; 4], u16);
@@ -65,63 +45,68 @@ pub(super) struct Segment {
     payload: Vec<u8>,
 }
 
-/// Decode every frame (checking both checksums) and group TCP segments per direction.
+fn octets(ip: std::net::IpAddr) -> [u8; 4] {
+    match ip {
+        std::net::IpAddr::V4(a) => a.octets(),
+        other => panic!("IPv4 expected, got {other}"),
+    }
+}
+
+/// Decode every frame through `wire::decode` (checking both checksums with the engine's views)
+/// and group TCP segments per direction.
 pub(super) fn segments(frames: &[Frame]) -> (BTreeMap<FlowKey, Vec<Segment>>, usize) {
     let mut flows: BTreeMap<FlowKey, Vec<Segment>> = BTreeMap::new();
     let mut max_frame = 0;
     for f in frames {
         let d = &f.data;
         max_frame = max_frame.max(d.len());
-        assert_eq!(&d[12..14], &[0x08, 0x00], "IPv4 EtherType");
-        let ip = &d[14..34];
-        assert_eq!(ip[0], 0x45);
-        assert_eq!(csum(ip), 0xffff, "IPv4 header checksum");
-        let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-        let ip_id = u16::from_be_bytes([ip[4], ip[5]]);
-        assert_eq!(ip[9], 6);
-        let seg = &d[34..14 + total];
-        let mut pseudo = Vec::with_capacity(12 + seg.len());
-        pseudo.extend_from_slice(&ip[12..20]);
-        pseudo.extend_from_slice(&[0, 6]);
-        pseudo.extend_from_slice(&(seg.len() as u16).to_be_bytes());
-        pseudo.extend_from_slice(seg);
-        assert_eq!(csum(&pseudo), 0xffff, "TCP checksum");
-        let key = (
-            ip[12..16].try_into().unwrap(),
-            u16::from_be_bytes([seg[0], seg[1]]),
-            ip[16..20].try_into().unwrap(),
-            u16::from_be_bytes([seg[2], seg[3]]),
-        );
-        let hl = (seg[12] >> 4) as usize * 4;
+        let dec = engine_wire::decode(linktype::ETHERNET, d).expect("Ethernet/IPv4/TCP");
+        assert_eq!(dec.anomaly, None);
+        let Transport::Tcp(t) = dec.transport else {
+            panic!("a TCP segment expected")
+        };
+        let ip = ipv4::Packet::new_checked(&d[ethernet::HEADER_LEN..]).unwrap();
+        assert_eq!(usize::from(ip.header_len()), ipv4::HEADER_LEN, "IPv4 without options");
+        assert!(ip.verify_checksum(), "IPv4 header checksum");
+        let seg = engine_tcp::Packet::new_checked(ip.payload()).unwrap();
+        assert!(seg.verify_checksum(dec.src, dec.dst), "TCP checksum");
+        let key = (octets(dec.src), t.src_port, octets(dec.dst), t.dst_port);
         flows.entry(key).or_default().push(Segment {
-            seq: u32::from_be_bytes(seg[4..8].try_into().unwrap()),
-            flags: seg[13],
-            ip_id,
-            payload: seg[hl..].to_vec(),
+            seq: t.seq,
+            flags: t.flags,
+            ip_id: ip.ident(),
+            payload: t.payload.to_vec(),
         });
     }
     (flows, max_frame)
 }
 
-/// Reassemble one direction: every byte once, no gaps, repeats identical.
+/// One direction through the engine's reassembler, in capture order: every byte once, no gap,
+/// and every repeated segment carries the bytes the stream holds at its place.
 pub(super) fn reassemble(segs: &[Segment]) -> Vec<u8> {
     let syn = segs.iter().find(|s| s.flags & 0x02 != 0).expect("SYN");
     let base = syn.seq.wrapping_add(1);
-    let mut by_off: BTreeMap<u32, &[u8]> = BTreeMap::new();
-    for s in segs.iter().filter(|s| !s.payload.is_empty()) {
-        let off = s.seq.wrapping_sub(base);
-        if let Some(prev) = by_off.insert(off, &s.payload) {
-            assert_eq!(
-                prev,
-                &s.payload[..],
-                "a repeated segment carries the same bytes"
-            );
-        }
-    }
+    let mut r = Reassembler::new(ReassemblyConfig::default());
+    let mut stats = ReassemblyStats::default();
+    let ctx = FrameCtx::default();
     let mut out = Vec::new();
-    for (off, p) in by_off {
-        assert_eq!(off as usize, out.len(), "no gap, no overlap");
-        out.extend_from_slice(p);
+    let mut gaps = 0;
+    let mut deliver = |c: Chunk<'_>, _: &FrameCtx| match c {
+        Chunk::Data(d) => out.extend_from_slice(d),
+        Chunk::Gap(n) => gaps += n,
+    };
+    for s in segs {
+        r.segment(s.seq, s.flags, &s.payload, s.payload.len() as u32, &ctx, &mut stats, &mut deliver);
+    }
+    r.flush(&mut stats, &mut deliver);
+    assert_eq!(gaps, 0, "no gap");
+    for s in segs.iter().filter(|s| !s.payload.is_empty()) {
+        let off = s.seq.wrapping_sub(base) as usize;
+        assert_eq!(
+            out.get(off..off + s.payload.len()),
+            Some(&s.payload[..]),
+            "a repeated segment carries the same bytes"
+        );
     }
     out
 }

@@ -6,27 +6,12 @@
 
 use super::tests::{read_pcap, reassemble, segments, Frame};
 use super::*;
+use smbwire_dissectors::rdma::{cm, ib, mpa};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 const MIB: u64 = 1 << 20;
 const SMALL: u64 = 2 * MIB + 4096 * 3 + 100;
 
-fn bitwise_crc(poly: u32, parts: &[&[u8]]) -> u32 {
-    let mut c = !0u32;
-    for p in parts {
-        for &b in *p {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 != 0 { (c >> 1) ^ poly } else { c >> 1 };
-            }
-        }
-    }
-    !c
-}
-
-fn be24(b: &[u8]) -> u32 {
-    u32::from_be_bytes([0, b[0], b[1], b[2]])
-}
 fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes(b[..4].try_into().unwrap())
 }
@@ -60,8 +45,8 @@ fn op_count(o: &mut Ops, op: u8) {
 }
 
 /// A RoCE frame's sender (IPv4 address; RoCEv1: from its IPv4-mapped source GID) and the
-/// packet from the BTH through the ICRC, after checking the encapsulation and the ICRC with
-/// the variant fields masked. RoCEv2: IPv4 / UDP 4791. RoCEv1: EtherType 0x8915 / GRH.
+/// packet from the BTH through the ICRC, after checking the encapsulation and the ICRC (the
+/// engine's `ib::icrc_rocev1`/`icrc_rocev2`, which mask the variant fields). RoCEv2: IPv4 / UDP 4791. RoCEv1: EtherType 0x8915 / GRH.
 fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
     if d[12..14] == [0x89, 0x15] {
         let grh = &d[14..];
@@ -76,12 +61,7 @@ fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
                 "IPv4-mapped GID"
             );
         }
-        let mut masked = pkt[..end - 4].to_vec();
-        masked[0] |= 0x0f;
-        masked[1..4].fill(0xff);
-        masked[7] = 0xff;
-        masked[40 + 4] = 0xff;
-        let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
+        let crc = ib::icrc_rocev1(&pkt[..end - 4]);
         assert_eq!(crc.to_le_bytes(), pkt[end - 4..], "ICRC");
         return (pkt[20..24].try_into().unwrap(), &pkt[40..]);
     }
@@ -92,16 +72,7 @@ fn roce_packet(d: &[u8]) -> ([u8; 4], &[u8]) {
     let pkt = &ip[..total];
     assert_eq!(u16::from_be_bytes([pkt[22], pkt[23]]), 4791);
     assert_eq!(&pkt[26..28], &[0, 0], "UDP checksum not used");
-    // ICRC, with the variant fields masked.
-    let mut masked = pkt[..total - 4].to_vec();
-    masked[1] = 0xff;
-    masked[8] = 0xff;
-    masked[10] = 0xff;
-    masked[11] = 0xff;
-    masked[26] = 0xff;
-    masked[27] = 0xff;
-    masked[28 + 4] = 0xff;
-    let crc = bitwise_crc(0xEDB8_8320, &[&[0xff; 8], &masked]);
+    let crc = ib::icrc_rocev2(&pkt[..total - 4]);
     assert_eq!(crc.to_le_bytes(), pkt[total - 4..], "ICRC");
     (pkt[12..16].try_into().unwrap(), &pkt[28..])
 }
@@ -117,25 +88,20 @@ pub(super) fn roce_ops(frames: &[Frame]) -> Ops {
     let (mut req_qpn, mut rep_qpn) = (HashMap::new(), HashMap::new());
     for f in frames {
         let (src, body) = roce_packet(&f.data);
-        let bth = &body[..12];
-        let op = bth[0];
-        let pad = usize::from((bth[1] >> 4) & 3);
-        let dest_qp = be24(&bth[5..8]);
-        let psn = be24(&bth[9..12]);
-        let rest = body[12..body.len() - 4 - pad].to_vec();
-        if op == 0x64 {
-            assert_eq!(dest_qp, 1, "CM MADs go to QP1");
-            assert_eq!(rest.len(), 8 + 256);
-            let mad = &rest[8..];
-            assert_eq!(mad[1], 0x07, "CM class");
-            match u16::from_be_bytes([mad[16], mad[17]]) {
-                0x10 => {
-                    req_qpn.insert(be32(&mad[24..]), be24(&mad[56..]));
+        let bth = ib::Bth::parse(body).unwrap();
+        let (op, dest_qp, psn) = (bth.opcode, bth.dest_qp, bth.psn);
+        let rest = body[ib::BTH_LEN..body.len() - ib::ICRC_LEN - usize::from(bth.pad_count)].to_vec();
+        if op == ib::opcode::UD_SEND_ONLY {
+            assert_eq!(dest_qp, ib::QP1, "CM MADs go to QP1");
+            assert_eq!(rest.len(), ib::DETH_LEN + cm::MAD_LEN);
+            match cm::parse(&rest[ib::DETH_LEN..]).expect("a CM MAD") {
+                cm::Message::Request { local_comm_id, local_qpn, .. } => {
+                    req_qpn.insert(local_comm_id, local_qpn);
                 }
-                0x13 => {
-                    rep_qpn.insert(be32(&mad[28..]), be24(&mad[36..]));
+                cm::Message::Reply { remote_comm_id, local_qpn, .. } => {
+                    rep_qpn.insert(remote_comm_id, local_qpn);
                 }
-                _ => {}
+                cm::Message::Other(_) => {}
             }
             o.cm += 1;
             op_count(&mut o, op);
@@ -323,7 +289,7 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
             let end = off + 2 + len + pad;
             let got = u32::from_le_bytes(fp[end..end + 4].try_into().unwrap());
             if crc && !markers {
-                assert_eq!(got, bitwise_crc(0x82F6_3B78, &[&fp[off..end]]), "MPA CRC");
+                assert_eq!(got, mpa::crc32c(&fp[off..end]), "MPA CRC");
             } else if !crc {
                 assert_eq!(got, 0);
             }

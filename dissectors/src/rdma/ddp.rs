@@ -9,6 +9,15 @@ pub const TAGGED_HEADER_LEN: usize = 14;
 pub const UNTAGGED_HEADER_LEN: usize = 18;
 pub const READ_REQUEST_LEN: usize = 28;
 
+/// DDP queue numbers RDMAP uses for untagged messages (RFC 5040 §5.1).
+pub mod queue {
+    /// Send, Send with Invalidate, with Solicited Event, with both.
+    pub const SEND: u32 = 0;
+    pub const READ_REQUEST: u32 = 1;
+    pub const TERMINATE: u32 = 2;
+}
+
+/// RDMAP opcodes (RFC 5040 §4.3).
 pub mod opcode {
     pub const WRITE: u8 = 0;
     pub const READ_REQUEST: u8 = 1;
@@ -121,23 +130,54 @@ impl ReadRequest {
     }
 }
 
+/// The Terminate Control field that starts an RDMAP Terminate message (RFC 5040 §4.8): the
+/// layer that found the error (0 RDMAP, 1 DDP, 2 LLP), its error type and code (the RFC 6580
+/// registries), and Hdrct, which says which headers of the offending message follow
+/// (0b100 M: DDP segment length and MPA, 0b010 D: DDP header, 0b001 R: RDMAP header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TerminateControl {
+    pub layer: u8,
+    pub etype: u8,
+    pub error_code: u8,
+    pub hdrct: u8,
+}
+
+impl TerminateControl {
+    pub const LEN: usize = 4;
+    pub fn parse(b: &[u8]) -> Result<TerminateControl, Error> {
+        let b = b.get(..Self::LEN).ok_or(Error::Truncated)?;
+        Ok(TerminateControl { layer: b[0] >> 4, etype: b[0] & 0x0f, error_code: b[1], hdrct: b[2] >> 5 })
+    }
+    /// The 4 bytes, reserved bits zero.
+    pub fn emit(&self) -> [u8; Self::LEN] {
+        [(self.layer & 0x0f) << 4 | (self.etype & 0x0f), self.error_code, (self.hdrct & 0x07) << 5, 0]
+    }
+}
+
 /// Builds a ULPDU (tests, synthesizer).
 pub fn emit(opcode: u8, last: bool, buffer: Buffer, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(UNTAGGED_HEADER_LEN + payload.len());
+    emit_header(&mut v, opcode, last, buffer);
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Appends the DDP and RDMAP headers of one segment (DDP version 1, RDMAP version 1) to `out`;
+/// the tagged flag follows `buffer`.
+pub fn emit_header(out: &mut Vec<u8>, opcode: u8, last: bool, buffer: Buffer) {
     let tagged = matches!(buffer, Buffer::Tagged { .. });
-    let mut v = vec![u8::from(tagged) << 7 | u8::from(last) << 6 | 1, 0x40 | (opcode & 0x0f)];
+    out.extend_from_slice(&[u8::from(tagged) << 7 | u8::from(last) << 6 | 1, 0x40 | (opcode & 0x0f)]);
     match buffer {
         Buffer::Tagged { stag, to } => {
-            v.extend_from_slice(&stag.to_be_bytes());
-            v.extend_from_slice(&to.to_be_bytes());
+            out.extend_from_slice(&stag.to_be_bytes());
+            out.extend_from_slice(&to.to_be_bytes());
         }
         Buffer::Untagged { qn, msn, mo, inval_stag } => {
             for x in [inval_stag, qn, msn, mo] {
-                v.extend_from_slice(&x.to_be_bytes());
+                out.extend_from_slice(&x.to_be_bytes());
             }
         }
     }
-    v.extend_from_slice(payload);
-    v
 }
 
 #[cfg(test)]
@@ -170,6 +210,11 @@ mod tests {
         bad[1] = 0x80;
         assert_eq!(Segment::parse(&bad), Err(Error::BadVersion));
         assert_eq!(Segment::parse(&w[..10]), Err(Error::Truncated));
+        // DDP layer, Tagged Buffer Error, Invalid STag (RFC 6580: 0x1/0x1/0x00), D and R set.
+        let t = TerminateControl { layer: 1, etype: 1, error_code: 0, hdrct: 0b011 };
+        assert_eq!(t.emit(), [0x11, 0x00, 0x60, 0x00]);
+        assert_eq!(TerminateControl::parse(&t.emit()), Ok(t));
+        assert_eq!(TerminateControl::parse(&[0x11, 0]), Err(Error::Truncated));
         let r = ReadRequest { sink_stag: 1, sink_to: 2, size: 3, src_stag: 4, src_to: 5 };
         assert_eq!(ReadRequest::parse(&r.emit()), Ok(r));
     }

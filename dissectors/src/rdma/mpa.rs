@@ -10,6 +10,8 @@
 pub const KEY_LEN: usize = 16;
 pub const REQ_KEY: &[u8; KEY_LEN] = b"MPA ID Req Frame";
 pub const REP_KEY: &[u8; KEY_LEN] = b"MPA ID Rep Frame";
+/// MPA revision 1 (RFC 5044 §7.1).
+pub const REVISION_1: u8 = 1;
 /// Key, flags, revision, PD_Length.
 pub const FRAME_HEADER_LEN: usize = 20;
 /// RFC 5044 §7.1: private data is at most 512 octets.
@@ -89,71 +91,86 @@ pub fn fpdu_len(ulpdu_len: usize) -> usize {
     LENGTH_LEN + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN
 }
 
-const fn crc32c_table() -> [u32; 256] {
-    let mut t = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0x82F6_3B78 } else { c >> 1 };
-            k += 1;
-        }
-        t[i] = c;
-        i += 1;
-    }
-    t
-}
-static CRC32C: [u32; 256] = crc32c_table();
-
-/// CRC32c (Castagnoli), streaming: `crc32c_update(!0, ..)` ... then `!crc`.
-pub fn crc32c_update(mut crc: u32, data: &[u8]) -> u32 {
-    for &b in data {
-        crc = CRC32C[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
-    }
-    crc
-}
+/// CRC32c (Castagnoli, the iSCSI CRC of RFC 3385) that MPA uses (RFC 5044 §4.1), from the
+/// `crc` crate.
+static CRC32C: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
 pub fn crc32c(data: &[u8]) -> u32 {
-    !crc32c_update(!0, data)
+    CRC32C.checksum(data)
 }
 
 /// Builds an FPDU (tests, synthesizer) that starts at stream position `pos` (relative to the
 /// marker base), inserting markers when `markers`, with a real CRC when `crc`.
 pub fn emit_fpdu(ulpdu: &[u8], pos: u64, markers: bool, crc: bool) -> Vec<u8> {
-    let mut logical = Vec::with_capacity(fpdu_len(ulpdu.len()));
-    logical.extend_from_slice(&(ulpdu.len() as u16).to_be_bytes());
-    logical.extend_from_slice(ulpdu);
-    logical.resize(logical.len() + pad_len(ulpdu.len()), 0);
-    let mut raw = Vec::with_capacity(logical.len() + 16);
-    let body_end = logical.len();
-    let mut i = 0;
+    let mut raw = Vec::with_capacity(fpdu_len(ulpdu.len()) + 16);
+    emit_fpdu_into(&mut raw, pos, &[ulpdu], markers, crc);
+    raw
+}
+
+/// Appends to `out` the FPDU whose ULPDU is the concatenation of `ulpdu` parts, placed at
+/// stream position `pos` (relative to the marker base); returns the stream position after it.
+/// A marker falls at every `MARKER_INTERVAL`th octet, FPDUPTR pointing back to this FPDU's
+/// start (RFC 5044 §5); the CRC covers the markers before it (§4.1) and is stored least
+/// significant byte first. A marker due right after the CRC is written too: the sender puts
+/// it at the end of this FPDU's TCP segment so that the next segment starts with an FPDU
+/// header (§6, FPDU alignment), and it points back to this FPDU.
+pub fn emit_fpdu_into(out: &mut Vec<u8>, pos: u64, ulpdu: &[&[u8]], markers: bool, crc: bool) -> u64 {
+    let len: usize = ulpdu.iter().map(|p| p.len()).sum();
+    let start = out.len();
     let mut at = pos;
-    let put = |raw: &mut Vec<u8>, at: &mut u64, b: u8| {
+    let marker = |out: &mut Vec<u8>, at: &mut u64| {
         if markers && (*at).is_multiple_of(MARKER_INTERVAL) {
-            let back = (*at - pos) as u16;
-            raw.extend_from_slice(&[0, 0]);
-            raw.extend_from_slice(&back.to_be_bytes());
+            out.extend_from_slice(&[0, 0]);
+            out.extend_from_slice(&((*at - pos) as u16).to_be_bytes());
             *at += MARKER_LEN as u64;
         }
-        raw.push(b);
-        *at += 1;
     };
-    while i < body_end {
-        put(&mut raw, &mut at, logical[i]);
-        i += 1;
+    let put = |out: &mut Vec<u8>, at: &mut u64, bytes: &[u8]| {
+        for &b in bytes {
+            marker(out, at);
+            out.push(b);
+            *at += 1;
+        }
+    };
+    put(out, &mut at, &(len as u16).to_be_bytes());
+    for p in ulpdu {
+        put(out, &mut at, p);
     }
-    if markers && at.is_multiple_of(MARKER_INTERVAL) {
-        // A marker due where the CRC field starts precedes it and is covered by it.
-        raw.extend_from_slice(&[0, 0]);
-        raw.extend_from_slice(&((at - pos) as u16).to_be_bytes());
-        at += MARKER_LEN as u64;
+    put(out, &mut at, &[0u8; 3][..pad_len(len)]);
+    let mut crc_at = [0usize; CRC_LEN];
+    for slot in crc_at.iter_mut() {
+        put(out, &mut at, &[0]);
+        *slot = out.len() - 1;
     }
-    let c = if crc { crc32c(&raw) } else { 0 };
-    for b in c.to_le_bytes() {
-        put(&mut raw, &mut at, b);
+    marker(out, &mut at);
+    if crc {
+        let c = crc32c(&out[start..crc_at[0]]);
+        for (i, v) in crc_at.iter().zip(c.to_le_bytes()) {
+            out[*i] = v;
+        }
     }
-    raw
+    at
+}
+
+/// Where an FPDU with a `ulpdu_len`-byte ULPDU placed at stream position `pos` ends, the
+/// markers inside it included and a marker due right after it not (the same walk as
+/// `emit_fpdu_into`, without the bytes).
+pub fn fpdu_end(pos: u64, ulpdu_len: usize, markers: bool) -> u64 {
+    let mut remaining = fpdu_len(ulpdu_len) as u64;
+    if !markers {
+        return pos + remaining;
+    }
+    let mut at = pos;
+    while remaining > 0 {
+        if at.is_multiple_of(MARKER_INTERVAL) {
+            at += MARKER_LEN as u64;
+        }
+        let next = (at / MARKER_INTERVAL + 1) * MARKER_INTERVAL;
+        let step = remaining.min(next - at);
+        at += step;
+        remaining -= step;
+    }
+    at
 }
 
 #[cfg(test)]
@@ -174,6 +191,29 @@ mod tests {
         assert_eq!(crc32c(&b[..40]).to_le_bytes(), b[40..44]);
         assert_eq!(emit_fpdu(ulpdu, 0, true, true), b);
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+    }
+
+    /// An FPDU that ends on a marker boundary is followed by that marker, pointing back to it,
+    /// and `fpdu_end` agrees with the bytes written.
+    #[test]
+    fn marker_after_the_crc_and_fpdu_end() {
+        // 2 + 502 + 0 pad + 4 CRC = 508 bytes after the 4-byte marker at 0: ends at 512.
+        let ulpdu = [0x5a; 502];
+        let mut out = Vec::new();
+        let end = emit_fpdu_into(&mut out, 0, &[&ulpdu[..100], &ulpdu[100..]], true, true);
+        assert_eq!((end, out.len()), (516, 516));
+        assert_eq!(&out[512..], &[0, 0, 0x02, 0x00]);
+        assert_eq!(crc32c(&out[..508]).to_le_bytes(), out[508..512]);
+        assert_eq!(fpdu_end(0, 502, true), 512);
+        for (pos, len) in [(0u64, 34usize), (8, 1000), (500, 3), (511, 1400), (4, 502)] {
+            let mut v = Vec::new();
+            let e = emit_fpdu_into(&mut v, pos, &[&vec![1; len]], true, false);
+            assert_eq!(v.len() as u64, e - pos);
+            let trailing = if e.is_multiple_of(MARKER_INTERVAL) { 0 } else { MARKER_LEN as u64 };
+            let f = fpdu_end(pos, len, true);
+            assert!(f == e || (f.is_multiple_of(MARKER_INTERVAL) && f + trailing == e), "{pos} {len}");
+            assert_eq!(fpdu_end(pos, len, false), pos + fpdu_len(len) as u64);
+        }
     }
 
     #[test]

@@ -360,6 +360,30 @@ impl ErrorResponse {
     }
 }
 
+/// SecurityMode of NEGOTIATE (§2.2.3, §2.2.4; 16 bits) and SESSION_SETUP (§2.2.5; 8 bits).
+pub mod security_mode {
+    pub const SIGNING_ENABLED: u16 = 0x0001;
+    pub const SIGNING_REQUIRED: u16 = 0x0002;
+}
+
+/// SMB2_GLOBAL_CAP_* of NEGOTIATE and SESSION_SETUP (§2.2.3).
+pub mod global_cap {
+    pub const DFS: u32 = 0x0000_0001;
+    pub const LEASING: u32 = 0x0000_0002;
+    pub const LARGE_MTU: u32 = 0x0000_0004;
+    pub const MULTI_CHANNEL: u32 = 0x0000_0008;
+    pub const PERSISTENT_HANDLES: u32 = 0x0000_0010;
+    pub const DIRECTORY_LEASING: u32 = 0x0000_0020;
+    pub const ENCRYPTION: u32 = 0x0000_0040;
+}
+
+/// ShareType of TREE_CONNECT responses (§2.2.10).
+pub mod share_type {
+    pub const DISK: u8 = 0x01;
+    pub const PIPE: u8 = 0x02;
+    pub const PRINT: u8 = 0x03;
+}
+
 /// NEGOTIATE context types (§2.2.3.1).
 pub mod negotiate_context {
     pub const PREAUTH_INTEGRITY_CAPABILITIES: u16 = 0x0001;
@@ -371,10 +395,34 @@ pub mod negotiate_context {
     pub const SIGNING_CAPABILITIES: u16 = 0x0008;
 }
 
+/// Dialect revisions (§2.2.3).
+pub mod dialect {
+    pub const SMB202: u16 = 0x0202;
+    pub const SMB210: u16 = 0x0210;
+    pub const SMB300: u16 = 0x0300;
+    pub const SMB302: u16 = 0x0302;
+    pub const SMB311: u16 = 0x0311;
+}
+
+/// HashAlgorithms of the PREAUTH_INTEGRITY_CAPABILITIES context (§2.2.3.1.1).
+pub mod hash_algorithm {
+    pub const SHA512: u16 = 0x0001;
+}
+
+/// Ciphers of the ENCRYPTION_CAPABILITIES context (§2.2.3.1.2).
+pub mod cipher {
+    pub const AES128_CCM: u16 = 0x0001;
+    pub const AES128_GCM: u16 = 0x0002;
+    pub const AES256_CCM: u16 = 0x0003;
+    pub const AES256_GCM: u16 = 0x0004;
+}
+
 /// What the negotiate contexts of a 3.1.1 NEGOTIATE request or response say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NegotiateContexts {
     pub preauth_hash_algorithms: Vec<u16>,
+    /// The PREAUTH_INTEGRITY_CAPABILITIES Salt.
+    pub preauth_salt: Vec<u8>,
     pub ciphers: Vec<u16>,
     pub compression_algorithms: Vec<u16>,
     pub compression_flags: u32,
@@ -404,7 +452,11 @@ impl NegotiateContexts {
             out.types.push(ctype);
             let n = |i| u16_at(data, i).map(|v| v as usize);
             match ctype {
-                negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES => out.preauth_hash_algorithms = u16_list(data, 4, n(0)?),
+                negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES => {
+                    out.preauth_hash_algorithms = u16_list(data, 4, n(0)?);
+                    let salt_at = 4 + 2 * n(0)?;
+                    out.preauth_salt = data.get(salt_at..salt_at + n(2)?).unwrap_or_default().to_vec();
+                }
                 negotiate_context::ENCRYPTION_CAPABILITIES => out.ciphers = u16_list(data, 2, n(0)?),
                 negotiate_context::COMPRESSION_CAPABILITIES => {
                     out.compression_flags = u32_at(data, 4)?;
@@ -464,6 +516,9 @@ pub struct NegotiateResponse {
     pub max_transact_size: u32,
     pub max_read_size: u32,
     pub max_write_size: u32,
+    /// FILETIMEs (MS-DTYP §2.3.3).
+    pub system_time: u64,
+    pub server_start_time: u64,
     /// Present for dialect 0x0311.
     pub contexts: Option<NegotiateContexts>,
 }
@@ -488,6 +543,8 @@ impl NegotiateResponse {
             max_transact_size: u32_at(msg, b + 28)?,
             max_read_size: u32_at(msg, b + 32)?,
             max_write_size: u32_at(msg, b + 36)?,
+            system_time: u64_at(msg, b + 40)?,
+            server_start_time: u64_at(msg, b + 48)?,
             contexts,
         })
     }
@@ -588,7 +645,13 @@ impl TreeConnectResponse {
 /// CREATE request (§2.2.13), StructureSize 57.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
+    pub security_flags: u8,
+    pub requested_oplock_level: u8,
+    pub impersonation_level: u32,
+    pub smb_create_flags: u64,
     pub desired_access: u32,
+    pub file_attributes: u32,
+    pub share_access: u32,
     pub create_disposition: u32,
     pub create_options: u32,
     /// Path relative to the share, UTF-16LE on the wire (empty = the share root).
@@ -610,7 +673,13 @@ impl CreateRequest {
             utf16le(range(msg, off, len)?)
         };
         Ok(CreateRequest {
+            security_flags: *msg.get(b + 2).ok_or(Error::Truncated)?,
+            requested_oplock_level: *msg.get(b + 3).ok_or(Error::Truncated)?,
+            impersonation_level: u32_at(msg, b + 4)?,
+            smb_create_flags: u64_at(msg, b + 8)?,
             desired_access: u32_at(msg, b + 24)?,
+            file_attributes: u32_at(msg, b + 28)?,
+            share_access: u32_at(msg, b + 32)?,
             create_disposition: u32_at(msg, b + 36)?,
             create_options: u32_at(msg, b + 40)?,
             name,
@@ -621,7 +690,15 @@ impl CreateRequest {
 /// CREATE response (§2.2.14), StructureSize 89.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateResponse {
+    pub oplock_level: u8,
+    pub flags: u8,
     pub create_action: u32,
+    /// FILETIMEs (MS-DTYP §2.3.3).
+    pub creation_time: u64,
+    pub last_access_time: u64,
+    pub last_write_time: u64,
+    pub change_time: u64,
+    pub allocation_size: u64,
     pub end_of_file: u64,
     pub file_attributes: u32,
     /// SMB2_FILEID: Persistent (8) then Volatile (8).
@@ -633,7 +710,14 @@ impl CreateResponse {
         structure_size(msg, 89)?;
         let b = HEADER_LEN;
         Ok(CreateResponse {
+            oplock_level: *msg.get(b + 2).ok_or(Error::Truncated)?,
+            flags: *msg.get(b + 3).ok_or(Error::Truncated)?,
             create_action: u32_at(msg, b + 4)?,
+            creation_time: u64_at(msg, b + 8)?,
+            last_access_time: u64_at(msg, b + 16)?,
+            last_write_time: u64_at(msg, b + 24)?,
+            change_time: u64_at(msg, b + 32)?,
+            allocation_size: u64_at(msg, b + 40)?,
             end_of_file: u64_at(msg, b + 48)?,
             file_attributes: u32_at(msg, b + 56)?,
             file_id: bytes16_at(msg, b + 64)?,
@@ -668,6 +752,21 @@ impl BufferDescriptorV1 {
     /// At most this many descriptors are kept per request.
     pub const MAX: usize = 64;
 
+    pub fn parse(b: &[u8]) -> Option<BufferDescriptorV1> {
+        let d = b.get(..Self::LEN)?;
+        Some(BufferDescriptorV1 {
+            offset: u64::from_le_bytes(d[0..8].try_into().ok()?),
+            token: u32::from_le_bytes(d[8..12].try_into().ok()?),
+            length: u32::from_le_bytes(d[12..16].try_into().ok()?),
+        })
+    }
+
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.token.to_le_bytes());
+        out.extend_from_slice(&self.length.to_le_bytes());
+    }
+
     /// The array at header-relative `off`, `len` bytes. An empty range yields an empty list.
     pub fn parse_array(msg: &[u8], off: usize, len: usize) -> Result<Vec<BufferDescriptorV1>> {
         if len == 0 {
@@ -677,14 +776,7 @@ impl BufferDescriptorV1 {
             return Err(Error::BadOffset);
         }
         let b = range(msg, off, len)?;
-        Ok(b.chunks_exact(Self::LEN)
-            .take(Self::MAX)
-            .map(|d| BufferDescriptorV1 {
-                offset: u64::from_le_bytes(d[0..8].try_into().unwrap_or([0; 8])),
-                token: u32::from_le_bytes(d[8..12].try_into().unwrap_or([0; 4])),
-                length: u32::from_le_bytes(d[12..16].try_into().unwrap_or([0; 4])),
-            })
-            .collect())
+        Ok(b.chunks_exact(Self::LEN).take(Self::MAX).filter_map(Self::parse).collect())
     }
 }
 
@@ -826,6 +918,332 @@ pub fn parse_empty_body(msg: &[u8]) -> Result<()> {
 /// CLOSE response (§2.2.16), StructureSize 60.
 pub fn parse_close_response(msg: &[u8]) -> Result<()> {
     structure_size(msg, 60)
+}
+
+// Encoders (tests and the synthesizer): each message as its parser above reads it, header
+// first. Reserved fields are zero; a variable Buffer that would be empty holds the one byte
+// StructureSize counts.
+
+/// A message buffer holding the 64-byte header `h`, with room for `body` more bytes.
+fn start_message(h: &HeaderRepr, body: usize) -> Vec<u8> {
+    let mut head = [0u8; HEADER_LEN];
+    h.emit(&mut head);
+    let mut v = Vec::with_capacity(HEADER_LEN + body);
+    v.extend_from_slice(&head);
+    v
+}
+
+fn put_u16(v: &mut Vec<u8>, x: u16) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+fn put_u32(v: &mut Vec<u8>, x: u32) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+fn put_u64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+/// Header-relative offset of the Buffer of a READ or WRITE request, after the 48-byte fixed
+/// part: where the channel info (or inline WRITE data) goes.
+pub const READ_WRITE_REQUEST_BUFFER_OFFSET: u16 = (HEADER_LEN + WriteRequest::FIXED_LEN) as u16;
+
+impl NegotiateContexts {
+    /// Appends, each 8-byte aligned in `v` (which starts with the SMB2 header), the contexts
+    /// listed in `types` that this struct holds the data of: PREAUTH_INTEGRITY (hash
+    /// algorithms, salt), ENCRYPTION (ciphers), SIGNING (algorithms). Returns how many.
+    fn emit(&self, v: &mut Vec<u8>) -> u16 {
+        let mut count = 0;
+        for &ctype in &self.types {
+            let mut data = Vec::new();
+            let list = |data: &mut Vec<u8>, l: &[u16]| {
+                put_u16(data, l.len() as u16);
+                for x in l {
+                    put_u16(data, *x);
+                }
+            };
+            match ctype {
+                negotiate_context::PREAUTH_INTEGRITY_CAPABILITIES => {
+                    put_u16(&mut data, self.preauth_hash_algorithms.len() as u16);
+                    put_u16(&mut data, self.preauth_salt.len() as u16);
+                    for x in &self.preauth_hash_algorithms {
+                        put_u16(&mut data, *x);
+                    }
+                    data.extend_from_slice(&self.preauth_salt);
+                }
+                negotiate_context::ENCRYPTION_CAPABILITIES => list(&mut data, &self.ciphers),
+                negotiate_context::SIGNING_CAPABILITIES => list(&mut data, &self.signing_algorithms),
+                _ => continue,
+            }
+            v.resize(v.len().next_multiple_of(8), 0);
+            put_u16(v, ctype);
+            put_u16(v, data.len() as u16);
+            put_u32(v, 0); // Reserved
+            v.extend_from_slice(&data);
+            count += 1;
+        }
+        count
+    }
+}
+
+impl NegotiateRequest {
+    /// The dialects after the 36-byte fixed part; with `contexts`, NegotiateContextOffset and
+    /// Count in place of ClientStartTime and the contexts after the dialects, 8-byte aligned.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 36 + 2 * self.dialects.len() + 96);
+        put_u16(&mut v, 36);
+        put_u16(&mut v, self.dialects.len() as u16);
+        put_u16(&mut v, self.security_mode);
+        put_u16(&mut v, 0); // Reserved
+        put_u32(&mut v, self.capabilities);
+        v.extend_from_slice(&self.client_guid);
+        let context_at = v.len();
+        put_u64(&mut v, 0); // NegotiateContextOffset, Count, Reserved2 (or ClientStartTime)
+        for d in &self.dialects {
+            put_u16(&mut v, *d);
+        }
+        if let Some(c) = &self.contexts {
+            v.resize(v.len().next_multiple_of(8), 0);
+            let off = v.len() as u32;
+            let n = c.emit(&mut v);
+            v[context_at..context_at + 4].copy_from_slice(&off.to_le_bytes());
+            v[context_at + 4..context_at + 6].copy_from_slice(&n.to_le_bytes());
+        }
+        v
+    }
+}
+
+impl NegotiateResponse {
+    /// `security_buffer` right after the 64-byte fixed part; with `contexts`, the contexts
+    /// after it, 8-byte aligned.
+    pub fn emit(&self, h: &HeaderRepr, security_buffer: &[u8]) -> Vec<u8> {
+        let mut v = start_message(h, 64 + security_buffer.len() + 96);
+        put_u16(&mut v, 65);
+        put_u16(&mut v, self.security_mode);
+        put_u16(&mut v, self.dialect_revision);
+        let count_at = v.len();
+        put_u16(&mut v, 0); // NegotiateContextCount (or Reserved)
+        v.extend_from_slice(&self.server_guid);
+        put_u32(&mut v, self.capabilities);
+        put_u32(&mut v, self.max_transact_size);
+        put_u32(&mut v, self.max_read_size);
+        put_u32(&mut v, self.max_write_size);
+        put_u64(&mut v, self.system_time);
+        put_u64(&mut v, self.server_start_time);
+        put_u16(&mut v, (HEADER_LEN + 64) as u16); // SecurityBufferOffset
+        put_u16(&mut v, security_buffer.len() as u16);
+        let offset_at = v.len();
+        put_u32(&mut v, 0); // NegotiateContextOffset (or Reserved2)
+        v.extend_from_slice(security_buffer);
+        if let Some(c) = &self.contexts {
+            v.resize(v.len().next_multiple_of(8), 0);
+            let off = v.len() as u32;
+            let n = c.emit(&mut v);
+            v[count_at..count_at + 2].copy_from_slice(&n.to_le_bytes());
+            v[offset_at..offset_at + 4].copy_from_slice(&off.to_le_bytes());
+        }
+        v
+    }
+}
+
+impl SessionSetupRequest {
+    /// Channel 0; `security_buffer` (the GSS token) right after the 24-byte fixed part.
+    pub fn emit(&self, h: &HeaderRepr, security_buffer: &[u8]) -> Vec<u8> {
+        let mut v = start_message(h, 24 + security_buffer.len());
+        put_u16(&mut v, 25);
+        v.extend_from_slice(&[self.flags, self.security_mode]);
+        put_u32(&mut v, self.capabilities);
+        put_u32(&mut v, 0); // Channel
+        put_u16(&mut v, (HEADER_LEN + 24) as u16); // SecurityBufferOffset
+        put_u16(&mut v, security_buffer.len() as u16);
+        put_u64(&mut v, self.previous_session_id);
+        v.extend_from_slice(security_buffer);
+        v
+    }
+}
+
+impl SessionSetupResponse {
+    /// `security_buffer` right after the 8-byte fixed part.
+    pub fn emit(&self, h: &HeaderRepr, security_buffer: &[u8]) -> Vec<u8> {
+        let mut v = start_message(h, 8 + security_buffer.len());
+        put_u16(&mut v, 9);
+        put_u16(&mut v, self.session_flags);
+        put_u16(&mut v, (HEADER_LEN + 8) as u16); // SecurityBufferOffset
+        put_u16(&mut v, security_buffer.len() as u16);
+        v.extend_from_slice(security_buffer);
+        v
+    }
+}
+
+impl CreateRequest {
+    /// The name right after the 56-byte fixed part; no create contexts.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let name: Vec<u8> = self.name.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let mut v = start_message(h, 56 + name.len().max(1));
+        put_u16(&mut v, 57);
+        v.extend_from_slice(&[self.security_flags, self.requested_oplock_level]);
+        put_u32(&mut v, self.impersonation_level);
+        put_u64(&mut v, self.smb_create_flags);
+        put_u64(&mut v, 0); // Reserved
+        put_u32(&mut v, self.desired_access);
+        put_u32(&mut v, self.file_attributes);
+        put_u32(&mut v, self.share_access);
+        put_u32(&mut v, self.create_disposition);
+        put_u32(&mut v, self.create_options);
+        put_u16(&mut v, (HEADER_LEN + 56) as u16); // NameOffset
+        put_u16(&mut v, name.len() as u16);
+        put_u32(&mut v, 0); // CreateContextsOffset
+        put_u32(&mut v, 0); // CreateContextsLength
+        v.extend_from_slice(&name);
+        if name.is_empty() {
+            v.push(0);
+        }
+        v
+    }
+}
+
+impl CreateResponse {
+    /// No create contexts.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 88);
+        put_u16(&mut v, 89);
+        v.extend_from_slice(&[self.oplock_level, self.flags]);
+        put_u32(&mut v, self.create_action);
+        for t in [self.creation_time, self.last_access_time, self.last_write_time, self.change_time, self.allocation_size, self.end_of_file] {
+            put_u64(&mut v, t);
+        }
+        put_u32(&mut v, self.file_attributes);
+        put_u32(&mut v, 0); // Reserved2
+        v.extend_from_slice(&self.file_id);
+        put_u32(&mut v, 0); // CreateContextsOffset
+        put_u32(&mut v, 0); // CreateContextsLength
+        v
+    }
+}
+
+/// CLOSE response (§2.2.16) to a request without SMB2_CLOSE_FLAG_POSTQUERY_ATTRIB: Flags 0 and
+/// the attribute fields zero, as `parse_close_response` expects.
+pub fn emit_close_response(h: &HeaderRepr) -> Vec<u8> {
+    let mut v = start_message(h, 60);
+    put_u16(&mut v, 60);
+    v.resize(HEADER_LEN + 60, 0);
+    v
+}
+
+impl TreeConnectRequest {
+    /// The path right after the 8-byte fixed part (no extension).
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let path: Vec<u8> = self.path.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let mut v = start_message(h, 8 + path.len());
+        put_u16(&mut v, 9);
+        put_u16(&mut v, self.flags);
+        put_u16(&mut v, (HEADER_LEN + 8) as u16); // PathOffset
+        put_u16(&mut v, path.len() as u16);
+        v.extend_from_slice(&path);
+        v
+    }
+}
+
+impl TreeConnectResponse {
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 16);
+        put_u16(&mut v, 16);
+        v.extend_from_slice(&[self.share_type, 0]);
+        put_u32(&mut v, self.share_flags);
+        put_u32(&mut v, self.capabilities);
+        put_u32(&mut v, self.maximal_access);
+        v
+    }
+}
+
+impl CloseRequest {
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 24);
+        put_u16(&mut v, 24);
+        put_u16(&mut v, self.flags);
+        put_u32(&mut v, 0); // Reserved
+        v.extend_from_slice(&self.file_id);
+        v
+    }
+}
+
+impl ReadRequest {
+    /// ReadChannelInfo, when there is any, fills the Buffer right after the fixed part.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let info = BufferDescriptorV1::LEN * self.read_channel_info.len();
+        let mut v = start_message(h, Self::FIXED_LEN + info.max(1));
+        put_u16(&mut v, 49);
+        v.extend_from_slice(&[self.padding, self.flags]);
+        put_u32(&mut v, self.length);
+        put_u64(&mut v, self.offset);
+        v.extend_from_slice(&self.file_id);
+        put_u32(&mut v, self.minimum_count);
+        put_u32(&mut v, self.channel);
+        put_u32(&mut v, self.remaining_bytes);
+        let at = if info == 0 { 0 } else { READ_WRITE_REQUEST_BUFFER_OFFSET };
+        put_u16(&mut v, at); // ReadChannelInfoOffset
+        put_u16(&mut v, info as u16); // ReadChannelInfoLength
+        if info == 0 {
+            v.push(0);
+        }
+        for d in &self.read_channel_info {
+            d.emit(&mut v);
+        }
+        v
+    }
+}
+
+impl ReadResponse {
+    /// The header and fixed part; `data_length` data bytes follow at `data_offset`. Without
+    /// data (it went by RDMA Write, §3.3.5.12) the message ends with the one Buffer byte.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, Self::FIXED_LEN + 1);
+        put_u16(&mut v, 17);
+        v.extend_from_slice(&[self.data_offset, 0]);
+        put_u32(&mut v, self.data_length);
+        put_u32(&mut v, self.data_remaining);
+        put_u32(&mut v, 0); // Flags (3.1.1) / Reserved2
+        if self.data_length == 0 {
+            v.push(0);
+        }
+        v
+    }
+}
+
+impl WriteRequest {
+    /// The header, fixed part and WriteChannelInfo (at `write_channel_info_offset`, which must
+    /// be the Buffer right after the fixed part when there is any); `length` inline data bytes
+    /// follow at `data_offset`.
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let info = BufferDescriptorV1::LEN * self.write_channel_info.len();
+        let mut v = start_message(h, Self::FIXED_LEN + info);
+        put_u16(&mut v, 49);
+        put_u16(&mut v, self.data_offset);
+        put_u32(&mut v, self.length);
+        put_u64(&mut v, self.offset);
+        v.extend_from_slice(&self.file_id);
+        put_u32(&mut v, self.channel);
+        put_u32(&mut v, self.remaining_bytes);
+        put_u16(&mut v, self.write_channel_info_offset);
+        put_u16(&mut v, self.write_channel_info_length);
+        put_u32(&mut v, self.flags);
+        for d in &self.write_channel_info {
+            d.emit(&mut v);
+        }
+        v
+    }
+}
+
+impl WriteResponse {
+    pub fn emit(&self, h: &HeaderRepr) -> Vec<u8> {
+        let mut v = start_message(h, 16);
+        put_u16(&mut v, 17);
+        put_u16(&mut v, 0); // Reserved
+        put_u32(&mut v, self.count);
+        put_u32(&mut v, self.remaining);
+        put_u16(&mut v, 0); // WriteChannelInfoOffset
+        put_u16(&mut v, 0); // WriteChannelInfoLength
+        v
+    }
 }
 
 /// Body bytes (after the header) the streaming parser should buffer to parse a message of

@@ -165,19 +165,30 @@ impl DataTransfer {
         msg.get(self.data_offset as usize..self.data_offset as usize + self.data_length as usize).unwrap_or(&[])
     }
 
-    /// A whole message with `data` at offset 24.
+    /// A whole message with `data` at offset 24 (DataOffset and DataLength from `data`; both 0
+    /// for a message without data).
     pub fn emit(&self, data: &[u8]) -> Vec<u8> {
-        let mut v = Vec::with_capacity(24 + data.len());
-        for x in [self.credits_requested, self.credits_granted, self.flags, 0] {
-            v.extend_from_slice(&x.to_le_bytes());
-        }
         let off = if data.is_empty() { 0 } else { Self::DATA_OFFSET };
-        for x in [self.remaining_data_length, off, data.len() as u32] {
-            v.extend_from_slice(&x.to_le_bytes());
-        }
-        if !data.is_empty() {
-            v.extend_from_slice(&[0; 4]);
+        let d = DataTransfer { data_offset: off, data_length: data.len() as u32, ..*self };
+        let mut v = Vec::with_capacity(Self::DATA_OFFSET as usize + data.len());
+        if data.is_empty() {
+            v.extend_from_slice(&d.emit_head()[..Self::HEADER_LEN]);
+        } else {
+            v.extend_from_slice(&d.emit_head());
             v.extend_from_slice(data);
+        }
+        v
+    }
+
+    /// The 24 bytes before the data of a message whose DataOffset is 24: the header with the
+    /// fields as they are, then 4 bytes of padding. The data, `data_length` bytes, follows.
+    pub fn emit_head(&self) -> [u8; Self::DATA_OFFSET as usize] {
+        let mut v = [0u8; Self::DATA_OFFSET as usize];
+        for (i, x) in [self.credits_requested, self.credits_granted, self.flags, 0].into_iter().enumerate() {
+            v[2 * i..2 * i + 2].copy_from_slice(&x.to_le_bytes());
+        }
+        for (i, x) in [self.remaining_data_length, self.data_offset, self.data_length].into_iter().enumerate() {
+            v[8 + 4 * i..12 + 4 * i].copy_from_slice(&x.to_le_bytes());
         }
         v
     }
@@ -227,6 +238,11 @@ mod tests {
         assert_eq!(DataTransfer::parse(&m[..19]), Err(Error::Truncated));
         let credit_only = DataTransfer { data_offset: 0, data_length: 0, remaining_data_length: 0, ..d };
         assert_eq!(DataTransfer::parse(&credit_only.emit(&[])), Ok(credit_only));
+        assert_eq!(credit_only.emit(&[]).len(), DataTransfer::HEADER_LEN);
+        let mut head = d.emit_head().to_vec();
+        assert_eq!(head, m[..24]);
+        head.extend_from_slice(b"abc");
+        assert_eq!(DataTransfer::parse(&head), Ok(d));
     }
 
     proptest! {

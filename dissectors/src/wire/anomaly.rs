@@ -38,6 +38,7 @@ crate::anomaly::anomalies! {
         SllTruncated = "sll.truncated",
         Sll2Truncated = "sll2.truncated",
         TcpBadHeaderLength = "tcp.bad_header_length",
+        TcpBadOption = "tcp.bad_option",
         TcpTruncated = "tcp.truncated",
         UdpBadLength = "udp.bad_length",
         UdpTruncated = "udp.truncated",
