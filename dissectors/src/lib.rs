@@ -13,6 +13,7 @@ pub mod anomaly;
 pub mod capture;
 pub mod dedupe;
 pub mod fasthash;
+pub mod findings;
 pub mod frame;
 pub mod ledger;
 pub mod live;
