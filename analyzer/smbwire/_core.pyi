@@ -42,6 +42,9 @@ def byte_categories() -> str:
 def traffic_classes() -> str:
     """JSON `[{"name", "label", "description"}]`: the attribution classes, in report order."""
 
+def finding_codes() -> str:
+    """JSON `[{"code", "fields": [...]}]`: every finding code and the figures it carries."""
+
 def derive_findings(result_json: str) -> str:
     """JSON `[{"code", <figures>..., "message"}]`: the findings a result's figures give."""
 

@@ -139,6 +139,17 @@ fn traffic_classes() -> String {
     serde_json::Value::Array(v).to_string()
 }
 
+/// The finding codes the engine emits and the figures each carries, as JSON
+/// `[{"code", "fields": [...]}]` (docs/json-schema.md `findings`).
+#[pyfunction]
+fn finding_codes() -> String {
+    let v: Vec<serde_json::Value> = smbwire_dissectors::findings::CODES
+        .iter()
+        .map(|(code, fields)| serde_json::json!({"code": code, "fields": fields}))
+        .collect();
+    serde_json::Value::Array(v).to_string()
+}
+
 /// The findings a result (JSON text) gives: `[{"code", <figures>, "message"}]` as JSON. The
 /// engine puts them in every result; this is for results written by hand (tests).
 #[pyfunction]
@@ -302,6 +313,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(byte_categories, m)?)?;
     m.add_function(wrap_pyfunction!(traffic_classes, m)?)?;
     m.add_function(wrap_pyfunction!(derive_findings, m)?)?;
+    m.add_function(wrap_pyfunction!(finding_codes, m)?)?;
     m.add("TopologyError", m.py().get_type_bound::<TopologyError>())?;
     Ok(())
 }
