@@ -157,6 +157,12 @@ pub fn attribute_files(
     for (run, path) in runs.into_iter().zip(paths) {
         if let Some(f) = run.get("input_findings") {
             input_findings.extend(serde_json::from_value::<Vec<crate::findings::Finding>>(f.clone()).map_err(|e| AnalyzeError::Ledger(format!("{path}: ledger run metadata: bad input_findings: {e}")))?);
+        } else if let Some(w) = run["input_warnings"].as_array() {
+            // A ledger written before findings: its sentences were all skipped inputs ("PATH: ...").
+            for m in w.iter().filter_map(Value::as_str) {
+                let skipped = m.split(": ").next().unwrap_or("");
+                input_findings.push(crate::findings::Finding::new("input_skipped", serde_json::json!({"path": skipped}), m.to_string()));
+            }
         }
         let r = run.get("results").cloned().ok_or_else(|| AnalyzeError::Ledger(format!("{path}: ledger run metadata without results")))?;
         result = if result.is_null() { r } else { merge_runs(result, r) };
