@@ -214,6 +214,10 @@ def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     if any(e.get("dup_ratio", 0) is None for e in edges):
         out.append(_note("Ratio —: none of the bytes was first on the edge (all counted as unique under "
                          "another class of the same edge)."))
+    shown = {e.get("class") for e in edges}
+    for c in traffic_classes():
+        if c["name"] in shown:
+            out.append(_note(f"{c['name']}: {c['description']}."))
     out.append(_note("Decided by: payload bytes whose class came from membership (inference), a topology "
                      "rule, or forwarding seen on the wire."))
     return out
