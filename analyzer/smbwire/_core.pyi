@@ -20,6 +20,34 @@ def synth(spec_json: str, out_path: str) -> str:
 
 def version() -> str: ...
 
+class TopologyError(ValueError):
+    """A topology that cannot be used; the message is one line (`FILE: line N: key: what`)."""
+
+def load_topology(path: str) -> str:
+    """Read and check a topology TOML file; returns its config object as JSON
+    (`{"nodes": [{"name", "addresses", "member"}], "rules": [{"share", "file", "class"}]}`)."""
+
+def parse_topology(text: str, source: str = "topology.toml") -> str:
+    """`load_topology` on TOML text; `source` names it in the error."""
+
+def check_topology(config_json: str, source: str = "topology") -> str:
+    """Check a topology config object (JSON); returns it normalised."""
+
+def topology_to_toml(config_json: str) -> str:
+    """A topology config object (JSON) as a TOML file `load_topology` reads back."""
+
+def byte_categories() -> str:
+    """JSON `[{"name", "description", "disposition"}]`: every accounting category."""
+
+def traffic_classes() -> str:
+    """JSON `[{"name", "label", "description"}]`: the attribution classes, in report order."""
+
+def finding_codes() -> str:
+    """JSON `[{"code", "fields": [...]}]`: every finding code and the figures it carries."""
+
+def derive_findings(result_json: str) -> str:
+    """JSON `[{"code", <figures>..., "message"}]`: the findings a result's figures give."""
+
 class LiveSession:
     """Live capture and analysis on an engine thread (`smbwire.live` wraps it).
     Raises PermissionError (names the capability), ValueError (bad options, no such

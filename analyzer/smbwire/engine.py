@@ -210,12 +210,11 @@ def attribute(
 
 
 def skipped_inputs(result: Mapping[str, Any], files: Sequence[str]) -> list[str]:
-    """The result's warning line for each of `files` the engine skipped as unusable (given,
-    but not among the analysed `inputs`)."""
-    analysed = {i.get("path") for i in result.get("inputs") or [] if isinstance(i, dict)}
-    skipped = [f for f in files if f not in analysed]
-    return [w for w in result.get("warnings") or []
-            if isinstance(w, str) and any(w.startswith(f"{f}: ") for f in skipped)]
+    """The sentence of the engine's `input_skipped` finding for each of `files` it skipped
+    as unusable."""
+    wanted = set(files)
+    return [str(f.get("message")) for f in result.get("findings") or []
+            if isinstance(f, dict) and f.get("code") == "input_skipped" and f.get("path") in wanted]
 
 
 def synth(spec: Mapping[str, Any], out_path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -21,35 +21,23 @@ from rich.table import Table
 from rich.text import Text
 
 from .findings import EXPECTED_SECTIONS, findings, section
+from .tables import category_description, traffic_classes
 from .units import DASH, fmt_bytes, fmt_count, fmt_percent, fmt_ratio, fmt_seconds, is_number
 from .wireshark import filters_by_input
 
 #: Console width from which every table shows all its columns in one piece.
 WIDE = 140
 
-CLASS_STYLE = {
-    "replication": "blue",
-    "redirection": "magenta",
-    "redirected-read": "yellow",
-    "client": "green",
-}
+#: Colours of the traffic classes, in the engine's report order (client, redirection,
+#: replication, redirected-read: `smbwire.tables.traffic_classes()`).
+CLASS_COLOURS = ("green", "magenta", "blue", "yellow")
 
-#: One-line meaning of the accounting categories (dissectors/src/accounting.rs).
-CATEGORY_MEANING = {
-    "capture_format": "pcap/pcapng file, block and record headers",
-    "protocol_headers": "link, IP, TCP/UDP headers of analysed frames",
-    "mirror_duplicate": "frames seen twice by the capture (removed)",
-    "retransmitted": "TCP payload already delivered once (removed)",
-    "smb_metadata": "NetBIOS and SMB2 headers, non-payload SMB2 fields",
-    "smb_payload": "WRITE request / READ response data (hashed)",
-    "smb_encrypted": "SMB3 encrypted messages (not analysed)",
-    "smb_compressed": "SMB3 compressed messages (not analysed)",
-    "smb_unparsed": "SMB stream bytes that could not be framed",
-    "tcp_undelivered": "out-of-order TCP payload never made contiguous",
-    "other_protocols": "protocols smbwire does not analyse",
-    "malformed": "frames that could not be decoded",
-    "truncated_tail": "incomplete record at the end of a file",
-}
+
+def class_style(cls: Any) -> str:
+    """The colour of an engine traffic class ("" for anything else)."""
+    names = [c["name"] for c in traffic_classes()]
+    return CLASS_COLOURS[names.index(cls) % len(CLASS_COLOURS)] if cls in names else ""
+
 
 TCP_LABELS = {
     "flows": "flows",
@@ -229,6 +217,10 @@ def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     if any(e.get("dup_ratio", 0) is None for e in edges):
         out.append(_note("Ratio —: none of the bytes was first on the edge (all counted as unique under "
                          "another class of the same edge)."))
+    shown = {e.get("class") for e in edges}
+    for c in traffic_classes():
+        if c["name"] in shown:
+            out.append(_note(f"{c['name']}: {c['description']}."))
     out.append(_note("Decided by: payload bytes whose class came from membership (inference), a topology "
                      "rule, or forwarding seen on the wire."))
     return out
@@ -324,7 +316,7 @@ def _accounting(r: dict[str, Any], wide: bool) -> list[RenderableType]:
         for name, v in order:
             row = [str(name), fmt_count(v), fmt_bytes(v), fmt_percent(v, whole)]
             if wide:
-                row.append(Text(CATEGORY_MEANING.get(str(name), ""), style="dim"))
+                row.append(Text(category_description(str(name)), style="dim"))
             t.add_row(*row)
     t.add_section()
     total_row = [Text("total", style="bold"), fmt_count(total), fmt_bytes(total), ""]
@@ -434,7 +426,7 @@ def _edge_name(e: dict[str, Any]) -> str:
 
 
 def _class_text(cls: Any) -> Text:
-    return Text(_text(cls), style=CLASS_STYLE.get(cls, "") if isinstance(cls, str) else "")
+    return Text(_text(cls), style=class_style(cls))
 
 
 def _decided_by(d: Any) -> str:

@@ -19,24 +19,11 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from .report import CLASS_STYLE
+from .report import class_style
+from .tables import categories_with, traffic_classes
 from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, is_number
 
-#: Rate rows, in the order engineers compare them (perfmon-style: client writes vs
-#: redirection vs replication), with the engine's class names.
-RATE_ROWS = (
-    ("client", "client I/O"),
-    ("redirection", "redirection"),
-    ("replication", "replication"),
-    ("redirected-read", "redirected read"),
-)
 SPARK = " ▁▂▃▄▅▆▇█"
-#: Accounting categories that are bytes of storage traffic smbwire could not analyse: SMB it
-#: could not read, TCP bytes never delivered in order, malformed frames, the cut-off tail of a
-#: capture, and RDMA data it could not tie to SMB (unlinked transfers, unparsed iWARP, queue
-#: pairs of other upper-layer protocols).
-NOT_ANALYSED = ("smb_encrypted", "smb_compressed", "smb_unparsed", "tcp_undelivered", "malformed",
-                "truncated_tail", "rdma_unlinked", "rdma_unparsed", "rdma_other_ulp")
 
 
 def build_live_view(snap: dict[str, Any] | None, width: int, height: int) -> RenderableType:
@@ -161,14 +148,15 @@ def _rates(live: dict[str, Any], width: int) -> list[Text]:
     if per > 1:
         title += f", {per} s per column"
     out = [Text.assemble(("Payload bytes/s per class", "bold"), (f"{title}, now / peak", "dim"))]
-    series = {cls: [_num(c["classes"].get(cls)) for c in columns] for cls, _ in RATE_ROWS}
+    rows = _rate_rows()
+    series = {cls: [_num(c["classes"].get(cls)) for c in columns] for cls, _ in rows}
     # Now and peak are one-second figures, whatever the column width.
-    raw = {cls: [_num(_dict(s.get("classes")).get(cls)) for s in samples] for cls, _ in RATE_ROWS}
+    raw = {cls: [_num(_dict(s.get("classes")).get(cls)) for s in samples] for cls, _ in rows}
     scale = max([max(v) for v in series.values() if v] + [1.0])
-    for cls, label in RATE_ROWS:
+    for cls, label in rows:
         vals = raw[cls]
-        t = Text(f"{label:<{label_w}}", style=CLASS_STYLE.get(cls, ""))
-        t.append(_spark(series[cls], scale, spark_w), style=CLASS_STYLE.get(cls, ""))
+        t = Text(f"{label:<{label_w}}", style=class_style(cls))
+        t.append(_spark(series[cls], scale, spark_w), style=class_style(cls))
         now = vals[-1] if vals else 0.0
         peak = max(vals) if vals else 0.0
         t.append(f" {fmt_bytes(now) + '/s':>11}", style="bold")
@@ -246,7 +234,7 @@ def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
         cls = str(e.get("class", DASH))
         t = Text("  " + f"{name:<{name_w}}")
         t.append(" " + f"{fmt_ratio(e.get('dup_ratio')):>7}", style="bold")
-        t.append(" " + f"{cls[:15]:<15}", style=CLASS_STYLE.get(cls, ""))
+        t.append(" " + f"{cls[:15]:<15}", style=class_style(cls))
         t.append(f" {fmt_bytes(e.get('payload_bytes')):>11} {fmt_bytes(e.get('unique_bytes')):>11}")
         if wide:
             t.append(f" {fmt_count(e.get('sends')):>9}"
@@ -304,7 +292,7 @@ def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
         f"pkts={stats.get('packets_matched', 0)}",
         f"wire={fmt_bytes(_num(last.get('wire_bytes')))}/s",
     ]
-    for cls, _ in RATE_ROWS:
+    for cls, _ in _rate_rows():
         parts.append(f"{cls}={fmt_bytes(_num(_dict(last.get('classes')).get(cls)))}/s")
     parts.append(f"ratio={fmt_ratio(totals.get('dup_ratio'))}")
     parts.append(f"amplification={fmt_ratio(totals.get('amplification'))}")
@@ -352,7 +340,14 @@ def _spark(vals: list[float], scale: float, width: int) -> str:
 
 def _not_analysed(snap: dict[str, Any]) -> float:
     cats = _dict(_dict(snap.get("accounting")).get("categories"))
-    return sum(v for k, v in cats.items() if k in NOT_ANALYSED and is_number(v))
+    # Storage traffic smbwire could not analyse: the engine's "not_analysed" categories.
+    not_analysed = categories_with("not_analysed")
+    return sum(v for k, v in cats.items() if k in not_analysed and is_number(v))
+
+
+def _rate_rows() -> list[tuple[str, str]]:
+    """(class, label) per rate row, in the engine's report order."""
+    return [(c["name"], c["label"]) for c in traffic_classes()]
 
 
 def _dict(v: Any) -> dict[str, Any]:

@@ -55,6 +55,68 @@ pub mod cat {
     pub const UNUSABLE_INPUT: &str = "unusable_input";
 }
 
+/// What a category's bytes are to the analysis (the report groups and the live view sums by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Headers and framing around the payload (capture, link/IP/TCP, SMB2, SMB Direct, RDMA).
+    Overhead,
+    /// The payload that is hashed and deduplicated.
+    Payload,
+    /// Copies removed before hashing (seen twice by the capture, retransmitted).
+    Removed,
+    /// Storage traffic smbwire could not analyse (encrypted, compressed, unframed, undelivered,
+    /// malformed, cut off, RDMA not tied to SMB).
+    NotAnalysed,
+    /// Traffic of protocols smbwire does not look at.
+    Other,
+}
+
+/// One accounting category: its JSON name, what it holds (one line), and its disposition.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Category {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub disposition: Disposition,
+}
+
+/// Every category the engine can produce, in the order the docs list them (docs/json-schema.md
+/// `accounting`). The report and the live view explain and group categories from this table.
+pub const CATEGORIES: &[Category] = {
+    use Disposition::*;
+    &[
+        Category { name: cat::CAPTURE_FORMAT, description: "pcap/pcapng file headers, block headers and trailers, record headers", disposition: Overhead },
+        Category { name: cat::PROTOCOL_HEADERS, description: "link, IP and TCP/UDP headers (and link trailers/padding) of analysed frames", disposition: Overhead },
+        Category { name: cat::MIRROR_DUPLICATE, description: "whole frames the capture saw twice (mirror port), removed before hashing", disposition: Removed },
+        Category { name: cat::RETRANSMITTED, description: "TCP payload already delivered once (retransmission, overlap), removed", disposition: Removed },
+        Category { name: cat::SMB_METADATA, description: "NetBIOS session headers, SMB2 headers and every non-payload part of SMB2 messages", disposition: Overhead },
+        Category { name: cat::SMB_PAYLOAD, description: "WRITE request and READ response data: the payload that is hashed", disposition: Payload },
+        Category { name: cat::SMB_ENCRYPTED, description: "messages behind an SMB2 TRANSFORM header (encrypted, not analysed)", disposition: NotAnalysed },
+        Category { name: cat::SMB_COMPRESSED, description: "messages behind an SMB2 COMPRESSION_TRANSFORM header (not analysed)", disposition: NotAnalysed },
+        Category { name: cat::SMB_UNPARSED, description: "SMB stream bytes that could not be framed (skipped until resynchronised)", disposition: NotAnalysed },
+        Category { name: cat::TCP_UNDELIVERED, description: "TCP payload on SMB ports buffered out of order that never became contiguous", disposition: NotAnalysed },
+        Category { name: cat::OTHER_PROTOCOLS, description: "frames and payload of protocols smbwire does not analyse", disposition: Other },
+        Category { name: cat::MALFORMED, description: "frames that could not be decoded (truncated or malformed link/IP/TCP)", disposition: NotAnalysed },
+        Category { name: cat::TRUNCATED_TAIL, description: "bytes at the end of a capture file that do not form a whole record", disposition: NotAnalysed },
+        Category { name: cat::RDMA_PAYLOAD, description: "RDMA Read Response / RDMA Write data linked to an SMB2 WRITE/READ and hashed", disposition: Payload },
+        Category { name: cat::RDMA_UNLINKED, description: "RDMA data of SMB Direct connections never linked to an SMB2 request", disposition: NotAnalysed },
+        Category { name: cat::SMBDIRECT_CONTROL, description: "SMB Direct negotiate messages, data transfer headers and padding", disposition: Overhead },
+        Category { name: cat::RDMA_HEADERS, description: "BTH/RETH/AETH/IETH/ImmDt, pad and ICRC; MPA length, markers, pad and CRC; DDP/RDMAP headers", disposition: Overhead },
+        Category { name: cat::RDMA_ACK, description: "InfiniBand ACK / Atomic ACK packets", disposition: Overhead },
+        Category { name: cat::RDMA_CM, description: "IB CM MADs on QP1 and iWARP MPA Request/Reply frames", disposition: Overhead },
+        Category { name: cat::RDMA_OTHER_ULP, description: "RDMA traffic of other upper layers (queue pairs that are not SMB Direct, e.g. NVMe-oF, iSER)", disposition: NotAnalysed },
+        Category { name: cat::RDMA_RETRANSMITTED, description: "RDMA packets or data seen a second time (same PSN, same payload position), removed", disposition: Removed },
+        Category { name: cat::RDMA_UNPARSED, description: "iWARP stream bytes that could not be framed (after a gap, bad FPDU)", disposition: NotAnalysed },
+        Category { name: cat::OUTSIDE_TIME_BOUNDS, description: "frames captured before --from or at/after --to, left out of the analysis", disposition: NotAnalysed },
+        Category { name: cat::UNUSABLE_INPUT, description: "input files skipped as unusable beside usable ones (not a capture, damaged header)", disposition: NotAnalysed },
+    ]
+};
+
+/// The table entry of a category name.
+pub fn category(name: &str) -> Option<&'static Category> {
+    CATEGORIES.iter().find(|c| c.name == name)
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct Accounting {
     bytes: BTreeMap<&'static str, u64>,
@@ -62,6 +124,7 @@ pub struct Accounting {
 
 impl Accounting {
     pub fn add(&mut self, category: &'static str, bytes: u64) {
+        debug_assert!(self::category(category).is_some(), "accounting category {category:?} is not in CATEGORIES");
         if bytes > 0 {
             *self.bytes.entry(category).or_insert(0) += bytes;
         }
@@ -74,5 +137,29 @@ impl Accounting {
     }
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         self.bytes.iter().map(|(k, v)| (*k, *v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `cat::` constant is in the table exactly once, with a description: read from this
+    /// file's source, so a category added to `cat` without a table entry fails here.
+    #[test]
+    fn every_category_is_in_the_table() {
+        let src = include_str!("accounting.rs");
+        let module = &src[src.find("pub mod cat {").unwrap()..src.find("/// What a category's bytes are").unwrap()];
+        let consts: Vec<&str> = module
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub const "))
+            .map(|l| l.split('"').nth(1).unwrap())
+            .collect();
+        assert_eq!(consts.len(), 24);
+        let names: Vec<&str> = CATEGORIES.iter().map(|c| c.name).collect();
+        assert_eq!(consts, names, "CATEGORIES lists the cat:: constants in order");
+        for c in CATEGORIES {
+            assert!(!c.description.is_empty() && !c.description.contains('\n'), "{}", c.name);
+        }
     }
 }

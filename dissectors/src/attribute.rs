@@ -5,7 +5,7 @@
 //! the captures would give with those options, without reading the captures again. The rest
 //! of the result (inputs, accounting, TCP, SMB2, RDMA counters) does not depend on topology
 //! or window and comes from the ledgers' run metadata; the warnings that follow from the
-//! figures are recomputed by the same function `analyze` uses (`report::derived_warnings`).
+//! figures are recomputed by the same function `analyze` uses (`findings::derive`).
 //!
 //! Several ledgers (one per capture, say, each from its own `analyze --ledger` run) are merged
 //! in the order one analysis of all the captures would have produced: by the capture time at
@@ -23,7 +23,6 @@ use crate::dedupe::Dedupe;
 use crate::ledger::{Event, LedgerReader};
 use crate::pipeline::{AnalyzeError, Config};
 use crate::rdma::ROCE_CONN_BASE;
-use crate::report;
 
 struct Source {
     reader: LedgerReader,
@@ -153,11 +152,17 @@ pub fn attribute_files(
     let mut dedupe = stage.finish();
     let dedupe_anomalies = std::mem::take(&mut dedupe.anomalies);
 
-    let mut input_warnings = Vec::new();
+    let mut input_findings: Vec<crate::findings::Finding> = Vec::new();
     let mut result = Value::Null;
     for (run, path) in runs.into_iter().zip(paths) {
-        if let Some(w) = run["input_warnings"].as_array() {
-            input_warnings.extend(w.iter().cloned());
+        if let Some(f) = run.get("input_findings") {
+            input_findings.extend(serde_json::from_value::<Vec<crate::findings::Finding>>(f.clone()).map_err(|e| AnalyzeError::Ledger(format!("{path}: ledger run metadata: bad input_findings: {e}")))?);
+        } else if let Some(w) = run["input_warnings"].as_array() {
+            // A ledger written before findings: its sentences were all skipped inputs ("PATH: ...").
+            for m in w.iter().filter_map(Value::as_str) {
+                let skipped = m.split(": ").next().unwrap_or("");
+                input_findings.push(crate::findings::Finding::new("input_skipped", serde_json::json!({"path": skipped}), m.to_string()));
+            }
         }
         let r = run.get("results").cloned().ok_or_else(|| AnalyzeError::Ledger(format!("{path}: ledger run metadata without results")))?;
         result = if result.is_null() { r } else { merge_runs(result, r) };
@@ -197,9 +202,7 @@ pub fn attribute_files(
         }),
     );
     let mut out = Value::Object(out);
-    let mut warnings: Vec<Value> = input_warnings;
-    warnings.extend(report::derived_warnings(&out).into_iter().map(Value::from));
-    out["warnings"] = Value::Array(warnings);
+    crate::findings::attach(&mut out, input_findings);
     Ok(out)
 }
 

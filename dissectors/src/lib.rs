@@ -18,6 +18,7 @@ pub mod capture;
 pub mod context;
 pub mod dedupe;
 pub mod fasthash;
+pub mod findings;
 pub mod frame;
 pub mod ledger;
 pub mod live;
@@ -63,6 +64,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["smb2"],
     &["smbdirect"],
     &["rdma"],
+    &["findings"],
     &["report"],
     &["pipeline"],
     &["attribute"],

@@ -71,7 +71,7 @@ impl Config {
         }
         if let Some(t) = v.get("topology") {
             if !t.is_null() {
-                c.topology = Topology::from_json(t)?;
+                c.topology = Topology::from_json(t).map_err(|e| format!("topology: {e}"))?;
             }
         }
         if let Some(p) = v.get("smb_ports") {
@@ -156,8 +156,8 @@ pub struct Pipeline {
     last_ts: u64,
     last_sweep: u64,
     window_ns: u64,
-    /// Warnings raised before or outside the frames (an unusable input file); first in the result.
-    pub warnings: Vec<String>,
+    /// Findings raised before or outside the frames (an unusable input file); first in the result.
+    pub input_findings: Vec<crate::findings::Finding>,
     /// Bytes of the input files skipped as unusable (accounted as `unusable_input`).
     pub unusable_input_bytes: u64,
 }
@@ -183,7 +183,7 @@ impl Pipeline {
             last_ts: 0,
             last_sweep: 0,
             window_ns: config.dedupe.window_ns,
-            warnings: Vec::new(),
+            input_findings: Vec::new(),
             unusable_input_bytes: 0,
         }
     }
@@ -344,7 +344,7 @@ impl Pipeline {
         inputs: Vec<InputFile>,
         container: Accounting,
         started: Instant,
-    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<String>) {
+    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
         self.shared.dedupe.note_time(crate::ledger::AT_END);
         self.flows.finish(&mut self.shared);
         self.mpa_flows.finish(&mut self.shared);
@@ -381,7 +381,7 @@ impl Pipeline {
         let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum::<u64>() + self.unusable_input_bytes;
         let total_bytes = accounting.total();
         let smb2 = smb.stats();
-        let input_warnings = std::mem::take(&mut self.warnings);
+        let input_findings = std::mem::take(&mut self.input_findings);
         let tcp = TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1);
         let elapsed = started.elapsed().as_secs_f64();
         let first = self.first_ts.map(|t| t as f64 / 1e9);
@@ -410,7 +410,8 @@ impl Pipeline {
             tcp,
             smb2,
             rdma: rdma.stats,
-            warnings: input_warnings.clone(),
+            findings: Vec::new(),
+            warnings: Vec::new(),
             analysis: AnalysisStats {
                 elapsed_seconds: elapsed,
                 frames: self.frames,
@@ -418,11 +419,13 @@ impl Pipeline {
             },
         };
         let mut results = results;
-        // The warnings that follow from the figures: one function, shared with `attribute`.
+        // The findings that follow from the figures: one function, shared with `attribute`.
+        results.findings = input_findings.clone();
         if let Ok(v) = serde_json::to_value(&results) {
-            results.warnings.extend(report::derived_warnings(&v));
+            results.findings.extend(crate::findings::derive(&v));
         }
-        (results, ledger, input_warnings)
+        results.warnings = results.findings.iter().map(|f| f.message.clone()).collect();
+        (results, ledger, input_findings)
     }
 }
 
@@ -482,11 +485,8 @@ pub fn analyze_files(
         container.add(cat::UNUSABLE_INPUT, bytes);
         pipeline.unusable_input_bytes += bytes;
         pipeline.shared.anomalies.raise(crate::capture::Anomaly::UnusableInput);
-        let others = merged.used.len();
-        pipeline.warnings.push(format!(
-            "{e}: skipped; the report covers the {others} other input{}",
-            if others == 1 { "" } else { "s" }
-        ));
+        let path = paths.get(*i).map_or("", String::as_str);
+        pipeline.input_findings.push(crate::findings::input_skipped(path, &e.to_string(), merged.used.len()));
     }
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
@@ -534,12 +534,12 @@ pub fn analyze_files(
             }
         })
         .collect();
-    let (results, ledger, input_warnings) = pipeline.finish_recorded(inputs, container, started);
+    let (results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
     if let Some((writer, error)) = ledger {
         if let Some(e) = error {
             return Err(AnalyzeError::Ledger(e.to_string()));
         }
-        let run = serde_json::json!({ "results": &results, "input_warnings": input_warnings });
+        let run = serde_json::json!({ "results": &results, "input_findings": input_findings });
         let run = serde_json::to_string(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
         writer.close(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
     }

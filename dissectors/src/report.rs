@@ -2,6 +2,7 @@
 //! JSON file (`"schema": "smbwire/1"`, documented in docs/json-schema.md) and the live TUI.
 
 use crate::dedupe::DedupeReport;
+use crate::findings::Finding;
 use crate::rdma::RdmaStats;
 use crate::smb2::state::Smb2Stats;
 use crate::tcp::ReassemblyStats;
@@ -80,6 +81,9 @@ pub struct Results {
     pub smb2: Smb2Stats,
     /// SMB Direct, iWARP and InfiniBand/RoCE counters.
     pub rdma: RdmaStats,
+    /// What limits the result, as records (crate::findings).
+    pub findings: Vec<Finding>,
+    /// The findings' sentences, in the same order.
     pub warnings: Vec<String>,
     pub analysis: AnalysisStats,
 }
@@ -98,51 +102,4 @@ impl TcpReport {
             flows,
         }
     }
-}
-
-/// The warnings that follow from a result's figures (its `tcp`, `accounting` and `anomalies`
-/// sections), in the order the report prints them. One function for `analyze` and
-/// `attribute`, so a result rebuilt from ledgers warns exactly as the analysis did.
-pub fn derived_warnings(r: &serde_json::Value) -> Vec<String> {
-    let n = |path: &[&str]| -> u64 {
-        let mut v = r;
-        for k in path {
-            v = &v[*k];
-        }
-        v.as_u64().unwrap_or(0)
-    };
-    let mut w = Vec::new();
-    let (gap_bytes, gaps) = (n(&["tcp", "gap_bytes"]), n(&["tcp", "gaps"]));
-    if gap_bytes > 0 {
-        w.push(format!(
-            "{gap_bytes} bytes missing from TCP streams in {gaps} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed"
-        ));
-    }
-    let mirror = n(&["tcp", "mirror_duplicate_frames"]);
-    if mirror > 0 {
-        w.push(format!("{mirror} frames seen twice on the mirror port were removed (never counted as a second send)"));
-    }
-    let (rb, rs) = (n(&["tcp", "retransmitted_bytes"]), n(&["tcp", "retransmitted_segments"]));
-    if rb > 0 {
-        w.push(format!("{rb} retransmitted TCP bytes in {rs} segments were removed"));
-    }
-    let enc = n(&["accounting", "categories", crate::accounting::cat::SMB_ENCRYPTED]);
-    if enc > 0 {
-        w.push(format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"));
-    }
-    let comp = n(&["accounting", "categories", crate::accounting::cat::SMB_COMPRESSED]);
-    if comp > 0 {
-        w.push(format!("{comp} bytes of compressed SMB3 messages were not analysed (decompression comes later)"));
-    }
-    let (total, input) = (n(&["accounting", "total_bytes"]), n(&["accounting", "input_bytes"]));
-    if total != input {
-        w.push(format!(
-            "byte accounting does not reconcile: {total} accounted vs {input} in the input (a bug: please report it)"
-        ));
-    }
-    let n_anom: u64 = r["anomalies"].as_object().map(|m| m.values().filter_map(|v| v.as_u64()).sum()).unwrap_or(0);
-    if n_anom > 0 {
-        w.push(format!("{n_anom} anomalies in the input (see \"anomalies\")"));
-    }
-    w
 }

@@ -4,6 +4,8 @@
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 
+use smbwire_dissectors::dedupe::topology::{self, Topology};
+
 use smbwire_dissectors::pipeline::{self, AnalyzeError, Config};
 
 /// Analyse capture files; returns the result as a JSON string (schema "smbwire/1").
@@ -68,6 +70,92 @@ fn attribute(py: Python<'_>, paths: Vec<String>, config_json: &str, evidence_pat
         Err(AnalyzeError::Interrupted) => Err(PyKeyboardInterrupt::new_err("interrupted")),
         Err(e) => Err(PyValueError::new_err(e.to_string())),
     }
+}
+
+// The macro's expansion tests a pyo3 feature this crate does not declare.
+#[allow(unexpected_cfgs)]
+mod exceptions {
+    use pyo3::exceptions::PyValueError;
+    pyo3::create_exception!(
+        _core,
+        TopologyError,
+        PyValueError,
+        "A topology that cannot be used; the message is one line (`FILE: line N: key: what`)."
+    );
+}
+use exceptions::TopologyError;
+
+/// Read and check a topology file (docs/topology.md); returns its config object as JSON
+/// (`{"nodes": [{"name", "addresses", "member"}], "rules": [{"share", "file", "class"}]}`).
+/// Raises TopologyError with one line naming the file and the line.
+#[pyfunction]
+fn load_topology(path: &str) -> PyResult<String> {
+    let t = topology::load_file(path).map_err(TopologyError::new_err)?;
+    Ok(t.config_json().to_string())
+}
+
+/// `load_topology` on TOML text; `source` names it in the error.
+#[pyfunction]
+#[pyo3(signature = (text, source="topology.toml"))]
+fn parse_topology(text: &str, source: &str) -> PyResult<String> {
+    let t = Topology::from_toml(text).map_err(|e| TopologyError::new_err(format!("{source}: {e}")))?;
+    Ok(t.config_json().to_string())
+}
+
+/// Check a topology config object (JSON text, the shape `load_topology` returns); returns it
+/// normalised. Raises TopologyError.
+#[pyfunction]
+#[pyo3(signature = (config_json, source="topology"))]
+fn check_topology(config_json: &str, source: &str) -> PyResult<String> {
+    let v: serde_json::Value =
+        serde_json::from_str(config_json).map_err(|e| TopologyError::new_err(format!("{source}: not JSON: {e}")))?;
+    let t = Topology::from_json(&v).map_err(|e| TopologyError::new_err(format!("{source}: {e}")))?;
+    Ok(t.config_json().to_string())
+}
+
+/// A topology config object (JSON text) as a TOML file `load_topology` reads back.
+#[pyfunction]
+fn topology_to_toml(config_json: &str) -> PyResult<String> {
+    let v: serde_json::Value = serde_json::from_str(config_json).map_err(|e| TopologyError::new_err(format!("topology: not JSON: {e}")))?;
+    let t = Topology::from_json(&v).map_err(|e| TopologyError::new_err(format!("topology: {e}")))?;
+    Ok(t.to_toml())
+}
+
+/// The byte accounting categories, as JSON: `[{"name", "description", "disposition"}]`
+/// (disposition: overhead, payload, removed, not_analysed, other), in the docs' order.
+#[pyfunction]
+fn byte_categories() -> String {
+    serde_json::to_string(smbwire_dissectors::accounting::CATEGORIES).unwrap_or_default()
+}
+
+/// The traffic classes, as JSON: `[{"name", "label", "description"}]`, in report order.
+#[pyfunction]
+fn traffic_classes() -> String {
+    use smbwire_dissectors::dedupe::attribution::Class;
+    let v: Vec<serde_json::Value> = Class::REPORT_ORDER
+        .iter()
+        .map(|c| serde_json::json!({"name": c.name(), "label": c.label(), "description": c.description()}))
+        .collect();
+    serde_json::Value::Array(v).to_string()
+}
+
+/// The finding codes the engine emits and the figures each carries, as JSON
+/// `[{"code", "fields": [...]}]` (docs/json-schema.md `findings`).
+#[pyfunction]
+fn finding_codes() -> String {
+    let v: Vec<serde_json::Value> = smbwire_dissectors::findings::CODES
+        .iter()
+        .map(|(code, fields)| serde_json::json!({"code": code, "fields": fields}))
+        .collect();
+    serde_json::Value::Array(v).to_string()
+}
+
+/// The findings a result (JSON text) gives: `[{"code", <figures>, "message"}]` as JSON. The
+/// engine puts them in every result; this is for results written by hand (tests).
+#[pyfunction]
+fn derive_findings(result_json: &str) -> PyResult<String> {
+    let v: serde_json::Value = serde_json::from_str(result_json).map_err(|e| PyValueError::new_err(format!("not JSON: {e}")))?;
+    Ok(serde_json::to_string(&smbwire_dissectors::findings::derive(&v)).unwrap_or_default())
 }
 
 /// Generate a scenario capture; returns the truth (expected figures) as JSON.
@@ -248,5 +336,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attribute, m)?)?;
     m.add_function(wrap_pyfunction!(synth, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(load_topology, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_topology, m)?)?;
+    m.add_function(wrap_pyfunction!(check_topology, m)?)?;
+    m.add_function(wrap_pyfunction!(topology_to_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(byte_categories, m)?)?;
+    m.add_function(wrap_pyfunction!(traffic_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(derive_findings, m)?)?;
+    m.add_function(wrap_pyfunction!(finding_codes, m)?)?;
+    m.add("TopologyError", m.py().get_type_bound::<TopologyError>())?;
     Ok(())
 }

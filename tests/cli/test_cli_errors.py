@@ -47,8 +47,23 @@ def install_core(monkeypatch, module):
         monkeypatch.setattr(smbwire, "_core", module, raising=False)
 
 
+#: The real extension, for what a stand-in keeps from it (the topology reader, the tables).
+try:
+    from smbwire import _core as REAL_CORE
+except ImportError:  # pragma: no cover - the suite needs the built extension
+    REAL_CORE = None
+
+#: What a stand-in engine takes from the real one: the topology file and the exported tables
+#: are the engine's rules, not analysis.
+KEPT = ("TopologyError", "load_topology", "parse_topology", "check_topology", "topology_to_toml",
+        "byte_categories", "traffic_classes", "derive_findings", "finding_codes")
+
+
 def fake_core(analyze=None, synth=None):
     m = types.ModuleType("smbwire._core")
+    for name in KEPT:
+        if REAL_CORE is not None and hasattr(REAL_CORE, name):
+            setattr(m, name, getattr(REAL_CORE, name))
     m.analyze = analyze
     m.synth = synth
     m.version = lambda: "fake-engine"
@@ -79,6 +94,29 @@ def test_bad_topology(capture, tmp_path):
     topo.write_text('[nodes.a]\naddresses = ["10.0.0.1"]\n[nodes.b]\naddresses = ["10.0.0.1"]\n')
     line = assert_one_line_error(run("analyze", str(capture), "--topology", str(topo)), 2)
     assert line == f"smbwire: error: {topo}: line 4: nodes.b.addresses: address 10.0.0.1 is also in node 'a'"
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ('[nodes.a]\naddresses = ["10.0.0.1"]\nadresses = ["10.0.0.2"]\n',
+         "line 3: unknown field `adresses`, expected `addresses` or `member`"),
+        ('[nodes.a]\n\naddresses = []\n', "line 3: nodes.a.addresses: expected a non-empty list of IP addresses"),
+        ('[[rules]]\nclass = "client"\nfile = "disk{1,2.vhdx"\n', "line 3: rules.0.file: invalid glob 'disk{1,2.vhdx'"),
+        ('[[rules]]\nclass = "client"\nshare = ""\n', "line 3: rules.0.share: empty glob pattern"),
+        ('[nodes.a]\naddresses = ["10.0.0.1", "fe80::zz"]\n', "line 2: nodes.a.addresses: 'fe80::zz' is not an IP address"),
+    ],
+    ids=["unknown-key", "empty-addresses", "bad-glob", "empty-glob", "bad-address"],
+)
+@pytest.mark.parametrize("command", ["analyze", "attribute", "live"])
+def test_topology_errors_name_the_line_for_every_command(capture, tmp_path, text, expected, command):
+    """The engine's one reader, through each command that takes --topology: one line with the
+    file and the line, exit 2, before any capture or ledger is opened."""
+    topo = tmp_path / "topology.toml"
+    topo.write_text(text)
+    target = {"analyze": [str(capture)], "attribute": [str(capture)], "live": ["-i", "lo"]}[command]
+    line = assert_one_line_error(run(command, *target, "--topology", str(topo)), 2)
+    assert line.startswith(f"smbwire: error: {topo}: {expected}"), line
 
 
 def test_missing_topology_file(capture, tmp_path):

@@ -1,4 +1,7 @@
-"""Topology file parsing and validation (smbwire/topology.py, docs/topology.md)."""
+"""The topology file through the Python face (docs/topology.md). The engine parses and checks
+it (dissectors/src/dedupe/topology.rs, whose own tests cover every error with its line);
+these tests check that each error reaches Python as one `TopologyError` line with the file
+and the line, and that the CLI's shapes of a topology round-trip."""
 
 from __future__ import annotations
 
@@ -93,27 +96,29 @@ def test_docs_example_is_valid():
     [
         ('[nodes.a]\naddresses = ["10.0.0.300"]\n', "line 2: nodes.a.addresses: '10.0.0.300' is not an IP address"),
         ('[nodes.a]\naddresses = ["10.0.0.0/24"]\n', "ranges are not supported"),
-        ('[nodes.a]\naddresses = [5]\n', "nodes.a.addresses: expected an IP address string, got 5"),
-        ('[nodes.a]\naddresses = []\n', "line 2: nodes.a.addresses: expected a non-empty list"),
-        ('[nodes.a]\naddresses = "10.0.0.1"\n', "expected a non-empty list"),
-        ('[nodes.a]\nmember = true\n', "line 1: nodes.a: missing 'addresses'"),
-        ('[nodes.a]\naddresses = ["10.0.0.1"]\nmember = "yes"\n', "line 3: nodes.a.member: expected true or false"),
+        ('[nodes.a]\naddresses = [5]\n', "line 2: invalid type: integer `5`, expected a string"),
+        ('[nodes.a]\naddresses = []\n', "line 2: nodes.a.addresses: expected a non-empty list of IP addresses"),
+        ('[nodes.a]\naddresses = "10.0.0.1"\n', "line 2: invalid type: string \"10.0.0.1\", expected a sequence"),
+        ('[nodes.a]\nmember = true\n', "line 1: missing field `addresses`"),
+        ('[nodes.a]\naddresses = ["10.0.0.1"]\nmember = "yes"\n', "line 3: invalid type: string \"yes\", expected a boolean"),
         ('[nodes.a]\naddresses = ["10.0.0.1"]\nadresses = ["10.0.0.2"]\n',
-         "line 3: nodes.a.adresses: unknown key 'adresses' (expected one of: addresses, member)"),
+         "line 3: unknown field `adresses`, expected `addresses` or `member`"),
         ('[nodes.a]\naddresses = ["10.0.0.1", "10.0.0.1"]\n', "address 10.0.0.1 is twice in this node"),
-        ('[node.a]\naddresses = ["10.0.0.1"]\n', "line 1: node: unknown key 'node'"),
-        ("nodes = 5\n", "nodes: expected tables [nodes.NAME]"),
-        ("[rules]\nclass = 'client'\n", "rules: expected an array of tables [[rules]]"),
-        ("[nodes]\na = 1\n", "nodes.a: expected a table"),
+        ('[node.a]\naddresses = ["10.0.0.1"]\n', "line 1: unknown field `node`, expected `nodes` or `rules`"),
+        ("nodes = 5\n", "line 1: invalid type: integer `5`, expected a map"),
+        ("[rules]\nclass = 'client'\n", "line 1: invalid type: map, expected a sequence"),
+        ("[nodes]\na = 1\n", "line 2: invalid type: integer `1`"),
         ('[[rules]]\nshare = "x"\nclass = "replicaton"\n',
-         "line 3: rules.0.class: unknown class 'replicaton' (expected one of: replication, redirection, "
+         "line 3: rules.0.class: unknown class 'replicaton' (expected one of: redirection, replication, "
          "redirected-read, client)"),
-        ('[[rules]]\nshare = "x"\n', "line 1: rules.0: missing 'class'"),
-        ('[[rules]]\nclass = "client"\n', "rules.0: a rule needs 'share' or 'file'"),
+        ('[[rules]]\nshare = "x"\n', "line 1: missing field `class`"),
+        ('[[rules]]\nclass = "client"\n', "line 1: rules.0: a rule needs 'share' or 'file'"),
         ('[[rules]]\nshare = "a"\nclass = "client"\n[[rules]]\nfile = ""\nclass = "client"\n',
-         "line 5: rules.1.file: expected a non-empty glob pattern string"),
-        ('[[rules]]\nshare = "a"\nclass = "client"\nfiles = "*.vhdx"\n', "line 4: rules.0.files: unknown key 'files'"),
-        ('[nodes."my.node"]\naddresses = ["10.0.0.1"]\nmember = 1\n', "line 3: nodes.my.node.member"),
+         "line 5: rules.1.file: empty glob pattern"),
+        ('[[rules]]\nfile = "disk[0-9.vhdx"\nclass = "client"\n',
+         "line 2: rules.0.file: invalid glob 'disk[0-9.vhdx': unclosed character class"),
+        ('[[rules]]\nshare = "a"\nclass = "client"\nfiles = "*.vhdx"\n', "line 4: unknown field `files`"),
+        ('[nodes."my.node"]\naddresses = ["10.0.0.1"]\nmember = 1\n', "line 3: invalid type: integer `1`, expected a boolean"),
         ("[nodes.a]\naddresses = [\"10.0.0.1\"\n", "(TOML syntax)"),
         ("[nodes.a]\naddresses = 10.0.0.1\n", "line 2, column"),
     ],
@@ -133,13 +138,24 @@ def test_address_in_two_nodes_after_normalisation():
 
 
 def test_from_config_rejects_duplicate_names_and_junk():
-    with pytest.raises(TopologyError, match="node name 'a' is used twice"):
+    with pytest.raises(TopologyError, match="node name 'a' is listed twice"):
         Topology.from_config({"nodes": [{"name": "a", "addresses": ["10.0.0.1"]},
                                         {"name": "a", "addresses": ["10.0.0.2"]}]})
     with pytest.raises(TopologyError, match="expected an object"):
         Topology.from_config([1, 2])
-    with pytest.raises(TopologyError, match="unknown key 'extra'"):
+    with pytest.raises(TopologyError, match="unknown field `extra`"):
         Topology.from_config({"nodes": [], "extra": 1})
+
+
+def test_the_engine_is_the_one_validator():
+    """Python keeps no rule of its own: the class names a rule may use are the engine's."""
+    import smbwire.topology as topology
+    from smbwire.tables import traffic_classes
+
+    assert not hasattr(topology, "CLASSES")
+    for c in traffic_classes():
+        t = parse_topology(f'[[rules]]\nfile = "*"\nclass = "{c["name"]}"\n')
+        assert t.rules[0].cls == c["name"]
 
 
 def test_load_topology_file_errors(tmp_path):

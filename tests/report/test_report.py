@@ -1,7 +1,9 @@
 """The terminal report and the JSON writer, on hand-written result dicts.
 
 These are unit tests of the renderer: the dicts below are written by hand to the schema in
-docs/json-schema.md, not produced by the engine (end-to-end tests live with the engine).
+docs/json-schema.md, not produced by the engine (end-to-end tests live with the engine). Their
+`findings` come from the engine's own rule (`_core.derive_findings`, the function every result
+gets its findings from), so the renderer is shown what the engine would have found.
 """
 
 from __future__ import annotations
@@ -103,12 +105,29 @@ def sample_result() -> dict:
                  "write_req_pdus": 1536, "write_bytes": 6_442_463_232, "read_resp_pdus": 3, "read_bytes": 12_288,
                  "files": ["vm01\\disk.vhdx"], "dialects": ["3.1.1"], "encrypted_messages": 1,
                  "compressed_messages": 0, "payload_incomplete": 0},
-        "warnings": ["capture file 1 ends with a truncated record"],
+        # A finding the figures do not give (the engine's input findings come first).
+        "findings": [{"code": "input_skipped", "path": "/captures/c.pcap",
+                      "message": "/captures/c.pcap: not a pcap or pcapng capture file: skipped; the report covers the 2 other inputs"}],
+        "warnings": [],
         "analysis": {"elapsed_seconds": 3.2, "frames": 912_355, "bytes_per_second": 385_802_778.0},
     }
 
 
-def render(result, width: int, top=None) -> str:
+def with_findings(r: dict) -> dict:
+    """`r` with the findings the engine derives from its figures after its input findings
+    (those the sample lists), and `warnings` their sentences, as a result has them."""
+    from smbwire.engine import load_core
+
+    inputs = [f for f in r.get("findings", []) if f.get("code") == "input_skipped"]
+    derived = json.loads(load_core().derive_findings(json.dumps(r)))
+    r["findings"] = inputs + derived
+    r["warnings"] = [f["message"] for f in r["findings"]]
+    return r
+
+
+def render(result, width: int, top=None, derive: bool = True) -> str:
+    if derive:
+        result = with_findings(result)
     console = Console(width=width, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
     render_report(result, console, top=top)
     return console.export_text()
@@ -131,12 +150,12 @@ def test_report_shows_key_figures(width):
     # Byte accounting: exact counts that reconcile with the input size.
     assert "1,234,568,890" in text and "reconciled" in text
     assert "smb_payload" in text and "1,150,000,000" in text
-    # Warnings: engine warnings verbatim, and the ones derived from counters.
-    assert "capture file 1 ends with a truncated record" in text
-    assert "2 TCP gaps" in text
-    assert "17 mirror-duplicate frames removed" in text
-    assert "retransmitted TCP segments removed" in text
-    assert "encrypted SMB3 messages not analysed" in text
+    # Warnings: the engine's findings, input findings first, then those of the figures.
+    assert "/captures/c.pcap: not a pcap or pcapng capture file" in text
+    assert "2920 bytes missing from TCP streams in 2 gaps" in text
+    assert "17 frames seen twice on the mirror port were removed" in text
+    assert "14600 retransmitted TCP bytes in 10 segments" in text
+    assert "1000 bytes of encrypted SMB3 messages" in text
     assert "smb2.write.data_offset_out_of_range ×3" in text
 
 
@@ -224,7 +243,7 @@ def test_accounting_that_does_not_reconcile_is_a_warning():
     r["accounting"]["total_bytes"] = 5
     text = render(r, 80)
     assert "does NOT reconcile" in text
-    assert "byte accounting does not reconcile: 5 bytes accounted" in text
+    assert "byte accounting does not reconcile: 5 accounted" in text
 
 
 def test_clean_result_has_no_warnings():
@@ -234,7 +253,8 @@ def test_clean_result_has_no_warnings():
     r["tcp"].update(gaps=0, gap_bytes=0, retransmitted_bytes=0, retransmitted_segments=0, mirror_duplicate_frames=0)
     r["smb2"]["encrypted_messages"] = 0
     del r["accounting"]["categories"]["smb_encrypted"]
-    assert findings(r) == []
+    r["findings"] = []
+    assert findings(with_findings(r)) == []
     assert "none" in render(r, 80).split("Warnings", 1)[1]
 
 
@@ -273,13 +293,14 @@ def _mutate(result: dict, data) -> dict:
 @settings(max_examples=150, deadline=None)
 @given(st.data(), st.sampled_from([40, 80, 200]))
 def test_renderer_never_raises_on_damaged_results(data, width):
-    render(_mutate(sample_result(), data), width)
+    # Damaged as it stands (findings included): no engine rule is applied to it first.
+    render(_mutate(with_findings(sample_result()), data), width, derive=False)
 
 
 @settings(max_examples=50, deadline=None)
 @given(json_values)
 def test_renderer_never_raises_on_any_json(value):
-    render(value, 80)
+    render(value, 80, derive=False)
 
 
 # ------------------------------------------------------------------------------ pieces
@@ -347,18 +368,24 @@ def test_write_json_refuses_nan_and_bad_paths(tmp_path):
         write_json({}, str(tmp_path))
 
 
-def test_engine_warnings_are_not_repeated():
-    r = sample_result()
-    r["warnings"] = [
-        "2920 bytes missing from TCP streams in 2 gaps (lost or snaplen-truncated segments)",
-        "17 frames seen twice on the mirror port were removed (never counted as a second send)",
-        "14600 retransmitted TCP bytes in 10 segments were removed",
-        "1000 bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed",
-        '4 anomalies in the input (see "anomalies")',
-    ]
+def test_findings_are_shown_in_the_engines_order_and_words():
+    r = with_findings(sample_result())
+    codes = [f["code"] for f in r["findings"]]
+    assert codes == ["input_skipped", "tcp_gaps", "mirror_duplicates", "retransmitted", "smb_encrypted", "anomalies"]
     got = findings(r)
-    assert got[:5] == r["warnings"]
-    assert got[5:] == ["anomalies by name: smb2.write.data_offset_out_of_range ×3, tcp.bad_header_length ×1"]
+    messages = [f["message"] for f in r["findings"]]
+    # Each finding's sentence, the anomalies one followed by its names (a table line).
+    assert got == messages + ["anomalies by name: smb2.write.data_offset_out_of_range ×3, tcp.bad_header_length ×1"]
+    assert r["warnings"] == messages
+
+
+def test_a_result_without_findings_shows_its_warnings():
+    r = sample_result()
+    del r["findings"]
+    r["warnings"] = ["an older engine's sentence"]
+    got = findings(r)
+    assert got[0] == "an older engine's sentence"
+    assert "result has no 'findings': not shown" in got
 
 
 def test_build_report_embeds_in_other_layouts():

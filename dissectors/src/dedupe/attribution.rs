@@ -41,6 +41,30 @@ impl Class {
         }
     }
 
+    /// The order reports and the live view list classes in: the work the cluster was asked
+    /// to do first, then what it costs.
+    pub const REPORT_ORDER: [Class; 4] = [Class::Client, Class::Redirection, Class::Replication, Class::RedirectedRead];
+
+    /// A short label for tables and the live view.
+    pub fn label(self) -> &'static str {
+        match self {
+            Class::Redirection => "redirection",
+            Class::Replication => "replication",
+            Class::RedirectedRead => "redirected read",
+            Class::Client => "client I/O",
+        }
+    }
+
+    /// One line on what the class means (docs/topology.md, docs/attribution.md).
+    pub fn description(self) -> &'static str {
+        match self {
+            Class::Redirection => "a member's WRITE to another member that writes the same block on (CSV/S2D redirected I/O)",
+            Class::Replication => "a member's WRITE to another member that does not send it on (mirror copies)",
+            Class::RedirectedRead => "a member's READ response to another member",
+            Class::Client => "payload where either end is not a member (the work the cluster was asked to do)",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Class> {
         Class::ALL.into_iter().find(|c| c.name() == name)
     }

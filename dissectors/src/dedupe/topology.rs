@@ -1,10 +1,22 @@
-//! Nodes, membership and share/file rules (parsed from TOML on the Python side and passed
-//! in as JSON; see `Topology::from_json`).
+//! The topology (docs/topology.md): nodes and their addresses, membership, share/file rules.
+//!
+//! One parser and one validation for both forms it comes in: the TOML file a user writes
+//! (`Topology::from_toml`, `load_file`) and the engine config's JSON object the Python face,
+//! the synthesizer and the tests pass (`Topology::from_json`, the shape `config_json` returns).
+//! Both are read by serde into the same specs (unknown keys refused) and checked by one
+//! function, `Topology::build`. Errors from the TOML form name the line (toml's spans).
+//!
+//! Globs are `globset` globs, case-insensitive, with `\` a literal character (SMB paths use
+//! backslashes) and `*` / `?` matching any character, `\` included.
 
 use super::attribution::Class;
-use serde_json::Value;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::ops::Range;
+use toml::Spanned;
 
 /// Default bound on nodes created for addresses the topology does not list.
 pub const DEFAULT_AUTO_NODE_CAP: usize = 65_536;
@@ -60,109 +72,6 @@ impl Default for Topology {
 }
 
 impl Topology {
-    /// `{"nodes":[{"name":..,"addresses":[..],"member":true}], "rules":[{"share":glob?,"file":glob?,"class":..}]}`
-    /// An empty object means: every IP address is its own node and a member.
-    ///
-    /// `member` defaults to true. Globs are case-insensitive with `*` (any run, also empty),
-    /// `?` (one character) and `[...]` sets; there is no escape character, so `\` is literal.
-    pub fn from_json(v: &Value) -> Result<Self, String> {
-        let obj = v.as_object().ok_or("topology: expected a JSON object")?;
-        for key in obj.keys() {
-            if key != "nodes" && key != "rules" {
-                return Err(format!(
-                    "topology: unknown key {key:?} (expected \"nodes\" and \"rules\")"
-                ));
-            }
-        }
-        let mut topo = Topology::default();
-        if let Some(nodes) = obj.get("nodes") {
-            let nodes = nodes
-                .as_array()
-                .ok_or("topology: \"nodes\" must be a list")?;
-            for (i, node) in nodes.iter().enumerate() {
-                topo.add_listed_node(i, node)?;
-            }
-            topo.listed = !topo.nodes.is_empty();
-        }
-        if let Some(rules) = obj.get("rules") {
-            let rules = rules
-                .as_array()
-                .ok_or("topology: \"rules\" must be a list")?;
-            for (i, rule) in rules.iter().enumerate() {
-                topo.rules.push(parse_rule(i, rule)?);
-            }
-        }
-        Ok(topo)
-    }
-
-    fn add_listed_node(&mut self, i: usize, v: &Value) -> Result<(), String> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| format!("topology: nodes[{i}] must be an object"))?;
-        for key in obj.keys() {
-            if !matches!(key.as_str(), "name" | "addresses" | "member") {
-                return Err(format!("topology: nodes[{i}]: unknown key {key:?}"));
-            }
-        }
-        let name = match obj.get("name") {
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            _ => {
-                return Err(format!(
-                    "topology: nodes[{i}]: \"name\" must be a non-empty string"
-                ))
-            }
-        };
-        if self.nodes.iter().any(|n| n.name == name) {
-            return Err(format!(
-                "topology: nodes[{i}]: node name {name:?} is listed twice"
-            ));
-        }
-        let member = match obj.get("member") {
-            None => true,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(format!(
-                    "topology: node {name:?}: \"member\" must be true or false"
-                ))
-            }
-        };
-        let addrs = obj
-            .get("addresses")
-            .and_then(Value::as_array)
-            .ok_or_else(|| {
-                format!("topology: node {name:?}: \"addresses\" must be a list of IP addresses")
-            })?;
-        let idx = NodeIdx(self.nodes.len() as u32);
-        let mut addresses = Vec::with_capacity(addrs.len());
-        for a in addrs {
-            let text = a
-                .as_str()
-                .ok_or_else(|| format!("topology: node {name:?}: addresses must be strings"))?;
-            let ip: IpAddr = text
-                .trim()
-                .parse()
-                .map_err(|_| format!("topology: node {name:?}: {text:?} is not an IP address"))?;
-            let ip = ip.to_canonical();
-            if let Some(other) = self.by_address.insert(ip, idx) {
-                let other = if other == idx {
-                    name.as_str()
-                } else {
-                    self.nodes[other.0 as usize].name.as_str()
-                };
-                return Err(format!(
-                    "topology: address {ip} is listed for both {other:?} and {name:?}"
-                ));
-            }
-            addresses.push(ip);
-        }
-        self.nodes.push(Node {
-            name,
-            addresses,
-            member,
-        });
-        Ok(())
-    }
-
     /// Bound on automatic nodes (addresses the topology does not list); past it, addresses
     /// map to one node named `other`.
     pub fn set_auto_node_cap(&mut self, cap: usize) {
@@ -226,349 +135,388 @@ impl Topology {
     /// Class of the first rule whose given patterns all match. A pattern for a name that is
     /// unknown (share or file not seen in the capture) does not match.
     pub fn rule_class(&self, share: Option<&str>, file: Option<&str>) -> Option<Class> {
-        if self.rules.is_empty() {
-            return None;
-        }
-        let share: Option<Vec<char>> = share.map(fold);
-        let file: Option<Vec<char>> = file.map(fold);
-        let matches = |g: &Option<Glob>, text: &Option<Vec<char>>| match (g, text) {
+        let matches = |g: &Option<Glob>, text: Option<&str>| match (g, text) {
             (None, _) => true,
             (Some(_), None) => false,
             (Some(g), Some(t)) => g.matches(t),
         };
-        self.rules
+        self.rules.iter().find(|r| matches(&r.share, share) && matches(&r.file, file)).map(|r| r.class)
+    }
+}
+
+// --- the file and its validation ---
+
+/// A topology that cannot be used: what is wrong and, for the TOML form, where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyError {
+    /// 1-based line (and column, for TOML syntax errors) in the file.
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// The key the error is about (`nodes.a.addresses`, `rules.0.class`); empty when the
+    /// parser does not say.
+    pub key: String,
+    pub message: String,
+    /// A TOML syntax error (not a validation error).
+    pub syntax: bool,
+}
+
+impl std::fmt::Display for TopologyError {
+    /// `line 5: nodes.b.addresses: address 10.0.0.1 is also in node 'a'`, or
+    /// `line 2, column 13: invalid string (TOML syntax)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "line {l}, column {c}: ")?,
+            (Some(l), None) => write!(f, "line {l}: ")?,
+            _ => {}
+        }
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)?;
+        if self.syntax {
+            f.write_str(" (TOML syntax)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TopologyError {}
+
+/// The TOML file: `[nodes.NAME]` tables and `[[rules]]`.
+#[derive(Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileToml {
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    nodes: IndexMap<Spanned<String>, Spanned<NodeToml>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    rules: Vec<Spanned<RuleToml>>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct NodeToml {
+    addresses: Spanned<Vec<Spanned<String>>>,
+    #[serde(default = "yes")]
+    member: Spanned<bool>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RuleToml {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    share: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    file: Option<Spanned<String>>,
+    class: Spanned<String>,
+}
+
+fn yes() -> Spanned<bool> {
+    Spanned::new(0..0, true)
+}
+
+/// The config form: `{"nodes": [{"name", "addresses", "member"}], "rules": [{"share", "file", "class"}]}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigJson {
+    #[serde(default)]
+    nodes: Vec<NodeJson>,
+    #[serde(default)]
+    rules: Vec<RuleJson>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeJson {
+    name: String,
+    addresses: Vec<String>,
+    #[serde(default = "yes_bool")]
+    member: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleJson {
+    #[serde(default)]
+    share: Option<String>,
+    #[serde(default)]
+    file: Option<String>,
+    class: String,
+}
+
+fn yes_bool() -> bool {
+    true
+}
+
+/// A value and where it was written (byte range in the TOML text; none for JSON).
+type At<T> = (T, Option<Range<usize>>);
+
+/// What both forms are read into before `Topology::build` checks it.
+struct NodeSpec {
+    name: At<String>,
+    addresses: At<Vec<At<String>>>,
+    member: bool,
+}
+
+struct RuleSpec {
+    at: Option<Range<usize>>,
+    share: Option<At<String>>,
+    file: Option<At<String>>,
+    class: At<String>,
+}
+
+fn at<T: Clone>(s: &Spanned<T>) -> At<T> {
+    (s.get_ref().clone(), Some(s.span()))
+}
+
+/// Byte offset -> (1-based line, 1-based column in characters).
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+impl Topology {
+    /// Parse and check topology TOML text (docs/topology.md).
+    pub fn from_toml(text: &str) -> Result<Topology, TopologyError> {
+        let file: FileToml = toml::from_str(text).map_err(|e| {
+            // Serde errors (unknown key, missing key, wrong type) come with the span of the
+            // table or value; a syntax error with the position of the bad character.
+            let syntax = !is_serde_error(e.message());
+            let (line, column) = match e.span() {
+                Some(r) => {
+                    let (l, c) = line_col(text, r.start);
+                    (Some(l), syntax.then_some(c))
+                }
+                None => (None, None),
+            };
+            TopologyError { line, column, key: String::new(), message: first_line(e.message()), syntax }
+        })?;
+        let nodes = file
+            .nodes
             .iter()
-            .find(|r| matches(&r.share, &share) && matches(&r.file, &file))
-            .map(|r| r.class)
+            .map(|(name, node)| {
+                let node = node.get_ref();
+                NodeSpec {
+                    name: at(name),
+                    addresses: (node.addresses.get_ref().iter().map(at).collect(), Some(node.addresses.span())),
+                    member: *node.member.get_ref(),
+                }
+            })
+            .collect();
+        let rules = file
+            .rules
+            .iter()
+            .map(|r| {
+                let span = r.span();
+                let r = r.get_ref();
+                RuleSpec { at: Some(span), share: r.share.as_ref().map(at), file: r.file.as_ref().map(at), class: at(&r.class) }
+            })
+            .collect();
+        Topology::build(nodes, rules, Some(text))
     }
-}
 
-fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| format!("topology: rules[{i}] must be an object"))?;
-    for key in obj.keys() {
-        if !matches!(key.as_str(), "share" | "file" | "class") {
-            return Err(format!(
-                "topology: rules[{i}]: unknown key {key:?} (expected share, file, class)"
-            ));
+    /// The engine config's `"topology"` object (the shape `config_json` returns). An empty
+    /// object means: every IP address is its own node and a member.
+    pub fn from_json(v: &Value) -> Result<Topology, TopologyError> {
+        if !v.is_object() {
+            return Err(TopologyError { line: None, column: None, key: String::new(), message: "expected an object with \"nodes\" and \"rules\"".into(), syntax: false });
         }
+        let c: ConfigJson = ConfigJson::deserialize(v).map_err(|e| TopologyError {
+            line: None,
+            column: None,
+            key: String::new(),
+            message: e.to_string(),
+            syntax: false,
+        })?;
+        let nodes = c
+            .nodes
+            .into_iter()
+            .map(|n| NodeSpec {
+                name: (n.name, None),
+                addresses: (n.addresses.into_iter().map(|a| (a, None)).collect(), None),
+                member: n.member,
+            })
+            .collect();
+        let rules = c
+            .rules
+            .into_iter()
+            .map(|r| RuleSpec { at: None, share: r.share.map(|s| (s, None)), file: r.file.map(|s| (s, None)), class: (r.class, None) })
+            .collect();
+        Topology::build(nodes, rules, None)
     }
-    let glob = |key: &str| -> Result<Option<Glob>, String> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(Glob::new(s))),
-            Some(_) => Err(format!(
-                "topology: rules[{i}]: \"{key}\" must be a glob string"
-            )),
+
+    /// The one validation of both forms.
+    fn build(nodes: Vec<NodeSpec>, rules: Vec<RuleSpec>, text: Option<&str>) -> Result<Topology, TopologyError> {
+        let fail = |span: &Option<Range<usize>>, key: String, message: String| -> TopologyError {
+            let line = match (span, text) {
+                (Some(r), Some(t)) => Some(line_col(t, r.start).0),
+                _ => None,
+            };
+            TopologyError { line, column: None, key, message, syntax: false }
+        };
+        let mut topo = Topology::default();
+        for spec in nodes {
+            let (name, name_at) = spec.name;
+            let key = format!("nodes.{name}");
+            if name.trim().is_empty() {
+                return Err(fail(&name_at, key, "a node name must not be empty".into()));
+            }
+            if topo.nodes.iter().any(|n| n.name == name) {
+                return Err(fail(&name_at, key, format!("node name '{name}' is listed twice")));
+            }
+            let (addrs, addrs_at) = spec.addresses;
+            let key = format!("nodes.{name}.addresses");
+            if addrs.is_empty() {
+                return Err(fail(&addrs_at, key, "expected a non-empty list of IP addresses".into()));
+            }
+            let idx = NodeIdx(topo.nodes.len() as u32);
+            let mut addresses = Vec::with_capacity(addrs.len());
+            for (text, a_at) in addrs {
+                let span = a_at.or_else(|| addrs_at.clone());
+                let ip: IpAddr = text.trim().parse().map_err(|_| {
+                    let hint = if text.contains('/') { " (ranges are not supported: list each address)" } else { "" };
+                    fail(&span, key.clone(), format!("'{text}' is not an IP address{hint}"))
+                })?;
+                let ip = ip.to_canonical();
+                if let Some(other) = topo.by_address.insert(ip, idx) {
+                    let what = if other == idx {
+                        "twice in this node".to_string()
+                    } else {
+                        format!("also in node '{}'", topo.nodes[other.0 as usize].name)
+                    };
+                    return Err(fail(&span, key, format!("address {ip} is {what}")));
+                }
+                addresses.push(ip);
+            }
+            topo.nodes.push(Node { name, addresses, member: spec.member });
         }
-    };
-    let share = glob("share")?;
-    let file = glob("file")?;
-    if share.is_none() && file.is_none() {
-        return Err(format!(
-            "topology: rules[{i}]: give a \"share\" or a \"file\" pattern (or both)"
-        ));
+        topo.listed = !topo.nodes.is_empty();
+        for (i, spec) in rules.into_iter().enumerate() {
+            let key = format!("rules.{i}");
+            let glob = |g: Option<At<String>>, which: &str| -> Result<Option<Glob>, TopologyError> {
+                let Some((pattern, g_at)) = g else { return Ok(None) };
+                let span = g_at.or_else(|| spec.at.clone());
+                Glob::new(&pattern).map(Some).map_err(|m| fail(&span, format!("{key}.{which}"), m))
+            };
+            let share = glob(spec.share, "share")?;
+            let file = glob(spec.file, "file")?;
+            if share.is_none() && file.is_none() {
+                return Err(fail(&spec.at, key, "a rule needs 'share' or 'file' (or both)".into()));
+            }
+            let (name, class_at) = spec.class;
+            let class = Class::from_name(&name).ok_or_else(|| {
+                let names: Vec<&str> = Class::ALL.iter().map(|c| c.name()).collect();
+                fail(&class_at, format!("{key}.class"), format!("unknown class '{name}' (expected one of: {})", names.join(", ")))
+            })?;
+            topo.rules.push(Rule { share, file, class });
+        }
+        Ok(topo)
     }
-    let class = match obj.get("class") {
-        Some(Value::String(s)) => Class::from_name(s).ok_or_else(|| {
-            let names: Vec<&str> = Class::ALL.iter().map(|c| c.name()).collect();
-            format!(
-                "topology: rules[{i}]: unknown class {s:?} (one of: {})",
-                names.join(", ")
-            )
-        })?,
-        _ => return Err(format!("topology: rules[{i}]: \"class\" must be a string")),
-    };
-    Ok(Rule { share, file, class })
+
+    /// The listed nodes and the rules in the config form (`from_json` reads it back):
+    /// addresses normalised, `member` and both patterns always present (`null`: any).
+    pub fn config_json(&self) -> Value {
+        let nodes: Vec<Value> = self.nodes[..self.listed_count()]
+            .iter()
+            .map(|n| json!({"name": n.name, "addresses": n.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(), "member": n.member}))
+            .collect();
+        let rules: Vec<Value> = self
+            .rules
+            .iter()
+            .map(|r| json!({"share": r.share.as_ref().map(|g| g.pattern.as_str()), "file": r.file.as_ref().map(|g| g.pattern.as_str()), "class": r.class.name()}))
+            .collect();
+        json!({"nodes": nodes, "rules": rules})
+    }
+
+    /// The same topology as a TOML file that `from_toml` reads back unchanged.
+    pub fn to_toml(&self) -> String {
+        let listed = self.listed_count();
+        let file = FileToml {
+            nodes: self.nodes[..listed]
+                .iter()
+                .map(|n| {
+                    let addresses = n.addresses.iter().map(|a| Spanned::new(0..0, a.to_string())).collect();
+                    let node = NodeToml { addresses: Spanned::new(0..0, addresses), member: Spanned::new(0..0, n.member) };
+                    (Spanned::new(0..0, n.name.clone()), Spanned::new(0..0, node))
+                })
+                .collect(),
+            rules: self
+                .rules
+                .iter()
+                .map(|r| {
+                    let g = |g: &Option<Glob>| g.as_ref().map(|g| Spanned::new(0..0, g.pattern.clone()));
+                    Spanned::new(0..0, RuleToml { share: g(&r.share), file: g(&r.file), class: Spanned::new(0..0, r.class.name().to_string()) })
+                })
+                .collect(),
+        };
+        let body = toml::to_string(&file).unwrap_or_default();
+        format!("# smbwire topology (docs/topology.md)\n\n{body}")
+    }
+
+    /// Nodes that came from the file (before any automatic node).
+    fn listed_count(&self) -> usize {
+        let auto = self.auto_nodes + usize::from(self.overflow.is_some());
+        self.nodes.len() - auto
+    }
 }
 
-/// Case folding for glob matching (Unicode lower case, char by char so lengths line up).
-fn fold(s: &str) -> Vec<char> {
-    s.chars().flat_map(char::to_lowercase).collect()
+/// Read and check a topology file. The error is one line: `PATH: line N: key: what`.
+pub fn load_file(path: &str) -> Result<Topology, String> {
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{path}: no such file"),
+        std::io::ErrorKind::IsADirectory => format!("{path}: is a directory, not a topology file"),
+        _ if std::path::Path::new(path).is_dir() => format!("{path}: is a directory, not a topology file"),
+        _ => format!("{path}: cannot read: {e}"),
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+        format!("{path}: line {line}: not UTF-8 text")
+    })?;
+    Topology::from_toml(text).map_err(|e| format!("{path}: {e}"))
 }
 
-/// A case-insensitive shell-style glob: `*` any run (also empty, also `\`), `?` one character,
-/// `[abc]` / `[a-z]` / `[!abc]` one character of (not of) a set. No escape character; a `[`
-/// without a closing `]` is literal.
+/// Messages toml's serde layer writes (as opposed to its parser's syntax errors).
+fn is_serde_error(m: &str) -> bool {
+    ["unknown field", "missing field", "invalid type", "invalid value", "invalid length", "duplicate field", "unknown variant"]
+        .iter()
+        .any(|p| m.starts_with(p))
+}
+
+fn first_line(m: &str) -> String {
+    m.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// A case-insensitive glob over a share path or a file name (globset syntax, docs/topology.md;
+/// pattern and name are compared in Unicode lower case):
+/// `*` any run (also empty, also `\`), `?` one character, `[abc]` / `[a-z]` / `[!abc]` sets,
+/// `{a,b}` alternatives; `\` is a literal character, not an escape.
 #[derive(Clone, Debug)]
 struct Glob {
-    tokens: Vec<Token>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Token {
-    Char(char),
-    Any,
-    Star,
-    Set {
-        negated: bool,
-        items: Vec<(char, char)>,
-    },
-}
-
-impl Token {
-    fn matches_one(&self, c: char) -> bool {
-        match self {
-            Token::Char(p) => *p == c,
-            Token::Any => true,
-            Token::Star => false,
-            Token::Set { negated, items } => {
-                items.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
-            }
-        }
-    }
+    pattern: String,
+    matcher: globset::GlobMatcher,
 }
 
 impl Glob {
-    fn new(pattern: &str) -> Glob {
-        let p = fold(pattern);
-        let mut tokens = Vec::with_capacity(p.len());
-        let mut i = 0;
-        while i < p.len() {
-            match p[i] {
-                '*' => tokens.push(Token::Star),
-                '?' => tokens.push(Token::Any),
-                '[' => {
-                    if let Some((set, next)) = parse_set(&p, i) {
-                        tokens.push(set);
-                        i = next;
-                        continue;
-                    }
-                    tokens.push(Token::Char('['));
-                }
-                c => tokens.push(Token::Char(c)),
-            }
-            i += 1;
+    fn new(pattern: &str) -> Result<Glob, String> {
+        if pattern.is_empty() {
+            return Err("empty glob pattern (leave the key out to match any name)".into());
         }
-        Glob { tokens }
+        // globset folds ASCII only; names are folded to Unicode lower case on both sides.
+        let glob = globset::GlobBuilder::new(&pattern.to_lowercase())
+            .case_insensitive(true)
+            .backslash_escape(false)
+            .literal_separator(false)
+            .build()
+            .map_err(|e| format!("invalid glob '{pattern}': {}", e.kind()))?;
+        Ok(Glob { pattern: pattern.to_string(), matcher: glob.compile_matcher() })
     }
 
-    /// Iterative matcher with one backtrack point (the last `*`): O(len(p) * len(t)) worst case,
-    /// no recursion, so hostile names cannot blow the stack.
-    fn matches(&self, text: &[char]) -> bool {
-        let p = &self.tokens;
-        let (mut pi, mut ti) = (0usize, 0usize);
-        let mut star: Option<(usize, usize)> = None;
-        while ti < text.len() {
-            if pi < p.len() && p[pi].matches_one(text[ti]) {
-                pi += 1;
-                ti += 1;
-            } else if pi < p.len() && p[pi] == Token::Star {
-                star = Some((pi, ti));
-                pi += 1;
-            } else if let Some((sp, st)) = star {
-                pi = sp + 1;
-                ti = st + 1;
-                star = Some((sp, st + 1));
-            } else {
-                return false;
-            }
-        }
-        p[pi..].iter().all(|t| *t == Token::Star)
+    fn matches(&self, text: &str) -> bool {
+        self.matcher.is_match(text.to_lowercase())
     }
-}
-
-/// `[...]` starting at `p[start]`: the set and the index after its `]`. A `]` right after
-/// `[` or `[!` is a member, as in shells.
-fn parse_set(p: &[char], start: usize) -> Option<(Token, usize)> {
-    let mut i = start + 1;
-    let negated = p.get(i) == Some(&'!');
-    if negated {
-        i += 1;
-    }
-    let first = i;
-    let mut items = Vec::new();
-    while i < p.len() {
-        if p[i] == ']' && i > first {
-            return Some((Token::Set { negated, items }, i + 1));
-        }
-        if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|&c| c != ']') {
-            items.push((p[i], p[i + 2]));
-            i += 3;
-        } else {
-            items.push((p[i], p[i]));
-            i += 1;
-        }
-    }
-    None
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn listed_nodes_and_clients() {
-        let mut t = Topology::from_json(&json!({
-            "nodes": [
-                {"name": "n1", "addresses": ["198.18.0.1", "2001:db8::1"], "member": true},
-                {"name": "n2", "addresses": ["198.18.0.2"]},
-                {"name": "c", "addresses": ["198.18.0.9"], "member": false}
-            ]
-        }))
-        .unwrap();
-        let n1 = t.node_of(ip("198.18.0.1"));
-        assert_eq!(t.node_of(ip("2001:db8::1")), n1);
-        assert_eq!(
-            t.node_of(ip("::ffff:198.18.0.1")),
-            n1,
-            "v4-mapped v6 is the same address"
-        );
-        assert_eq!(t.node(n1).name, "n1");
-        let n2 = t.node_of(ip("198.18.0.2"));
-        assert!(t.node(n2).member, "member defaults to true");
-        let c = t.node_of(ip("198.18.0.9"));
-        assert!(!t.node(c).member);
-        let auto = t.node_of(ip("198.18.1.1"));
-        assert_eq!(t.node(auto).name, "198.18.1.1");
-        assert!(
-            !t.node(auto).member,
-            "unlisted address is a client when nodes are listed"
-        );
-        assert_eq!(t.node_of(ip("198.18.1.1")), auto);
-        assert_eq!(t.nodes().len(), 4);
-    }
-
-    #[test]
-    fn empty_topology_makes_every_address_a_member() {
-        let mut t = Topology::from_json(&json!({})).unwrap();
-        let a = t.node_of(ip("198.18.0.1"));
-        let b = t.node_of(ip("198.18.0.2"));
-        assert_ne!(a, b);
-        assert!(t.node(a).member && t.node(b).member);
-        // A rules-only topology still lists no nodes.
-        let mut t = Topology::from_json(&json!({"rules": [{"file": "*.vhdx", "class": "client"}]}))
-            .unwrap();
-        let a = t.node_of(ip("198.18.0.1"));
-        assert!(t.node(a).member);
-    }
-
-    #[test]
-    fn automatic_nodes_are_capped() {
-        let mut t = Topology::default();
-        t.set_auto_node_cap(3);
-        let ids: Vec<NodeIdx> = (1..=10)
-            .map(|i| t.node_of(ip(&format!("198.18.0.{i}"))))
-            .collect();
-        assert_eq!(t.nodes().len(), 4);
-        assert_eq!(t.node(ids[3]).name, OVERFLOW_NODE);
-        assert!(ids[3..].iter().all(|&i| i == ids[3]));
-        assert_eq!(t.overflow_lookups(), 7);
-        assert_eq!(
-            t.node_of(ip("198.18.0.2")),
-            ids[1],
-            "addresses seen before the cap keep their node"
-        );
-    }
-
-    #[test]
-    fn rules_match_case_insensitive_globs() {
-        let t = Topology::from_json(&json!({
-            "rules": [
-                // The pattern is `*\csv$*` (one backslash; `\` is not an escape in globs).
-                {"share": "*\\csv$*", "file": "*.vhdx", "class": "redirection"},
-                {"file": "backup?.bin", "class": "client"},
-                {"share": "\\\\sofs\\*", "class": "replication"}
-            ]
-        }))
-        .unwrap();
-        assert_eq!(
-            t.rule_class(Some(r"\\SRV\CSV$"), Some(r"vm\Disk.VHDX")),
-            Some(Class::Redirection)
-        );
-        assert_eq!(
-            t.rule_class(Some(r"\\srv\csv$\x"), Some("a.vhdx")),
-            Some(Class::Redirection)
-        );
-        assert_eq!(t.rule_class(Some(r"\\srv\data"), Some("a.vhdx")), None);
-        assert_eq!(
-            t.rule_class(Some(r"\\srv\xcsv$"), Some("a.vhdx")),
-            None,
-            "backslash is literal"
-        );
-        assert_eq!(
-            t.rule_class(None, Some("a.vhdx")),
-            None,
-            "share pattern needs a known share"
-        );
-        assert_eq!(t.rule_class(None, Some("BACKUP7.bin")), Some(Class::Client));
-        assert_eq!(t.rule_class(None, Some("backup77.bin")), None);
-        assert_eq!(
-            t.rule_class(Some(r"\\sofs\x"), None),
-            Some(Class::Replication)
-        );
-        assert_eq!(t.rule_class(Some(r"\\sofs"), None), None);
-    }
-
-    #[test]
-    fn glob_edge_cases() {
-        let m = |p: &str, t: &str| Glob::new(p).matches(&fold(t));
-        assert!(m("", ""));
-        assert!(!m("", "a"));
-        assert!(m("*", ""));
-        assert!(m("a*b*c", "aXbYbZc"));
-        assert!(!m("a*b*c", "aXbYbZ"));
-        assert!(m("?*?", "ab"));
-        assert!(!m("?*?", "a"));
-        assert!(m("**a", "a"));
-        assert!(m("disk[0-9].vhdx", "DISK7.vhdx"));
-        assert!(!m("disk[0-9].vhdx", "diskx.vhdx"));
-        assert!(m("disk[!0-9].vhdx", "diskx.vhdx"));
-        assert!(m("[]x]", "]"));
-        assert!(m("[ab", "[ab"), "unclosed [ is literal");
-        assert!(m("[A-C]", "b"), "sets fold case too");
-        // Pathological pattern stays fast (no exponential backtracking).
-        let text = "a".repeat(2000);
-        assert!(!m(&format!("{}b", "*a".repeat(50)), &text));
-    }
-
-    #[test]
-    fn invalid_topologies_are_refused_with_a_message() {
-        let bad = [
-            (json!([]), "JSON object"),
-            (json!({"node": []}), "unknown key"),
-            (json!({"nodes": {}}), "must be a list"),
-            (json!({"nodes": [{"addresses": []}]}), "name"),
-            (
-                json!({"nodes": [{"name": "a", "addresses": ["x"]}]}),
-                "not an IP address",
-            ),
-            (
-                json!({"nodes": [{"name": "a", "addresses": ["198.18.0.1"], "member": "yes"}]}),
-                "member",
-            ),
-            (
-                json!({"nodes": [{"name": "a", "addresses": "198.18.0.1"}]}),
-                "addresses",
-            ),
-            (
-                json!({"nodes": [{"name": "a", "addresses": ["198.18.0.1"]}, {"name": "b", "addresses": ["198.18.0.1"]}]}),
-                "listed for both",
-            ),
-            (
-                json!({"nodes": [{"name": "a", "addresses": []}, {"name": "a", "addresses": []}]}),
-                "twice",
-            ),
-            (
-                json!({"rules": [{"class": "client"}]}),
-                "\"share\" or a \"file\"",
-            ),
-            (
-                json!({"rules": [{"file": "*", "class": "mirror"}]}),
-                "unknown class",
-            ),
-            (json!({"rules": [{"file": 3, "class": "client"}]}), "glob"),
-            (json!({"rules": [{"file": "*"}]}), "class"),
-        ];
-        for (v, want) in bad {
-            let err = Topology::from_json(&v).expect_err(&v.to_string());
-            assert!(err.contains(want), "{v}: {err}");
-        }
-    }
-}
+mod tests;

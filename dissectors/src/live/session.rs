@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use super::rotate::{RotatingPcapng, WriteOptions};
 use super::privs::{self, Summary, User};
 use super::{Backend, HookInfo, LiveError, LiveOptions, LiveSource, LiveStats};
-use crate::accounting::{cat, Accounting};
+use crate::accounting::Accounting;
 use crate::dedupe::Class;
 use crate::pipeline::{Config, Pipeline, PipelineView};
 use crate::report::{self, InputFile};
@@ -523,21 +523,6 @@ impl Capture {
 fn view_result(view: &PipelineView, input: InputFile, started: Instant) -> Value {
     let input_bytes = input.size_bytes;
     let total = view.accounting.total();
-    let mut warnings = Vec::new();
-    if view.tcp.gap_bytes > 0 {
-        warnings.push(format!(
-            "{} bytes missing from TCP streams in {} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed",
-            view.tcp.gap_bytes, view.tcp.gaps
-        ));
-    }
-    let enc = view.accounting.get(cat::SMB_ENCRYPTED);
-    if enc > 0 {
-        warnings.push(format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"));
-    }
-    let n_anom: u64 = view.anomalies.values().sum();
-    if n_anom > 0 {
-        warnings.push(format!("{n_anom} anomalies in the input (see \"anomalies\")"));
-    }
     let first = view.first_ts_ns.map(|t| t as f64 / 1e9);
     let last = view.first_ts_ns.map(|_| view.last_ts_ns as f64 / 1e9);
     let elapsed = started.elapsed().as_secs_f64();
@@ -571,7 +556,8 @@ fn view_result(view: &PipelineView, input: InputFile, started: Instant) -> Value
     out.insert("anomalies".into(), json!(view.anomalies));
     out.insert("tcp".into(), json!(view.tcp));
     out.insert("smb2".into(), json!(view.smb2));
-    out.insert("warnings".into(), json!(warnings));
+    out.insert("findings".into(), json!([]));
+    out.insert("warnings".into(), json!([]));
     out.insert(
         "analysis".into(),
         json!({
@@ -580,7 +566,10 @@ fn view_result(view: &PipelineView, input: InputFile, started: Instant) -> Value
             "bytes_per_second": if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
         }),
     );
-    Value::Object(out)
+    let mut out = Value::Object(out);
+    // The same findings as the final result (crate::findings), from the figures so far.
+    crate::findings::attach(&mut out, Vec::new());
+    out
 }
 
 fn wall_now() -> f64 {

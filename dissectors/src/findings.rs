@@ -1,0 +1,247 @@
+//! Findings: what limits an analysis, as records. Each has a stable `code`, the figures it
+//! is about (counts, bytes, names) and its sentence (`message`); the result carries them in
+//! `findings`, and the sentences again, in the same order, in `warnings` (docs/json-schema.md).
+//!
+//! Every rule about what deserves a finding lives here: `derive` reads a result's figures
+//! (its `tcp`, `smb2`, `accounting`, `index`, `anomalies` and `edges` sections), so `analyze`,
+//! `attribute` (a result rebuilt from ledgers) and the live snapshots find exactly the same
+//! things. The Python face only renders them.
+
+use crate::accounting::{cat, Disposition, CATEGORIES};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// One finding: `{"code": ..., <figures>..., "message": ...}` in the JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub code: String,
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+    pub message: String,
+}
+
+/// The codes `derive` and the pipeline emit, with the figures each carries (the table in
+/// docs/json-schema.md lists the same).
+pub const CODES: &[(&str, &[&str])] = &[
+    ("input_skipped", &["path"]),
+    ("tcp_gaps", &["gaps", "bytes"]),
+    ("mirror_duplicates", &["frames", "bytes"]),
+    ("retransmitted", &["segments", "bytes"]),
+    ("smb_encrypted", &["messages", "bytes"]),
+    ("smb_compressed", &["messages", "bytes"]),
+    ("accounting_unreconciled", &["total_bytes", "input_bytes"]),
+    ("anomalies", &["total", "names"]),
+    ("payload_incomplete", &["payloads", "bytes"]),
+    ("not_analysed", &["category", "bytes"]),
+    ("removed", &["category", "bytes"]),
+    ("index_early_expiries", &["sends", "max_live_blocks"]),
+    ("other_node", &["lookups"]),
+    ("no_payload", &[]),
+];
+
+impl Finding {
+    pub fn new(code: &str, fields: Value, message: String) -> Finding {
+        debug_assert!(CODES.iter().any(|(c, _)| *c == code), "finding code {code:?} is not in CODES");
+        let fields = match fields {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Finding { code: code.to_string(), fields, message }
+    }
+}
+
+/// A capture file that could not be used beside usable ones (`capture.unusable_input`).
+pub fn input_skipped(path: &str, error: &str, others: usize) -> Finding {
+    Finding::new(
+        "input_skipped",
+        json!({ "path": path }),
+        format!("{error}: skipped; the report covers the {others} other input{}", if others == 1 { "" } else { "s" }),
+    )
+}
+
+/// The findings that follow from a result's figures, in the order the report prints them.
+pub fn derive(r: &Value) -> Vec<Finding> {
+    let n = |path: &[&str]| -> u64 {
+        let mut v = r;
+        for k in path {
+            v = &v[*k];
+        }
+        v.as_u64().unwrap_or(0)
+    };
+    let category = |name: &str| n(&["accounting", "categories", name]);
+    let mut out = Vec::new();
+    let (gap_bytes, gaps) = (n(&["tcp", "gap_bytes"]), n(&["tcp", "gaps"]));
+    if gap_bytes > 0 {
+        out.push(Finding::new(
+            "tcp_gaps",
+            json!({ "gaps": gaps, "bytes": gap_bytes }),
+            format!("{gap_bytes} bytes missing from TCP streams in {gaps} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed"),
+        ));
+    }
+    let mirror = n(&["tcp", "mirror_duplicate_frames"]);
+    if mirror > 0 {
+        out.push(Finding::new(
+            "mirror_duplicates",
+            json!({ "frames": mirror, "bytes": category(cat::MIRROR_DUPLICATE) }),
+            format!("{mirror} frames seen twice on the mirror port were removed (never counted as a second send)"),
+        ));
+    }
+    let (rb, rs) = (n(&["tcp", "retransmitted_bytes"]), n(&["tcp", "retransmitted_segments"]));
+    if rb > 0 {
+        out.push(Finding::new(
+            "retransmitted",
+            json!({ "segments": rs, "bytes": rb }),
+            format!("{rb} retransmitted TCP bytes in {rs} segments were removed"),
+        ));
+    }
+    let enc = category(cat::SMB_ENCRYPTED);
+    if enc > 0 {
+        out.push(Finding::new(
+            "smb_encrypted",
+            json!({ "messages": n(&["smb2", "encrypted_messages"]), "bytes": enc }),
+            format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"),
+        ));
+    }
+    let comp = category(cat::SMB_COMPRESSED);
+    if comp > 0 {
+        out.push(Finding::new(
+            "smb_compressed",
+            json!({ "messages": n(&["smb2", "compressed_messages"]), "bytes": comp }),
+            format!("{comp} bytes of compressed SMB3 messages were not analysed (decompression comes later)"),
+        ));
+    }
+    let (total, input) = (n(&["accounting", "total_bytes"]), n(&["accounting", "input_bytes"]));
+    // A live snapshot's accounting is provisional: bytes still buffered in reassembly are
+    // accounted when they are delivered.
+    let snapshot = r["snapshot"].as_bool() == Some(true);
+    if total != input && !snapshot {
+        out.push(Finding::new(
+            "accounting_unreconciled",
+            json!({ "total_bytes": total, "input_bytes": input }),
+            format!("byte accounting does not reconcile: {total} accounted vs {input} in the input (a bug: please report it)"),
+        ));
+    }
+    let names: Map<String, Value> = r["anomalies"]
+        .as_object()
+        .map(|m| m.iter().filter(|(_, v)| v.as_u64().is_some_and(|v| v > 0)).map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    let n_anom: u64 = names.values().filter_map(Value::as_u64).sum();
+    if n_anom > 0 {
+        out.push(Finding::new(
+            "anomalies",
+            json!({ "total": n_anom, "names": names }),
+            format!("{n_anom} anomalies in the input (see \"anomalies\")"),
+        ));
+    }
+    let incomplete = n(&["smb2", "payload_incomplete"]);
+    if incomplete > 0 {
+        out.push(Finding::new(
+            "payload_incomplete",
+            json!({ "payloads": incomplete, "bytes": n(&["smb2", "payload_incomplete_bytes"]) }),
+            format!("{incomplete} WRITE/READ payloads incomplete in the capture were not hashed"),
+        ));
+    }
+    // Every other category of bytes that were not analysed or were removed, from the table.
+    let own_finding = [cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::MIRROR_DUPLICATE, cat::RETRANSMITTED];
+    for c in CATEGORIES {
+        let bytes = category(c.name);
+        if bytes == 0 || own_finding.contains(&c.name) {
+            continue;
+        }
+        let (code, what) = match c.disposition {
+            Disposition::NotAnalysed => ("not_analysed", "not analysed"),
+            Disposition::Removed => ("removed", "removed"),
+            _ => continue,
+        };
+        out.push(Finding::new(
+            code,
+            json!({ "category": c.name, "bytes": bytes }),
+            format!("{bytes} bytes {what} ({}): {}", c.name, c.description),
+        ));
+    }
+    let early = n(&["index", "early_expiries"]);
+    if early > 0 {
+        let bound = n(&["index", "max_live_blocks"]);
+        out.push(Finding::new(
+            "index_early_expiries",
+            json!({ "sends": early, "max_live_blocks": bound }),
+            format!("{early} sends left the dedupe index before their window ended (live-block bound {bound} reached): duplicates of them may be missed"),
+        ));
+    }
+    let other = n(&["index", "other_node_lookups"]);
+    if other > 0 {
+        out.push(Finding::new(
+            "other_node",
+            json!({ "lookups": other }),
+            format!("{other} sends from/to unlisted addresses were lumped into node 'other' (too many distinct addresses): use a topology file"),
+        ));
+    }
+    if r["edges"].as_array().is_some_and(|e| e.is_empty()) {
+        out.push(Finding::new("no_payload", json!({}), "no SMB2 WRITE/READ payload found: nothing to compare".into()));
+    }
+    out
+}
+
+/// Set a result's `findings` (the inputs' own, then the derived ones) and `warnings` (their
+/// sentences). Keys already present keep their position.
+pub fn attach(result: &mut Value, inputs: Vec<Finding>) {
+    let mut all = inputs;
+    all.extend(derive(result));
+    let warnings: Vec<Value> = all.iter().map(|f| Value::from(f.message.clone())).collect();
+    result["findings"] = serde_json::to_value(&all).unwrap_or(Value::Array(Vec::new()));
+    result["warnings"] = Value::Array(warnings);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_result_has_no_findings() {
+        let r = json!({"tcp": {"gaps": 0}, "accounting": {"categories": {"smb_payload": 10}, "total_bytes": 10, "input_bytes": 10},
+                       "anomalies": {}, "edges": [{"src": "a"}]});
+        assert!(derive(&r).is_empty());
+    }
+
+    #[test]
+    fn a_live_snapshot_does_not_reconcile_yet() {
+        let r = json!({"snapshot": true, "accounting": {"total_bytes": 5, "input_bytes": 9}, "edges": [{}]});
+        assert!(derive(&r).is_empty());
+        let r = json!({"accounting": {"total_bytes": 5, "input_bytes": 9}, "edges": [{}]});
+        assert_eq!(derive(&r)[0].code, "accounting_unreconciled");
+    }
+
+    #[test]
+    fn figures_become_findings_with_codes() {
+        let r = json!({
+            "edges": [],
+            "tcp": {"gap_bytes": 2920, "gaps": 2, "mirror_duplicate_frames": 17, "retransmitted_bytes": 14600, "retransmitted_segments": 10},
+            "smb2": {"encrypted_messages": 1, "payload_incomplete": 3, "payload_incomplete_bytes": 9},
+            "accounting": {"categories": {"smb_encrypted": 1000, "smb_unparsed": 5, "rdma_retransmitted": 7, "mirror_duplicate": 1700},
+                           "total_bytes": 5, "input_bytes": 6},
+            "index": {"early_expiries": 12, "max_live_blocks": 100, "other_node_lookups": 3},
+            "anomalies": {"tcp.bad_header_length": 1, "smb2.write.data_offset_out_of_range": 3},
+        });
+        let f = derive(&r);
+        let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(
+            codes,
+            [
+                "tcp_gaps", "mirror_duplicates", "retransmitted", "smb_encrypted", "accounting_unreconciled", "anomalies",
+                "payload_incomplete", "not_analysed", "removed", "index_early_expiries", "other_node", "no_payload"
+            ]
+        );
+        assert_eq!(f[1].fields["bytes"], 1700);
+        assert_eq!(f[5].fields["total"], 4);
+        assert_eq!(f[7].fields["category"], "smb_unparsed");
+        for x in &f {
+            let (_, fields) = CODES.iter().find(|(c, _)| *c == x.code).unwrap();
+            let keys: Vec<&str> = x.fields.keys().map(String::as_str).collect();
+            assert_eq!(&keys, fields, "{}", x.code);
+        }
+        let v = serde_json::to_value(&f[0]).unwrap();
+        assert_eq!(v, json!({"code": "tcp_gaps", "gaps": 2, "bytes": 2920, "message": f[0].message}));
+        let back: Finding = serde_json::from_value(v).unwrap();
+        assert_eq!(back, f[0]);
+    }
+}

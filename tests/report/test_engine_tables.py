@@ -1,0 +1,129 @@
+"""What the engine exports for the views, checked against real captures and the docs: the
+findings (codes and figures) a capture gives, the byte categories and the traffic classes.
+The engine is their one source (dissectors/src/findings.rs, accounting.rs, attribution.rs);
+docs/json-schema.md must list the same sets."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from smbwire.engine import analyze, load_core
+from smbwire.tables import byte_categories, categories_with, traffic_classes
+
+from paths import CAPTURES, PUBLIC, ROOT
+
+SCHEMA_DOC = (ROOT / "docs" / "json-schema.md").read_text(encoding="utf-8")
+
+
+def codes() -> dict[str, list[str]]:
+    return {c["code"]: c["fields"] for c in json.loads(load_core().finding_codes())}
+
+
+def doc_table(heading: str) -> list[str]:
+    """First-column names of the first table after `heading` in docs/json-schema.md."""
+    section = SCHEMA_DOC.split(heading, 1)[1]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \|", section.split("\n### ", 1)[0], re.M)
+    assert rows, heading
+    return rows
+
+
+# ------------------------------------------------------------------------------ findings
+
+#: Captures and findings they must give (code, or (code, category)); `None`: no finding at all.
+CASES = [
+    (CAPTURES / "nested4-1MiB.pcap", None),
+    (CAPTURES / "nested4-1MiB-mirrordup-retx-reorder.pcap", {"mirror_duplicates", "retransmitted"}),
+    (PUBLIC / "smb300-aes128ccm-wiki.pcap", {"smb_encrypted", "no_payload"}),
+    (PUBLIC / "smb311-compress-lz77-lz77huff-lznt1.pcap", {"smb_compressed", "no_payload"}),
+    (PUBLIC / "smbdirect-iwarp-win2012-smb300.pcap", {"tcp_gaps", "retransmitted", "anomalies"}),
+    (PUBLIC / "rdma-iwarp-read-write-long-run-markers.pcap",
+     {"anomalies", ("not_analysed", "rdma_other_ulp"), ("not_analysed", "rdma_unparsed"), "no_payload"}),
+]
+
+
+def _key(f: dict) -> object:
+    return (f["code"], f["category"]) if "category" in f else f["code"]
+
+
+@pytest.mark.parametrize("capture,expected", CASES, ids=[c.name for c, _ in CASES])
+def test_captures_give_their_findings(capture, expected):
+    r = analyze([str(capture)])
+    got = r["findings"]
+    assert {_key(f) for f in got} == (expected or set()), got
+    known = codes()
+    for f in got:
+        # Every finding has a documented code, exactly its documented figures, and a sentence.
+        assert list(f)[0] == "code" and list(f)[-1] == "message"
+        assert [k for k in f if k not in ("code", "message")] == known[f["code"]], f
+        assert f["message"] and "\n" not in f["message"]
+    # The sentences are the `warnings`, in the same order.
+    assert r["warnings"] == [f["message"] for f in got]
+    # The figures are the result's own.
+    by = {_key(f): f for f in got}
+    if "tcp_gaps" in by:
+        assert (by["tcp_gaps"]["gaps"], by["tcp_gaps"]["bytes"]) == (r["tcp"]["gaps"], r["tcp"]["gap_bytes"])
+    if "anomalies" in by:
+        assert by["anomalies"]["names"] == r["anomalies"]
+        assert by["anomalies"]["total"] == sum(r["anomalies"].values())
+    if "smb_encrypted" in by:
+        assert by["smb_encrypted"]["bytes"] == r["accounting"]["categories"]["smb_encrypted"] > 0
+        assert by["smb_encrypted"]["messages"] == r["smb2"]["encrypted_messages"] > 0
+    if "mirror_duplicates" in by:
+        assert by["mirror_duplicates"]["frames"] == r["tcp"]["mirror_duplicate_frames"] > 0
+    for f in got:
+        if f["code"] == "not_analysed":
+            assert f["category"] in categories_with("not_analysed")
+            assert f["bytes"] == r["accounting"]["categories"][f["category"]] > 0
+
+
+def test_findings_reach_the_report():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from smbwire.report import render_report
+
+    r = analyze([str(PUBLIC / "smbdirect-iwarp-win2012-smb300.pcap")])
+    console = Console(width=300, file=StringIO(), record=True, color_system=None)
+    render_report(r, console)
+    text = console.export_text().split("\nWarnings\n", 1)[1]
+    for f in r["findings"]:
+        assert f["message"] in text
+    assert "anomalies by name: " in text
+
+
+# ------------------------------------------------------------------------------ tables
+
+
+def test_every_category_has_a_description_and_the_docs_list_the_same():
+    cats = byte_categories()
+    names = [c["name"] for c in cats]
+    assert len(names) == len(set(names)) == 22
+    for c in cats:
+        assert c["description"] and "\n" not in c["description"], c
+        assert c["disposition"] in ("overhead", "payload", "removed", "not_analysed", "other"), c
+    assert doc_table("The categories (the engine's table") == names
+
+
+def test_categories_seen_in_captures_are_in_the_table():
+    known = {c["name"] for c in byte_categories()}
+    for cap in [*CAPTURES.glob("*.pcap"), *PUBLIC.glob("*.pcap*")]:
+        seen = set(analyze([str(cap)])["accounting"]["categories"])
+        assert seen <= known, (cap.name, seen - known)
+
+
+def test_finding_codes_are_documented():
+    assert doc_table("### `findings`") == list(codes())
+
+
+def test_classes_come_from_the_engine():
+    classes = traffic_classes()
+    assert [c["name"] for c in classes] == ["client", "redirection", "replication", "redirected-read"]
+    assert all(c["label"] and c["description"] for c in classes)
+    # The docs name every class a topology rule may use.
+    topo_doc = (ROOT / "docs" / "topology.md").read_text(encoding="utf-8")
+    for c in classes:
+        assert f"`{c['name']}`" in topo_doc
