@@ -147,10 +147,12 @@ class _Size(click.ParamType):
 @click.option("--from", "from_ns", type=_Time(), metavar="TIME",
               help="Analyse only frames captured at or after TIME (epoch seconds or ISO 8601; UTC unless an offset is given).")
 @click.option("--to", "to_ns", type=_Time(), metavar="TIME", help="Analyse only frames captured before TIME.")
+@click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
+              help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            quiet: bool) -> int:
+            reorder_buffer: int | None, quiet: bool) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -164,10 +166,10 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     if show_progress:
         result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
             paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
-            from_ns=from_ns, to_ns=to_ns))
+            from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer))
     else:
         result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
-                                from_ns=from_ns, to_ns=to_ns)
+                                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
     for line in engine.skipped_inputs(result, paths):
         click.echo(f"smbwire: warning: {line}", err=True)
 

@@ -103,6 +103,7 @@ def build_config(
     ledger: str | None = None,
     from_ns: int | None = None,
     to_ns: int | None = None,
+    reorder_buffer: int | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch)."""
@@ -125,6 +126,8 @@ def build_config(
         config["from_ns"] = from_ns
     if to_ns is not None:
         config["to_ns"] = to_ns
+    if reorder_buffer is not None:
+        config["reorder_buffer_bytes"] = reorder_buffer
     return config
 
 
@@ -139,6 +142,7 @@ def analyze(
     ledger: str | os.PathLike[str] | None = None,
     from_ns: int | None = None,
     to_ns: int | None = None,
+    reorder_buffer: int | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -153,7 +157,7 @@ def analyze(
         ledger_path = os.fspath(ledger)
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
-                          from_ns=from_ns, to_ns=to_ns)
+                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

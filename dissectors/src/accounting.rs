@@ -53,6 +53,9 @@ pub mod cat {
     pub const OUTSIDE_TIME_BOUNDS: &str = "outside_time_bounds";
     /// Input files skipped as unusable beside usable ones (not a capture, damaged header).
     pub const UNUSABLE_INPUT: &str = "unusable_input";
+    /// TCP payload of a hole the reorder buffer had already given up on (its limits were
+    /// reached), arriving after it: reordering beyond the buffer (`--reorder-buffer`).
+    pub const TCP_REORDERED_LATE: &str = "tcp_reordered_late";
 }
 
 /// What a category's bytes are to the analysis (the report groups and the live view sums by it).
@@ -109,6 +112,7 @@ pub const CATEGORIES: &[Category] = {
         Category { name: cat::RDMA_UNPARSED, description: "iWARP stream bytes that could not be framed (after a gap, bad FPDU)", disposition: NotAnalysed },
         Category { name: cat::OUTSIDE_TIME_BOUNDS, description: "frames captured before --from or at/after --to, left out of the analysis", disposition: NotAnalysed },
         Category { name: cat::UNUSABLE_INPUT, description: "input files skipped as unusable beside usable ones (not a capture, damaged header)", disposition: NotAnalysed },
+        Category { name: cat::TCP_REORDERED_LATE, description: "TCP payload arriving after the reorder buffer had given up its hole (reordering beyond --reorder-buffer)", disposition: NotAnalysed },
     ]
 };
 
@@ -155,7 +159,7 @@ mod tests {
             .filter_map(|l| l.trim().strip_prefix("pub const "))
             .map(|l| l.split('"').nth(1).unwrap())
             .collect();
-        assert_eq!(consts.len(), 24);
+        assert_eq!(consts.len(), 25);
         let names: Vec<&str> = CATEGORIES.iter().map(|c| c.name).collect();
         assert_eq!(consts, names, "CATEGORIES lists the cat:: constants in order");
         for c in CATEGORIES {

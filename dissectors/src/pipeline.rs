@@ -45,11 +45,14 @@ pub struct Config {
     pub from_ns: Option<u64>,
     /// Analyse only frames captured before this time (ns since the epoch; `--to`).
     pub to_ns: Option<u64>,
+    /// Out-of-order bytes held per TCP direction before a hole is given up (`--reorder-buffer`;
+    /// default `ReassemblyConfig::default()`, 4 MiB).
+    pub reorder_buffer_bytes: Option<usize>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None }
     }
 }
 
@@ -94,6 +97,13 @@ impl Config {
                 }
             }
         }
+        if let Some(b) = v.get("reorder_buffer_bytes") {
+            if !b.is_null() {
+                let b = b.as_u64().filter(|b| (64 * 1024..=(4u64 << 30)).contains(b));
+                c.reorder_buffer_bytes =
+                    Some(b.ok_or("the reorder buffer must be between 64 KiB and 4 GiB")? as usize);
+            }
+        }
         if let (Some(a), Some(b)) = (c.from_ns, c.to_ns) {
             if a >= b {
                 return Err("the --from time must be before the --to time".to_string());
@@ -109,6 +119,19 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+/// TCP flow limits from the configuration: `--reorder-buffer` sets the per-direction buffer
+/// (and the segment limit with it, one per 256 bytes, at least the default's), and keeps the
+/// all-flows cap at least four such buffers.
+fn flow_config(config: &Config) -> FlowConfig {
+    let mut fc = FlowConfig::default();
+    if let Some(b) = config.reorder_buffer_bytes {
+        fc.reassembly.max_buffered_bytes = b;
+        fc.reassembly.max_segments = fc.reassembly.max_segments.max(b / 256);
+        fc.max_total_buffered_bytes = fc.max_total_buffered_bytes.max(b.saturating_mul(4));
+    }
+    fc
 }
 
 /// The stream consumer a TCP direction gets, by service port.
@@ -172,8 +195,8 @@ impl Pipeline {
                 dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
                 rdma: RdmaState::new(),
             },
-            flows: FlowTable::new(FlowConfig::default()),
-            mpa_flows: FlowTable::new(FlowConfig::default()),
+            flows: FlowTable::new(flow_config(config)),
+            mpa_flows: FlowTable::new(flow_config(config)),
             mpa_keys: std::collections::HashSet::new(),
             smb_ports: config.smb_ports.clone(),
             iwarp_ports: config.iwarp_ports.clone(),
@@ -305,6 +328,7 @@ impl Pipeline {
                         acct.add(cat::PROTOCOL_HEADERS, decoded.header_bytes as u64);
                         acct.add(cat::RETRANSMITTED, o.retransmitted);
                         acct.add(cat::TCP_UNDELIVERED, o.dropped);
+                        acct.add(cat::TCP_REORDERED_LATE, o.late);
                     }
                 }
             }
@@ -364,6 +388,8 @@ impl Pipeline {
         flow_stats.peak_buffered_bytes = flow_stats.peak_buffered_bytes.max(m.peak_buffered_bytes);
         flow_stats.dropped_bytes += m.dropped_bytes;
         flow_stats.overflow_gaps += m.overflow_gaps;
+        flow_stats.late_bytes += m.late_bytes;
+        flow_stats.late_segments += m.late_segments;
         flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
         let ledger = self.shared.dedupe.take_ledger();
         let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;

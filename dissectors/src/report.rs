@@ -54,6 +54,11 @@ pub struct TcpReport {
     pub out_of_order_segments: u64,
     pub gap_bytes: u64,
     pub gaps: u64,
+    /// Holes the reorder buffer gave up on (limits reached), and the bytes of them that
+    /// arrived later (reordering beyond the buffer; not in `gap_bytes`).
+    pub reorder_overflow_gaps: u64,
+    pub reordered_late_bytes: u64,
+    pub reordered_late_segments: u64,
     pub mirror_duplicate_frames: u64,
     pub peak_buffered_bytes: u64,
     pub flows: u64,
@@ -97,6 +102,9 @@ impl TcpReport {
             out_of_order_segments: s.out_of_order_segments,
             gap_bytes: s.gap_bytes,
             gaps: s.gaps,
+            reorder_overflow_gaps: s.overflow_gaps,
+            reordered_late_bytes: s.late_bytes,
+            reordered_late_segments: s.late_segments,
             mirror_duplicate_frames,
             peak_buffered_bytes: s.peak_buffered_bytes,
             flows,

@@ -6,6 +6,7 @@ crate::anomaly::anomalies! {
     pub enum Anomaly {
         FlowTableFull = "tcp.flow_table_full",
         GlobalBufferCap = "tcp.global_buffer_cap",
+        ReorderBeyondBuffer = "tcp.reorder_beyond_buffer",
         UndeliverableData = "tcp.undeliverable_data",
     }
 }

@@ -77,7 +77,7 @@ impl Default for FlowConfig {
 /// `MirrorDuplicate` → the whole frame is `cat::MIRROR_DUPLICATE`; `Ignored` → the payload is
 /// `cat::OTHER_PROTOCOLS`; `Stream` → see [`SegmentOutcome`] (`delivered` and `buffered` bytes are
 /// accounted by the consumer when it receives them, `retransmitted` → `cat::RETRANSMITTED`,
-/// `dropped` → `cat::TCP_UNDELIVERED`).
+/// `dropped` → `cat::TCP_UNDELIVERED`, `late` → `cat::TCP_REORDERED_LATE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowOutcome {
     /// A mirror-port copy of a frame seen moments before: nothing was processed.
@@ -338,6 +338,7 @@ impl<C> FlowTable<C> {
         } else {
             let half = &mut flow.halves[dir];
             let held = half.reasm.buffered_bytes();
+            let overflows = stats.overflow_gaps;
             let out = match half.consumer.as_mut() {
                 Some(c) => half.reasm.segment(seg.seq, seg.flags, seg.payload, seg.declared_len, ctx, stats, &mut |chunk, cx| {
                     feed(c, chunk, cx, shared)
@@ -348,6 +349,7 @@ impl<C> FlowTable<C> {
             if half.reasm.is_finished() {
                 close_half(half, ctx, stats, total, shared);
             }
+            self.anomalies.raise_n(Anomaly::ReorderBeyondBuffer, stats.overflow_gaps - overflows);
             out
         };
         if out.dropped > 0 {
@@ -381,8 +383,8 @@ impl<C> FlowTable<C> {
             let half = &mut flow.halves[d];
             let stats = &mut self.stats;
             match half.consumer.as_mut() {
-                Some(c) => half.reasm.force_gaps(stats, &mut |chunk, cx| feed(c, chunk, cx, shared)),
-                None => half.reasm.force_gaps(stats, &mut |_, _| {}),
+                Some(c) => half.reasm.give_up_holes(stats, &mut |chunk, cx| feed(c, chunk, cx, shared)),
+                None => half.reasm.give_up_holes(stats, &mut |_, _| {}),
             }
             self.total_buffered -= n;
             if half.reasm.is_finished() {
@@ -694,6 +696,7 @@ mod tests {
         ignored: u64,
         retransmitted: u64,
         dropped: u64,
+        late: u64,
         delivered_or_buffered: u64,
     }
 
@@ -740,6 +743,7 @@ mod tests {
                         prop_assert_eq!(seg.captured(), len as u64);
                         tally.retransmitted += seg.retransmitted;
                         tally.dropped += seg.dropped;
+                        tally.late += seg.late;
                         tally.delivered_or_buffered += seg.delivered + seg.buffered;
                     }
                 }
@@ -753,7 +757,7 @@ mod tests {
             prop_assert_eq!(r.t.buffered_bytes(), 0);
             let data: u64 = r.log.borrow().iter().map(|e| if let Ev::Data(b) = &e.2 { b.len() as u64 } else { 0 }).sum();
             prop_assert_eq!(data, tally.delivered_or_buffered);
-            prop_assert_eq!(tally.captured, tally.mirror + tally.ignored + tally.retransmitted + tally.dropped + data);
+            prop_assert_eq!(tally.captured, tally.mirror + tally.ignored + tally.retransmitted + tally.dropped + tally.late + data);
             // Every consumer that was made is closed exactly once.
             let log = r.log.borrow();
             for (id, _, b) in &r.made {

@@ -52,6 +52,10 @@ pub struct ReassemblyStats {
     pub dropped_bytes: u64,
     /// Holes declared lost because an out-of-order buffer hit its limits.
     pub overflow_gaps: u64,
+    /// Bytes of such holes that arrived afterwards (reordering beyond the buffer), and the
+    /// segments that carried them; not counted in `gap_bytes` or as retransmitted.
+    pub late_bytes: u64,
+    pub late_segments: u64,
     /// Frames dropped as mirror-port copies of a frame seen moments before.
     pub mirror_duplicate_frames: u64,
 }

@@ -14,6 +14,10 @@
 //!   are never discarded: when limits are hit the *hole* before them is declared lost instead);
 //! - `retransmitted`: a copy of bytes already delivered, or already held in the buffer (the first
 //!   copy wins);
+//! - `late`: bytes of a hole the buffer gave up on (its limits were reached while they were
+//!   missing, so they were declared lost and the stream moved on), arriving afterwards:
+//!   reordering beyond the buffer, neither lost nor sent twice. They leave `gap_bytes` for
+//!   `late_bytes` in the statistics;
 //! - `dropped`: cannot belong to the stream (before its first byte, more than a maximum window
 //!   ahead, or after the stream was closed).
 //!
@@ -27,6 +31,11 @@ use crate::frame::FrameCtx;
 /// TCP header flags (RFC 9293 §3.1).
 const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;
+
+/// Given-up holes remembered per direction (16 bytes each, allocated as needed, freed at the
+/// close) to recognise their bytes arriving late; beyond it the oldest is forgotten (its late
+/// bytes then count as retransmitted).
+const MAX_GIVEN_UP: usize = 1024;
 
 /// RFC 7323 §2.3: the largest window a TCP can advertise is 2^30 bytes, so a segment starting
 /// further ahead than this of the next expected byte cannot be part of the stream.
@@ -58,6 +67,8 @@ pub struct SegmentOutcome {
     pub retransmitted: u64,
     /// Captured bytes that cannot belong to the stream.
     pub dropped: u64,
+    /// Captured bytes of a hole declared lost by the buffer's limits, arriving after it.
+    pub late: u64,
     /// Bytes the segment declares but the capture does not hold (snaplen truncation). Not
     /// captured bytes, so not part of the accounting; they surface as `Chunk::Gap` if new.
     pub missing: u64,
@@ -66,7 +77,7 @@ pub struct SegmentOutcome {
 impl SegmentOutcome {
     /// Captured payload bytes of the segment (the sum of the four accounting fields).
     pub fn captured(&self) -> u64 {
-        self.delivered + self.buffered + self.retransmitted + self.dropped
+        self.delivered + self.buffered + self.retransmitted + self.dropped + self.late
     }
 }
 
@@ -102,6 +113,9 @@ pub struct Reassembler {
     held: BTreeMap<u64, Held>,
     held_bytes: usize,
     last_ctx: FrameCtx,
+    /// Holes [start, end) declared lost because the buffer's limits were reached, not yet
+    /// arrived (oldest first, at most `MAX_GIVEN_UP`).
+    given_up: Vec<(u64, u64)>,
 }
 
 /// A contiguous part of the current segment that is new to the stream.
@@ -124,6 +138,7 @@ impl Reassembler {
             held: BTreeMap::new(),
             held_bytes: 0,
             last_ctx: FrameCtx::default(),
+            given_up: Vec::new(),
         }
     }
 
@@ -222,7 +237,9 @@ impl Reassembler {
         let next = self.next_off as i64;
         if cur < next {
             let q = end.min(next);
-            out.retransmitted += cap_len(cur, q);
+            let late = self.take_given_up(cur as u64, q as u64, cap_end.max(0) as u64);
+            out.late += late;
+            out.retransmitted += cap_len(cur, q) - late;
             cur = q;
         }
         if cur < end && self.closed {
@@ -279,10 +296,15 @@ impl Reassembler {
             stats.retransmitted_segments += 1;
             stats.retransmitted_bytes += out.retransmitted;
         }
+        if out.late > 0 {
+            stats.late_segments += 1;
+            stats.late_bytes += out.late;
+            stats.gap_bytes = stats.gap_bytes.saturating_sub(out.late);
+        }
         stats.dropped_bytes += out.dropped;
         while self.held_bytes > self.cfg.max_buffered_bytes || self.held.len() > self.cfg.max_segments {
             stats.overflow_gaps += 1;
-            self.release_first_hole(stats, deliver);
+            self.release_first_hole(true, stats, deliver);
         }
         stats.peak_buffered_bytes = stats.peak_buffered_bytes.max(self.held_bytes as u64);
         out
@@ -345,19 +367,63 @@ impl Reassembler {
     }
 
     /// Declare the hole before the first held piece lost, then deliver what becomes contiguous.
-    fn release_first_hole(&mut self, stats: &mut ReassemblyStats, deliver: &mut dyn FnMut(Chunk<'_>, &FrameCtx)) {
+    /// `given_up`: because of the buffer's limits (its bytes may still arrive, late).
+    fn release_first_hole(&mut self, given_up: bool, stats: &mut ReassemblyStats, deliver: &mut dyn FnMut(Chunk<'_>, &FrameCtx)) {
         let Some((&at, h)) = self.held.first_key_value() else { return };
         if at > self.next_off {
             let ctx = h.ctx;
+            if given_up {
+                if self.given_up.len() == MAX_GIVEN_UP {
+                    self.given_up.remove(0);
+                }
+                self.given_up.push((self.next_off, at));
+            }
             self.gap(at - self.next_off, &ctx, stats, deliver);
         }
         self.drain(stats, deliver);
     }
 
+    /// Captured bytes of [p, q) (captured up to `cap_end`) that fall in given-up holes; those
+    /// parts of the holes are forgotten (a second copy is a retransmission).
+    fn take_given_up(&mut self, p: u64, q: u64, cap_end: u64) -> u64 {
+        if self.given_up.is_empty() {
+            return 0;
+        }
+        let q_cap = q.min(cap_end);
+        let mut late = 0;
+        let mut keep = Vec::with_capacity(self.given_up.len());
+        for &(a, b) in &self.given_up {
+            let (s, e) = (a.max(p), b.min(q));
+            if s >= e {
+                keep.push((a, b));
+                continue;
+            }
+            late += q_cap.min(e).saturating_sub(s);
+            if a < s {
+                keep.push((a, s));
+            }
+            if e < b {
+                keep.push((e, b));
+            }
+        }
+        keep.truncate(MAX_GIVEN_UP);
+        self.given_up = keep;
+        late
+    }
+
     /// Declare every hole lost and deliver everything held; the stream stays open.
     pub fn force_gaps(&mut self, stats: &mut ReassemblyStats, deliver: &mut dyn FnMut(Chunk<'_>, &FrameCtx)) {
         while !self.held.is_empty() {
-            self.release_first_hole(stats, deliver);
+            self.release_first_hole(false, stats, deliver);
+        }
+    }
+
+    /// Like `force_gaps`, because a buffer limit (all flows together) was reached: the holes'
+    /// bytes may still arrive, and are then `late`, not retransmitted.
+    pub fn give_up_holes(&mut self, stats: &mut ReassemblyStats, deliver: &mut dyn FnMut(Chunk<'_>, &FrameCtx)) {
+        while !self.held.is_empty() {
+            stats.overflow_gaps += 1;
+            self.release_first_hole(true, stats, deliver);
         }
     }
 
@@ -375,6 +441,8 @@ impl Reassembler {
             }
         }
         self.closed = true;
+        // After the close no byte is placed any more (later ones are dropped or retransmitted).
+        self.given_up = Vec::new();
     }
 }
 
@@ -462,7 +530,9 @@ mod tests {
             assert_eq!(self.stats.retransmitted_bytes, sum(|o| o.retransmitted));
             assert_eq!(self.stats.dropped_bytes, sum(|o| o.dropped));
             let gaps: u64 = self.got.iter().map(|g| if let Got::Gap(n) = g { *n } else { 0 }).sum();
-            assert_eq!(self.stats.gap_bytes, gaps);
+            // Holes the buffer gave up on whose bytes came later left `gap_bytes` for `late_bytes`.
+            assert_eq!(self.stats.gap_bytes + self.stats.late_bytes, gaps);
+            assert_eq!(self.stats.late_bytes, sum(|o| o.late));
             assert_eq!(self.r.buffered_bytes(), 0);
         }
     }
@@ -826,6 +896,68 @@ mod tests {
 
     fn isn_strategy() -> impl Strategy<Value = u32> {
         prop_oneof![any::<u32>(), (u32::MAX - 6000)..=u32::MAX]
+    }
+
+    /// `n` segments of `len` bytes after a SYN at `isn`, fed in `order` (indexes).
+    fn feed_order(r: &mut Rig, isn: u32, len: usize, order: &[usize]) -> Vec<u8> {
+        let n = order.len();
+        let stream: Vec<u8> = (0..n * len).map(|i| (i * 7 % 251) as u8).collect();
+        r.seg(isn, SYN, b"");
+        for &k in order {
+            let at = isn.wrapping_add(1).wrapping_add((k * len) as u32);
+            r.seg(at, ACK, &stream[k * len..(k + 1) * len]);
+        }
+        r.flush();
+        stream
+    }
+
+    fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..n).collect();
+        let mut x = seed | 1;
+        for i in (1..n).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        v
+    }
+
+    /// Reordering within the buffer loses nothing; beyond it, the holes the buffer gives up
+    /// are gaps, and their bytes arriving afterwards are `late` (not retransmitted, and no
+    /// longer counted as missing): never a gap and a retransmission for the same bytes.
+    #[test]
+    fn reordering_within_and_beyond_the_buffer() {
+        let (n, len) = (400usize, 100usize);
+        let reversed: Vec<usize> = (0..n).rev().collect();
+        for (name, order) in [("reversed", reversed), ("shuffled", shuffled(n, 42))] {
+            // Within: the buffer holds the whole flow.
+            let mut r = Rig::with(ReassemblyConfig { max_buffered_bytes: n * len, max_segments: n });
+            let stream = feed_order(&mut r, 1000, len, &order);
+            assert_eq!(r.data(), stream, "{name}");
+            assert_eq!((r.stats.gaps, r.stats.gap_bytes, r.stats.retransmitted_bytes, r.stats.late_bytes), (0, 0, 0, 0), "{name}");
+            r.check_accounting();
+            // Beyond: a buffer of a tenth of the flow.
+            let mut r = Rig::with(ReassemblyConfig { max_buffered_bytes: n * len / 10, max_segments: n });
+            feed_order(&mut r, 1000, len, &order);
+            let delivered = r.data().len() as u64;
+            let late: u64 = r.outs.iter().map(|o| o.late).sum();
+            assert!(r.stats.overflow_gaps > 0, "{name}");
+            assert_eq!(r.stats.retransmitted_bytes, 0, "{name}: nothing was sent twice");
+            assert_eq!(r.stats.late_bytes, late, "{name}");
+            assert_eq!(delivered + late, (n * len) as u64, "{name}: every byte delivered or late");
+            // What is still counted missing is exactly what never arrived in time or late.
+            assert_eq!(r.stats.gap_bytes, 0, "{name}: every given-up byte arrived later");
+            r.check_accounting();
+        }
+        // Late bytes, then the same bytes again: the second copy is retransmitted.
+        let mut r = Rig::with(ReassemblyConfig { max_buffered_bytes: 8, max_segments: 100 });
+        r.seg(1000, SYN, b"");
+        r.seg(1011, ACK, b"bbbbbbbbbb"); // held: 10 > 8, hole [0, 10) given up
+        assert_eq!(r.stats.overflow_gaps, 1);
+        assert_eq!(r.seg(1001, ACK, b"aaaaaaaaaa"), SegmentOutcome { late: 10, ..Default::default() });
+        assert_eq!(r.seg(1001, ACK, b"aaaaaaaaaa"), SegmentOutcome { retransmitted: 10, ..Default::default() });
+        assert_eq!((r.stats.gap_bytes, r.stats.late_bytes, r.stats.retransmitted_bytes), (0, 10, 10));
     }
 
     proptest! {
