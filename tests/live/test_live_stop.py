@@ -8,7 +8,6 @@ Needs root (CI runs as root); nothing here skips.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -21,16 +20,6 @@ from live.test_sources import Lab
 from realtraffic.analyzer_cli import analyzer_command
 
 
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "tests/live needs root: network namespaces and BPF"
-    lab = Lab()
-    lab.down()
-    try:
-        lab.up()
-        yield lab
-    finally:
-        lab.down()
 
 
 class Live:

@@ -24,16 +24,6 @@ from realtraffic.analyzer_cli import analyzer_command
 CAP_SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
-@pytest.fixture
-def lab():
-    assert os.geteuid() == 0, "tests/live needs root: network namespaces and BPF"
-    lab = Lab()
-    lab.down()
-    try:
-        lab.up()
-        yield lab
-    finally:
-        lab.down()
 
 
 def task_status(pid: int) -> dict[int, dict[str, str]]:

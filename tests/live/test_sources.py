@@ -158,15 +158,6 @@ class Lab:
         return retrans_bytes
 
 
-@pytest.fixture
-def lab():
-    lab = Lab()
-    lab.down()
-    try:
-        lab.up()
-        yield lab
-    finally:
-        lab.down()
 
 
 def ready_line(backend):

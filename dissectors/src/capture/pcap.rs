@@ -107,14 +107,7 @@ impl PcapReader {
 
     /// Give up on the rest of the file: a damaged record header cannot be resynchronised.
     fn abandon(&mut self, acct: &mut Accounting, an: &mut Anomalies, anomaly: Anomaly, category: &'static str) {
-        // After a read error the unread rest cannot be accounted; say so.
-        an.raise(if self.src.interrupted {
-            Anomaly::Interrupted
-        } else if self.src.read_error {
-            Anomaly::ReadError
-        } else {
-            anomaly
-        });
+        an.raise(self.src.why_ended(anomaly));
         let rest = self.src.skip_to_end();
         acct.add(category, rest);
         self.done = true;

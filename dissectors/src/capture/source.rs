@@ -273,6 +273,19 @@ impl Source {
         self.known_size = None;
     }
 
+    /// The anomaly for a reader giving up on the rest of its input: the interruption or the
+    /// read error that ended it, when one did (the unread rest cannot be accounted), else
+    /// `otherwise` (damage the reader found).
+    pub fn why_ended(&self, otherwise: super::Anomaly) -> super::Anomaly {
+        if self.interrupted {
+            super::Anomaly::Interrupted
+        } else if self.read_error {
+            super::Anomaly::ReadError
+        } else {
+            otherwise
+        }
+    }
+
     /// Is the size known before reading (a regular, uncompressed file)?
     pub fn size_known(&self) -> bool {
         self.known_size.is_some()
