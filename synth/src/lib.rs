@@ -335,11 +335,7 @@ pub fn synth_json(spec_json: &str, out: &str) -> Result<String, String> {
     serde_json::to_string(&truth).map_err(|e| e.to_string())
 }
 
+/// The synthesizer's tests (the engine reads what it writes): `tests.rs` and its children
+/// `tests/rdma.rs`, `tests/rocev1.rs`, `tests/rdma_property.rs`, as in the engine's layout.
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_rdma;
-#[cfg(test)]
-mod tests_rocev1;
-#[cfg(test)]
-mod tests_rdma_property;

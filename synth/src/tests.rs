@@ -512,3 +512,7 @@ fn the_crate_reader_and_decoder_accept_the_capture() {
         .sum();
     assert_eq!(payload, seen);
 }
+
+mod rdma;
+mod rdma_property;
+mod rocev1;

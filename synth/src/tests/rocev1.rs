@@ -3,7 +3,7 @@
 //! the descriptors), and the equivalence with RoCEv2 from the BTH on. The ICRC rule itself is
 //! checked against a real InfiniBand packet with a GRH beside it, in the engine's `rdma::ib`.
 
-use super::tests_rdma::{check, gen, spec};
+use super::rdma::{check, gen, spec};
 use smbwire_dissectors::capture::testutil::{open_bytes, read_all};
 use smbwire_dissectors::wire::{self, Transport};
 use std::net::{IpAddr, Ipv4Addr};
@@ -143,7 +143,7 @@ fn retransmit_reorder_and_loss_on_roce() {
         assert_eq!(o.opcodes, r.opcodes);
     }
     // Reordering shows as a PSN going backwards within a QP's data packets.
-    let backwards = |frames: &[super::tests::Frame]| {
+    let backwards = |frames: &[super::Frame]| {
         let mut last = std::collections::HashMap::new();
         let mut n = 0;
         for f in frames {

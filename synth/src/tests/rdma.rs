@@ -4,8 +4,8 @@
 //! Requests/Responses and Writes, then SMB Direct messages and SMB2, and finally the WRITE /
 //! READ data found through the buffer descriptors, compared with the returned `Truth`.
 
-use super::tests::{read_pcap, reassemble, segments, Frame};
-use super::*;
+use super::{read_pcap, reassemble, segments, Frame};
+use crate::*;
 use smbwire_dissectors::rdma::{cm, ib, mpa};
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -6,8 +6,8 @@
 //! same seed. The clean figures are also checked against the generator's truth, so that a
 //! pipeline seeing nothing cannot pass by agreeing with itself.
 
-use super::tests::read_pcap;
-use super::*;
+use super::read_pcap;
+use crate::*;
 use smbwire_dissectors::accounting::Accounting;
 use smbwire_dissectors::capture::{linktype, FrameInfo, RawFrame};
 use smbwire_dissectors::frame::FrameRef;
@@ -149,7 +149,7 @@ fn solicited_event_sends_change_no_figure() {
             assert_eq!(pr.solicited_events, 0);
             let sends = pr.smbd_negotiate_requests + pr.smbd_negotiate_responses + pr.smbd_data_messages;
             assert_eq!(sr.solicited_events, sends, "{transport}: every SMB Direct Send");
-            let count = |t: &super::rdma::RdmaTruth, op: &str| t.opcodes.get(op).copied().unwrap_or(0);
+            let count = |t: &crate::rdma::RdmaTruth, op: &str| t.opcodes.get(op).copied().unwrap_or(0);
             if transport == "iwarp" {
                 // Each Send is one RDMAP message; its FPDUs all carry the opcode.
                 for (old, new) in [("3", "5"), ("4", "6")] {
