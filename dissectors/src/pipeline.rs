@@ -159,6 +159,12 @@ impl StreamConsumer<Shared> for Consumer {
             Consumer::Iwarp(s) => s.close(ctx, shared),
         }
     }
+    fn carries_storage(&self) -> bool {
+        match self {
+            Consumer::Smb2(s) => StreamConsumer::<Shared>::carries_storage(s),
+            Consumer::Iwarp(s) => StreamConsumer::<Shared>::carries_storage(s),
+        }
+    }
 }
 
 /// How often (in capture time) the window and idle flows are swept.
@@ -614,4 +620,5 @@ impl Pipeline {
         }
     }
 }
+
 

@@ -64,6 +64,8 @@ pub struct IwarpStream {
     scan_pos: u64,
     /// Bytes of this direction's stream known to be missing before framing was found.
     closed: bool,
+    /// An MPA Request/Reply was accepted: this direction carries iWARP.
+    storage: bool,
 }
 
 impl IwarpStream {
@@ -85,6 +87,7 @@ impl IwarpStream {
             send: None,
             scan_pos: 0,
             closed: false,
+            storage: false,
         }
     }
 
@@ -129,6 +132,7 @@ impl IwarpStream {
                 if f.private_data_len as usize > mpa::MAX_PRIVATE_DATA {
                     sh.anomalies.raise(Anomaly::IwarpMpaPrivateDataTooLong);
                 }
+                self.storage = true;
                 if f.reply {
                     sh.rdma.stats.iwarp.mpa_replies += 1;
                     if f.rejected {
@@ -466,6 +470,10 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
             self.markers = Some(false);
         }
         self.enter_resync(pos + missing);
+    }
+
+    fn carries_storage(&self) -> bool {
+        self.storage
     }
 
     fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {

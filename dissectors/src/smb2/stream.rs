@@ -104,10 +104,13 @@ pub struct Smb2Stream {
     hdr: Option<HeaderRepr>,
     buf: Vec<u8>,
     chain: ChainCtx,
-    payload: Option<PayloadCtx>,
+    /// The data region being hashed; boxed, so an idle stream stays small (the hasher is ~2 KiB).
+    payload: Option<Box<PayloadCtx>>,
     /// Resync window carried between chunks (not yet accounted).
     carry: [u8; CARRY],
     carry_len: usize,
+    /// A valid SMB2/3 start (ProtocolId after a believed NetBIOS header) was seen.
+    storage: bool,
 }
 
 impl Smb2Stream {
@@ -131,6 +134,7 @@ impl Smb2Stream {
             payload: None,
             carry: [0; CARRY],
             carry_len: 0,
+            storage: false,
         }
     }
 
@@ -402,6 +406,10 @@ impl<D: PayloadSink, R> StreamConsumer<Shared<SmbState, D, R>> for Smb2Stream {
 
     fn close(&mut self, ctx: &FrameCtx, shared: &mut Shared<SmbState, D, R>) {
         self.on_close(ctx, &mut shared.parts());
+    }
+
+    fn carries_storage(&self) -> bool {
+        self.storage
     }
 }
 

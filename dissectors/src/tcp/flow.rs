@@ -142,6 +142,9 @@ impl<C> Half<C> {
 
 struct Flow<C> {
     id: u64,
+    /// A direction has carried storage traffic (`StreamConsumer::carries_storage`): evicted
+    /// only when no other flow can be.
+    storage: bool,
     /// Sender of the flow's first segment (direction 0 leaves from it).
     first_src: Endpoint,
     last_seen_ns: u64,
@@ -162,9 +165,14 @@ impl<C> Flow<C> {
     }
 }
 
+/// How many of the least recently seen flows eviction looks through for one that never
+/// carried storage traffic.
+const EVICTION_SCAN: usize = 4096;
+
 pub struct FlowTable<C> {
     cfg: FlowConfig,
-    flows: HashMap<FlowKey, Flow<C>>,
+    /// Boxed: the table's free buckets then cost a pointer, not a whole flow (~1 KiB).
+    flows: HashMap<FlowKey, Box<Flow<C>>>,
     /// (last seen time, flow id) → key, least recently seen first: eviction and idle order.
     by_age: BTreeMap<(u64, u64), FlowKey>,
     next_id: u64,
@@ -266,9 +274,21 @@ impl<C> FlowTable<C> {
         }
         if !self.flows.contains_key(&key) {
             while self.flows.len() >= self.cfg.max_flows.max(1) {
-                let Some((_, &oldest)) = self.by_age.first_key_value() else { break };
+                // The least recently seen flow that never carried storage traffic, among the
+                // oldest `EVICTION_SCAN`; only when all of those did, the oldest of them.
+                let victim = self
+                    .by_age
+                    .values()
+                    .take(EVICTION_SCAN)
+                    .find(|k| self.flows.get(*k).is_some_and(|f| !f.storage))
+                    .or_else(|| self.by_age.values().next())
+                    .copied();
+                let Some(victim) = victim else { break };
                 self.anomalies.raise(Anomaly::FlowTableFull);
-                self.remove(oldest, shared);
+                if self.flows.get(&victim).is_some_and(|f| f.storage) {
+                    self.anomalies.raise(Anomaly::StorageFlowEvicted);
+                }
+                self.remove(victim, shared);
             }
         }
         let flow = match self.flows.entry(key) {
@@ -282,14 +302,15 @@ impl<C> FlowTable<C> {
                 };
                 let r = self.cfg.reassembly;
                 self.by_age.insert((ctx.ts_ns, id), key);
-                v.insert(Flow {
+                v.insert(Box::new(Flow {
                     id,
+                    storage: false,
                     first_src: from,
                     last_seen_ns: ctx.ts_ns,
                     last_ctx: *ctx,
                     ignored,
                     halves: [Half::new(r, c0), Half::new(r, c1)],
-                })
+                }))
             }
         };
 
@@ -352,6 +373,9 @@ impl<C> FlowTable<C> {
             self.anomalies.raise_n(Anomaly::ReorderBeyondBuffer, stats.overflow_gaps - overflows);
             out
         };
+        if !flow.storage {
+            flow.storage = flow.halves.iter().any(|h| h.consumer.as_ref().is_some_and(|c| c.carries_storage()));
+        }
         if out.dropped > 0 {
             self.anomalies.raise(Anomaly::UndeliverableData);
         }
@@ -453,11 +477,17 @@ mod tests {
         flow: u64,
         dir: u8,
         log: Log,
+        /// Saw data starting like an SMB2 header.
+        storage: bool,
     }
 
     impl StreamConsumer<()> for Rec {
         fn data(&mut self, bytes: &[u8], _: &FrameCtx, _: &mut ()) {
+            self.storage |= bytes.starts_with(b"\xfeSMB");
             self.log.borrow_mut().push((self.flow, self.dir, Ev::Data(bytes.to_vec())));
+        }
+        fn carries_storage(&self) -> bool {
+            self.storage
         }
         fn gap(&mut self, missing: u64, _: &FrameCtx, _: &mut ()) {
             self.log.borrow_mut().push((self.flow, self.dir, Ev::Gap(missing)));
@@ -498,7 +528,7 @@ mod tests {
                 if b.1 == 80 {
                     return None;
                 }
-                Some((Rec { flow: id, dir: 0, log: log.clone() }, Rec { flow: id, dir: 1, log: log.clone() }))
+                Some((Rec { flow: id, dir: 0, log: log.clone(), storage: false }, Rec { flow: id, dir: 1, log: log.clone(), storage: false }))
             })
         }
         fn events(&self, flow: u64, dir: u8) -> Vec<Ev> {
@@ -655,6 +685,30 @@ mod tests {
         assert_eq!(r.events(1, 0).last(), Some(&Ev::Close));
         assert!(!r.events(0, 0).contains(&Ev::Close));
         assert_eq!(r.t.len(), 2);
+    }
+
+    /// A flood of new flows evicts flows that never carried storage traffic, not an older
+    /// storage connection; only a table full of storage flows gives one up (counted).
+    #[test]
+    fn eviction_spares_storage_flows() {
+        let mut r = Rig::new(FlowConfig { max_flows: 3, ..FlowConfig::default() });
+        let storage = (1, 50000);
+        r.send(storage, (SERVER, 445), 1, ACK, b"\xfeSMB first", 1, 0);
+        for i in 0..100u16 {
+            r.send((2, 1000 + i), (SERVER, 445), 7, ACK, b"x", 100 + u64::from(i), 1 + u64::from(i));
+        }
+        r.send(storage, (SERVER, 445), 11, ACK, b" second", 999, 200);
+        let id = r.made[0].0;
+        assert_eq!(r.events(id, 0), [Ev::Data(b"\xfeSMB first".to_vec()), Ev::Data(b" second".to_vec())]);
+        assert_eq!(r.t.anomalies().get("tcp.flow_table_full"), 98);
+        assert_eq!(r.t.anomalies().get("tcp.storage_flow_evicted"), 0);
+        // Three storage flows fill the table: a fourth flow evicts the oldest of them.
+        let mut r = Rig::new(FlowConfig { max_flows: 3, ..FlowConfig::default() });
+        for i in 0..4u16 {
+            r.send((3, 2000 + i), (SERVER, 445), 1, ACK, b"\xfeSMB", 10 + u64::from(i), u64::from(i));
+        }
+        assert_eq!(r.t.anomalies().get("tcp.storage_flow_evicted"), 1);
+        assert_eq!(r.events(r.made[0].0, 0).last(), Some(&Ev::Close));
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub trait StreamConsumer<S> {
     fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut S);
     /// The stream ended (FIN/RST seen, idle expiry, or end of input).
     fn close(&mut self, ctx: &FrameCtx, shared: &mut S);
+    /// Has this direction carried storage traffic (a valid SMB2 or MPA start)? The flow
+    /// table evicts flows that have not before those that have.
+    fn carries_storage(&self) -> bool {
+        false
+    }
 }
 
 /// Counters reassembly keeps (summed into the report).

@@ -173,7 +173,7 @@ impl Smb2Stream {
             (true, Some(meta)) => {
                 let length = rec::data_region(&self.buf, h.command, h.is_response()).map_or(0, |r| r.length);
                 let kind = if h.command == command::WRITE { SendKind::Write } else { SendKind::Read };
-                self.payload = Some(PayloadCtx::new(kind, meta, length, ctx, completes));
+                self.payload = Some(Box::new(PayloadCtx::new(kind, meta, length, ctx, completes)));
             }
             _ => {
                 self.payload = None;

@@ -57,6 +57,9 @@ impl Smb2Stream {
         let hl = self.hdr_len();
         let mut id = [0u8; 4];
         id.copy_from_slice(&self.small[hl..hl + 4]);
+        if matches!(id, protocol_id::SMB2 | protocol_id::TRANSFORM | protocol_id::COMPRESSION_TRANSFORM) {
+            self.storage = true;
+        }
         match id {
             protocol_id::SMB2 => {
                 p.accounting.add(cat::SMB_METADATA, (hl + 4) as u64);
