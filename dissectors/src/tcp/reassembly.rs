@@ -32,9 +32,9 @@ use crate::frame::FrameCtx;
 const FIN: u8 = 0x01;
 const SYN: u8 = 0x02;
 
-/// Given-up holes remembered per direction (16 bytes each, allocated as needed, freed at the
-/// close) to recognise their bytes arriving late; beyond it the oldest is forgotten (its late
-/// bytes then count as retransmitted).
+/// Given-up holes remembered per direction (16 bytes each, allocated as needed, freed with
+/// the flow) to recognise their bytes arriving late; beyond it the oldest is forgotten (its
+/// late bytes then count as retransmitted).
 const MAX_GIVEN_UP: usize = 1024;
 
 /// RFC 7323 §2.3: the largest window a TCP can advertise is 2^30 bytes, so a segment starting
@@ -440,9 +440,9 @@ impl Reassembler {
                 self.gap(f - self.next_off, &ctx, stats, deliver);
             }
         }
+        // `given_up` is kept: a stream that finished because its buffer gave holes up (a FIN
+        // reached past them) still sees their bytes arrive late; it goes with the flow.
         self.closed = true;
-        // After the close no byte is placed any more (later ones are dropped or retransmitted).
-        self.given_up = Vec::new();
     }
 }
 
@@ -958,6 +958,15 @@ mod tests {
         assert_eq!(r.seg(1001, ACK, b"aaaaaaaaaa"), SegmentOutcome { late: 10, ..Default::default() });
         assert_eq!(r.seg(1001, ACK, b"aaaaaaaaaa"), SegmentOutcome { retransmitted: 10, ..Default::default() });
         assert_eq!((r.stats.gap_bytes, r.stats.late_bytes, r.stats.retransmitted_bytes), (0, 10, 10));
+        // The FIN rides the last segment, which arrives first: giving the hole up reaches the
+        // FIN and finishes the stream; the hole's bytes arriving after that are still late.
+        let mut r = Rig::with(ReassemblyConfig { max_buffered_bytes: 8, max_segments: 100 });
+        r.seg(1000, SYN, b"");
+        r.seg(1011, ACK | FIN, b"bbbbbbbbbb");
+        assert!(r.r.is_finished());
+        r.flush();
+        assert_eq!(r.seg(1001, ACK, b"aaaaaaaaaa"), SegmentOutcome { late: 10, ..Default::default() });
+        assert_eq!((r.stats.gap_bytes, r.stats.late_bytes, r.stats.retransmitted_bytes), (0, 10, 0));
     }
 
     proptest! {
