@@ -139,7 +139,7 @@ class _Size(click.ParamType):
 @click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
               show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
 @click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
-@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines).")
+@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
 @click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
               help="How many top duplicated payloads to keep and show.")
 @click.option("--ledger", metavar="OUT.parquet",
@@ -160,25 +160,65 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
         jsonout.check_writable(json_out)
+    evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
 
-    report_to_stderr = json_out == "-"
+    report_to_stderr = json_out == "-" or evidence_to_stdout
     show_progress = not quiet and sys.stderr.isatty()
-    if show_progress:
-        result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
-            paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
-            from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer))
-    else:
-        result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
-                                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+    try:
+        if show_progress:
+            result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
+                paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
+                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer))
+        else:
+            result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
+                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+    except BaseException:
+        if evidence_to_stdout and evidence is not None:
+            _remove(evidence)
+        raise
     for line in engine.skipped_inputs(result, paths):
         click.echo(f"smbwire: warning: {line}", err=True)
 
     if json_out is not None:
         jsonout.write_json(result, json_out)
+    if evidence_to_stdout:
+        _copy_to_stdout(evidence)
     if not quiet:
         console = Console(stderr=True) if report_to_stderr else Console()
         render_report(result, console, top=top)
     return 0
+
+
+def _evidence_target(evidence: str | None, json_out: str | None) -> tuple[str | None, bool]:
+    """Where the engine writes evidence: `-` (stdout) goes through a private temporary file
+    (digests and frame numbers only, never payload bytes), copied to stdout after the run."""
+    if evidence != "-":
+        return evidence, False
+    if json_out == "-":
+        raise UserError("--json and --evidence cannot both be '-' (standard output)")
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="smbwire-evidence-", suffix=".jsonl")
+    os.close(fd)
+    return tmp, True
+
+
+def _copy_to_stdout(path: str) -> None:
+    try:
+        with open(path, "rb") as f:
+            sys.stdout.flush()
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+    finally:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @cli.command()
@@ -187,7 +227,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
 @click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
               show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
 @click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
-@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines).")
+@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
 @click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
               help="How many top duplicated payloads to keep and show.")
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
@@ -200,11 +240,19 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
         jsonout.check_writable(json_out)
-    result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top)
+    evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
+    try:
+        result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top)
+    except BaseException:
+        if evidence_to_stdout and evidence is not None:
+            _remove(evidence)
+        raise
     if json_out is not None:
         jsonout.write_json(result, json_out)
+    if evidence_to_stdout:
+        _copy_to_stdout(evidence)
     if not quiet:
-        console = Console(stderr=True) if json_out == "-" else Console()
+        console = Console(stderr=True) if json_out == "-" or evidence_to_stdout else Console()
         render_report(result, console, top=top)
     return 0
 

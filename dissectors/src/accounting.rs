@@ -89,7 +89,7 @@ pub const CATEGORIES: &[Category] = {
     use Disposition::*;
     &[
         Category { name: cat::CAPTURE_FORMAT, description: "pcap/pcapng file headers, block headers and trailers, record headers", disposition: Overhead },
-        Category { name: cat::PROTOCOL_HEADERS, description: "link, IP and TCP/UDP headers (and link trailers/padding) of analysed frames", disposition: Overhead },
+        Category { name: cat::PROTOCOL_HEADERS, description: "link, IP and TCP/UDP headers (and link trailers/padding) of analysed frames, TCP keep-alive octets", disposition: Overhead },
         Category { name: cat::MIRROR_DUPLICATE, description: "whole frames the capture saw twice (mirror port), removed before hashing", disposition: Removed },
         Category { name: cat::RETRANSMITTED, description: "TCP payload already delivered once (retransmission, overlap), removed", disposition: Removed },
         Category { name: cat::SMB_METADATA, description: "NetBIOS session headers, SMB2 headers and every non-payload part of SMB2 messages", disposition: Overhead },

@@ -335,6 +335,7 @@ impl Pipeline {
                         acct.add(cat::RETRANSMITTED, o.retransmitted);
                         acct.add(cat::TCP_UNDELIVERED, o.dropped);
                         acct.add(cat::TCP_REORDERED_LATE, o.late);
+                        acct.add(cat::PROTOCOL_HEADERS, o.keepalive);
                     }
                 }
             }
@@ -396,6 +397,7 @@ impl Pipeline {
         flow_stats.overflow_gaps += m.overflow_gaps;
         flow_stats.late_bytes += m.late_bytes;
         flow_stats.late_segments += m.late_segments;
+        flow_stats.keepalives += m.keepalives;
         flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
         let ledger = self.shared.dedupe.take_ledger();
         let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;

@@ -59,6 +59,8 @@ pub struct TcpReport {
     pub reorder_overflow_gaps: u64,
     pub reordered_late_bytes: u64,
     pub reordered_late_segments: u64,
+    /// Keep-alive probes (RFC 1122 §4.2.3.6); their garbage octet is `protocol_headers`.
+    pub keepalive_segments: u64,
     pub mirror_duplicate_frames: u64,
     pub peak_buffered_bytes: u64,
     pub flows: u64,
@@ -105,6 +107,7 @@ impl TcpReport {
             reorder_overflow_gaps: s.overflow_gaps,
             reordered_late_bytes: s.late_bytes,
             reordered_late_segments: s.late_segments,
+            keepalive_segments: s.keepalives,
             mirror_duplicate_frames,
             peak_buffered_bytes: s.peak_buffered_bytes,
             flows,

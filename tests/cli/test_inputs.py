@@ -204,3 +204,20 @@ def test_time_bounds(plain, tmp_path):
                            (("--from", "20", "--to", "10"), "--from time must be before the --to time")]:
         r = smbwire("analyze", CAPTURE, *bounds)
         assert r.returncode == 2 and needle in r.stderr.decode(), r.stderr
+
+
+def test_evidence_to_stdout(tmp_path):
+    """`--evidence -` writes the evidence lines to stdout (the report goes to stderr), the same
+    lines as `--evidence FILE`; with `--json -` too, one line refuses the pair."""
+    capture = CAPTURES / "redirect4-1MiB.pcap"
+    to_file = tmp_path / "e.jsonl"
+    r = smbwire("analyze", capture, "-q", "--evidence", to_file)
+    assert r.returncode == 0, r.stderr
+    r = smbwire("analyze", capture, "--evidence", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == to_file.read_bytes() and r.stdout.count(b"\n") >= 1
+    assert b"Duplicate-payload ratio per edge" in r.stderr
+    assert not (tmp_path / "-").exists(), "a file named '-' was written"
+    r = smbwire("analyze", capture, "--evidence", "-", "--json", "-")
+    assert r.returncode == 2
+    assert r.stderr.decode().strip() == "smbwire: error: --json and --evidence cannot both be '-' (standard output)"

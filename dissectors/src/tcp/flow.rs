@@ -751,6 +751,7 @@ mod tests {
         retransmitted: u64,
         dropped: u64,
         late: u64,
+        keepalive: u64,
         delivered_or_buffered: u64,
     }
 
@@ -798,6 +799,7 @@ mod tests {
                         tally.retransmitted += seg.retransmitted;
                         tally.dropped += seg.dropped;
                         tally.late += seg.late;
+                        tally.keepalive += seg.keepalive;
                         tally.delivered_or_buffered += seg.delivered + seg.buffered;
                     }
                 }
@@ -811,7 +813,7 @@ mod tests {
             prop_assert_eq!(r.t.buffered_bytes(), 0);
             let data: u64 = r.log.borrow().iter().map(|e| if let Ev::Data(b) = &e.2 { b.len() as u64 } else { 0 }).sum();
             prop_assert_eq!(data, tally.delivered_or_buffered);
-            prop_assert_eq!(tally.captured, tally.mirror + tally.ignored + tally.retransmitted + tally.dropped + tally.late + data);
+            prop_assert_eq!(tally.captured, tally.mirror + tally.ignored + tally.retransmitted + tally.dropped + tally.late + tally.keepalive + data);
             // Every consumer that was made is closed exactly once.
             let log = r.log.borrow();
             for (id, _, b) in &r.made {

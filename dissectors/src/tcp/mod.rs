@@ -61,6 +61,8 @@ pub struct ReassemblyStats {
     /// segments that carried them; not counted in `gap_bytes` or as retransmitted.
     pub late_bytes: u64,
     pub late_segments: u64,
+    /// Keep-alive probes (RFC 1122 §4.2.3.6): SND.NXT-1 with at most one octet.
+    pub keepalives: u64,
     /// Frames dropped as mirror-port copies of a frame seen moments before.
     pub mirror_duplicate_frames: u64,
 }

@@ -69,6 +69,9 @@ pub struct SegmentOutcome {
     pub dropped: u64,
     /// Captured bytes of a hole declared lost by the buffer's limits, arriving after it.
     pub late: u64,
+    /// The garbage octet of a keep-alive (RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT - 1, at most
+    /// one octet): transport overhead, not stream data and not a retransmission.
+    pub keepalive: u64,
     /// Bytes the segment declares but the capture does not hold (snaplen truncation). Not
     /// captured bytes, so not part of the accounting; they surface as `Chunk::Gap` if new.
     pub missing: u64,
@@ -77,7 +80,7 @@ pub struct SegmentOutcome {
 impl SegmentOutcome {
     /// Captured payload bytes of the segment (the sum of the four accounting fields).
     pub fn captured(&self) -> u64 {
-        self.delivered + self.buffered + self.retransmitted + self.dropped + self.late
+        self.delivered + self.buffered + self.retransmitted + self.dropped + self.late + self.keepalive
     }
 }
 
@@ -215,6 +218,12 @@ impl Reassembler {
         }
 
         let start = self.offset_of(data_seq);
+        if !syn && declared <= 1 && self.next_off > 0 && start == self.next_off as i64 - 1 && flags & FIN == 0 {
+            // A keep-alive probe (RFC 1122 §4.2.3.6), with or without its garbage octet.
+            stats.keepalives += 1;
+            out.keepalive = captured;
+            return out;
+        }
         if start > (self.next_off + MAX_AHEAD) as i64 {
             out.dropped = captured;
             stats.dropped_bytes += captured;
@@ -896,6 +905,21 @@ mod tests {
 
     fn isn_strategy() -> impl Strategy<Value = u32> {
         prop_oneof![any::<u32>(), (u32::MAX - 6000)..=u32::MAX]
+    }
+
+    /// A keep-alive (SND.NXT-1 with zero or one garbage octet) is neither data nor a
+    /// retransmission, as tshark's tcp.analysis.keep_alive; a longer old segment still is.
+    #[test]
+    fn keepalives_are_not_retransmissions() {
+        let mut r = Rig::new();
+        r.seg(1000, SYN, b"");
+        r.seg(1001, ACK, b"hello");
+        assert_eq!(r.seg(1005, ACK, b"\0"), SegmentOutcome { keepalive: 1, ..Default::default() });
+        assert_eq!(r.seg(1005, ACK, b""), SegmentOutcome::default());
+        assert_eq!(r.seg(1004, ACK, b"lo"), SegmentOutcome { retransmitted: 2, ..Default::default() });
+        r.seg(1006, ACK, b"!");
+        assert_eq!(r.data(), b"hello!");
+        assert_eq!((r.stats.keepalives, r.stats.retransmitted_bytes), (2, 2));
     }
 
     /// `n` segments of `len` bytes after a SYN at `isn`, fed in `order` (indexes).
