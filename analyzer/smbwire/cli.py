@@ -50,6 +50,16 @@ def _debug() -> bool:
 class _Cli(click.Group):
     """Turns every failure into one line on stderr and an exit code, in one place."""
 
+    def _command_of(self, argv: Any) -> str:
+        """The command a usage error belongs to when click gives no context (an option
+        missing its value is refused by the parser before the command's context exists)."""
+        for arg in (argv if argv is not None else sys.argv[1:]):
+            if arg in self.commands:
+                return f"smbwire {arg}"
+            if not str(arg).startswith("-"):
+                break
+        return "smbwire"
+
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
@@ -59,7 +69,7 @@ class _Cli(click.Group):
             click.echo(e.ctx.get_help() if e.ctx else str(e), err=True)
             sys.exit(EXIT_USER)
         except click.UsageError as e:
-            cmd = e.ctx.command_path if e.ctx else "smbwire"
+            cmd = e.ctx.command_path if e.ctx else self._command_of(args[0] if args else kwargs.get("args"))
             _fail(f"{e.format_message()} (see '{cmd} --help')")
             sys.exit(EXIT_USER)
         except click.ClickException as e:
@@ -136,6 +146,8 @@ class _Size(click.ParamType):
 @cli.command()
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+@click.option("--assume-members", is_flag=True,
+              help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
 @click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
               show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
 @click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
@@ -152,7 +164,7 @@ class _Size(click.ParamType):
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            reorder_buffer: int | None, quiet: bool) -> int:
+            reorder_buffer: int | None, quiet: bool, assume_members: bool) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -168,10 +180,11 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         if show_progress:
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
-                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer))
+                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, assume_members=assume_members))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
-                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
+                                    assume_members=assume_members)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -224,6 +237,8 @@ def _remove(path: str) -> None:
 @cli.command()
 @click.argument("ledgers", nargs=-1, required=True, metavar="LEDGER...")
 @click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+@click.option("--assume-members", is_flag=True,
+              help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
 @click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
               show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
 @click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
@@ -232,7 +247,7 @@ def _remove(path: str) -> None:
               help="How many top duplicated payloads to keep and show.")
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
-              evidence: str | None, top: int, quiet: bool) -> int:
+              evidence: str | None, top: int, quiet: bool, assume_members: bool) -> int:
     """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
 
     The result is what `analyze` on the captures would give with these options; several
@@ -242,7 +257,8 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
         jsonout.check_writable(json_out)
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
     try:
-        result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top)
+        result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top,
+                                  assume_members=assume_members)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -278,6 +294,8 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @click.option("--interface", "-i", "iface", required=True, metavar="IFACE",
               help="Interface cabled to the switch's mirror (SPAN) port; put in promiscuous mode.")
 @click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+@click.option("--assume-members", is_flag=True,
+              help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
 @click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
               show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
 @click.option("--duration", "-d", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
@@ -308,7 +326,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, interval: float, backend: str | None, ports: tuple[int, ...], hook: str,
-         xdp_drop: bool, user: str | None, keep_privileges: bool) -> int:
+         xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -335,7 +353,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=interval, tcp_ports=list(ports) or None, hook=hook,
-                         xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user)
+                         xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,
+                         assume_members=assume_members)
     if json_out is not None and json_out != "-":
         # The result is written after the privilege drop, with the rights left (another
         # user, or root without CAP_DAC_OVERRIDE): check those now, not with the result in hand.

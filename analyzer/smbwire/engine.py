@@ -104,9 +104,12 @@ def build_config(
     from_ns: int | None = None,
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
+    assume_members: bool = False,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
-    only frames captured in [from, to) (ns since the epoch)."""
+    only frames captured in [from, to) (ns since the epoch). `assume_members`: with no nodes in
+    the topology, treat every address as a cluster member (else membership is unknown and only
+    forwarding seen on the wire decides a class)."""
     if from_ns is not None and to_ns is not None and from_ns >= to_ns:
         raise UserError("the --from time must be before the --to time")
     if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
@@ -114,11 +117,13 @@ def build_config(
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         raise UserError(f"top must be a non-negative integer, got {top_n!r}")
     if topology is None:
-        topo: dict[str, Any] = {}  # engine default: every address is its own member node
+        topo: dict[str, Any] = {}  # engine default: every address its own node, membership unknown
     elif isinstance(topology, Topology):
         topo = topology.to_config()
     else:
         topo = Topology.from_config(topology).to_config()
+    if assume_members:
+        topo = {**topo, "assume_members": True}
     config: dict[str, Any] = {"window_seconds": float(window), "topology": topo, "top_n": top_n}
     if ledger is not None:
         config["ledger"] = ledger
@@ -143,6 +148,7 @@ def analyze(
     from_ns: int | None = None,
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
+    assume_members: bool = False,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -157,7 +163,8 @@ def analyze(
         ledger_path = os.fspath(ledger)
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
-                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
+                          assume_members=assume_members)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)
@@ -179,6 +186,7 @@ def attribute(
     window: float = DEFAULT_WINDOW_SECONDS,
     evidence: str | os.PathLike[str] | None = None,
     top_n: int = DEFAULT_TOP_N,
+    assume_members: bool = False,
 ) -> dict[str, Any]:
     """Rerun dedupe and attribution from send ledgers written by `analyze(..., ledger=...)`
     (several are merged as one analysis of all their captures); returns the result dict, as
@@ -200,7 +208,7 @@ def attribute(
         if key in seen:
             raise InputError(f"{f}: same file as {seen[key]} (a ledger given twice would count every payload as duplicated)")
         seen[key] = f
-    config = build_config(topology=topology, window=window, top_n=top_n)
+    config = build_config(topology=topology, window=window, top_n=top_n, assume_members=assume_members)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

@@ -29,8 +29,8 @@ from .wireshark import filters_by_input
 WIDE = 140
 
 #: Colours of the traffic classes, in the engine's report order (client, redirection,
-#: replication, redirected-read: `smbwire.tables.traffic_classes()`).
-CLASS_COLOURS = ("green", "magenta", "blue", "yellow")
+#: replication, redirected-read, write, read: `smbwire.tables.traffic_classes()`).
+CLASS_COLOURS = ("green", "magenta", "blue", "yellow", "white", "cyan")
 
 
 def class_style(cls: Any) -> str:
@@ -49,13 +49,17 @@ TCP_LABELS = {
     "gap_bytes": "gap bytes",
     "mirror_duplicate_frames": "mirror-duplicate frames",
     "peak_buffered_bytes": "peak reassembly buffer",
+    "reorder_overflow_gaps": "holes given up (reorder buffer full)",
+    "reordered_late_segments": "late segments",
+    "reordered_late_bytes": "late bytes",
+    "keepalive_segments": "keep-alives",
 }
 
 SMB2_LABELS = {
     "write_req_pdus": "WRITE requests",
-    "write_bytes": "WRITE data",
+    "write_bytes": "WRITE data in messages",
     "read_resp_pdus": "READ responses",
-    "read_bytes": "READ data",
+    "read_bytes": "READ data in messages",
     "encrypted_messages": "encrypted messages",
     "compressed_messages": "compressed messages",
     "payload_incomplete": "incomplete payloads",
@@ -63,13 +67,26 @@ SMB2_LABELS = {
     "sessions": "sessions",
     "trees": "tree connects",
     "resyncs": "resynchronisations",
+    "payloads_sent": "payloads hashed",
+    "payload_bytes_sent": "payload bytes hashed",
+    "session_bindings": "session bindings",
+    "smb1_messages": "SMB1 messages",
 }
 
 
 def render_report(result: Any, console: Console, *, top: int | None = None) -> None:
-    """Print the whole report into `console` (any width)."""
-    for part in build_report(result, console.width, top=top):
-        console.print(part, soft_wrap=isinstance(part, FilterLine))
+    """Print the whole report into `console` (any width). Into a pipe or a file the lines
+    carry no trailing padding."""
+    parts = build_report(result, console.width, top=top)
+    if console.is_terminal:
+        for part in parts:
+            console.print(part, soft_wrap=isinstance(part, FilterLine))
+        return
+    with console.capture() as captured:
+        for part in parts:
+            console.print(part, soft_wrap=isinstance(part, FilterLine))
+    text = "\n".join(line.rstrip() for line in captured.get().splitlines())
+    console.out(text, highlight=False)
 
 
 def build_report(result: Any, width: int = 80, *, top: int | None = None) -> list[RenderableType]:
@@ -162,7 +179,20 @@ def _headline(r: dict[str, Any]) -> list[RenderableType]:
             style="dim",
         )
         out.append(Padding(amp, (0, 0, 0, 2)))
+    note = MEMBERSHIP_NOTES.get(r.get("membership"))  # type: ignore[arg-type]
+    if note:
+        out.append(_note(note))
     return out
+
+
+#: What the headline says about where the classes come from (`membership` in the result).
+MEMBERSHIP_NOTES = {
+    "unknown": ("No topology: classes come from the wire only. Forwarding seen on the wire proves redirection "
+                "and replication; other payload is write/read (unclassified). Give --topology nodes.toml "
+                "(docs/topology.md), or --assume-members to treat every address as a cluster member."),
+    "assumed": "Every address is assumed to be a cluster member (--assume-members).",
+    "topology": "Cluster membership from the topology file.",
+}
 
 
 def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
@@ -189,7 +219,7 @@ def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
         tables = [("Edges", main, False, True), ("Duplicate breakdown per edge", detail, True, False)]
     out: list[RenderableType] = []
     for title, cols, with_decided, with_names in tables:
-        t = _table(title)
+        t = _table()
         t.add_column("#", justify="right", style="dim")
         if with_names:
             t.add_column("Edge", overflow="fold")
@@ -213,7 +243,7 @@ def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
             if with_decided:
                 row.append(_decided_by(totals.get("decided_by")) if "decided_by" in totals else "")
             t.add_row(*row)
-        out += [Text(""), t]
+        out += [_heading(title), t]
     if any(e.get("dup_ratio", 0) is None for e in edges):
         out.append(_note("Ratio —: none of the bytes was first on the edge (all counted as unique under "
                          "another class of the same edge)."))
@@ -230,18 +260,27 @@ def _nodes(r: dict[str, Any]) -> list[RenderableType]:
     nodes = [n for n in _list(r, "nodes") if isinstance(n, dict)]
     if not nodes:
         return []
-    t = _table("Nodes")
-    t.add_column("Node")
+    membership = r.get("membership")
+    t = _table()
+    t.add_column("Node", no_wrap=True)
     t.add_column("Member")
     t.add_column("Addresses", overflow="fold")
     for n in nodes:
         addrs = n.get("addresses")
+        if isinstance(addrs, list) and isinstance(n.get("ranges"), list):
+            addrs = addrs + n["ranges"]
+        if membership == "unknown":
+            member = "unknown"
+        elif n.get("member") is True:
+            member = "assumed" if membership == "assumed" else "yes"
+        else:
+            member = "no" if n.get("member") is False else _text(n.get("member"))
         t.add_row(
             str(n.get("name", DASH)),
-            "yes" if n.get("member") is True else "no" if n.get("member") is False else _text(n.get("member")),
+            member,
             ", ".join(map(str, addrs)) if isinstance(addrs, list) else _text(addrs),
         )
-    return [Text(""), t]
+    return [_heading("Nodes"), t]
 
 
 def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[RenderableType]:
@@ -251,7 +290,10 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[Rend
         return []
     inputs = [i for i in _list(r, "inputs") if isinstance(i, dict)]
     first_ts = section(r, "capture").get("first_ts")
-    out: list[RenderableType] = [_heading(f"Top duplicated payloads ({len(shown)} of {len(dups)})")]
+    # How many there are in all comes from the engine (the result keeps only the first --top).
+    total = r.get("duplicated_payloads")
+    of = total if is_number(total) and total >= len(dups) else len(dups)
+    out: list[RenderableType] = [_heading(f"Top duplicated payloads ({len(shown)} of {fmt_count(of)})")]
     for rank, d in enumerate(shown, 1):
         raw_sends = d.get("sends")
         sends = [s for s in raw_sends if isinstance(s, dict)] if isinstance(raw_sends, list) else []
@@ -286,7 +328,7 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[Rend
             for n, (s, pair) in enumerate(zip(sends, pairs), 1):
                 row = [str(n), _time(s.get("time"), first_ts), pair, fmt_count(s.get("offset"))]
                 if wide:
-                    row += [_text(s.get("session")), _text(s.get("tree")), _text(s.get("file_id"))]
+                    row += [_text(s.get("session")), _tree(s.get("tree")), _text(s.get("file_id"))]
                 row += [_text(s.get("transport")), _frames(s, multi=len(inputs) > 1), _file(s, wide)]
                 t.add_row(*row)
             out.append(Padding(t, (0, 0, 0, 3)))
@@ -302,8 +344,8 @@ def _accounting(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     cats = acc.get("categories")
     if not acc:
         return []
-    t = _table("Byte accounting (every input byte in one category)")
-    t.add_column("Category")
+    t = _table()
+    t.add_column("Category", no_wrap=True)
     t.add_column("Bytes", justify="right")
     t.add_column("", justify="right")
     t.add_column("Share", justify="right")
@@ -329,19 +371,86 @@ def _accounting(r: dict[str, Any], wide: bool) -> list[RenderableType]:
         input_row.append("")
     t.add_row(*total_row)
     t.add_row(*input_row)
-    out: list[RenderableType] = [Text(""), t]
+    out: list[RenderableType] = [_heading("Byte accounting (every input byte in one category)"), t]
     if not wide and status is not None:
         out.append(Text("  ").append(status))
     return out
 
 
+RDMA_LABELS = {
+    "smbdirect_connections": "SMB Direct connections",
+    "qps": "queue pairs",
+    "linked_transfers": "RDMA transfers linked to WRITE/READ",
+    "linked_bytes": "linked bytes",
+    "unlinked_bytes": "unlinked bytes",
+    "incomplete_transfers": "incomplete transfers",
+    "unseen_transfers": "transfers not seen",
+    "gaps": "gaps",
+    "retransmitted_bytes": "retransmitted bytes",
+    "cm_connections": "CM connections",
+    "inferred_connections": "inferred connections",
+    "other_ulp_connections": "other-ULP connections",
+}
+
+SMBDIRECT_LABELS = {
+    "negotiate_requests": "negotiate requests",
+    "negotiate_responses": "negotiate responses",
+    "data_messages": "data messages",
+    "data_length_sum": "data bytes",
+}
+
+IWARP_LABELS = {
+    "mpa_requests": "MPA requests",
+    "mpa_replies": "MPA replies",
+    "mpa_fpdus": "FPDUs",
+    "markers": "markers",
+    "crc_errors": "CRC errors",
+    "terminates": "terminates",
+    "resyncs": "resynchronisations",
+}
+
+INFINIBAND_LABELS = {
+    "packets": "packets",
+    "cm_requests": "CM requests",
+    "cm_replies": "CM replies",
+}
+
+
+def _nonzero(d: dict[str, Any]) -> bool:
+    """Whether a counter section counted anything (nested sections included)."""
+    for v in d.values():
+        if isinstance(v, dict) and _nonzero(v):
+            return True
+        if is_number(v) and v:
+            return True
+    return False
+
+
+def _opcodes(d: Any) -> str:
+    if not isinstance(d, dict) or not d:
+        return ""
+    order = sorted(d.items(), key=lambda kv: (-(kv[1] if is_number(kv[1]) else 0), str(kv[0])))
+    return " · opcodes " + ", ".join(f"{k} ×{fmt_count(v)}" for k, v in order)
+
+
 def _traffic(r: dict[str, Any]) -> list[RenderableType]:
-    tcp, smb2 = section(r, "tcp"), section(r, "smb2")
-    if not tcp and not smb2:
+    tcp, smb2, rdma = section(r, "tcp"), section(r, "smb2"), section(r, "rdma")
+    if not tcp and not smb2 and not rdma:
         return []
     grid = _grid()
-    if tcp:
+    # Each transport that carried something shows its own figures (an RDMA-only capture
+    # has no TCP line; a TCP-only one no RDMA lines).
+    if tcp and (_nonzero(tcp) or not _nonzero(rdma)):
         grid.add_row("TCP", _facts(tcp, TCP_LABELS))
+    if rdma and _nonzero(rdma):
+        top = {k: v for k, v in rdma.items() if not isinstance(v, dict)}
+        grid.add_row("RDMA", _facts(top, RDMA_LABELS))
+        for key, label, labels in (("smbdirect", "SMB Direct", SMBDIRECT_LABELS), ("iwarp", "iWARP", IWARP_LABELS),
+                                   ("infiniband", "InfiniBand", INFINIBAND_LABELS)):
+            sub = rdma.get(key)
+            if isinstance(sub, dict) and _nonzero(sub):
+                opcodes = sub.get("opcodes", sub.get("bth_opcodes"))
+                grid.add_row(label, _facts(sub, labels) + _opcodes(opcodes))
     if smb2:
         grid.add_row("SMB2", _facts(smb2, SMB2_LABELS))
         for key in ("dialects", "files"):
@@ -373,7 +482,8 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
             + (f" (bound {fmt_count(idx.get('max_live_blocks'))} blocks)" if "max_live_blocks" in idx else ""),
             style="dim",
         ))
-    unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in ("smbwire_version", "window_seconds", "index")]
+    rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads")
+    unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in rendered]
     if unknown:
         out.append(Text(f"Also in the result (see --json): {', '.join(map(str, unknown))}", style="dim"))
     return out
@@ -471,8 +581,14 @@ def _time(t: Any, first_ts: Any) -> str:
     if not is_number(t):
         return _text(t)
     if is_number(first_ts):
-        return f"+{t - first_ts:.3f} s"
+        # Microseconds: sends of one burst are often a few µs apart and must stay in order.
+        return f"+{t - first_ts:.6f} s"
     return f"{t:.6f}"
+
+
+def _tree(v: Any) -> str:
+    """A TreeId as tshark shows it (0x00000001)."""
+    return f"0x{v:08x}" if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else _text(v)
 
 
 def _file(s: dict[str, Any], wide: bool) -> str:
@@ -504,12 +620,12 @@ def _facts(d: dict[str, Any], labels: dict[str, str]) -> str:
             parts.append(f"{label} {_scalar(key, d[key])}")
     for key, v in d.items():
         if key not in labels and not isinstance(v, (dict, list)):
-            parts.append(f"{key} {_scalar(key, v)}")
+            parts.append(f"{str(key).replace('_', ' ')} {_scalar(key, v)}")
     return " · ".join(parts)
 
 
 def _scalar(key: Any, v: Any) -> str:
-    return fmt_bytes(v) if str(key).endswith("bytes") else fmt_count(v)
+    return fmt_bytes(v) if "bytes" in str(key).split("_") else fmt_count(v)
 
 
 def _grid() -> Table:

@@ -218,7 +218,10 @@ def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
             out.append(Text("  no SMB payload seen yet", style="dim"))
         return out[:budget]
     wide = width >= 120
-    cols = [("Ratio", 7), ("Class", 15), ("Payload", 11), ("Unique", 11)]
+    # Pending: bytes of WRITEs still in the window whose class may yet change (their receiver
+    # may forward them: redirection); the engine says which (`pending_bytes`).
+    any_pending = any(_num(e.get("pending_bytes")) for e in edges)
+    cols = [("Ratio", 7), ("Class", 15), ("Payload", 11)] + ([("Pending", 11)] if any_pending else []) + [("Unique", 11)]
     if wide:
         cols += [("Sends", 9), ("Per-copy dup", 13), ("Repeated", 11), ("Trivial", 11)]
     fixed = sum(w + 1 for _, w in cols)
@@ -235,7 +238,11 @@ def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
         t = Text("  " + f"{name:<{name_w}}")
         t.append(" " + f"{fmt_ratio(e.get('dup_ratio')):>7}", style="bold")
         t.append(" " + f"{cls[:15]:<15}", style=class_style(cls))
-        t.append(f" {fmt_bytes(e.get('payload_bytes')):>11} {fmt_bytes(e.get('unique_bytes')):>11}")
+        t.append(f" {fmt_bytes(e.get('payload_bytes')):>11}")
+        if any_pending:
+            pending = _num(e.get("pending_bytes"))
+            t.append(f" {fmt_bytes(pending) if pending else DASH:>11}", style="italic" if pending else "dim")
+        t.append(f" {fmt_bytes(e.get('unique_bytes')):>11}")
         if wide:
             t.append(f" {fmt_count(e.get('sends')):>9}"
                      f" {fmt_bytes(e.get('per_copy_duplicate_bytes')):>13}"
@@ -245,6 +252,9 @@ def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
     if len(show) < len(edges):
         out.append(Text(f"  … {len(edges) - len(show)} more edge rows (see the final report / --json)",
                         style="dim"))
+    elif any_pending and len(out) < budget:
+        out.append(Text("  pending: WRITEs still in the window; their class is decided when they leave it "
+                        "(a forward seen later makes them redirection)", style="dim"))
     return out
 
 
@@ -267,6 +277,13 @@ def _top(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
                  + (f" +{len(pairs) - 3}" if len(pairs) > 3 else ""))
         if f:
             t.append(f"  {f}", style="dim")
+        # What tells payloads of one size and edge apart: where they were written and when.
+        first = sends[0] if sends else {}
+        if is_number(first.get("offset")):
+            t.append(f" @{fmt_count(first['offset'])}", style="dim")
+        frames = first.get("frames")
+        if isinstance(frames, list) and frames:
+            t.append(f"  frame {frames[-1]}", style="dim")
         out.append(t)
     return out
 

@@ -37,6 +37,7 @@ pub const CODES: &[(&str, &[&str])] = &[
     ("index_early_expiries", &["sends", "max_live_blocks"]),
     ("other_node", &["lookups"]),
     ("no_payload", &[]),
+    ("membership_unknown", &["bytes"]),
 ];
 
 impl Finding {
@@ -48,6 +49,11 @@ impl Finding {
         };
         Finding { code: code.to_string(), fields, message }
     }
+}
+
+/// `1 gap`, `2 gaps`: a count with the word in the right number.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// A capture file that could not be used beside usable ones (`capture.unusable_input`).
@@ -75,7 +81,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "tcp_gaps",
             json!({ "gaps": gaps, "bytes": gap_bytes }),
-            format!("{gap_bytes} bytes missing from TCP streams in {gaps} gaps (lost or snaplen-truncated segments): payloads with missing bytes are not hashed"),
+            format!("{} missing from TCP streams in {} (lost or snaplen-truncated segments): payloads with missing bytes are not hashed", count(gap_bytes, "byte", "bytes"), count(gaps, "gap", "gaps")),
         ));
     }
     let mirror = n(&["tcp", "mirror_duplicate_frames"]);
@@ -83,7 +89,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "mirror_duplicates",
             json!({ "frames": mirror, "bytes": category(cat::MIRROR_DUPLICATE) }),
-            format!("{mirror} frames seen twice on the mirror port were removed (never counted as a second send)"),
+            format!("{} seen twice on the mirror port {} removed (never counted as a second send)", count(mirror, "frame", "frames"), if mirror == 1 { "was" } else { "were" }),
         ));
     }
     let (rb, rs) = (n(&["tcp", "retransmitted_bytes"]), n(&["tcp", "retransmitted_segments"]));
@@ -91,7 +97,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "retransmitted",
             json!({ "segments": rs, "bytes": rb }),
-            format!("{rb} retransmitted TCP bytes in {rs} segments were removed"),
+            format!("{} retransmitted TCP {} in {} removed", rb, if rb == 1 { "byte" } else { "bytes" }, count(rs, "segment was", "segments were")),
         ));
     }
     let enc = category(cat::SMB_ENCRYPTED);
@@ -130,7 +136,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "anomalies",
             json!({ "total": n_anom, "names": names }),
-            format!("{n_anom} anomalies in the input (see \"anomalies\")"),
+            format!("{} in the input (see \"anomalies\")", count(n_anom, "anomaly", "anomalies")),
         ));
     }
     let incomplete = n(&["smb2", "payload_incomplete"]);
@@ -138,7 +144,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "payload_incomplete",
             json!({ "payloads": incomplete, "bytes": n(&["smb2", "payload_incomplete_bytes"]) }),
-            format!("{incomplete} WRITE/READ payloads incomplete in the capture were not hashed"),
+            format!("{} incomplete in the capture {} not hashed", count(incomplete, "WRITE/READ payload", "WRITE/READ payloads"), if incomplete == 1 { "was" } else { "were" }),
         ));
     }
     // Every other category of bytes that were not analysed or were removed, from the table.
@@ -165,7 +171,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "index_early_expiries",
             json!({ "sends": early, "max_live_blocks": bound }),
-            format!("{early} sends left the dedupe index before their window ended (live-block bound {bound} reached): duplicates of them may be missed"),
+            format!("{} the dedupe index before {} window ended (live-block bound {bound} reached): duplicates of {} may be missed", count(early, "send left", "sends left"), if early == 1 { "its" } else { "their" }, if early == 1 { "it" } else { "them" }),
         ));
     }
     let other = n(&["index", "other_node_lookups"]);
@@ -173,8 +179,29 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         out.push(Finding::new(
             "other_node",
             json!({ "lookups": other }),
-            format!("{other} sends from/to unlisted addresses were lumped into node 'other' (too many distinct addresses): use a topology file"),
+            format!("{} from/to unlisted addresses {} lumped into node 'other' (too many distinct addresses): use a topology file", count(other, "send", "sends"), if other == 1 { "was" } else { "were" }),
         ));
+    }
+    if r["membership"].as_str() == Some("unknown") {
+        let unclassified: u64 = r["edges"]
+            .as_array()
+            .map(|edges| {
+                edges
+                    .iter()
+                    .filter(|e| matches!(e["class"].as_str(), Some("write" | "read")))
+                    .filter_map(|e| e["payload_bytes"].as_u64())
+                    .sum()
+            })
+            .unwrap_or(0);
+        if unclassified > 0 {
+            out.push(Finding::new(
+                "membership_unknown",
+                json!({ "bytes": unclassified }),
+                format!(
+                    "no topology: {unclassified} payload bytes are labelled write/read (unclassified), because only forwarding seen on the wire proves redirection and replication; give --topology nodes.toml (docs/topology.md) to classify by cluster membership, or --assume-members to treat every address as a member"
+                ),
+            ));
+        }
     }
     if r["edges"].as_array().is_some_and(|e| e.is_empty()) {
         out.push(Finding::new("no_payload", json!({}), "no SMB2 WRITE/READ payload found: nothing to compare".into()));
@@ -209,6 +236,39 @@ mod tests {
         assert!(derive(&r).is_empty());
         let r = json!({"accounting": {"total_bytes": 5, "input_bytes": 9}, "edges": [{}]});
         assert_eq!(derive(&r)[0].code, "accounting_unreconciled");
+    }
+
+    #[test]
+    fn one_of_a_thing_is_singular() {
+        let r = json!({
+            "edges": [{"class": "write", "payload_bytes": 4096}],
+            "membership": "unknown",
+            "tcp": {"gap_bytes": 1, "gaps": 1, "mirror_duplicate_frames": 1, "retransmitted_bytes": 1, "retransmitted_segments": 1},
+            "smb2": {"payload_incomplete": 1},
+            "index": {"early_expiries": 1, "other_node_lookups": 1},
+            "anomalies": {"tcp.bad_header_length": 1},
+        });
+        let text: Vec<String> = derive(&r).into_iter().map(|f| f.message).collect();
+        let all = text.join("\n");
+        for want in [
+            "1 byte missing from TCP streams in 1 gap (",
+            "1 frame seen twice on the mirror port was removed",
+            "1 retransmitted TCP byte in 1 segment was removed",
+            "1 anomaly in the input",
+            "1 WRITE/READ payload incomplete in the capture was not hashed",
+            "1 send left the dedupe index before its window ended",
+            "1 send from/to unlisted addresses was lumped",
+            "no topology: 4096 payload bytes are labelled write/read (unclassified)",
+        ] {
+            assert!(all.contains(want), "{want:?} not in\n{all}");
+        }
+        for plural in ["1 gaps", "1 anomalies", "1 frames", "1 sends", "1 segments"] {
+            assert!(!all.contains(plural), "{plural:?} in\n{all}");
+        }
+        // A topology (or --assume-members) leaves nothing unclassified to warn about.
+        let mut known = r.clone();
+        known["membership"] = json!("topology");
+        assert!(derive(&known).iter().all(|f| f.code != "membership_unknown"));
     }
 
     #[test]

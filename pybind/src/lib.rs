@@ -128,13 +128,14 @@ fn byte_categories() -> String {
     serde_json::to_string(smbwire_dissectors::accounting::CATEGORIES).unwrap_or_default()
 }
 
-/// The traffic classes, as JSON: `[{"name", "label", "description"}]`, in report order.
+/// The traffic classes, as JSON: `[{"name", "label", "description", "rule"}]`, in report
+/// order; `rule`: a topology rule may assign it (`write`/`read` only say it is not known).
 #[pyfunction]
 fn traffic_classes() -> String {
     use smbwire_dissectors::dedupe::attribution::Class;
     let v: Vec<serde_json::Value> = Class::REPORT_ORDER
         .iter()
-        .map(|c| serde_json::json!({"name": c.name(), "label": c.label(), "description": c.description()}))
+        .map(|c| serde_json::json!({"name": c.name(), "label": c.label(), "description": c.description(), "rule": Class::DECIDED.contains(c)}))
         .collect();
     serde_json::Value::Array(v).to_string()
 }

@@ -16,7 +16,7 @@ from smbwire.cli import cli
 
 
 def run(*args: str, env: dict | None = None):
-    return CliRunner(env=env).invoke(cli, list(args))
+    return CliRunner(env=env).invoke(cli, list(args), prog_name="smbwire")
 
 
 def assert_one_line_error(result, code: int, *needles: str) -> str:
@@ -149,6 +149,19 @@ def test_evidence_output_directory_missing(capture, tmp_path, monkeypatch):
 )
 def test_usage_errors_are_one_line(args, needle):
     assert_one_line_error(run(*args), 2, needle, "--help")
+
+
+@pytest.mark.parametrize("args,command", [
+    (["analyze", "x.pcap", "--json"], "smbwire analyze"),
+    (["analyze", "--json"], "smbwire analyze"),
+    (["attribute", "l.parquet", "--evidence"], "smbwire attribute"),
+    (["--bogus"], "smbwire"),
+])
+def test_a_usage_error_points_at_its_commands_help(args, command):
+    # An option missing its value is refused before click has the command's context; the
+    # pointer must still name the command whose help explains the option.
+    line = assert_one_line_error(run(*args), 2)
+    assert line.endswith(f"(see '{command} --help')"), line
 
 
 def test_engine_not_built(capture, monkeypatch):

@@ -91,7 +91,7 @@ def test_stdin(plain, tmp_path):
 
 def test_stdin_errors():
     r = smbwire("analyze", "-", input=b"")
-    assert r.returncode == 2 and r.stderr.decode().strip() == "smbwire: error: -: empty file (zero length)"
+    assert r.returncode == 2 and r.stderr.decode().strip() == "smbwire: error: -: empty file (0 bytes), not a capture"
     r = smbwire("analyze", "-", "-", input=b"")
     assert r.returncode == 2 and "standard input given twice" in r.stderr.decode()
 
@@ -221,3 +221,26 @@ def test_evidence_to_stdout(tmp_path):
     r = smbwire("analyze", capture, "--evidence", "-", "--json", "-")
     assert r.returncode == 2
     assert r.stderr.decode().strip() == "smbwire: error: --json and --evidence cannot both be '-' (standard output)"
+
+
+@pytest.mark.parametrize("fault", ["missing", "empty", "directory"])
+def test_one_fault_has_one_wording_alone_or_beside_other_inputs(fault, tmp_path):
+    """The error for a file given alone and the warning for the same file skipped beside a
+    good one say the same thing about it."""
+    bad = tmp_path / f"{fault}.pcap"
+    if fault == "empty":
+        bad.write_bytes(b"")
+    elif fault == "directory":
+        bad.mkdir()
+    alone = smbwire("analyze", str(bad))
+    assert alone.returncode == 2
+    error = alone.stderr.decode().strip()
+    assert error.startswith("smbwire: error: "), error
+    reason = error[len("smbwire: error: "):]
+    beside = smbwire("analyze", str(bad), str(CAPTURE), "-q", "--json", str(tmp_path / "r.json"))
+    assert beside.returncode == 0, beside.stderr
+    warning = beside.stderr.decode().strip()
+    assert warning == f"smbwire: warning: {reason}: skipped; the report covers the 1 other input"
+    want = {"missing": "no such file", "empty": "empty file (0 bytes), not a capture",
+            "directory": "is a directory, not a capture file"}[fault]
+    assert reason == f"{bad}: {want}"

@@ -95,7 +95,9 @@ def test_docs_example_is_valid():
     "text,expected",
     [
         ('[nodes.a]\naddresses = ["10.0.0.300"]\n', "line 2: nodes.a.addresses: '10.0.0.300' is not an IP address"),
-        ('[nodes.a]\naddresses = ["10.0.0.0/24"]\n', "ranges are not supported"),
+        ('[nodes.a]\naddresses = ["10.0.0.1/24"]\n', "line 2: nodes.a.addresses: '10.0.0.1/24' has host bits set (did you mean 10.0.0.0/24?)"),
+        ('[nodes.a]\naddresses = ["10.0.0.0/24"]\n[nodes.b]\naddresses = ["10.0.0.0/24"]\n',
+         "line 4: nodes.b.addresses: range 10.0.0.0/24 is also in node 'a'"),
         ('[nodes.a]\naddresses = [5]\n', "line 2: invalid type: integer `5`, expected a string"),
         ('[nodes.a]\naddresses = []\n', "line 2: nodes.a.addresses: expected a non-empty list of IP addresses"),
         ('[nodes.a]\naddresses = "10.0.0.1"\n', "line 2: invalid type: string \"10.0.0.1\", expected a sequence"),
@@ -154,8 +156,12 @@ def test_the_engine_is_the_one_validator():
 
     assert not hasattr(topology, "CLASSES")
     for c in traffic_classes():
-        t = parse_topology(f'[[rules]]\nfile = "*"\nclass = "{c["name"]}"\n')
-        assert t.rules[0].cls == c["name"]
+        text = f'[[rules]]\nfile = "*"\nclass = "{c["name"]}"\n'
+        if c["rule"]:
+            assert parse_topology(text).rules[0].cls == c["name"]
+        else:
+            with pytest.raises(TopologyError, match=f"unknown class '{c['name']}'"):
+                parse_topology(text)
 
 
 def test_load_topology_file_errors(tmp_path):
@@ -175,4 +181,4 @@ def test_load_topology_file_errors(tmp_path):
     bad.write_text('[nodes.a]\naddresses = ["1.2.3.4.5"]\n', encoding="utf-8")
     with pytest.raises(TopologyError) as e:
         load_topology(bad)
-    assert str(e.value) == f"{bad}: line 2: nodes.a.addresses: '1.2.3.4.5' is not an IP address"
+    assert str(e.value) == f"{bad}: line 2: nodes.a.addresses: '1.2.3.4.5' is not an IP address or a range (ADDRESS/PREFIX)"

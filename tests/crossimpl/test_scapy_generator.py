@@ -49,7 +49,7 @@ def test_analyzer_gives_the_scenario_figures(generated):
     assert r["totals"]["payload_bytes"] == truth["payload_bytes"]
     assert r["totals"]["amplification"] == pytest.approx(truth["amplification"])
     assert r["smb2"]["write_req_pdus"] == truth["write_requests"]
-    assert r["smb2"]["dialects"] == ["0x0302"]
+    assert r["smb2"]["dialects"] == ["3.0.2"]
     # Every byte accounted and nothing left unparsed.
     acct = r["accounting"]
     assert acct["reconciled"] and acct["total_bytes"] == path.stat().st_size

@@ -203,3 +203,31 @@ def test_health_counts_rdma_gaps_and_rdma_not_analysed():
     assert "OK" in render(snap, 200, 50)
     line = status_line(snap, now=0)
     assert "rdma_gaps=0" in line and f"not_analysed={4 << 20}" in line
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_undecided_writes_are_shown_as_pending(width, height):
+    # 6 s into a redirect run the view showed "n1 -> n2 replication 7.00 MiB" as decided; the
+    # engine now says which of those bytes may still become redirection (`pending_bytes`).
+    e = edge("n1", "n2", "replication", 7 << 20, 7 << 20)
+    e["pending_bytes"] = 5 << 20
+    decided = edge("n2", "n1", "redirection", 2 << 20, 2 << 20)
+    text = render(snapshot([e, decided]), width, height)
+    check_fits(text, width, height)
+    assert "Pending" in text and "5.00 MiB" in text
+    row = next(line for line in text.splitlines() if "n1 → n2" in line)
+    assert "7.00 MiB" in row and "5.00 MiB" in row
+    assert "pending: WRITEs still in the window" in text
+    # Nothing pending: no column.
+    assert "Pending" not in render(snapshot([decided]), width, height)
+
+
+def test_top_payloads_show_what_tells_them_apart():
+    snap = snapshot([edge("n1", "n2", "replication", 3 << 20, 1 << 20)], dups=3)
+    for i, d in enumerate(snap["top_duplicates"]):
+        for s in d["sends"]:
+            s.update(offset=i * (1 << 20), frames=[100 * i + 1, 100 * i + 9], file_name="vdisk.bin")
+    text = render(snap, 200, 50)
+    rows = [line for line in text.splitlines() if "vdisk.bin" in line]
+    assert len(rows) == 3 and len(set(rows)) == 3, rows
+    assert "@1,048,576" in text and "frame 109" in text

@@ -233,7 +233,7 @@ def test_unknown_keys_and_wrong_types_are_shown():
     text = render(r, 200)
     assert "Also in the result (see --json): future_section" in text
     assert "result schema is 'smbwire/2'" in text
-    assert "new_counter 5" in text
+    assert "new counter 5" in text
     assert "lots" in text
 
 
@@ -314,6 +314,14 @@ def test_filters_by_input_skips_sends_without_frames():
     sends = [{"file": 0, "frames": [1, 3]}, {"file": 2, "frames": [8, 9]}, {"file": 0}, {"file": 0, "frames": []},
              {"file": "x", "frames": [4, 4]}, "junk"]
     assert filters_by_input(sends) == {0: "frame.number in {3}", 2: "frame.number in {9}"}
+
+
+def test_rdma_send_filter_names_its_header_frame():
+    # An RDMA send's data frames and the frame of the SMB2 message it belongs to.
+    sends = [{"file": 0, "frames": [20, 31], "header_frame": 12, "transport": "rocev2"},
+             {"file": 0, "frames": [40, 52], "header_frame": 35, "transport": "rocev2"},
+             {"file": 0, "frames": [60, 61], "header_frame": True}]
+    assert filters_by_input(sends) == {0: "frame.number in {12, 31, 35, 52, 61}"}
 
 
 @pytest.mark.parametrize("value,text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),

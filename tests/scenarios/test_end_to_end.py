@@ -163,7 +163,7 @@ def test_missing_and_empty_inputs_beside_a_good_one_are_skipped(tmp_path):
     assert r["anomalies"].get("capture.unusable_input") == 2
     skipped = [w for w in r["warnings"] if ": skipped; " in w]
     assert len(skipped) == 2
-    assert skipped[0].startswith(f"{empty}: empty file") and skipped[1].startswith(f"{missing}: cannot read")
+    assert skipped[0].startswith(f"{empty}: empty file") and skipped[1] == f"{missing}: no such file: skipped; the report covers the 1 other input"
     # Frames still name the usable file as input 0 (evidence and the report index inputs).
     assert [i["path"] for i in r["inputs"]] == [str(NESTED4)]
 

@@ -42,7 +42,7 @@ pub enum CaptureError {
     Io { path: String, reason: String },
     /// The file does not start with a pcap or pcapng magic number.
     NotACapture { path: String },
-    /// The file is empty (zero length).
+    /// The file is empty (0 bytes).
     Empty { path: String },
     /// The file header itself is damaged (nothing in the file can be read).
     BadHeader { path: String, reason: String },
@@ -53,11 +53,11 @@ pub enum CaptureError {
 impl std::fmt::Display for CaptureError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CaptureError::Io { path, reason } => write!(f, "{path}: cannot read: {reason}"),
+            CaptureError::Io { path, reason } => write!(f, "{path}: {reason}"),
             CaptureError::NotACapture { path } => {
                 write!(f, "{path}: not a pcap or pcapng capture file")
             }
-            CaptureError::Empty { path } => write!(f, "{path}: empty file (zero length)"),
+            CaptureError::Empty { path } => write!(f, "{path}: empty file (0 bytes), not a capture"),
             CaptureError::BadHeader { path, reason } => {
                 write!(f, "{path}: damaged capture header: {reason}")
             }

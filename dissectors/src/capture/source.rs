@@ -146,7 +146,16 @@ impl Source {
     /// (opening a FIFO does not wait for its writer); a directory or a socket is refused in
     /// one line. gzip, zstd and xz captures are decompressed on the fly.
     pub fn open(path: &str) -> Result<Self, CaptureError> {
-        let io = |e: std::io::Error| CaptureError::Io { path: path.to_string(), reason: e.to_string() };
+        // The same words the command line uses for the same fault, whether the file is the
+        // only input or one beside others.
+        let io = |e: std::io::Error| CaptureError::Io {
+            path: path.to_string(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".to_string(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
+                _ => format!("cannot read: {e}"),
+            },
+        };
         if path == "-" {
             return Self::stream(Box::new(std::io::stdin()), InputKind::Stdin, path);
         }
@@ -246,7 +255,7 @@ impl Source {
         let head = self.buf[self.start..self.end].to_vec();
         let rest = std::mem::replace(&mut self.file, Box::new(std::io::empty()));
         let raw: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(head).chain(rest));
-        let io = |e: std::io::Error| CaptureError::Io { path: path.to_string(), reason: format!("{} stream: {e}", c.name()) };
+        let io = |e: std::io::Error| CaptureError::Io { path: path.to_string(), reason: format!("cannot read: {} stream: {e}", c.name()) };
         self.file = match c {
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
             Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw).map_err(io)?),

@@ -22,15 +22,28 @@ pub enum Class {
     /// Either end is not a member.
     #[serde(rename = "client")]
     Client,
+    /// A WRITE whose purpose the wire does not show: no topology says which nodes are
+    /// cluster members, and no forwarding of its blocks was seen (unclassified).
+    #[serde(rename = "write")]
+    Write,
+    /// A READ response whose purpose the wire does not show (no topology; unclassified).
+    #[serde(rename = "read")]
+    Read,
 }
 
 impl Class {
-    pub const ALL: [Class; 4] = [
+    pub const ALL: [Class; Class::COUNT] = [
         Class::Redirection,
         Class::Replication,
         Class::RedirectedRead,
         Class::Client,
+        Class::Write,
+        Class::Read,
     ];
+    pub const COUNT: usize = 6;
+    /// The classes a topology rule may assign (what the traffic is for); `write` and `read`
+    /// only say that it is not known.
+    pub const DECIDED: [Class; 4] = [Class::Redirection, Class::Replication, Class::RedirectedRead, Class::Client];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -38,12 +51,15 @@ impl Class {
             Class::Replication => "replication",
             Class::RedirectedRead => "redirected-read",
             Class::Client => "client",
+            Class::Write => "write",
+            Class::Read => "read",
         }
     }
 
     /// The order reports and the live view list classes in: the work the cluster was asked
     /// to do first, then what it costs.
-    pub const REPORT_ORDER: [Class; 4] = [Class::Client, Class::Redirection, Class::Replication, Class::RedirectedRead];
+    pub const REPORT_ORDER: [Class; Class::COUNT] =
+        [Class::Client, Class::Redirection, Class::Replication, Class::RedirectedRead, Class::Write, Class::Read];
 
     /// A short label for tables and the live view.
     pub fn label(self) -> &'static str {
@@ -52,6 +68,8 @@ impl Class {
             Class::Replication => "replication",
             Class::RedirectedRead => "redirected read",
             Class::Client => "client I/O",
+            Class::Write => "write (unclassified)",
+            Class::Read => "read (unclassified)",
         }
     }
 
@@ -62,6 +80,8 @@ impl Class {
             Class::Replication => "a member's WRITE to another member that does not send it on (mirror copies)",
             Class::RedirectedRead => "a member's READ response to another member",
             Class::Client => "payload where either end is not a member (the work the cluster was asked to do)",
+            Class::Write => "WRITE payload whose purpose the wire does not show (no topology names the cluster members; no forwarding seen)",
+            Class::Read => "READ payload whose purpose the wire does not show (no topology names the cluster members)",
         }
     }
 
@@ -96,9 +116,25 @@ pub enum DupKind {
     RepeatedContent,
 }
 
+/// What is known of the two ends of a send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ends {
+    pub src_member: bool,
+    pub dst_member: bool,
+    /// Membership comes from a topology file (or `--assume-members`); without it, only what
+    /// the wire shows (forwarding) decides a class.
+    pub known: bool,
+}
+
 /// Class from membership and operation alone.
-pub fn inferred_class(kind: SendKind, src_member: bool, dst_member: bool) -> Class {
-    if !(src_member && dst_member) {
+pub fn inferred_class(kind: SendKind, ends: Ends) -> Class {
+    if !ends.known {
+        return match kind {
+            SendKind::Write => Class::Write,
+            SendKind::Read => Class::Read,
+        };
+    }
+    if !(ends.src_member && ends.dst_member) {
         return Class::Client;
     }
     match kind {
@@ -110,25 +146,29 @@ pub fn inferred_class(kind: SendKind, src_member: bool, dst_member: bool) -> Cla
 /// Class of one block of a send.
 ///
 /// `rule`: class of a matching topology rule. `forwarded`: the receiver of this WRITE later
-/// wrote the same block to another node within the window. Forwarding only turns member→member
-/// WRITEs into redirection: a client's write that a member then replicates is client traffic.
-pub fn block_class(
-    kind: SendKind,
-    src_member: bool,
-    dst_member: bool,
-    rule: Option<Class>,
-    forwarded: bool,
-) -> (Class, DecidedBy) {
+/// wrote the same block to another node within the window. `forward_of`: the sender of this
+/// WRITE received the same block in a WRITE earlier within the window (it writes it on).
+///
+/// With known membership, forwarding only turns member→member WRITEs into redirection: a
+/// client's write that a member then replicates is client traffic. With unknown membership
+/// (no topology) the wire alone decides: a WRITE that its receiver forwards is redirection,
+/// the forward itself is replication, everything else is `write` / `read` (unclassified).
+pub fn block_class(kind: SendKind, ends: Ends, rule: Option<Class>, forwarded: bool, forward_of: bool) -> (Class, DecidedBy) {
     if let Some(class) = rule {
         return (class, DecidedBy::Rule);
     }
-    if forwarded && kind == SendKind::Write && src_member && dst_member {
-        return (Class::Redirection, DecidedBy::Forwarded);
+    if kind == SendKind::Write {
+        if ends.known {
+            if forwarded && ends.src_member && ends.dst_member {
+                return (Class::Redirection, DecidedBy::Forwarded);
+            }
+        } else if forwarded {
+            return (Class::Redirection, DecidedBy::Forwarded);
+        } else if forward_of {
+            return (Class::Replication, DecidedBy::Forwarded);
+        }
     }
-    (
-        inferred_class(kind, src_member, dst_member),
-        DecidedBy::Inference,
-    )
+    (inferred_class(kind, ends), DecidedBy::Inference)
 }
 
 /// What the index knows about the send a duplicate block repeats (the most recent earlier
@@ -172,38 +212,32 @@ mod tests {
     #[test]
     fn rule_beats_forwarding_beats_inference() {
         use SendKind::*;
-        assert_eq!(
-            block_class(Write, true, true, None, false),
-            (Class::Replication, DecidedBy::Inference)
-        );
-        assert_eq!(
-            block_class(Read, true, true, None, false),
-            (Class::RedirectedRead, DecidedBy::Inference)
-        );
-        assert_eq!(
-            block_class(Write, false, true, None, false),
-            (Class::Client, DecidedBy::Inference)
-        );
-        assert_eq!(
-            block_class(Read, true, false, None, false),
-            (Class::Client, DecidedBy::Inference)
-        );
-        assert_eq!(
-            block_class(Write, true, true, None, true),
-            (Class::Redirection, DecidedBy::Forwarded)
-        );
-        assert_eq!(
-            block_class(Write, false, true, None, true),
-            (Class::Client, DecidedBy::Inference)
-        );
-        assert_eq!(
-            block_class(Read, true, true, None, true),
-            (Class::RedirectedRead, DecidedBy::Inference)
-        );
-        assert_eq!(
-            block_class(Write, true, true, Some(Class::Client), true),
-            (Class::Client, DecidedBy::Rule)
-        );
+        let m = |s, d| Ends { src_member: s, dst_member: d, known: true };
+        assert_eq!(block_class(Write, m(true, true), None, false, false), (Class::Replication, DecidedBy::Inference));
+        assert_eq!(block_class(Read, m(true, true), None, false, false), (Class::RedirectedRead, DecidedBy::Inference));
+        assert_eq!(block_class(Write, m(false, true), None, false, false), (Class::Client, DecidedBy::Inference));
+        assert_eq!(block_class(Read, m(true, false), None, false, false), (Class::Client, DecidedBy::Inference));
+        assert_eq!(block_class(Write, m(true, true), None, true, false), (Class::Redirection, DecidedBy::Forwarded));
+        assert_eq!(block_class(Write, m(false, true), None, true, false), (Class::Client, DecidedBy::Inference));
+        assert_eq!(block_class(Read, m(true, true), None, true, false), (Class::RedirectedRead, DecidedBy::Inference));
+        assert_eq!(block_class(Write, m(true, true), Some(Class::Client), true, false), (Class::Client, DecidedBy::Rule));
+        // Known membership: a forward is what membership says it is.
+        assert_eq!(block_class(Write, m(true, true), None, false, true), (Class::Replication, DecidedBy::Inference));
+        assert_eq!(block_class(Write, m(false, true), None, false, true), (Class::Client, DecidedBy::Inference));
+    }
+
+    #[test]
+    fn without_membership_only_the_wire_decides() {
+        use SendKind::*;
+        let u = Ends { src_member: false, dst_member: false, known: false };
+        assert_eq!(block_class(Write, u, None, false, false), (Class::Write, DecidedBy::Inference));
+        assert_eq!(block_class(Read, u, None, false, false), (Class::Read, DecidedBy::Inference));
+        assert_eq!(block_class(Write, u, None, true, false), (Class::Redirection, DecidedBy::Forwarded));
+        assert_eq!(block_class(Write, u, None, false, true), (Class::Replication, DecidedBy::Forwarded));
+        // A hop in a chain that both received and forwards: the forwarding decides.
+        assert_eq!(block_class(Write, u, None, true, true), (Class::Redirection, DecidedBy::Forwarded));
+        // READs are never forwarded as WRITEs.
+        assert_eq!(block_class(Read, u, None, true, true), (Class::Read, DecidedBy::Inference));
     }
 
     #[test]

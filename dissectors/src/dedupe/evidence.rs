@@ -120,6 +120,8 @@ pub struct Evidence {
     top_n: usize,
     /// Min-heap of the best `top_n` so far.
     top: BinaryHeap<Reverse<Ranked>>,
+    /// Payloads closed with at least two sends (each a line of the evidence file).
+    closed_duplicated: u64,
     pub written: u64,
 }
 
@@ -131,8 +133,16 @@ impl Evidence {
             stored_sends: 0,
             top_n,
             top: BinaryHeap::new(),
+            closed_duplicated: 0,
             written: 0,
         }
+    }
+
+    /// How many duplicated payloads there are (closed, and open ones already sent twice):
+    /// the length of the evidence file once every payload closed, of which `top_duplicates`
+    /// keeps the first `top_n`.
+    pub fn duplicated_payloads(&self) -> u64 {
+        self.closed_duplicated + self.open.values().filter(|o| o.sends_total >= 2).count() as u64
     }
 
     /// A send of `key` entered the window. Empty payloads are not tracked.
@@ -181,6 +191,7 @@ impl Evidence {
         if open.sends_total < 2 {
             return;
         }
+        self.closed_duplicated += 1;
         let dup = DuplicatePayload {
             digest: key.0,
             size: key.1,

@@ -84,6 +84,15 @@ pub struct EdgeReport {
     pub figures: Figures,
     pub dup_ratio: Option<f64>,
     pub decided_by: DecidedBytes,
+    /// Live snapshots only: of `payload_bytes`, bytes of WRITEs still in the window whose
+    /// class may still change (their receiver may yet forward them: redirection). Absent
+    /// (0) in a final result, where every class is decided.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub pending_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -132,7 +141,13 @@ pub struct DedupeReport {
     /// One entry per (edge, class) that carried bytes or sends; by payload_bytes, largest first.
     pub edges: Vec<EdgeReport>,
     pub totals: Totals,
+    /// Where node membership comes from: `topology` (the file lists nodes), `assumed`
+    /// (`--assume-members`) or `unknown` (no topology: classes come from the wire only).
+    pub membership: &'static str,
     pub nodes: Vec<Node>,
+    /// Payloads sent more than once within the window (each an evidence line); the first
+    /// `--top` of them by duplicate bytes are `top_duplicates`.
+    pub duplicated_payloads: u64,
     pub top_duplicates: Vec<DuplicatePayload>,
     pub index: IndexStats,
     /// Anomalies raised by the index (`dedupe.*`), by name; merged into the result's

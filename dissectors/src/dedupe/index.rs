@@ -12,7 +12,7 @@
 //! tables (per edge, global, per receiver) hold only 4-byte positions: their keys (digest,
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 
-use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Repeated};
+use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Ends, Repeated};
 use super::evidence::{Evidence, PayloadKey, SendEvidence};
 use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
 use super::topology::{NodeIdx, Topology};
@@ -33,6 +33,8 @@ const F_GLOBAL_UNIQUE: u8 = 2;
 const F_FORWARDED: u8 = 4;
 /// Two bits: `DupKind` (0 unique, 1 per-copy, 2 repeated content).
 const F_DUP_SHIFT: u8 = 3;
+/// This (WRITE) block's sender had received it in a WRITE within the window: it writes it on.
+const F_FORWARD_OF: u8 = 32;
 
 /// One live block: 21 bytes, no padding (every field is bytes).
 #[derive(Clone, Copy)]
@@ -57,6 +59,10 @@ impl LiveBlock {
     /// The receiver of this (WRITE) block wrote it on to another node within the window.
     fn forwarded(&self) -> bool {
         self.flags & F_FORWARDED != 0
+    }
+    /// The sender of this (WRITE) block received it in a WRITE earlier within the window.
+    fn forward_of(&self) -> bool {
+        self.flags & F_FORWARD_OF != 0
     }
     fn dup(&self) -> DupKind {
         match (self.flags >> F_DUP_SHIFT) & 3 {
@@ -86,8 +92,7 @@ struct LiveSend {
     ts_ns: u64,
     edge: u32,
     dst: NodeIdx,
-    src_member: bool,
-    dst_member: bool,
+    ends: Ends,
     rule: Option<Class>,
     payload: PayloadKey,
     /// Edge payload epoch when the send happened (see `EdgeState::epoch`).
@@ -155,6 +160,9 @@ pub const MAX_LIVE_BLOCKS_LIMIT: usize = 1 << 31;
 struct ClassAcc {
     figures: Figures,
     decided: DecidedBytes,
+    /// Of `figures.payload_bytes`: bytes of sends still in the window whose class can still
+    /// change (a WRITE whose receiver may yet forward it). Only snapshots have any.
+    pending: u64,
 }
 
 struct EdgeState {
@@ -165,7 +173,7 @@ struct EdgeState {
     /// Incremented whenever a send carries a different payload than the edge's previous
     /// send: two sends with equal epochs and equal payloads had only that payload between them.
     epoch: u64,
-    acc: [ClassAcc; 4],
+    acc: [ClassAcc; Class::COUNT],
 }
 
 /// The ledger being written; after the first error nothing more is written (the error is
@@ -321,8 +329,11 @@ impl Dedupe {
         let dst = self.topo.node_of(s.dst);
         self.sync_node_names();
         let edge = self.edge_id(src, dst);
-        let src_member = self.topo.node(src).member;
-        let dst_member = self.topo.node(dst).member;
+        let ends = Ends {
+            src_member: self.topo.node(src).member,
+            dst_member: self.topo.node(dst).member,
+            known: self.topo.membership_known(),
+        };
         let rule = self
             .topo
             .rule_class(s.share.as_deref(), s.file_name.as_deref());
@@ -378,8 +389,7 @@ impl Dedupe {
             ts_ns,
             edge,
             dst,
-            src_member,
-            dst_member,
+            ends,
             rule,
             payload,
             epoch,
@@ -422,6 +432,10 @@ impl Dedupe {
                     None
                 }
             };
+            // Another copy of a block this sender already wrote on is written on too (the
+            // second replica of a forwarded write).
+            let mut forward_of = s.kind == SendKind::Write
+                && prev.is_some_and(|p| blocks.get((p - front) as usize).is_some_and(|b| b.forward_of()));
             if let Some(prev) = prev {
                 let e = &sends[send_at(sends, prev)];
                 let repeated = if prev >= first_pos {
@@ -458,6 +472,10 @@ impl Dedupe {
             }
             if let Some(head) = head {
                 mark_forwarded(blocks, front, head);
+                forward_of = true;
+            }
+            if forward_of {
+                flags |= F_FORWARD_OF;
             }
             let lb = blocks.back_mut().expect("pushed above");
             lb.flags |= flags;
@@ -517,17 +535,19 @@ impl Dedupe {
         self.anomalies.raise_n(Anomaly::AutoNodeCap, other);
         self.stats.other_node_lookups = other;
         let evidence = std::mem::replace(&mut self.evidence, Evidence::new(None, 0));
+        let duplicated = evidence.duplicated_payloads();
         let top_duplicates = evidence.finish(&mut self.anomalies);
-        let acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
-        self.report(&acc, self.globally_unique_bytes, top_duplicates, &self.anomalies, &self.stats)
+        let acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
+        self.report(&acc, self.globally_unique_bytes, (duplicated, top_duplicates), &self.anomalies, &self.stats)
     }
 
     /// The report as `finish` would give it now, without changing anything: folded figures
     /// plus every send still in the window counted with what is known of it so far (a WRITE
     /// block whose receiver forwards it later moves from its class to redirection then).
-    /// At the end of the input it equals `finish`.
+    /// At the end of the input it equals `finish`, apart from `pending_bytes` (sends still in
+    /// the window have provisional classes; `finish` decides them).
     pub fn snapshot(&self) -> DedupeReport {
-        let mut acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
+        let mut acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
         let mut globally_unique = self.globally_unique_bytes;
         for send in &self.sends {
             let (part, unique) = send_figures(send, self.send_blocks(send));
@@ -535,6 +555,7 @@ impl Dedupe {
             for (total, p) in acc[send.edge as usize].iter_mut().zip(part.iter()) {
                 total.figures.add(&p.figures);
                 total.decided.add(&p.decided);
+                total.pending += p.pending;
             }
         }
         let mut anomalies = self.anomalies.clone();
@@ -542,15 +563,15 @@ impl Dedupe {
         let other = self.topo.overflow_lookups();
         anomalies.raise_n(Anomaly::AutoNodeCap, other);
         stats.other_node_lookups = other;
-        let top_duplicates = self.evidence.snapshot_top();
+        let top_duplicates = (self.evidence.duplicated_payloads(), self.evidence.snapshot_top());
         self.report(&acc, globally_unique, top_duplicates, &anomalies, &stats)
     }
 
     fn report(
         &self,
-        acc: &[[ClassAcc; 4]],
+        acc: &[[ClassAcc; Class::COUNT]],
         globally_unique_bytes: u64,
-        top_duplicates: Vec<super::evidence::DuplicatePayload>,
+        (duplicated_payloads, top_duplicates): (u64, Vec<super::evidence::DuplicatePayload>),
         anomalies: &Anomalies,
         stats: &IndexStats,
     ) -> DedupeReport {
@@ -574,6 +595,7 @@ impl Dedupe {
                     figures: acc.figures,
                     dup_ratio: acc.figures.dup_ratio(),
                     decided_by: acc.decided,
+                    pending_bytes: acc.pending,
                 });
             }
         }
@@ -594,7 +616,9 @@ impl Dedupe {
         DedupeReport {
             edges,
             totals,
+            membership: self.topo.membership(),
             nodes: self.topo.nodes().to_vec(),
+            duplicated_payloads,
             top_duplicates,
             index: stats.clone(),
             anomalies: anomalies
@@ -624,7 +648,7 @@ impl Dedupe {
             dst,
             last_payload: None,
             epoch: 0,
-            acc: [ClassAcc::default(); 4],
+            acc: [ClassAcc::default(); Class::COUNT],
         });
         self.edge_ids.insert((src, dst), id);
         id
@@ -717,24 +741,29 @@ impl Dedupe {
 
 /// A send's figures per class (what folding it adds to its edge) and its globally unique
 /// bytes, from what is known of its blocks now.
-fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>) -> ([ClassAcc; 4], u64) {
-    let mut acc = [ClassAcc::default(); 4];
+fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>) -> ([ClassAcc; Class::COUNT], u64) {
+    let mut acc = [ClassAcc::default(); Class::COUNT];
     let mut trivial_bytes = 0u64;
     let mut globally_unique = 0u64;
+    // A WRITE block no rule decides and that forwarding could still turn into redirection
+    // (while the send is in the window) has a provisional class.
+    let may_change = send.kind == SendKind::Write
+        && send.rule.is_none()
+        && (!send.ends.known || (send.ends.src_member && send.ends.dst_member));
+    let mut all_pending = may_change;
     for (i, b) in blocks.enumerate() {
         let len = send.block_len(i);
         if b.trivial() {
             trivial_bytes += len;
             continue;
         }
-        let (class, by) = block_class(
-            send.kind,
-            send.src_member,
-            send.dst_member,
-            send.rule,
-            b.forwarded(),
-        );
+        let (class, by) = block_class(send.kind, send.ends, send.rule, b.forwarded(), b.forward_of());
         let a = &mut acc[class.index()];
+        if may_change && !b.forwarded() {
+            a.pending += len;
+        } else {
+            all_pending = false;
+        }
         a.figures.payload_bytes += len;
         a.figures.nontrivial_bytes += len;
         match b.dup() {
@@ -749,13 +778,7 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
     }
     // The send itself and its trivial bytes go to the class that got most of its
     // non-trivial bytes (the unforwarded class on a tie or when there are none).
-    let (base, base_by) = block_class(
-        send.kind,
-        send.src_member,
-        send.dst_member,
-        send.rule,
-        false,
-    );
+    let (base, base_by) = block_class(send.kind, send.ends, send.rule, false, false);
     let mut main = base;
     for class in Class::ALL {
         if acc[class.index()].figures.nontrivial_bytes > acc[main.index()].figures.nontrivial_bytes
@@ -770,6 +793,9 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
     };
     let a = &mut acc[main.index()];
     a.figures.sends += 1;
+    if all_pending {
+        a.pending += trivial_bytes;
+    }
     a.figures.payload_bytes += trivial_bytes;
     a.figures.trivial_bytes += trivial_bytes;
     a.decided.add_bytes(main_by, trivial_bytes);

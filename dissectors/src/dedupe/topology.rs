@@ -31,8 +31,68 @@ pub struct NodeIdx(pub u32);
 pub struct Node {
     pub name: String,
     pub addresses: Vec<IpAddr>,
-    /// Part of the storage cluster (false: a client).
+    /// Address ranges (CIDR) of the node, from the topology file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<Cidr>,
+    /// Part of the storage cluster (false: a client, or not known: see `Topology::membership`).
     pub member: bool,
+}
+
+/// An address range `ADDRESS/PREFIX` (IPv4 or IPv6), in canonical form (host bits zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    net: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// `198.18.0.0/24`, `fd00::/64`; host bits must be zero (a typo otherwise).
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (addr, len) = text.split_once('/').ok_or_else(|| format!("'{text}' is not an address range"))?;
+        let net: IpAddr = addr.trim().parse().map_err(|_| format!("'{text}': '{addr}' is not an IP address"))?;
+        let net = net.to_canonical();
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let prefix: u8 = len.trim().parse().ok().filter(|p| *p <= max).ok_or_else(|| format!("'{text}': prefix length must be 0 to {max}"))?;
+        let c = Cidr { net, prefix };
+        if c.masked(net) != net {
+            return Err(format!("'{text}' has host bits set (did you mean {}/{prefix}?)", c.masked(net)));
+        }
+        Ok(c)
+    }
+
+    fn masked(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(a) => {
+                let m = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                IpAddr::V4((u32::from(a) & m).into())
+            }
+            IpAddr::V6(a) => {
+                let m = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                IpAddr::V6((u128::from(a) & m).into())
+            }
+        }
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        ip.is_ipv4() == self.net.is_ipv4() && self.masked(ip) == self.net
+    }
+
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.net, self.prefix)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// A share/file rule: when every pattern it gives matches, its class overrides inference.
@@ -48,8 +108,13 @@ pub struct Topology {
     nodes: Vec<Node>,
     by_address: HashMap<IpAddr, NodeIdx>,
     rules: Vec<Rule>,
+    /// Node ranges (CIDR), longest prefix first; an exact address wins over a range.
+    ranges: Vec<(Cidr, NodeIdx)>,
     /// The topology file listed nodes: unlisted addresses are clients.
     listed: bool,
+    /// No nodes listed, and the user said every address is a cluster member
+    /// (`--assume-members`); without it membership is unknown.
+    assume_members: bool,
     auto_nodes: usize,
     auto_node_cap: usize,
     overflow: Option<NodeIdx>,
@@ -61,8 +126,10 @@ impl Default for Topology {
         Topology {
             nodes: Vec::new(),
             by_address: HashMap::new(),
+            ranges: Vec::new(),
             rules: Vec::new(),
             listed: false,
+            assume_members: false,
             auto_nodes: 0,
             auto_node_cap: DEFAULT_AUTO_NODE_CAP,
             overflow: None,
@@ -78,14 +145,43 @@ impl Topology {
         self.auto_node_cap = cap;
     }
 
-    /// The node an address belongs to; an unlisted address becomes a node named by its text
-    /// (a member when the topology lists no nodes at all, a client otherwise).
+    /// Treat every address as its own node and a cluster member when no nodes are listed
+    /// (`--assume-members`: the behaviour before membership could be unknown).
+    pub fn set_assume_members(&mut self, yes: bool) {
+        self.assume_members = yes;
+    }
+
+    /// Whether membership is known: from the listed nodes, or assumed by the user. When it
+    /// is not, only forwarding seen on the wire decides a class (docs/attribution.md).
+    pub fn membership_known(&self) -> bool {
+        self.listed || self.assume_members
+    }
+
+    /// Where membership comes from, as the result's `membership` says: `topology`,
+    /// `assumed` or `unknown`.
+    pub fn membership(&self) -> &'static str {
+        if self.listed {
+            "topology"
+        } else if self.assume_members {
+            "assumed"
+        } else {
+            "unknown"
+        }
+    }
+
+    /// The node an address belongs to: a listed address, else the longest listed range that
+    /// holds it; an unlisted address becomes a node named by its text (a client when the
+    /// topology lists nodes; else a member with `--assume-members`, of unknown membership
+    /// otherwise).
     pub fn node_of(&mut self, ip: IpAddr) -> NodeIdx {
         let ip = ip.to_canonical();
         if let Some(&idx) = self.by_address.get(&ip) {
             return idx;
         }
-        let member = !self.listed;
+        if let Some(&(_, idx)) = self.ranges.iter().find(|(c, _)| c.contains(ip)) {
+            return idx;
+        }
+        let member = !self.listed && self.assume_members;
         if self.auto_nodes >= self.auto_node_cap {
             self.overflow_lookups += 1;
             if let Some(idx) = self.overflow {
@@ -94,6 +190,7 @@ impl Topology {
             let idx = self.push_node(Node {
                 name: OVERFLOW_NODE.to_string(),
                 addresses: Vec::new(),
+                ranges: Vec::new(),
                 member,
             });
             self.overflow = Some(idx);
@@ -103,6 +200,7 @@ impl Topology {
         let idx = self.push_node(Node {
             name: ip.to_string(),
             addresses: vec![ip],
+            ranges: Vec::new(),
             member,
         });
         self.by_address.insert(ip, idx);
@@ -214,7 +312,8 @@ fn yes() -> Spanned<bool> {
     Spanned::new(0..0, true)
 }
 
-/// The config form: `{"nodes": [{"name", "addresses", "member"}], "rules": [{"share", "file", "class"}]}`.
+/// The config form: `{"nodes": [{"name", "addresses", "member"}], "rules": [{"share", "file", "class"}],
+/// "assume_members": false}`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigJson {
@@ -222,6 +321,8 @@ struct ConfigJson {
     nodes: Vec<NodeJson>,
     #[serde(default)]
     rules: Vec<RuleJson>,
+    #[serde(default)]
+    assume_members: bool,
 }
 
 #[derive(Deserialize)]
@@ -318,7 +419,8 @@ impl Topology {
     }
 
     /// The engine config's `"topology"` object (the shape `config_json` returns). An empty
-    /// object means: every IP address is its own node and a member.
+    /// object means: every IP address is its own node, membership unknown (with
+    /// `"assume_members": true`: every node a member).
     pub fn from_json(v: &Value) -> Result<Topology, TopologyError> {
         if !v.is_object() {
             return Err(TopologyError { line: None, column: None, key: String::new(), message: "expected an object with \"nodes\" and \"rules\"".into(), syntax: false });
@@ -344,7 +446,9 @@ impl Topology {
             .into_iter()
             .map(|r| RuleSpec { at: None, share: r.share.map(|s| (s, None)), file: r.file.map(|s| (s, None)), class: (r.class, None) })
             .collect();
-        Topology::build(nodes, rules, None)
+        let mut topo = Topology::build(nodes, rules, None)?;
+        topo.assume_members = c.assume_members;
+        Ok(topo)
     }
 
     /// The one validation of both forms.
@@ -373,12 +477,27 @@ impl Topology {
             }
             let idx = NodeIdx(topo.nodes.len() as u32);
             let mut addresses = Vec::with_capacity(addrs.len());
+            let mut ranges = Vec::new();
             for (text, a_at) in addrs {
                 let span = a_at.or_else(|| addrs_at.clone());
-                let ip: IpAddr = text.trim().parse().map_err(|_| {
-                    let hint = if text.contains('/') { " (ranges are not supported: list each address)" } else { "" };
-                    fail(&span, key.clone(), format!("'{text}' is not an IP address{hint}"))
-                })?;
+                if text.contains('/') {
+                    let c = Cidr::parse(text.trim()).map_err(|m| fail(&span, key.clone(), m))?;
+                    if let Some((_, other)) = topo.ranges.iter().find(|(r, _)| *r == c) {
+                        let what = if *other == idx {
+                            "twice in this node".to_string()
+                        } else {
+                            format!("also in node '{}'", topo.nodes[other.0 as usize].name)
+                        };
+                        return Err(fail(&span, key, format!("range {c} is {what}")));
+                    }
+                    topo.ranges.push((c, idx));
+                    ranges.push(c);
+                    continue;
+                }
+                let ip: IpAddr = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| fail(&span, key.clone(), format!("'{text}' is not an IP address or a range (ADDRESS/PREFIX)")))?;
                 let ip = ip.to_canonical();
                 if let Some(other) = topo.by_address.insert(ip, idx) {
                     let what = if other == idx {
@@ -390,8 +509,10 @@ impl Topology {
                 }
                 addresses.push(ip);
             }
-            topo.nodes.push(Node { name, addresses, member: spec.member });
+            topo.nodes.push(Node { name, addresses, ranges, member: spec.member });
         }
+        // Longest prefix first: a narrower range of another node wins over a wider one.
+        topo.ranges.sort_by_key(|(c, _)| std::cmp::Reverse(c.prefix()));
         topo.listed = !topo.nodes.is_empty();
         for (i, spec) in rules.into_iter().enumerate() {
             let key = format!("rules.{i}");
@@ -406,8 +527,8 @@ impl Topology {
                 return Err(fail(&spec.at, key, "a rule needs 'share' or 'file' (or both)".into()));
             }
             let (name, class_at) = spec.class;
-            let class = Class::from_name(&name).ok_or_else(|| {
-                let names: Vec<&str> = Class::ALL.iter().map(|c| c.name()).collect();
+            let class = Class::from_name(&name).filter(|c| Class::DECIDED.contains(c)).ok_or_else(|| {
+                let names: Vec<&str> = Class::DECIDED.iter().map(|c| c.name()).collect();
                 fail(&class_at, format!("{key}.class"), format!("unknown class '{name}' (expected one of: {})", names.join(", ")))
             })?;
             topo.rules.push(Rule { share, file, class });
@@ -416,18 +537,26 @@ impl Topology {
     }
 
     /// The listed nodes and the rules in the config form (`from_json` reads it back):
-    /// addresses normalised, `member` and both patterns always present (`null`: any).
+    /// addresses normalised, `member` and both patterns always present (`null`: any);
+    /// `assume_members` only when set.
     pub fn config_json(&self) -> Value {
         let nodes: Vec<Value> = self.nodes[..self.listed_count()]
             .iter()
-            .map(|n| json!({"name": n.name, "addresses": n.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(), "member": n.member}))
+            .map(|n| {
+                let addresses: Vec<String> = n.addresses.iter().map(|a| a.to_string()).chain(n.ranges.iter().map(|c| c.to_string())).collect();
+                json!({"name": n.name, "addresses": addresses, "member": n.member})
+            })
             .collect();
         let rules: Vec<Value> = self
             .rules
             .iter()
             .map(|r| json!({"share": r.share.as_ref().map(|g| g.pattern.as_str()), "file": r.file.as_ref().map(|g| g.pattern.as_str()), "class": r.class.name()}))
             .collect();
-        json!({"nodes": nodes, "rules": rules})
+        let mut v = json!({"nodes": nodes, "rules": rules});
+        if self.assume_members {
+            v["assume_members"] = Value::Bool(true);
+        }
+        v
     }
 
     /// The same topology as a TOML file that `from_toml` reads back unchanged.
@@ -437,7 +566,7 @@ impl Topology {
             nodes: self.nodes[..listed]
                 .iter()
                 .map(|n| {
-                    let addresses = n.addresses.iter().map(|a| Spanned::new(0..0, a.to_string())).collect();
+                    let addresses = n.addresses.iter().map(|a| a.to_string()).chain(n.ranges.iter().map(|c| c.to_string())).map(|a| Spanned::new(0..0, a)).collect();
                     let node = NodeToml { addresses: Spanned::new(0..0, addresses), member: Spanned::new(0..0, n.member) };
                     (Spanned::new(0..0, n.name.clone()), Spanned::new(0..0, node))
                 })

@@ -316,7 +316,7 @@ struct Capture {
     frames: u64,
     captured_bytes: u64,
     history: VecDeque<RateSample>,
-    prev_classes: [u64; 4],
+    prev_classes: [u64; Class::COUNT],
     prev_wire: (u64, u64),
     prev_at: Instant,
     error: Option<String>,
@@ -345,7 +345,7 @@ impl Capture {
             frames: 0,
             captured_bytes: 0,
             history: VecDeque::with_capacity(opts.history_seconds),
-            prev_classes: [0; 4],
+            prev_classes: [0; Class::COUNT],
             prev_wire: (0, 0),
             prev_at: Instant::now(),
             error: None,
@@ -477,7 +477,7 @@ impl Capture {
         let now = Instant::now();
         let seconds = now.duration_since(self.prev_at).as_secs_f64().max(1e-3);
         self.prev_at = now;
-        let mut totals = [0u64; 4];
+        let mut totals = [0u64; Class::COUNT];
         for e in &view.dedupe.edges {
             if let Some(i) = Class::ALL.iter().position(|c| *c == e.class) {
                 totals[i] += e.figures.payload_bytes;

@@ -151,7 +151,11 @@ impl SmbState {
     }
 
     pub fn set_negotiated(&mut self, conn: u64, info: ConnInfo, an: &mut Anomalies) {
-        self.stats.dialects.insert(format!("0x{:04x}", info.dialect));
+        // 0x02FF answers an SMB1 multi-protocol NEGOTIATE ("SMB2 wildcard": a second
+        // NEGOTIATE follows); it is not a dialect the connection uses.
+        if info.dialect != DIALECT_WILDCARD {
+            self.stats.dialects.insert(dialect_name(info.dialect));
+        }
         let e = self.conns.insert(conn, info);
         Self::evicted(an, e);
     }
@@ -258,6 +262,23 @@ impl SmbState {
     }
 }
 
+/// DialectRevision 0x02FF: the server supports SMB 2.1 or later and expects a second
+/// NEGOTIATE (MS-SMB2 2.2.4, 3.3.5.3.1).
+pub const DIALECT_WILDCARD: u16 = 0x02FF;
+
+/// A DialectRevision as the specification names it (`3.1.1`), as tshark shows it; an
+/// unknown value in hex.
+pub fn dialect_name(d: u16) -> String {
+    match d {
+        0x0202 => "2.0.2".into(),
+        0x0210 => "2.1".into(),
+        0x0300 => "3.0".into(),
+        0x0302 => "3.0.2".into(),
+        0x0311 => "3.1.1".into(),
+        other => format!("0x{other:04x}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,5 +313,19 @@ mod tests {
         }
         assert_eq!(s.stats.files.iter().cloned().collect::<Vec<_>>(), vec!["a", "b"]);
         assert_eq!(an.get("smb2.report_files_capped"), 1);
+    }
+
+    #[test]
+    fn dialects_are_named_as_the_specification_names_them() {
+        assert_eq!(dialect_name(0x0311), "3.1.1");
+        assert_eq!(dialect_name(0x0302), "3.0.2");
+        assert_eq!(dialect_name(0x0210), "2.1");
+        assert_eq!(dialect_name(0x0aaa), "0x0aaa");
+        let mut s = SmbState::new();
+        let mut an = Anomalies::default();
+        let info = |dialect| ConnInfo { dialect, ..ConnInfo::default() };
+        s.set_negotiated(1, info(DIALECT_WILDCARD), &mut an);
+        s.set_negotiated(1, info(0x0311), &mut an);
+        assert_eq!(s.stats().dialects.into_iter().collect::<Vec<_>>(), vec!["3.1.1".to_string()]);
     }
 }

@@ -38,17 +38,78 @@ fn listed_nodes_and_clients() {
 }
 
 #[test]
-fn empty_topology_makes_every_address_a_member() {
+fn empty_topology_leaves_membership_unknown_unless_assumed() {
     let mut t = Topology::from_json(&json!({})).unwrap();
     let a = t.node_of(ip("198.18.0.1"));
     let b = t.node_of(ip("198.18.0.2"));
     assert_ne!(a, b);
+    assert!(!t.membership_known());
+    assert_eq!(t.membership(), "unknown");
+    assert!(!t.node(a).member && !t.node(b).member);
+
+    let mut t = Topology::from_json(&json!({"assume_members": true})).unwrap();
+    let a = t.node_of(ip("198.18.0.1"));
+    let b = t.node_of(ip("198.18.0.2"));
+    assert!(t.membership_known());
+    assert_eq!(t.membership(), "assumed");
     assert!(t.node(a).member && t.node(b).member);
     // A rules-only topology still lists no nodes.
-    let mut t = Topology::from_json(&json!({"rules": [{"file": "*.vhdx", "class": "client"}]}))
+    let mut t = Topology::from_json(&json!({"rules": [{"file": "*.vhdx", "class": "client"}], "assume_members": true}))
         .unwrap();
     let a = t.node_of(ip("198.18.0.1"));
     assert!(t.node(a).member);
+    // Listed nodes: membership known, unlisted addresses are clients.
+    let mut t = Topology::from_json(&json!({"nodes": [{"name": "n1", "addresses": ["198.18.0.1"]}]})).unwrap();
+    assert_eq!(t.membership(), "topology");
+    let c = t.node_of(ip("198.18.0.9"));
+    assert!(!t.node(c).member);
+}
+
+#[test]
+fn ranges_map_addresses_longest_prefix_first() {
+    let text = r#"
+[nodes.rack]
+addresses = ["198.18.0.0/16"]
+
+[nodes.n1]
+addresses = ["198.18.1.0/24", "2001:db8::/64"]
+
+[nodes.special]
+addresses = ["198.18.1.7"]
+member = false
+"#;
+    let mut t = Topology::from_toml(text).unwrap();
+    let name = |t: &mut Topology, a: &str| {
+        let i = t.node_of(ip(a));
+        t.node(i).name.clone()
+    };
+    assert_eq!(name(&mut t, "198.18.1.5"), "n1");
+    assert_eq!(name(&mut t, "198.18.1.7"), "special");
+    assert_eq!(name(&mut t, "198.18.200.1"), "rack");
+    assert_eq!(name(&mut t, "2001:db8::1234"), "n1");
+    assert_eq!(name(&mut t, "::ffff:198.18.1.9"), "n1");
+    // Outside every range: an automatic client node.
+    assert_eq!(name(&mut t, "198.19.0.1"), "198.19.0.1");
+    assert_eq!(name(&mut t, "2001:db9::1"), "2001:db9::1");
+    // The ranges survive the round trip through both forms.
+    let back = Topology::from_toml(&t.to_toml()).unwrap();
+    assert_eq!(back.config_json(), t.config_json());
+    assert_eq!(Topology::from_json(&t.config_json()).unwrap().config_json(), t.config_json());
+    assert_eq!(t.config_json()["nodes"][1]["addresses"], json!(["198.18.1.0/24", "2001:db8::/64"]));
+}
+
+#[test]
+fn bad_ranges_name_the_line() {
+    let cases = [
+        ("[nodes.a]\naddresses = [\"198.18.0.1/24\"]\n", "line 2: nodes.a.addresses: '198.18.0.1/24' has host bits set (did you mean 198.18.0.0/24?)"),
+        ("[nodes.a]\naddresses = [\"198.18.0.0/33\"]\n", "line 2: nodes.a.addresses: '198.18.0.0/33': prefix length must be 0 to 32"),
+        ("[nodes.a]\naddresses = [\"198.18.0.x/24\"]\n", "line 2: nodes.a.addresses: '198.18.0.x/24': '198.18.0.x' is not an IP address"),
+        ("[nodes.a]\naddresses = [\"198.18.0.0/24\"]\n[nodes.b]\naddresses = [\"198.18.0.0/24\"]\n", "line 4: nodes.b.addresses: range 198.18.0.0/24 is also in node 'a'"),
+    ];
+    for (text, want) in cases {
+        let err = Topology::from_toml(text).expect_err(text).to_string();
+        assert!(err.starts_with(want), "{text:?}\n got: {err}\nwant: {want}");
+    }
 }
 
 #[test]
@@ -230,7 +291,7 @@ fn toml_file_parses_and_round_trips() {
 fn toml_errors_name_the_line() {
     let cases = [
         ("[nodes.a]\naddresses = [\"10.0.0.300\"]\n", "line 2: nodes.a.addresses: '10.0.0.300' is not an IP address"),
-        ("[nodes.a]\naddresses = [\"10.0.0.0/24\"]\n", "line 2: nodes.a.addresses: '10.0.0.0/24' is not an IP address (ranges are not supported"),
+        ("[[rules]]\nshare = \"x\"\nclass = \"write\"\n", "line 3: rules.0.class: unknown class 'write' (expected one of: redirection, replication, redirected-read, client)"),
         ("[nodes.a]\naddresses = []\n", "line 2: nodes.a.addresses: expected a non-empty list of IP addresses"),
         ("[nodes.a]\n\naddresses = [\n  \"10.0.0.1\",\n  \"10.0.0.1\",\n]\n", "line 5: nodes.a.addresses: address 10.0.0.1 is twice in this node"),
         ("[nodes.a]\naddresses = [\"10.0.0.1\"]\n\n[nodes.b]\naddresses = [\"10.0.0.2\", \"10.0.0.1\"]\n", "line 5: nodes.b.addresses: address 10.0.0.1 is also in node 'a'"),
