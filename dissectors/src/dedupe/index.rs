@@ -15,6 +15,7 @@
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Repeated};
 use super::evidence::{Evidence, PayloadKey, SendEvidence};
 use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
+use super::series::Series;
 use super::topology::{NodeIdx, Topology};
 use super::{DedupeConfig, SendKind, SendRecord};
 use crate::anomaly::Anomalies;
@@ -218,6 +219,8 @@ pub struct Dedupe {
     stats: IndexStats,
     anomalies: Anomalies,
     evidence: Evidence,
+    /// Folded figures per time interval (the result's `series`).
+    series: Series,
     /// Every event this stage receives, recorded for `smbwire attribute` (`--ledger`).
     ledger: Option<LedgerTap>,
 }
@@ -237,6 +240,7 @@ impl Dedupe {
         };
         Dedupe {
             evidence: Evidence::new(evidence, cfg.top_n),
+            series: Series::new(cfg.series_interval_ns),
             cfg,
             topo,
             node_names: Vec::new(),
@@ -519,7 +523,12 @@ impl Dedupe {
         let evidence = std::mem::replace(&mut self.evidence, Evidence::new(None, 0));
         let top_duplicates = evidence.finish(&mut self.anomalies);
         let acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
-        self.report(&acc, self.globally_unique_bytes, top_duplicates, &self.anomalies, &self.stats)
+        let mut r = self.report(&acc, self.globally_unique_bytes, top_duplicates, &self.anomalies, &self.stats);
+        r.series = Some(self.series.report(|e| {
+            let e = &self.edges[e as usize];
+            (self.topo.node(e.src).name.clone(), self.topo.node(e.dst).name.clone())
+        }));
+        r
     }
 
     /// The report as `finish` would give it now, without changing anything: folded figures
@@ -597,6 +606,7 @@ impl Dedupe {
             nodes: self.topo.nodes().to_vec(),
             top_duplicates,
             index: stats.clone(),
+            series: None,
             anomalies: anomalies
                 .iter()
                 .map(|(k, v)| (k.to_string(), v))
@@ -669,6 +679,9 @@ impl Dedupe {
         for (total, part) in edge.acc.iter_mut().zip(acc.iter()) {
             total.figures.add(&part.figures);
             total.decided.add(&part.decided);
+        }
+        for (class, part) in Class::ALL.iter().zip(acc.iter()) {
+            self.series.add(send.ts_ns, send.edge, *class, &part.figures);
         }
 
         let msg = (send.conn, send.message_id);
