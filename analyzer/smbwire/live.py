@@ -87,6 +87,7 @@ def start(
     backend: str | None = None,
     tcp_ports: list[int] | None = None,
     interval: float = 1.0,
+    series_interval: float | None = None,
     history_seconds: int = 300,
     hook: str = "auto",
     xdp_drop: bool = False,
@@ -116,7 +117,7 @@ def start(
         raise UserError("--xdp-drop needs --hook xdp")
     if user is not None and not drop_privileges:
         raise UserError("--user switches user as part of the privilege drop")
-    config = build_config(topology=topology, window=window, top_n=top_n)
+    config = build_config(topology=topology, window=window, top_n=top_n, interval=series_interval)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",

@@ -373,7 +373,16 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
             + (f" (bound {fmt_count(idx.get('max_live_blocks'))} blocks)" if "max_live_blocks" in idx else ""),
             style="dim",
         ))
-    unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in ("smbwire_version", "window_seconds", "index")]
+    series = section(r, "series")
+    if series:
+        rows = series.get("rows")
+        out.append(Text(
+            f"Time series: {fmt_count(series.get('intervals'))} intervals of {fmt_seconds(series.get('interval_seconds'))}"
+            f" with payload, {fmt_count(len(rows) if isinstance(rows, list) else None)} rows (--csv, --html, --json)",
+            style="dim",
+        ))
+    unknown = [k for k in r if k not in EXPECTED_SECTIONS
+               and k not in ("smbwire_version", "window_seconds", "index", "series")]
     if unknown:
         out.append(Text(f"Also in the result (see --json): {', '.join(map(str, unknown))}", style="dim"))
     return out

@@ -75,7 +75,7 @@ impl Config {
                 let i = i.as_f64().ok_or("series_interval_seconds must be a number")?;
                 let ns = i * 1e9;
                 if !(ns >= crate::dedupe::series::MIN_INTERVAL_NS as f64 && ns <= crate::dedupe::series::MAX_INTERVAL_NS as f64) {
-                    return Err(format!("the interval must be between 0.001 and 86400 seconds, got {i}"));
+                    return Err(format!("the interval must be between 0.000001 and 86400 seconds, got {i}"));
                 }
                 c.dedupe.series_interval_ns = ns.round() as u64;
             }

@@ -27,8 +27,8 @@ use serde::Serialize;
 
 /// Default interval (`--interval`, 1 s).
 pub const DEFAULT_INTERVAL_NS: u64 = 1_000_000_000;
-/// Accepted intervals: 1 ms to one day.
-pub const MIN_INTERVAL_NS: u64 = 1_000_000;
+/// Accepted intervals: 1 µs to one day (the bounds below keep a short interval affordable).
+pub const MIN_INTERVAL_NS: u64 = 1_000;
 pub const MAX_INTERVAL_NS: u64 = 86_400_000_000_000;
 /// Intervals with bytes kept before the interval doubles.
 pub const MAX_INTERVALS: usize = 10_000;
@@ -149,7 +149,12 @@ impl Series {
 
     /// The serialisable series; `edge_names(edge)` gives an edge's (src, dst) node names.
     pub fn report(&self, edge_names: impl Fn(u32) -> (String, String)) -> SeriesReport {
-        let secs = |k: u64| (k as f64) * (self.interval_ns as f64) / 1e9;
+        // Whole seconds and nanoseconds apart, so a start prints as the decimal it is
+        // (1738238400.002, not 1738238400.0019999).
+        let secs = |k: u64| {
+            let ns = u128::from(k) * u128::from(self.interval_ns);
+            (ns / 1_000_000_000) as f64 + (ns % 1_000_000_000) as f64 / 1e9
+        };
         let mut rows: Vec<SeriesRow> = self
             .rows
             .iter()
@@ -158,7 +163,7 @@ impl Series {
                 SeriesRow { interval: r.interval, t: secs(r.interval), src, dst, class: r.class, figures: r.figures }
             })
             .collect();
-        rows.sort_by(|a, b| (a.interval, &a.src, &a.dst, a.class).cmp(&(b.interval, &b.src, &b.dst, b.class)));
+        rows.sort_by(|a, b| (a.interval, &a.src, &a.dst, a.class.name()).cmp(&(b.interval, &b.src, &b.dst, b.class.name())));
         SeriesReport {
             interval_seconds: self.interval_ns as f64 / 1e9,
             requested_interval_seconds: self.requested_ns as f64 / 1e9,
@@ -185,7 +190,7 @@ pub struct SeriesReport {
     pub intervals: u64,
     pub max_intervals: u64,
     pub max_rows: u64,
-    /// One row per interval × edge × class with bytes; by interval, then src, dst, class.
+    /// One row per interval × edge × class with bytes; by interval, then src, dst, class name.
     pub rows: Vec<SeriesRow>,
 }
 

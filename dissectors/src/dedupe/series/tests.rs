@@ -108,3 +108,12 @@ fn a_time_before_the_latest_interval_counts_in_it() {
     assert_eq!(r.rows.len(), 1);
     assert_eq!((r.rows[0].t, r.rows[0].figures.payload_bytes), (5.0, 3));
 }
+
+#[test]
+fn interval_starts_are_the_decimals_they_are() {
+    let mut s = Series::new(1_000_000);
+    s.add(1_738_238_400_002_500_000, 0, Class::Client, &fig(1, 1));
+    let r = s.report(names);
+    assert_eq!(r.rows[0].t, 1_738_238_400.002);
+    assert_eq!(serde_json::to_string(&r.rows[0].t).unwrap(), "1738238400.002");
+}
