@@ -136,9 +136,9 @@ class _Size(click.ParamType):
 def _output_options(f: Any) -> Any:
     """--interval, --csv, --edges-csv and --html (analyze, attribute, live)."""
     for opt in reversed((
+        # Not given: the engine's default (engine.DEFAULT_INTERVAL_SECONDS, 1 s).
         click.option("--interval", "series_interval", type=click.FloatRange(min=0.000001, max=86400),
-                     default=engine.DEFAULT_INTERVAL_SECONDS, show_default=True, metavar="SECONDS",
-                     help="Interval of the time series (JSON 'series', --csv, --html)."),
+                     metavar="SECONDS", help="Interval of the time series (JSON 'series', --csv, --html); default 1."),
         click.option("--csv", "csv_out", metavar="OUT.csv",
                      help="Write the time series as CSV: one row per interval, edge and class (docs/csv.md)."),
         click.option("--edges-csv", "edges_csv_out", metavar="OUT.csv",
@@ -198,7 +198,7 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            reorder_buffer: int | None, series_interval: float, csv_out: str | None, edges_csv_out: str | None,
+            reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
             html_out: str | None, quiet: bool) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
@@ -283,7 +283,7 @@ def _remove(path: str) -> None:
 @_output_options
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
-              evidence: str | None, top: int, series_interval: float, csv_out: str | None,
+              evidence: str | None, top: int, series_interval: float | None, csv_out: str | None,
               edges_csv_out: str | None, html_out: str | None, quiet: bool) -> int:
     """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
 
@@ -364,7 +364,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Do not drop capabilities after setup (debugging).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
-         plain: bool, refresh: float, series_interval: float, csv_out: str | None, edges_csv_out: str | None,
+         plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
          xdp_drop: bool, user: str | None, keep_privileges: bool) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.

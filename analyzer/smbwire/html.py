@@ -180,7 +180,7 @@ def _edges(r: dict[str, Any]) -> str:
         out.append(f"<tr class=\"total\" data-total=\"1\"><td>all edges</td><td></td>{cells}"
                    f"<td class=\"n\">{_e(_decided_by(totals.get('decided_by')))}</td></tr>")
     out.append("</tbody></table>")
-    shown = {e.get("class") for e in edges}
+    shown = {e.get("class") for e in edges if isinstance(e.get("class"), str)}
     notes = [f"<b>{_e(c['name'])}</b>: {_e(c['description'])}." for c in traffic_classes() if c["name"] in shown]
     out.append("<p class=\"dim\">" + "<br>".join(notes) + "</p>")
     return "\n".join(out)

@@ -217,7 +217,7 @@ def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     if any(e.get("dup_ratio", 0) is None for e in edges):
         out.append(_note("Ratio —: none of the bytes was first on the edge (all counted as unique under "
                          "another class of the same edge)."))
-    shown = {e.get("class") for e in edges}
+    shown = {e.get("class") for e in edges if isinstance(e.get("class"), str)}
     for c in traffic_classes():
         if c["name"] in shown:
             out.append(_note(f"{c['name']}: {c['description']}."))

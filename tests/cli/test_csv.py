@@ -93,3 +93,40 @@ def test_a_null_ratio_is_an_empty_cell() -> None:
 def test_option_mistakes_are_one_line(args: list[str], message: str) -> None:
     r = CliRunner().invoke(cli, ["analyze", str(CAPTURES / "read-owner.pcap"), *args, "-q"])
     assert_one_line_error(r, 2, message)
+
+
+def test_live_writes_the_outputs_of_its_final_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`smbwire live` plumbing against a stand-in capture: --interval reaches the engine's
+    config as the series interval (the snapshot period is the hidden --refresh), and the final
+    result's series, edges and page are written when the capture stops."""
+    from smbwire import engine, live
+
+    final = engine.analyze([CAPTURES / "redirect4-1MiB.pcap"], interval=0.001)
+    started: dict = {}
+
+    class Run:
+        fallback_reason = None
+        backend, hook, finished = "ebpf", "tcx", False
+
+        def poll(self, timeout: float) -> None:
+            return None
+
+        def stop(self) -> dict:
+            self.finished = True
+            return final
+
+    def start(iface: str, **kw: object) -> Run:
+        started.update(kw, iface=iface)
+        return Run()
+
+    monkeypatch.setattr(live, "start", start)
+    out = {k: tmp_path / f"{k}.out" for k in ("csv", "edges", "html")}
+    r = CliRunner().invoke(cli, ["live", "-i", "eth9", "--duration", "0.05", "--plain", "--interval", "0.001",
+                                 "--csv", str(out["csv"]), "--edges-csv", str(out["edges"]), "--html", str(out["html"])])
+    assert r.exit_code == 0, r.output
+    assert (started["iface"], started["series_interval"], started["interval"]) == ("eth9", 0.001, 1.0)
+    from smbwire.csvout import EDGE_COLUMNS, SERIES_COLUMNS, edge_rows, series_rows, to_csv
+
+    assert out["csv"].read_bytes().decode() == to_csv(SERIES_COLUMNS, series_rows(final))
+    assert out["edges"].read_bytes().decode() == to_csv(EDGE_COLUMNS, edge_rows(final))
+    assert 'id="series-chart"' in out["html"].read_text()

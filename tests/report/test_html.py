@@ -14,9 +14,14 @@ from typing import Any, Iterator
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paths import CAPTURES
+from report.test_report import _mutate, sample_result
 from smbwire.cli import cli
+from smbwire.csvout import EDGE_COLUMNS, SERIES_COLUMNS, edge_rows, series_rows, to_csv
+from smbwire.html import render_html
 
 CHROMIUM = "/usr/bin/chromium"
 TOPOLOGY = CAPTURES / "s2d-two-node.toml"
@@ -194,3 +199,36 @@ def test_a_result_without_payload_has_no_chart(tmp_path: Path, browser: Any) -> 
         assert "encrypted SMB3" in p.page.inner_text("#warnings")
     finally:
         p.close()
+
+
+# ------------------------------------------------------------------ rendering damaged results
+
+
+def _with_series(r: dict[str, Any]) -> dict[str, Any]:
+    rows = [{"t": 1738238400.0 + i, "src": e["src"], "dst": e["dst"], "class": e["class"],
+             **{k: e.get(k, 0) for k in ("payload_bytes", "nontrivial_bytes", "unique_bytes",
+                                         "per_copy_duplicate_bytes", "repeated_content_bytes",
+                                         "trivial_bytes", "sends")}}
+            for i, e in enumerate(r["edges"])]
+    return {**r, "series": {"interval_seconds": 1.0, "requested_interval_seconds": 1.0, "coarsenings": 0,
+                            "start": 1738238400.0, "intervals": len(rows), "max_intervals": 10000,
+                            "max_rows": 262144, "rows": rows}}
+
+
+def test_html_and_csv_of_a_sample_result() -> None:
+    r = _with_series(sample_result())
+    page = render_html(r)
+    assert page.count('id="series-chart"') == 1 and "<script" in page
+    assert "https://" not in page.split("<script", 1)[0]
+    assert len(to_csv(SERIES_COLUMNS, series_rows(r)).splitlines()) == 1 + len(r["edges"])
+
+
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_html_and_csv_never_raise_on_damaged_results(data: Any) -> None:
+    r = _mutate(_with_series(sample_result()), data)
+    render_html(r)
+    to_csv(SERIES_COLUMNS, series_rows(r))
+    to_csv(EDGE_COLUMNS, edge_rows(r))
