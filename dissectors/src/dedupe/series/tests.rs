@@ -117,3 +117,21 @@ fn interval_starts_are_the_decimals_they_are() {
     assert_eq!(r.rows[0].t, 1_738_238_400.002);
     assert_eq!(serde_json::to_string(&r.rows[0].t).unwrap(), "1738238400.002");
 }
+
+#[test]
+fn a_day_at_one_second_ends_at_sixteen_seconds() {
+    // The documented example (docs/json-schema.md): 86,400 one-second intervals with bytes on
+    // two edges, one class each, under the default bounds.
+    let mut s = Series::new(S);
+    let t0 = 1_738_238_400 * S;
+    for i in 0..86_400u64 {
+        s.add(t0 + i * S, 0, Class::Replication, &fig(8192, 4096));
+        s.add(t0 + i * S + 1, 1, Class::Redirection, &fig(4096, 4096));
+    }
+    let r = s.report(names);
+    assert_eq!((r.interval_seconds, r.coarsenings, r.intervals), (16.0, 4, 5_400));
+    assert_eq!(r.rows.len(), 10_800);
+    assert_eq!(sum(&r, "n0", Class::Replication).payload_bytes, 86_400 * 8192);
+    assert_eq!(sum(&r, "n1", Class::Redirection).sends, 86_400);
+    assert!(s.rows.capacity() <= MAX_ROWS);
+}
