@@ -95,7 +95,9 @@ def start(
     user: str | None = None,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
-    RoCEv1, with the eBPF program at `hook` (or AF_PACKET).
+    RoCEv1, with the eBPF program at `hook` (or AF_PACKET). `interval`: seconds between
+    snapshots; `series_interval`: the final result's time series interval (None: the engine's
+    default).
 
     With `drop_privileges` (the default) the process gives up every capability once the
     capture is attached, before any packet is parsed, and with `user` also becomes that user
