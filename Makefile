@@ -5,6 +5,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# chromium: the HTML report's browser test (tests/report/test_html.py; Playwright drives Debian's
+# chromium, `playwright install` is never run).
 APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux zstd xz-utils chromium
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
