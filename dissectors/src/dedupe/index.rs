@@ -534,7 +534,7 @@ impl Dedupe {
     /// The report as `finish` would give it now, without changing anything: folded figures
     /// plus every send still in the window counted with what is known of it so far (a WRITE
     /// block whose receiver forwards it later moves from its class to redirection then).
-    /// At the end of the input it equals `finish`.
+    /// At the end of the input it equals `finish`, but for `series`, which only `finish` gives.
     pub fn snapshot(&self) -> DedupeReport {
         let mut acc: Vec<[ClassAcc; 4]> = self.edges.iter().map(|e| e.acc).collect();
         let mut globally_unique = self.globally_unique_bytes;
