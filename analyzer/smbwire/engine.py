@@ -23,6 +23,8 @@ ProgressFn = Callable[[int, int], None]
 
 DEFAULT_WINDOW_SECONDS = 60.0
 DEFAULT_TOP_N = 10
+#: The result's `series` interval (`--interval`); the engine accepts 0.000001 to 86400 s.
+DEFAULT_INTERVAL_SECONDS = 1.0
 
 def load_core() -> ModuleType:
     try:
@@ -105,6 +107,7 @@ def build_config(
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
     assume_members: bool = False,
+    interval: float | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch). `assume_members`: with no nodes in
@@ -133,6 +136,10 @@ def build_config(
         config["to_ns"] = to_ns
     if reorder_buffer is not None:
         config["reorder_buffer_bytes"] = reorder_buffer
+    if interval is not None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise UserError(f"interval must be a number of seconds, got {interval!r}")
+        config["series_interval_seconds"] = float(interval)
     return config
 
 
@@ -149,6 +156,7 @@ def analyze(
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
     assume_members: bool = False,
+    interval: float | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -163,7 +171,7 @@ def analyze(
         ledger_path = os.fspath(ledger)
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
-                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
+                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=interval,
                           assume_members=assume_members)
     evidence_path = None
     if evidence is not None:
@@ -187,6 +195,7 @@ def attribute(
     evidence: str | os.PathLike[str] | None = None,
     top_n: int = DEFAULT_TOP_N,
     assume_members: bool = False,
+    interval: float | None = None,
 ) -> dict[str, Any]:
     """Rerun dedupe and attribution from send ledgers written by `analyze(..., ledger=...)`
     (several are merged as one analysis of all their captures); returns the result dict, as
@@ -208,7 +217,8 @@ def attribute(
         if key in seen:
             raise InputError(f"{f}: same file as {seen[key]} (a ledger given twice would count every payload as duplicated)")
         seen[key] = f
-    config = build_config(topology=topology, window=window, top_n=top_n, assume_members=assume_members)
+    config = build_config(topology=topology, window=window, top_n=top_n, interval=interval,
+                          assume_members=assume_members)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

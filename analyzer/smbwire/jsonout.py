@@ -1,4 +1,4 @@
-"""Writing the result dict as JSON (`--json OUT`, `-` = stdout)."""
+"""Writing the result dict as JSON (`--json OUT`, `-` = stdout), and any text output atomically."""
 
 from __future__ import annotations
 
@@ -32,7 +32,12 @@ def check_writable(out: str) -> None:
 def write_json(result: Any, out: str, *, stdout: TextIO | None = None) -> None:
     """Write `result` to the file `out` (atomically: a reader never sees half a file) or to
     stdout when `out` is `-`."""
-    text = dumps(result)
+    write_text(dumps(result), out, stdout=stdout, suffix=".json.tmp")
+
+
+def write_text(text: str, out: str, *, stdout: TextIO | None = None, suffix: str = ".tmp") -> None:
+    """Write `text` to the file `out` (atomically, mode as a plain open() would give) or to
+    stdout when `out` is `-` (the CSV and HTML writers use it too)."""
     if out == "-":
         stream = stdout if stdout is not None else sys.stdout
         stream.write(text)
@@ -41,7 +46,7 @@ def write_json(result: Any, out: str, *, stdout: TextIO | None = None) -> None:
     check_writable(out)
     parent = os.path.dirname(os.path.abspath(out))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".smbwire-", suffix=".json.tmp", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=".smbwire-", suffix=suffix, dir=parent)
     except OSError as e:
         raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
     try:

@@ -87,6 +87,7 @@ def start(
     backend: str | None = None,
     tcp_ports: list[int] | None = None,
     interval: float = 1.0,
+    series_interval: float | None = None,
     history_seconds: int = 300,
     hook: str = "auto",
     xdp_drop: bool = False,
@@ -95,7 +96,9 @@ def start(
     assume_members: bool = False,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
-    RoCEv1, with the eBPF program at `hook` (or AF_PACKET).
+    RoCEv1, with the eBPF program at `hook` (or AF_PACKET). `interval`: seconds between
+    snapshots; `series_interval`: the final result's time series interval (None: the engine's
+    default).
 
     With `drop_privileges` (the default) the process gives up every capability once the
     capture is attached, before any packet is parsed, and with `user` also becomes that user
@@ -117,7 +120,8 @@ def start(
         raise UserError("--xdp-drop needs --hook xdp")
     if user is not None and not drop_privileges:
         raise UserError("--user switches user as part of the privilege drop")
-    config = build_config(topology=topology, window=window, top_n=top_n, assume_members=assume_members)
+    config = build_config(topology=topology, window=window, top_n=top_n, interval=series_interval,
+                          assume_members=assume_members)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",

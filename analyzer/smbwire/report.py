@@ -247,7 +247,7 @@ def _edges(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     if any(e.get("dup_ratio", 0) is None for e in edges):
         out.append(_note("Ratio —: none of the bytes was first on the edge (all counted as unique under "
                          "another class of the same edge)."))
-    shown = {e.get("class") for e in edges}
+    shown = {e.get("class") for e in edges if isinstance(e.get("class"), str)}
     for c in traffic_classes():
         if c["name"] in shown:
             out.append(_note(f"{c['name']}: {c['description']}."))
@@ -482,7 +482,15 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
             + (f" (bound {fmt_count(idx.get('max_live_blocks'))} blocks)" if "max_live_blocks" in idx else ""),
             style="dim",
         ))
-    rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads")
+    series = section(r, "series")
+    if series:
+        rows = series.get("rows")
+        out.append(Text(
+            f"Time series: {fmt_count(series.get('intervals'))} intervals of {fmt_seconds(series.get('interval_seconds'))}"
+            f" with payload, {fmt_count(len(rows) if isinstance(rows, list) else None)} rows (--csv, --html, --json)",
+            style="dim",
+        ))
+    rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads", "series")
     unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in rendered]
     if unknown:
         out.append(Text(f"Also in the result (see --json): {', '.join(map(str, unknown))}", style="dim"))

@@ -36,6 +36,7 @@ pub const CODES: &[(&str, &[&str])] = &[
     ("removed", &["category", "bytes"]),
     ("index_early_expiries", &["sends", "max_live_blocks"]),
     ("other_node", &["lookups"]),
+    ("series_coarsened", &["interval_seconds", "requested_interval_seconds", "coarsenings"]),
     ("no_payload", &[]),
     ("membership_unknown", &["bytes"]),
 ];
@@ -203,6 +204,19 @@ pub fn derive(r: &Value) -> Vec<Finding> {
             ));
         }
     }
+    let coarsenings = n(&["series", "coarsenings"]);
+    if coarsenings > 0 {
+        let (got, asked) = (&r["series"]["interval_seconds"], &r["series"]["requested_interval_seconds"]);
+        out.push(Finding::new(
+            "series_coarsened",
+            json!({ "interval_seconds": got, "requested_interval_seconds": asked, "coarsenings": coarsenings }),
+            format!(
+                "the time series has {got} s intervals, not the {asked} s asked for: it is kept to {} intervals and {} rows (every figure stays exact)",
+                n(&["series", "max_intervals"]),
+                n(&["series", "max_rows"]),
+            ),
+        ));
+    }
     if r["edges"].as_array().is_some_and(|e| e.is_empty()) {
         out.push(Finding::new("no_payload", json!({}), "no SMB2 WRITE/READ payload found: nothing to compare".into()));
     }
@@ -228,6 +242,20 @@ mod tests {
         let r = json!({"tcp": {"gaps": 0}, "accounting": {"categories": {"smb_payload": 10}, "total_bytes": 10, "input_bytes": 10},
                        "anomalies": {}, "edges": [{"src": "a"}]});
         assert!(derive(&r).is_empty());
+    }
+
+    #[test]
+    fn a_coarsened_series_is_a_finding() {
+        let series = json!({"interval_seconds": 16.0, "requested_interval_seconds": 1.0, "coarsenings": 4,
+                            "max_intervals": 10000, "max_rows": 262144});
+        let f = derive(&json!({"edges": [{}], "series": series}));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].code, "series_coarsened");
+        assert_eq!(f[0].fields["interval_seconds"], 16.0);
+        assert_eq!(f[0].fields["coarsenings"], 4);
+        assert!(f[0].message.contains("16.0 s intervals, not the 1.0 s"), "{}", f[0].message);
+        let series = json!({"interval_seconds": 1.0, "requested_interval_seconds": 1.0, "coarsenings": 0});
+        assert!(derive(&json!({"edges": [{}], "series": series})).is_empty());
     }
 
     #[test]

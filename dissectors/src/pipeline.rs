@@ -57,7 +57,8 @@ impl Default for Config {
 }
 
 impl Config {
-    /// `{"window_seconds": 60, "top_n": 10, "topology": {...}, "smb_ports": [445]}`; every key optional.
+    /// `{"window_seconds": 60, "series_interval_seconds": 1, "top_n": 10, "topology": {...},
+    /// "smb_ports": [445]}`; every key optional.
     pub fn from_json(text: &str) -> Result<Config, String> {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("invalid analysis configuration: {e}"))?;
@@ -68,6 +69,16 @@ impl Config {
                 return Err(format!("window must be between 0 and 86400 seconds, got {w}"));
             }
             c.dedupe.window_ns = (w * 1e9) as u64;
+        }
+        if let Some(i) = v.get("series_interval_seconds") {
+            if !i.is_null() {
+                let i = i.as_f64().ok_or("series_interval_seconds must be a number")?;
+                let ns = i * 1e9;
+                if !(ns >= crate::dedupe::series::MIN_INTERVAL_NS as f64 && ns <= crate::dedupe::series::MAX_INTERVAL_NS as f64) {
+                    return Err(format!("the interval must be between 0.000001 and 86400 seconds, got {i}"));
+                }
+                c.dedupe.series_interval_ns = ns.round() as u64;
+            }
         }
         if let Some(n) = v.get("top_n") {
             c.dedupe.top_n = n.as_u64().ok_or("top_n must be a whole number")?.min(10_000) as usize;

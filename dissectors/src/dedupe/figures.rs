@@ -3,6 +3,7 @@
 
 use super::attribution::{Class, DecidedBy};
 use super::evidence::DuplicatePayload;
+use super::series::SeriesReport;
 use super::topology::Node;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -150,6 +151,9 @@ pub struct DedupeReport {
     pub duplicated_payloads: u64,
     pub top_duplicates: Vec<DuplicatePayload>,
     pub index: IndexStats,
+    /// The edge figures per time interval (`Dedupe::finish` only; a live snapshot has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series: Option<SeriesReport>,
     /// Anomalies raised by the index (`dedupe.*`), by name; merged into the result's
     /// top-level `anomalies` by the pipeline, so not serialised here.
     #[serde(skip_serializing)]

@@ -15,6 +15,7 @@
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Ends, Repeated};
 use super::evidence::{Evidence, PayloadKey, SendEvidence};
 use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
+use super::series::Series;
 use super::topology::{NodeIdx, Topology};
 use super::{DedupeConfig, SendKind, SendRecord};
 use crate::anomaly::Anomalies;
@@ -226,6 +227,8 @@ pub struct Dedupe {
     stats: IndexStats,
     anomalies: Anomalies,
     evidence: Evidence,
+    /// Folded figures per time interval (the result's `series`).
+    series: Series,
     /// Every event this stage receives, recorded for `smbwire attribute` (`--ledger`).
     ledger: Option<LedgerTap>,
 }
@@ -245,6 +248,7 @@ impl Dedupe {
         };
         Dedupe {
             evidence: Evidence::new(evidence, cfg.top_n),
+            series: Series::new(cfg.series_interval_ns),
             cfg,
             topo,
             node_names: Vec::new(),
@@ -538,14 +542,20 @@ impl Dedupe {
         let duplicated = evidence.duplicated_payloads();
         let top_duplicates = evidence.finish(&mut self.anomalies);
         let acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
-        self.report(&acc, self.globally_unique_bytes, (duplicated, top_duplicates), &self.anomalies, &self.stats)
+        let mut r = self.report(&acc, self.globally_unique_bytes, (duplicated, top_duplicates), &self.anomalies, &self.stats);
+        r.series = Some(self.series.report(|e| {
+            let e = &self.edges[e as usize];
+            (self.topo.node(e.src).name.clone(), self.topo.node(e.dst).name.clone())
+        }));
+        r
     }
 
     /// The report as `finish` would give it now, without changing anything: folded figures
     /// plus every send still in the window counted with what is known of it so far (a WRITE
     /// block whose receiver forwards it later moves from its class to redirection then).
     /// At the end of the input it equals `finish`, apart from `pending_bytes` (sends still in
-    /// the window have provisional classes; `finish` decides them).
+    /// the window have provisional classes; `finish` decides them) and `series`, which only
+    /// `finish` gives.
     pub fn snapshot(&self) -> DedupeReport {
         let mut acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
         let mut globally_unique = self.globally_unique_bytes;
@@ -621,6 +631,7 @@ impl Dedupe {
             duplicated_payloads,
             top_duplicates,
             index: stats.clone(),
+            series: None,
             anomalies: anomalies
                 .iter()
                 .map(|(k, v)| (k.to_string(), v))
@@ -693,6 +704,9 @@ impl Dedupe {
         for (total, part) in edge.acc.iter_mut().zip(acc.iter()) {
             total.figures.add(&part.figures);
             total.decided.add(&part.decided);
+        }
+        for (class, part) in Class::ALL.iter().zip(acc.iter()) {
+            self.series.add(send.ts_ns, send.edge, *class, &part.figures);
         }
 
         let msg = (send.conn, send.message_id);

@@ -13,6 +13,7 @@
 //! - `attribution`: the rules that decide duplicate kind and class.
 //! - `evidence`: duplicated payloads with the frames of each send (JSON lines, top list).
 //! - `figures`: the per-(edge, class) figures and the serialisable report.
+//! - `series`: the same figures per time interval (`--interval`), bounded.
 //!
 //! The rules and the JSON fields are documented in docs/attribution.md.
 
@@ -21,6 +22,7 @@ pub mod attribution;
 pub mod evidence;
 pub mod figures;
 pub mod index;
+pub mod series;
 pub mod topology;
 
 pub use anomaly::Anomaly;
@@ -65,6 +67,8 @@ pub struct DedupeConfig {
     /// Bound on blocks held in the window (all blocks of all live sends). Past it the oldest
     /// sends leave early (anomaly `dedupe.live_block_cap`): the window shrinks, memory does not grow.
     pub max_live_blocks: usize,
+    /// Interval of the result's `series` (`--interval`; `series::DEFAULT_INTERVAL_NS`).
+    pub series_interval_ns: u64,
 }
 
 impl Default for DedupeConfig {
@@ -73,6 +77,7 @@ impl Default for DedupeConfig {
             window_ns: 60_000_000_000,
             top_n: 10,
             max_live_blocks: index::DEFAULT_MAX_LIVE_BLOCKS,
+            series_interval_ns: series::DEFAULT_INTERVAL_NS,
         }
     }
 }

@@ -104,11 +104,13 @@ impl Net {
         let mid = self.send(SendKind::Write, src, dst, 1, t_ms, bytes);
         self.d.complete(1, mid, t_ms * MS + 1);
     }
-    /// `finish`, checking on the way that a snapshot taken just before equals it.
+    /// `finish`, checking on the way that a snapshot taken just before equals it (but for
+    /// the series, which only `finish` gives).
     fn finish(self) -> DedupeReport {
         let snap = self.d.snapshot();
         let r = self.d.finish();
-        assert_same_report(&snap, &r);
+        assert!(snap.series.is_none());
+        assert_same_report(&snap, &DedupeReport { series: None, ..r.clone() });
         r
     }
 }
@@ -143,6 +145,22 @@ fn check_invariants(r: &DedupeReport) {
     assert!(r.totals.globally_unique_bytes <= r.totals.figures.unique_bytes);
     let sends: u64 = r.edges.iter().map(|e| e.figures.sends).sum();
     assert_eq!(sends, r.totals.figures.sends);
+    check_series_sums(r);
+}
+
+/// The series of a finished report sums, per (edge, class), to that edge entry exactly, and
+/// has no row for an (edge, class) without one.
+fn check_series_sums(r: &DedupeReport) {
+    let Some(series) = &r.series else { return };
+    let mut sums: std::collections::BTreeMap<(String, String, Class), super::figures::Figures> = Default::default();
+    for row in &series.rows {
+        sums.entry((row.src.clone(), row.dst.clone(), row.class)).or_default().add(&row.figures);
+    }
+    for e in &r.edges {
+        let got = sums.remove(&(e.src.clone(), e.dst.clone(), e.class)).unwrap_or_default();
+        assert_eq!(got, e.figures, "series of {} -> {} {:?}", e.src, e.dst, e.class);
+    }
+    assert!(sums.is_empty(), "series rows without an edge entry: {sums:?}");
 }
 
 const N1: &str = "198.18.0.1";
@@ -881,4 +899,55 @@ fn snapshot_of_an_empty_index() {
     assert!(s.edges.is_empty());
     assert_eq!(s.totals.dup_ratio, Some(1.0));
     n.finish();
+}
+
+#[test]
+fn series_uses_the_final_class_in_the_writes_interval() {
+    // 100 ms intervals: n1's WRITE to n2 at 90 ms is forwarded by n2 at 150 ms and 160 ms (next
+    // interval). The WRITE's bytes are redirection, in the interval of the WRITE (its window
+    // time), never replication there; the series sums to the edge totals.
+    let cfg = DedupeConfig { series_interval_ns: 100 * MS, ..Default::default() };
+    let mut n = Net::with(cfg, json!({}), None);
+    let w = data(7, 3);
+    n.write_done(1, 2, 90, &w);
+    n.write_done(2, 1, 150, &w);
+    n.write_done(2, 1, 160, &w);
+    let r = n.finish();
+    check_invariants(&r);
+    let s = r.series.as_ref().unwrap();
+    assert_eq!((s.interval_seconds, s.start, s.intervals), (0.1, Some(0.0), 2));
+    let rows: Vec<(f64, &str, Class, u64, u64, u64)> = s
+        .rows
+        .iter()
+        .map(|x| (x.t, x.src.as_str(), x.class, x.figures.payload_bytes, x.figures.unique_bytes, x.figures.per_copy_duplicate_bytes))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (0.0, N1, Class::Redirection, 3 * B, 3 * B, 0),
+            (0.1, N2, Class::Replication, 6 * B, 3 * B, 3 * B),
+        ]
+    );
+}
+
+#[test]
+fn series_of_steady_nested_writes_has_per_copy_equal_to_unique_per_interval() {
+    // A 2-copy nested mirror at one WRITE pair per 10 ms over 1 s, 100 ms intervals: every
+    // interval carries twice its unique bytes, per-copy = unique.
+    let cfg = DedupeConfig { series_interval_ns: 100 * MS, ..Default::default() };
+    let mut n = Net::with(cfg, json!({}), None);
+    for i in 0..100u64 {
+        let w = data(1000 + i, 2);
+        n.write_done(1, 2, i * 10, &w);
+        n.write_done(1, 2, i * 10 + 1, &w);
+    }
+    let r = n.finish();
+    check_invariants(&r);
+    let s = r.series.unwrap();
+    assert_eq!(s.rows.len(), 10);
+    for row in &s.rows {
+        assert_eq!(row.figures.unique_bytes, 20 * B, "{row:?}");
+        assert_eq!(row.figures.per_copy_duplicate_bytes, 20 * B, "{row:?}");
+        assert_eq!(row.figures.nontrivial_bytes, 40 * B, "{row:?}");
+    }
 }

@@ -655,6 +655,8 @@ mod capture_tests {
         let snap: Value = serde_json::from_str(&snap).unwrap();
         assert_eq!(snap["snapshot"], json!(true));
         assert_eq!(snap["schema"], json!(report::SCHEMA));
+        // The time series is in the final result only (docs/json-schema.md).
+        assert!(snap.get("series").is_none());
         assert!(snap["rdma"]["gaps"].is_u64(), "RDMA counters in the snapshot");
         // Loopback drops nothing here: the interface counters are read and are zero.
         assert_eq!(snap["live"]["stats"]["interface_drops"], json!(0));
@@ -668,6 +670,8 @@ mod capture_tests {
         assert!(s.is_finished());
         assert!(s.stop().is_err(), "second stop");
         assert!(fin.get("snapshot").is_none());
+        assert_eq!(fin["series"]["requested_interval_seconds"], json!(1.0));
+        assert!(fin["series"]["rows"].is_array());
         let stats = &fin["live"]["stats"];
         assert!(stats["bytes_matched"].as_u64().unwrap() >= 100_000, "{stats}");
         let frames = fin["inputs"][0]["frames"].as_u64().unwrap();
