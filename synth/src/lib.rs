@@ -325,10 +325,14 @@ fn finish<W: Write, T: Transport<W>>(
         topology: truth::TopologyTruth {
             nodes: hosts
                 .iter()
-                .map(|h| truth::NodeTruth {
-                    name: h.name.into(),
-                    addresses: vec![h.ip.to_string()],
-                    member: true,
+                .map(|h| {
+                    let mut addresses = vec![h.ip.to_string()];
+                    if spec.transport == "infiniband" {
+                        // Native IB packets without a GRH are named by their LIDs.
+                        let lid = roce::lid_of_ip(h.ip);
+                        addresses.push(smbwire_dissectors::wire::infiniband::lid_addr(lid).to_string());
+                    }
+                    truth::NodeTruth { name: h.name.into(), addresses, member: true }
                 })
                 .collect(),
         },

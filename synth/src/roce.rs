@@ -67,7 +67,12 @@ fn bth(opcode: u8, dest_qp: u32, psn: u32, ack_req: bool, len: usize) -> Bth {
 
 /// The LID of an end: the low 16 bits of its IPv4 address, kept in the unicast range.
 fn lid_of(e: &Endpoint) -> u16 {
-    let o = e.ip.octets();
+    lid_of_ip(e.ip)
+}
+
+/// The LID the InfiniBand transport gives the node with IPv4 address `ip`.
+pub fn lid_of_ip(ip: std::net::Ipv4Addr) -> u16 {
+    let o = ip.octets();
     (u16::from_be_bytes([o[2], o[3]]) & 0xbfff).max(1)
 }
 

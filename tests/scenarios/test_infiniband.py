@@ -130,6 +130,8 @@ def test_analysis_names_nodes_by_lid(tmp_path):
                    "transport": "infiniband"}, path)
     topo = {"nodes": [{"name": "owner", "addresses": ["fe80::ffff:0:1"], "member": True},
                       {"name": "partner", "addresses": ["fe80::ffff:0:2"], "member": True}]}
+    # The scenario's topology (smbwire synth --topology-out) names each node by LID as well.
+    assert [n["addresses"][1:] for n in truth["topology"]["nodes"]] == [["fe80::ffff:0:1"], ["fe80::ffff:0:2"]]
     r = analyze([str(path)], topology=topo)
     assert r["accounting"]["reconciled"] and r["anomalies"] == {}
     assert r["rdma"]["infiniband"]["bth_opcodes"] == {k: v for k, v in truth["rdma"]["opcodes"].items()}
