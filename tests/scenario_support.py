@@ -5,11 +5,12 @@ from __future__ import annotations
 
 MiB = 1 << 20
 
-# The synthesizer's nodes (captures/s2d-two-node.toml, as the engine's topology dict).
+# The synthesizer's nodes (captures/s2d-two-node.toml, as the engine's topology dict), and their
+# LID addresses (fe80::ffff:0:LID) for the "infiniband" transport, whose packets carry no GRH.
 TOPOLOGY = {
     "nodes": [
-        {"name": "owner", "addresses": ["198.18.0.1"], "member": True},
-        {"name": "partner", "addresses": ["198.18.0.2"], "member": True},
+        {"name": "owner", "addresses": ["198.18.0.1", "fe80::ffff:0:1"], "member": True},
+        {"name": "partner", "addresses": ["198.18.0.2", "fe80::ffff:0:2"], "member": True},
     ]
 }
 

@@ -511,7 +511,7 @@ def _live_wait(deadline: float | None) -> float:
 @click.option("--retransmit", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
 @click.option("--reorder", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is reordered.")
 @click.option("--seed", type=int, help="Random seed (same seed, same capture).")
-@click.option("--transport", metavar="NAME", help="Transport the scenario uses (e.g. tcp, smbdirect).")
+@click.option("--transport", metavar="NAME", help="Transport the scenario uses: tcp, rocev2, rocev1, infiniband (ERF records) or iwarp.")
 @click.option("--topology-out", metavar="TOML", help="Write the scenario's topology file here.")
 @click.option("--truth-out", metavar="JSON", help="Write the ground truth (expected figures) here.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,

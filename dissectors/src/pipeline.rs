@@ -264,6 +264,28 @@ impl Pipeline {
         if let Some(a) = decoded.anomaly {
             self.shared.anomalies.raise(a);
         }
+        // IPoIB inside a native InfiniBand Send: from here on the IP packet inside is the frame's
+        // network layer, and the IB headers, IPoIB header, pad, ICRC and VCRC are header bytes.
+        let decoded = match decoded.transport {
+            Transport::Infiniband(ib) => match self.shared.rdma.ipoib(decoded.dst, ib) {
+                Some(inner) => match wire::decode(wire::linktype::IPOIB, inner) {
+                    Ok(mut d) => {
+                        d.header_bytes += frame.data.len() - inner.len();
+                        if let Some(a) = d.anomaly {
+                            self.shared.anomalies.raise(a);
+                        }
+                        d
+                    }
+                    Err(e) => {
+                        self.shared.anomalies.raise(e);
+                        self.shared.accounting.add(cat::MALFORMED, len);
+                        return;
+                    }
+                },
+                None => decoded,
+            },
+            _ => decoded,
+        };
         match decoded.transport {
             Transport::Tcp(seg) => {
                 let from = (decoded.src, seg.src_port);
@@ -361,6 +383,12 @@ impl Pipeline {
                 self.shared.accounting.add(cat::PROTOCOL_HEADERS, (decoded.header_bytes + grh) as u64);
                 let (mut p, rdma) = self.shared.split();
                 rdma.roce(decoded.src, decoded.dst, &r[grh..], &ctx, &mut p);
+            }
+            Transport::Infiniband(ib) => {
+                // LRH, GRH and VCRC are the network layer, as RoCEv1's GRH; BTH..ICRC follow.
+                self.shared.accounting.add(cat::PROTOCOL_HEADERS, decoded.header_bytes as u64);
+                let (mut p, rdma) = self.shared.split();
+                rdma.roce(decoded.src, decoded.dst, ib, &ctx, &mut p);
             }
             Transport::Udp(_) | Transport::Other => {
                 self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);

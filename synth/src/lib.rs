@@ -9,7 +9,8 @@
 //! - `truth`: the expected results, tallied while writing.
 //!
 //! - `smbdirect`: SMB Direct (MS-SMBD) over an RDMA link (`rdma::RdmaLink`): `roce`
-//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, with the RDMA CM exchange)
+//!   (RoCEv2, or RoCEv1 with `transport: "rocev1"`, or native InfiniBand in ERF records with
+//!   `transport: "infiniband"`, with the RDMA CM exchange)
 //!   or `iwarp` (RDMAP/DDP/MPA on `tcp`).
 //!
 //! Every record is written by the engine's encoder beside its parser (`smbwire_dissectors`:
@@ -172,6 +173,12 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
     let flows = scenario::flows(&spec.scenario)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let hosts = hosts();
+    let mut pcap = pcap;
+    if spec.transport == "infiniband" {
+        // tshark 4 does not read LINKTYPE_INFINIBAND (247) files; it decodes ERF InfiniBand
+        // records (ibdump's format) down to SMB2.
+        pcap.linktype = pcap::LINKTYPE_ERF;
+    }
     let tap = pcap::Tap::new(pcap, START_NS, spec.link_gbps, spec.mirror_dup);
     let net = data::stream(spec.seed, PURPOSE_NETWORK, 0);
     let loss_mode = if spec.loss_mode == "drop" {
@@ -183,11 +190,11 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
     let max_send = spec.max_send_size as usize;
     let descs = spec.descriptors as usize;
     match spec.transport.as_str() {
-        "rocev1" | "rocev2" => {
-            let version = if spec.transport == "rocev1" {
-                roce::RoceVersion::V1
-            } else {
-                roce::RoceVersion::V2
+        "rocev1" | "rocev2" | "infiniband" => {
+            let version = match spec.transport.as_str() {
+                "rocev1" => roce::RoceVersion::V1,
+                "infiniband" => roce::RoceVersion::Infiniband,
+                _ => roce::RoceVersion::V2,
             };
             let imp = tcp::Impairments {
                 retransmit: spec.retransmit,
@@ -318,10 +325,14 @@ fn finish<W: Write, T: Transport<W>>(
         topology: truth::TopologyTruth {
             nodes: hosts
                 .iter()
-                .map(|h| truth::NodeTruth {
-                    name: h.name.into(),
-                    addresses: vec![h.ip.to_string()],
-                    member: true,
+                .map(|h| {
+                    let mut addresses = vec![h.ip.to_string()];
+                    if spec.transport == "infiniband" {
+                        // Native IB packets without a GRH are named by their LIDs.
+                        let lid = roce::lid_of_ip(h.ip);
+                        addresses.push(smbwire_dissectors::wire::infiniband::lid_addr(lid).to_string());
+                    }
+                    truth::NodeTruth { name: h.name.into(), addresses, member: true }
                 })
                 .collect(),
         },

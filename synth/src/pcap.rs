@@ -9,11 +9,17 @@ use std::path::Path;
 
 const MAGIC_NS: u32 = 0xa1b2_3c4d;
 const LINKTYPE_ETHERNET: u32 = 1;
+/// Endace ERF records (the InfiniBand transport writes ERF InfiniBand records).
+pub const LINKTYPE_ERF: u32 = 197;
 pub const SNAPLEN: u32 = 65535;
 
 /// Writes records to a buffered file; never holds more than the buffer in memory.
 pub struct PcapWriter<W: Write> {
     out: W,
+    /// Link type of the file header, written with the first record (or at `finish`), so a
+    /// transport can choose it after the writer was made.
+    pub linktype: u32,
+    header_written: bool,
     pub frames: u64,
     pub bytes: u64,
     pub last_ts_ns: u64,
@@ -27,7 +33,22 @@ impl PcapWriter<BufWriter<File>> {
 }
 
 impl<W: Write> PcapWriter<W> {
-    pub fn new(mut out: W) -> io::Result<Self> {
+    pub fn new(out: W) -> io::Result<Self> {
+        Ok(PcapWriter {
+            out,
+            linktype: LINKTYPE_ETHERNET,
+            header_written: false,
+            frames: 0,
+            bytes: 24,
+            last_ts_ns: 0,
+        })
+    }
+
+    fn header(&mut self) -> io::Result<()> {
+        if self.header_written {
+            return Ok(());
+        }
+        self.header_written = true;
         // Global header: magic, version 2.4, thiszone, sigfigs, snaplen, linktype.
         let mut h = Vec::with_capacity(24);
         h.extend_from_slice(&MAGIC_NS.to_le_bytes());
@@ -36,17 +57,12 @@ impl<W: Write> PcapWriter<W> {
         h.extend_from_slice(&0i32.to_le_bytes());
         h.extend_from_slice(&0u32.to_le_bytes());
         h.extend_from_slice(&SNAPLEN.to_le_bytes());
-        h.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
-        out.write_all(&h)?;
-        Ok(PcapWriter {
-            out,
-            frames: 0,
-            bytes: 24,
-            last_ts_ns: 0,
-        })
+        h.extend_from_slice(&self.linktype.to_le_bytes());
+        self.out.write_all(&h)
     }
 
     pub fn write_frame(&mut self, ts_ns: u64, frame: &[u8]) -> io::Result<()> {
+        self.header()?;
         let mut rec = [0u8; 16];
         rec[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
         rec[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
@@ -61,6 +77,7 @@ impl<W: Write> PcapWriter<W> {
     }
 
     pub fn finish(mut self) -> io::Result<W> {
+        self.header()?;
         self.out.flush()?;
         Ok(self.out)
     }

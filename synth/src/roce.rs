@@ -2,7 +2,11 @@
 //! invariant CRC. RoCEv2 (IBTA vol. 1 annex A17) carries them in UDP (destination port 4791)
 //! over IPv4; RoCEv1 (annex A16) puts the IB Global Route Header straight after Ethernet
 //! (EtherType 0x8915), with IPv4-mapped GIDs (::ffff:a.b.c.d) as source and destination.
-//! Everything from the BTH on is the same for both.
+//! Native InfiniBand (`Infiniband`) puts the Local Route Header (IBA local, LIDs from the low
+//! 16 bits of the ends' IPv4 addresses) before the BTH and the VCRC after the ICRC, each packet
+//! an ERF InfiniBand record (LINKTYPE_ERF, as ibdump writes; tshark 4 reads no
+//! LINKTYPE_INFINIBAND file).
+//! Everything from the BTH on is the same for all three.
 //!
 //! Per connection: the RDMA CM exchange on QP1 (`smbwire_dissectors::rdma::cm`), then RC traffic between two QPs.
 //! Sends and RDMA Writes are cut at the path MTU into FIRST/MIDDLE/LAST (or ONLY)
@@ -61,6 +65,55 @@ fn bth(opcode: u8, dest_qp: u32, psn: u32, ack_req: bool, len: usize) -> Bth {
     }
 }
 
+/// The LID of an end: the low 16 bits of its IPv4 address, kept in the unicast range.
+fn lid_of(e: &Endpoint) -> u16 {
+    lid_of_ip(e.ip)
+}
+
+/// The LID the InfiniBand transport gives the node with IPv4 address `ip`.
+pub fn lid_of_ip(ip: std::net::Ipv4Addr) -> u16 {
+    let o = ip.octets();
+    (u16::from_be_bytes([o[2], o[3]]) & 0xbfff).max(1)
+}
+
+/// One native InfiniBand packet (LRH, `body` = BTH onwards with its pad, ICRC, VCRC) as an ERF
+/// InfiniBand record, padded to 8 bytes, through the engine's emitters.
+fn infiniband_record(now_ns: u64, slid: u16, dlid: u16, body: &[&[u8]]) -> Vec<u8> {
+    use smbwire_dissectors::wire::{erf, infiniband as ibl};
+    let n: usize = body.iter().map(|b| b.len()).sum();
+    let mut pkt = vec![0u8; ibl::LRH_LEN];
+    ibl::Lrh {
+        vl: 0,
+        sl: 0,
+        lnh: ibl::lnh::IBA_LOCAL,
+        dlid,
+        slid,
+        pkt_len: ((ibl::LRH_LEN + n + ICRC_LEN) / 4) as u16,
+    }
+    .emit(&mut ibl::Packet::new_unchecked(&mut pkt[..]));
+    for b in body {
+        pkt.extend_from_slice(b);
+    }
+    let crc = ib::icrc_infiniband(&pkt);
+    pkt.extend_from_slice(&crc.to_le_bytes());
+    let v = ibl::vcrc(&pkt);
+    pkt.extend_from_slice(&v.to_le_bytes());
+    let rlen = (erf::HEADER_LEN + pkt.len()).div_ceil(8) * 8;
+    let mut rec = Vec::with_capacity(rlen);
+    erf::Repr {
+        timestamp: erf::timestamp_from_ns(now_ns),
+        rtype: erf::rtype::INFINIBAND,
+        flags: erf::flags::VLEN,
+        lctr: 0,
+        wlen: pkt.len() as u16,
+        extensions: &[],
+    }
+    .emit(rlen as u16, &mut rec);
+    rec.extend_from_slice(&pkt);
+    rec.resize(rlen, 0);
+    rec
+}
+
 /// Which RoCE encapsulation a `RoceLink` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RoceVersion {
@@ -68,6 +121,8 @@ pub enum RoceVersion {
     V1,
     /// Annex A17: Ethernet / IPv4 / UDP 4791 / BTH.
     V2,
+    /// Native InfiniBand: ERF record / LRH / BTH ... ICRC / VCRC.
+    Infiniband,
 }
 
 impl RoceVersion {
@@ -75,6 +130,7 @@ impl RoceVersion {
         match self {
             RoceVersion::V1 => "rocev1",
             RoceVersion::V2 => "rocev2",
+            RoceVersion::Infiniband => "infiniband",
         }
     }
 }
@@ -204,6 +260,14 @@ impl RoceLink {
         let pad = [0u8; 3];
         let npad = (4 - payload.len() % 4) % 4;
         let ip_at = super::frames::ETHERNET_HEADER_LEN;
+        if self.version == RoceVersion::Infiniband {
+            let rec = infiniband_record(tap.now_ns(), lid_of(&src), lid_of(&dst), &[hdr, payload, &pad[..npad]]);
+            self.stats.opcode(hdr[0]);
+            if self.other_ulp && hdr[0] != opcode::ACKNOWLEDGE {
+                self.stats.other_ulp_bytes += (hdr.len() + payload.len() + npad + ICRC_LEN) as u64;
+            }
+            return tap.emit(&rec);
+        }
         if self.version == RoceVersion::V1 {
             let grh = GrhFields {
                 traffic_class: GRH_TRAFFIC_CLASS,

@@ -28,7 +28,8 @@ pub struct Spec {
     /// such as "3.1.1" or "0x0311").
     #[serde(deserialize_with = "deserialize_dialect")]
     pub dialect: u16,
-    /// "tcp" (SMB2 over Direct TCP), "rocev1", "rocev2" or "iwarp" (SMB Direct, MS-SMBD).
+    /// "tcp" (SMB2 over Direct TCP), "rocev1", "rocev2", "infiniband" or "iwarp" (SMB Direct,
+    /// MS-SMBD).
     pub transport: String,
     /// Connections (SMB multichannel channels: TCP connections or RDMA queue pairs) per
     /// client→server session. Also accepted as `qps`.
@@ -152,7 +153,7 @@ impl Spec {
         fraction("zero_fill", self.zero_fill)?;
         fraction("loss", self.loss)?;
         if self.loss > 0.0 && self.transport == "tcp" {
-            return Err("loss applies to RDMA transports (rocev1, rocev2, iwarp)".into());
+            return Err("loss applies to RDMA transports (rocev1, rocev2, infiniband, iwarp)".into());
         }
         if !["retransmit", "drop"].contains(&self.loss_mode.as_str()) {
             return Err(format!(
@@ -195,8 +196,8 @@ impl Spec {
                 self.mss
             ));
         }
-        if self.other_ulp_port != 0 && !["rocev1", "rocev2"].contains(&self.transport.as_str()) {
-            return Err("other_ulp_port applies to RoCE (rocev1, rocev2)".into());
+        if self.other_ulp_port != 0 && !["rocev1", "rocev2", "infiniband"].contains(&self.transport.as_str()) {
+            return Err("other_ulp_port applies to RoCE and InfiniBand (rocev1, rocev2, infiniband)".into());
         }
         if self.iwarp_terminate && self.transport != "iwarp" {
             return Err("iwarp_terminate applies to iwarp".into());
@@ -226,10 +227,10 @@ impl Spec {
             ));
         }
         match self.transport.as_str() {
-            "tcp" | "rocev1" | "rocev2" | "iwarp" => {}
+            "tcp" | "rocev1" | "rocev2" | "infiniband" | "iwarp" => {}
             other => {
                 return Err(format!(
-                    "unknown transport {other:?} (\"tcp\", \"rocev1\", \"rocev2\" or \"iwarp\")"
+                    "unknown transport {other:?} (\"tcp\", \"rocev1\", \"rocev2\", \"infiniband\" or \"iwarp\")"
                 ))
             }
         }

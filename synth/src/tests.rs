@@ -28,7 +28,8 @@ pub(super) fn read_pcap(b: &[u8]) -> Vec<Frame> {
     pass.frames
         .into_iter()
         .map(|(info, data)| {
-            assert_eq!(info.linktype, linktype::ETHERNET, "LINKTYPE_ETHERNET");
+            // LINKTYPE_ERF: the InfiniBand transport's records.
+            assert!(matches!(info.linktype, linktype::ETHERNET | linktype::ERF), "LINKTYPE_ETHERNET or ERF");
             assert_eq!(info.orig_len as usize, data.len(), "not cut by a snaplen");
             Frame { ts: info.ts_ns, data }
         })
@@ -513,6 +514,7 @@ fn the_crate_reader_and_decoder_accept_the_capture() {
     assert_eq!(payload, seen);
 }
 
+mod infiniband;
 mod rdma;
 mod rdma_property;
 mod rocev1;

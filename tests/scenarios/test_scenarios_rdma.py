@@ -1,4 +1,5 @@
-"""The published Storage Spaces Direct experiments over SMB Direct (RoCEv2 and iWARP),
+"""The published Storage Spaces Direct experiments over SMB Direct (RoCEv2, RoCEv1, native
+InfiniBand in ERF records, and iWARP),
 reproduced from packets alone: the same edges, classes and figures as over TCP
 (tests/scenarios/test_scenarios.py), because the S2D table does not depend on the transport. The WRITE
 data travels in RDMA Read Responses and the READ data in RDMA Writes; the analyzer has to
@@ -27,6 +28,7 @@ TRANSPORTS = {
     "rocev2-mtu1024": {"transport": "rocev2", "mtu": 1024},
     "iwarp": {"transport": "iwarp"},
     "rocev1": {"transport": "rocev1"},
+    "infiniband": {"transport": "infiniband"},
 }
 # Mirror-port copies, plus: RoCEv2 data packets lost and resent later (same PSN); RoCEv1 data
 # packets retransmitted and reordered; iWARP TCP segments retransmitted, reordered and
@@ -36,6 +38,7 @@ NOISE = {
     "rocev2-mtu1024": {"mirror_dup": True, "loss": 0.01},
     "iwarp": {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01, "loss": 0.01},
     "rocev1": {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01},
+    "infiniband": {"mirror_dup": True, "retransmit": 0.01, "reorder": 0.01, "loss": 0.01},
 }
 
 
@@ -153,7 +156,7 @@ def test_accounting_categories_match_the_truth(tmp_path, transport, scenario, ex
     assert cats["smbdirect_control"] == control
     # The SMB2 messages inside (every byte metadata: the data went by RDMA).
     assert cats["smb_metadata"] == t["smbd_data_length"]
-    if transport.startswith("roce"):
+    if transport.startswith("roce") or transport == "infiniband":
         mads = sum(t["cm"].values())
         assert t["cm"]["ConnectRequest"] == t["connections"]
         assert cats["rdma_cm"] == 280 * mads

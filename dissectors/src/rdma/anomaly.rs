@@ -18,6 +18,7 @@ crate::anomaly::anomalies! {
         IwarpBadMpaFrame = "iwarp.bad_mpa_frame",
         IwarpCrcError = "iwarp.crc_error",
         IwarpGap = "iwarp.gap",
+        IwarpMarkersWithoutCrcField = "iwarp.markers_without_crc_field",
         IwarpMpaPrivateDataTooLong = "iwarp.mpa_private_data_too_long",
         IwarpMpaRejected = "iwarp.mpa_rejected",
         IwarpNoMpaFrame = "iwarp.no_mpa_frame",

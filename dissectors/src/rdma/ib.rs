@@ -462,6 +462,25 @@ pub fn icrc_rocev1(grh: &[u8]) -> u32 {
     c.finalize()
 }
 
+/// The ICRC of a native InfiniBand packet `lrh` (LRH through the payload and pad, without the
+/// ICRC; IBTA vol. 1 §7.8.1): with a GRH (LNH 0b11) the LRH is all variant and the rest is as
+/// `icrc_rocev1`; without one, the LRH is covered with VL replaced by ones, then the BTH with
+/// resv8a as ones. Checked against ibdump's packets in rdma-infiniband-erf-ipoib.pcap.
+pub fn icrc_infiniband(lrh: &[u8]) -> u32 {
+    const LRH: usize = crate::wire::infiniband::LRH_LEN;
+    if lrh[1] & 0x03 == crate::wire::infiniband::lnh::IBA_GLOBAL {
+        return icrc_rocev1(&lrh[LRH..]);
+    }
+    let mut c = CRC32.digest();
+    let mut h = [0u8; LRH + BTH_LEN];
+    h.copy_from_slice(&lrh[..LRH + BTH_LEN]);
+    h[0] |= 0xf0; // VL
+    h[LRH + 4] = 0xff; // BTH resv8a
+    c.update(&h);
+    c.update(&lrh[LRH + BTH_LEN..]);
+    c.finalize()
+}
+
 /// Builds a packet (for tests and the synthesizer): BTH, `ext` bytes as given, payload, pad, a
 /// zero ICRC. `ext` must match the opcode's extension headers.
 pub fn emit(opcode: u8, dest_qp: u32, psn: u32, ack_req: bool, ext: &[u8], payload: &[u8]) -> Vec<u8> {
@@ -582,6 +601,22 @@ mod tests {
         assert_eq!(icrc_rocev1(&g), icrc_rocev1(&grh[..n - 4]));
         g[5] ^= 1; // PayLen
         assert_ne!(icrc_rocev1(&g), icrc_rocev1(&grh[..n - 4]));
+    }
+
+    /// rdma-infiniband-erf-ipoib.pcap frame 11 (RC Acknowledge, LRH only) and frame 3 (UD
+    /// with a GRH): the ICRC of both forms.
+    #[test]
+    fn icrc_matches_native_infiniband_packets() {
+        use crate::capture::testutil::{public_dir, read_all};
+        let p = read_all(crate::capture::open(public_dir().join("rdma-infiniband-erf-ipoib.pcap").to_str().unwrap(), 0).unwrap());
+        for n in [3usize, 11] {
+            let rec = &p.frames[n - 1].1;
+            let r = crate::wire::erf::record(rec).unwrap();
+            let pkt = &r.packet[..r.packet.len() - crate::wire::infiniband::VCRC_LEN];
+            let (body, crc) = pkt.split_at(pkt.len() - ICRC_LEN);
+            assert_eq!(icrc_infiniband(body).to_le_bytes(), crc, "frame {n}");
+            assert_eq!(crate::wire::infiniband::vcrc(pkt).to_le_bytes(), r.packet[pkt.len()..], "frame {n}");
+        }
     }
 
     #[test]

@@ -2,7 +2,13 @@
 //!
 //! The stream starts with the MPA Request (initiator) or Reply (responder) frame; FPDUs follow.
 //! Markers (when the peer's frame asked for them) are removed by stream position; the CRC is
-//! checked when negotiated or non-zero; each FPDU's DDP segment is decoded (`ddp`) and:
+//! checked when negotiated (C in the Request or Reply), or, when neither frame was seen, when
+//! non-zero. Some senders place markers every 512 octets of the stream *without* the FPDUs'
+//! CRC fields when no CRC was negotiated (they still send the 4 zero octets) and write FPDUPTR
+//! least significant byte first: at the first marker that tells the two apart, the bytes at
+//! each position are checked (reserved 0, FPDUPTR = octets back to the FPDU start, in either
+//! byte order) and this direction follows the one that holds a marker
+//! (`iwarp.markers_without_crc_field` when it is the second); each FPDU's DDP segment is decoded (`ddp`) and:
 //! untagged Sends (QN 0) are reassembled into messages for SMB Direct, RDMA Read Requests
 //! (QN 1) are remembered so Read Responses (tagged to the Sink STag) can be mapped back to the
 //! Source STag/TO (= the SMB2 buffer descriptor's Token/Offset), RDMA Writes are tagged with the
@@ -53,6 +59,13 @@ pub struct IwarpStream {
     pos: u64,
     markers: Option<bool>,
     crc: bool,
+    /// The CRC flags were seen in a Request or Reply (else a non-zero CRC field is checked).
+    crc_negotiated: bool,
+    /// Marker position counter: `pos` without the CRC fields of the FPDUs so far.
+    mpos: u64,
+    /// Markers are placed by `mpos` (Some(true)) or by `pos` as RFC 5044 says (Some(false));
+    /// None until a marker tells them apart.
+    markers_skip_crc: Option<bool>,
     buf: Vec<u8>,
     /// Current FPDU: bytes as on the wire (markers included) and without markers.
     raw: Vec<u8>,
@@ -80,6 +93,9 @@ impl IwarpStream {
             pos: 0,
             markers: None,
             crc: false,
+            crc_negotiated: false,
+            mpos: 0,
+            markers_skip_crc: None,
             buf: Vec::new(),
             raw: Vec::new(),
             logical: Vec::new(),
@@ -145,6 +161,7 @@ impl IwarpStream {
                 sh.rdma.mpa.entry(self.conn).or_default()[self.side] = Some(f);
                 self.buf.clear();
                 self.pos = 0;
+                self.mpos = 0;
                 self.state = State::Fpdu;
             }
             _ => {}
@@ -163,13 +180,18 @@ impl IwarpStream {
         let mine = frames[self.side];
         let m = peer.is_some_and(|f| f.markers);
         self.crc = peer.is_some_and(|f| f.crc) || mine.is_some_and(|f| f.crc);
+        self.crc_negotiated = peer.is_some() || mine.is_some();
         self.markers = Some(m);
         m
     }
 
     fn fpdu_bytes<D: PayloadSink>(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) -> usize {
         let markers = self.flags(sh);
-        let m = self.pos % mpa::MARKER_INTERVAL;
+        if markers && self.markers_skip_crc.is_none() {
+            self.decide_marker_counting(input, sh);
+        }
+        let mp = if self.markers_skip_crc == Some(true) { self.mpos } else { self.pos };
+        let m = mp % mpa::MARKER_INTERVAL;
         if markers && m < mpa::MARKER_LEN as u64 {
             let n = ((mpa::MARKER_LEN as u64 - m) as usize).min(input.len());
             if m == 0 {
@@ -178,6 +200,7 @@ impl IwarpStream {
             self.raw.extend_from_slice(&input[..n]);
             sh.accounting.add(cat::RDMA_HEADERS, n as u64);
             self.pos += n as u64;
+            self.mpos += n as u64;
             return n;
         }
         let need = if self.logical.len() >= 2 {
@@ -198,13 +221,48 @@ impl IwarpStream {
             // just before the CRC field included (RFC 5044 §6.1; tshark agrees).
             self.crc_raw_len = self.raw.len();
         }
+        let crc_bytes = need > 2 && self.logical.len() + mpa::CRC_LEN >= need;
         self.raw.extend_from_slice(&input[..n]);
         self.logical.extend_from_slice(&input[..n]);
         self.pos += n as u64;
+        if !crc_bytes {
+            self.mpos += n as u64;
+        }
         if self.logical.len() == need && need > 2 {
             self.on_fpdu(ctx, sh);
         }
         n
+    }
+
+    /// At a marker position of one counting that is not one of the other (the stream inside an
+    /// FPDU, after at least one CRC field), with both positions in `input`: the counting whose
+    /// position holds a marker pointing back to this FPDU's start wins. Undecided otherwise
+    /// (RFC 5044's counting applies meanwhile).
+    fn decide_marker_counting<D: PayloadSink>(&mut self, input: &[u8], sh: &mut Shared<D>) {
+        let delta = (self.pos - self.mpos) % mpa::MARKER_INTERVAL;
+        if self.logical.is_empty() || delta == 0 {
+            return;
+        }
+        let back = self.raw.len() as u64;
+        let is_marker = |at: u64| -> Option<bool> {
+            let at = at as usize;
+            let b = input.get(at..at + mpa::MARKER_LEN)?;
+            let ptr = back + at as u64;
+            Some(b[..2] == [0, 0] && (u64::from(u16::from_be_bytes([b[2], b[3]])) == ptr || u64::from(u16::from_le_bytes([b[2], b[3]])) == ptr))
+        };
+        // The RFC position is `pos`'s next multiple of 512; the other is `delta` octets later.
+        let to_rfc = (mpa::MARKER_INTERVAL - self.pos % mpa::MARKER_INTERVAL) % mpa::MARKER_INTERVAL;
+        if to_rfc != 0 {
+            return;
+        }
+        match (is_marker(0), is_marker(delta)) {
+            (Some(true), _) => self.markers_skip_crc = Some(false),
+            (Some(false), Some(true)) => {
+                self.markers_skip_crc = Some(true);
+                sh.anomalies.raise(Anomaly::IwarpMarkersWithoutCrcField);
+            }
+            _ => {}
+        }
     }
 
     fn on_fpdu<D: PayloadSink>(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
@@ -213,7 +271,7 @@ impl IwarpStream {
         let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
         sh.rdma.stats.iwarp.mpa_fpdus += 1;
         let crc_field = &logical[logical.len() - mpa::CRC_LEN..];
-        if self.crc || crc_field != [0; 4] {
+        if self.crc || (!self.crc_negotiated && crc_field != [0; 4]) {
             let want = mpa::crc32c(&raw[..self.crc_raw_len.min(raw.len())]).to_le_bytes();
             if want != crc_field {
                 sh.rdma.stats.iwarp.crc_errors += 1;

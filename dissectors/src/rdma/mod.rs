@@ -80,6 +80,24 @@ impl RdmaState {
         roce::packet(self, src, dst, bth, ctx, p);
     }
 
+    /// A native InfiniBand packet (BTH through ICRC) whose Send carries IPoIB: its IPoIB
+    /// packet (encapsulation header first), the IB packet counted. `None` for anything else
+    /// (including Sends on queue pairs known to carry SMB Direct), which goes to `roce`.
+    pub fn ipoib<'a>(&mut self, dst: std::net::IpAddr, bth: &'a [u8]) -> Option<&'a [u8]> {
+        let r = ib::Repr::parse(bth).ok()?;
+        let send_only = matches!(r.kind, ib::Kind::Send { first: true, last: true } | ib::Kind::UdSend);
+        if !send_only || r.dest_qp <= ib::QP1 || !crate::wire::ipoib::looks_like_ipoib(r.payload) {
+            return None;
+        }
+        if self.roce.carries_smbdirect(dst, r.dest_qp) {
+            return None;
+        }
+        self.stats.infiniband.packets += 1;
+        self.stats.infiniband.ipoib_packets += 1;
+        count_opcode(&mut self.stats.infiniband.bth_opcodes, r.opcode, false);
+        Some(r.payload)
+    }
+
     /// End of input: close every connection (open transfers end, leftovers are accounted).
     pub fn finish(&mut self, ctx: &FrameCtx, p: &mut Parts) {
         roce::finish(self, p);

@@ -100,6 +100,13 @@ pub struct Roce {
     next_conn: u64,
 }
 
+impl Roce {
+    /// Whether the receiving QP (`dst`, `qpn`) is known to carry SMB Direct.
+    pub fn carries_smbdirect(&self, dst: IpAddr, qpn: u32) -> bool {
+        self.qps.get(&(dst, qpn)).is_some_and(|q| matches!(q.ulp, Ulp::Smbd { .. }))
+    }
+}
+
 fn account_all(p: &mut Parts, category: &'static str, n: usize) {
     p.accounting.add(category, n as u64);
 }

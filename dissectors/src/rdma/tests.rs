@@ -20,6 +20,7 @@ fn public_rdma_captures_decode_and_reconcile() {
         "rdma-iwarp-send-recv-crc-markers.pcap",
         "rdma-iwarp-connect-c11-m11.pcap",
         "rdma-rocev2-rc-send.pcap",
+        "rdma-infiniband-erf-ipoib.pcap",
     ] {
         let r = run(f);
         assert!(r.accounting.reconciled, "{f}: {:?}", r.accounting.categories);
@@ -52,4 +53,39 @@ fn opcode_keys_match_their_formatting() {
         assert_eq!(hex.get(&format!("0x{op:02x}")), Some(&2));
     }
     assert_eq!((dec.len(), hex.len()), (256, 256));
+}
+
+/// rdma-infiniband-erf-ipoib.pcap, the steps the pipeline takes (wire to the BTH, the IPoIB
+/// Send opened, its packet decoded as LINKTYPE_IPOIB): IPv4 10 (UDP 4), IPv6 5, ARP 2, as
+/// tshark's protocol hierarchy in expected.json says (ip:10, udp:4, ipv6:5, arp:2), each
+/// frame's bytes split without remainder; the 26 other packets go to the RoCE code.
+#[test]
+fn ipoib_inside_infiniband_sends_is_ip() {
+    use crate::capture::testutil::read_all;
+    use crate::wire::{self, linktype, Transport};
+    let p = read_all(crate::capture::open(public_dir().join("rdma-infiniband-erf-ipoib.pcap").to_str().unwrap(), 0).unwrap());
+    let mut st = super::RdmaState::new();
+    let (mut v4, mut udp, mut v6, mut arp, mut rest) = (0, 0, 0, 0, 0);
+    for (info, data) in &p.frames {
+        let d = wire::decode(info.linktype, data).unwrap();
+        let Transport::Infiniband(bth) = d.transport else { panic!("frame {}", info.frame.number) };
+        let Some(inner) = st.ipoib(d.dst, bth) else {
+            rest += 1;
+            continue;
+        };
+        let ip = wire::decode(linktype::IPOIB, inner).unwrap();
+        match (inner[0], inner[1], ip.transport) {
+            (0x08, 0x00, Transport::Udp(u)) => {
+                v4 += 1;
+                udp += 1;
+                assert_eq!(ip.header_bytes + u.payload.len(), inner.len());
+            }
+            (0x08, 0x00, _) => v4 += 1,
+            (0x86, 0xdd, _) => v6 += 1,
+            (0x08, 0x06, Transport::Other) => arp += 1,
+            other => panic!("frame {}: {other:?}", info.frame.number),
+        }
+    }
+    assert_eq!((v4, udp, v6, arp, rest), (10, 4, 5, 2, 26));
+    assert_eq!(st.stats.infiniband.ipoib_packets, 17);
 }

@@ -40,6 +40,9 @@ pub struct InfinibandStats {
     pub packets: u64,
     pub cm_requests: u64,
     pub cm_replies: u64,
+    /// Of `packets`, native InfiniBand Sends carrying IPoIB (RFC 4391/4755), whose IP is
+    /// analysed as if it came over Ethernet.
+    pub ipoib_packets: u64,
 }
 
 /// The `"rdma"` section of the report.

@@ -11,9 +11,20 @@ use crate::anomaly::AnomalyKind;
 crate::anomaly::anomalies! {
     /// What the wire decoders can raise.
     pub enum Anomaly {
+        ErfBadRecordLength = "erf.bad_record_length",
+        ErfExtensionTruncated = "erf.extension_truncated",
+        ErfRxError = "erf.rx_error",
+        ErfTooManyExtensionHeaders = "erf.too_many_extension_headers",
+        ErfTruncated = "erf.truncated",
+        ErfUnsupportedRecordType = "erf.unsupported_record_type",
         EthernetTooManyVlanTags = "ethernet.too_many_vlan_tags",
         EthernetTruncated = "ethernet.truncated",
         EthernetVlanTruncated = "ethernet.vlan_truncated",
+        InfinibandBadGrhVersion = "infiniband.bad_grh_version",
+        InfinibandBadPacketLength = "infiniband.bad_packet_length",
+        InfinibandGrhTruncated = "infiniband.grh_truncated",
+        InfinibandTruncated = "infiniband.truncated",
+        IpoibTruncated = "ipoib.truncated",
         Ipv4BadHeaderLength = "ipv4.bad_header_length",
         Ipv4BadTotalLength = "ipv4.bad_total_length",
         Ipv4BadVersion = "ipv4.bad_version",

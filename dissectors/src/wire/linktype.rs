@@ -9,3 +9,5 @@ pub const IPV4: u32 = 228;
 pub const IPV6: u32 = 229;
 pub const LINUX_SLL2: u32 = 276;
 pub const ERF: u32 = 197;
+pub const IPOIB: u32 = 242; // RFC 4391 §6 encapsulation header, then IP
+pub const INFINIBAND: u32 = 247; // an InfiniBand packet from its LRH

@@ -274,3 +274,61 @@ proptest! {
         }
     }
 }
+
+/// A sender that negotiated markers and no CRC, and places its markers every 512 octets of the
+/// stream not counting the FPDUs' 4-octet CRC fields (which it still sends, zero), FPDUPTR least
+/// significant byte first (the layout of rdma-iwarp-read-write-long-run-markers.pcap, checked
+/// against its bytes in tests/oracle/test_oracle_rdma.py): its FPDUs are framed where it put
+/// the markers, once the first marker that tells the two layouts apart is seen, without CRC
+/// errors; RFC 5044's layout keeps being read as before.
+#[test]
+fn markers_counted_without_crc_fields_are_found() {
+    let req = mpa::Frame { reply: false, markers: true, crc: false, rejected: false, revision: 1, private_data_len: 0 };
+    let rep = mpa::Frame { reply: true, ..req };
+    let mut out = Vec::new();
+    let mut mpos = 0u64;
+    for k in 0..40u32 {
+        let ulpdu = ddp::emit(ddp::opcode::WRITE, true, Buffer::Tagged { stag: 1, to: u64::from(k) * 1024 }, &[2u8; 1024]);
+        let start = out.len();
+        let mut put = |out: &mut Vec<u8>, b: u8, crc: bool| {
+            if !crc && mpos.is_multiple_of(mpa::MARKER_INTERVAL) {
+                out.extend_from_slice(&[0, 0]);
+                out.extend_from_slice(&((out.len() - 2 - start) as u16).to_le_bytes());
+                mpos += 4;
+            }
+            out.push(b);
+            mpos += u64::from(!crc);
+        };
+        for b in (ulpdu.len() as u16).to_be_bytes().into_iter().chain(ulpdu.iter().copied()) {
+            put(&mut out, b, false);
+        }
+        for _ in 0..(4 - (ulpdu.len() + 2) % 4) % 4 + mpa::CRC_LEN {
+            put(&mut out, 0, true);
+        }
+    }
+    let mut evs = vec![Ev::Data(0, req.emit(&[])), Ev::Data(1, rep.emit(&[]))];
+    for c in out.chunks(1052) {
+        evs.push(Ev::Data(1, c.to_vec()));
+    }
+    let (sh, fed) = drive(&evs, false);
+    let iw = &sh.rdma.stats.iwarp;
+    assert_eq!((iw.mpa_fpdus, iw.crc_errors, iw.resyncs), (40, 0, 0));
+    assert_eq!(iw.opcodes.get("0x00"), Some(&40));
+    // Only this anomaly: RFC positions would misframe once the drift (4 octets an FPDU)
+    // reaches an FPDU header.
+    assert_eq!(sh.anomalies.iter().count(), 1);
+    assert_eq!(sh.anomalies.get("iwarp.markers_without_crc_field"), 1);
+    assert_eq!(sh.accounting.total(), fed);
+    // The same FPDUs in RFC 5044's layout: no anomaly.
+    let mut rfc = Vec::new();
+    let mut pos = 0;
+    for k in 0..40u32 {
+        let ulpdu = ddp::emit(ddp::opcode::WRITE, true, Buffer::Tagged { stag: 1, to: u64::from(k) * 1024 }, &[2u8; 1024]);
+        pos = mpa::emit_fpdu_into(&mut rfc, pos, &[&ulpdu], true, false);
+    }
+    let mut evs = vec![Ev::Data(0, req.emit(&[])), Ev::Data(1, rep.emit(&[]))];
+    evs.push(Ev::Data(1, rfc));
+    let (sh, _) = drive(&evs, false);
+    assert_eq!((sh.rdma.stats.iwarp.mpa_fpdus, sh.rdma.stats.iwarp.crc_errors), (40, 0));
+    assert_eq!(sh.anomalies.get("iwarp.markers_without_crc_field"), 0);
+}
