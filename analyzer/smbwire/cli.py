@@ -150,9 +150,11 @@ class _Size(click.ParamType):
 @click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
+@click.option("--annotate", metavar="OUT.pcapng",
+              help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            reorder_buffer: int | None, quiet: bool) -> int:
+            reorder_buffer: int | None, quiet: bool, annotate: str | None) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -161,6 +163,11 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     if json_out is not None:
         jsonout.check_writable(json_out)
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
+    annotate_evidence = None
+    if annotate is not None:
+        engine.check_annotate(paths, annotate)
+        if evidence is None:
+            evidence = annotate_evidence = _evidence_target("-", None)[0]
 
     report_to_stderr = json_out == "-" or evidence_to_stdout
     show_progress = not quiet and sys.stderr.isatty()
@@ -173,11 +180,20 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
     except BaseException:
-        if evidence_to_stdout and evidence is not None:
+        if (evidence_to_stdout or annotate_evidence) and evidence is not None:
             _remove(evidence)
         raise
     for line in engine.skipped_inputs(result, paths):
         click.echo(f"smbwire: warning: {line}", err=True)
+    if annotate is not None and evidence is not None:
+        try:
+            stats = engine.annotate(result, evidence, annotate)
+        finally:
+            if annotate_evidence is not None:
+                _remove(annotate_evidence)
+        if not quiet:
+            click.echo(f"wrote {annotate}: {stats['frames_written']} frames, {stats['frames_commented']} commented "
+                       f"({stats['sends']} sends of duplicated payloads)", err=True)
 
     if json_out is not None:
         jsonout.write_json(result, json_out)
@@ -457,6 +473,28 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
             raise UserError(f"{topology_out}: cannot write: {e.strerror or e}") from None
     click.echo(f"wrote {out}", err=True)
     return 0
+
+
+@cli.command()
+@click.argument("evidence", metavar="EVIDENCE")
+@click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
+@click.option("--all", "all_rows", is_flag=True, help="List every send (default: every failure and the first 50 passes).")
+def verify(evidence: str, captures: tuple[str, ...], all_rows: bool) -> int:
+    """Re-dissect every send named in an EVIDENCE file (analyze --evidence) with Wireshark's
+    dissectors (tshark, through pyshark) and check its command, file, offset, length and
+    frames. CAPTURE...: the inputs of that analysis, in the same order. Exit 1 on a mismatch."""
+    from . import verify as verify_mod
+
+    try:
+        import pyshark  # noqa: F401
+    except ImportError:
+        raise UserError("verify needs pyshark and tshark: pip install 'smbwire[verify]'") from None
+    for c in captures:
+        if not os.path.isfile(c):
+            raise UserError(f"{c}: not a capture file")
+    checks = verify_mod.verify(evidence, list(captures))
+    verify_mod.render(checks, Console(), all_rows=all_rows)
+    return 1 if any(not c.ok for c in checks) else 0
 
 
 def main() -> None:

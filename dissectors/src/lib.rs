@@ -13,6 +13,7 @@
 
 pub mod accounting;
 pub mod attribute;
+pub mod annotate;
 pub mod anomaly;
 pub mod capture;
 pub mod community;
@@ -68,7 +69,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["findings"],
     &["report"],
     &["pipeline"],
-    &["attribute"],
+    &["attribute", "annotate"],
     &["live"],
 ];
 
