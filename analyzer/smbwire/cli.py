@@ -321,10 +321,12 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
 @click.option("--keep-privileges", is_flag=True, hidden=True,
               help="Do not drop capabilities after setup (debugging).")
+@click.option("--metrics", "metrics_at", metavar="HOST:PORT",
+              help="Serve the live figures for Prometheus at http://HOST:PORT/metrics (docs/live.md).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, interval: float, backend: str | None, ports: tuple[int, ...], hook: str,
-         xdp_drop: bool, user: str | None, keep_privileges: bool) -> int:
+         xdp_drop: bool, user: str | None, keep_privileges: bool, metrics_at: str | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -348,6 +350,13 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
         jsonout.check_writable(json_out)
     if write is not None:
         jsonout.check_writable(write)
+    # Listening before the capture starts (and before the privilege drop): a port in use is
+    # one line, not a capture that runs without its exporter.
+    exporter = None
+    if metrics_at is not None:
+        from .metrics import MetricsServer
+
+        exporter = MetricsServer(metrics_at)
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=interval, tcp_ports=list(ports) or None, hook=hook,
@@ -387,6 +396,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                     snap = run.poll(_live_wait(deadline))
                     if snap is not None:
                         latest = snap
+                        if exporter is not None:
+                            exporter.update(snap)
                     # Redraw on every tick (also picks up a resized terminal).
                     view.update(build_live_view(latest, out.width, out.height), refresh=True)
         else:
@@ -396,6 +407,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                 snap = run.poll(_live_wait(deadline))
                 if snap is not None:
                     latest = snap
+                    if exporter is not None:
+                        exporter.update(snap)
                     click.echo(status_line(snap))
     except KeyboardInterrupt:  # raised by code that was not ours (a library) before the flag
         stopping["why"] = "SIGINT"
@@ -406,6 +419,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     for s in stop_signals:
         signal.signal(s, signal.SIG_IGN)
     result = run.stop()
+    if exporter is not None:
+        exporter.update(result)
     if json_out is not None:
         jsonout.write_json(result, json_out)
     render_report(result, out if not tui else Console(), top=top)

@@ -130,6 +130,10 @@ class MetricsServer:
 
     def __init__(self, address: str):
         try:
+            # All of it now: the scrapes run after the privilege drop (the installation may
+            # not be readable then).
+            import prometheus_client.core  # noqa: F401
+            import prometheus_client.exposition  # noqa: F401
             from prometheus_client import CollectorRegistry, start_http_server
         except ImportError:
             raise UserError("--metrics needs prometheus_client: pip install 'smbwire[metrics]'") from None

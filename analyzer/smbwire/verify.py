@@ -129,8 +129,9 @@ def dissect(capture: str, frames: set[int]) -> dict[int, FrameView]:
     """The needed frames of one capture, in one tshark run."""
     import pyshark  # the optional extra `smbwire[verify]`
 
+    # Artemis's heuristic claims SMB Direct over iWARP (TCP 5445) before iWARP's does.
     cap = pyshark.FileCapture(capture, display_filter=frame_filter(frames), keep_packets=False,
-                              override_prefs={"tcp.reassemble_out_of_order": "TRUE"})
+                              disable_protocol="artemis", override_prefs={"tcp.reassemble_out_of_order": "TRUE"})
     views: dict[int, FrameView] = {}
     try:
         for pkt in cap:
