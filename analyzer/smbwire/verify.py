@@ -151,9 +151,8 @@ def dissect(capture: str, frames: set[int]) -> dict[int, FrameView]:
 def _check(send: dict[str, Any], size: int, view: dict[int, FrameView], c: Check) -> None:
     first, last = c.frames
     header = send.get("header_frame")
-    at = header if c.transport in ("rdma",) and header else last
-    if c.transport == "rdma" and not header:
-        at = last
+    # Where Wireshark shows the SMB2 message: the header frame over RDMA, else the last frame.
+    at = header if c.transport == "rdma" and header else last
     fv = view.get(at)
     if fv is None:
         c.failures.append(f"frame {at} is not in the capture")
@@ -176,9 +175,9 @@ def _check(send: dict[str, Any], size: int, view: dict[int, FrameView], c: Check
         c.failures.append(f"file: Wireshark's FileId {m.fid} is not {fid}")
     if m.offset is not None and m.offset != send.get("offset"):
         c.failures.append(f"offset: Wireshark says {m.offset}, evidence {send.get('offset')}")
-    length = m.length if c.transport != "rdma" or m.remaining is None else m.remaining
-    if c.transport == "rdma" and (m.length in (None, 0)) and m.remaining is not None:
-        length = m.remaining
+    # Over RDMA the message's own data length is 0; RemainingBytes / DataRemaining say how
+    # much moved by RDMA.
+    length = m.remaining if c.transport == "rdma" and m.remaining is not None else m.length
     if length is not None and length != size:
         c.failures.append(f"length: Wireshark says {length}, evidence {size}")
     if c.transport == "rdma":
