@@ -1,7 +1,7 @@
 use super::*;
 use crate::capture::testutil::open_bytes;
 use crate::pipeline::{analyze_files, Config};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 fn root() -> PathBuf {
@@ -40,26 +40,30 @@ fn comments(bytes: &[u8]) -> Vec<(u64, Option<String>)> {
 /// Analyses `cap` with `config`, annotates, and checks: every frame byte-identical to the
 /// input in the same order; every frame named in the evidence (first, last, header) has a
 /// comment naming its payload; every commented frame lies within a send's frames.
-fn check(cap: &str, config: &Config) -> (AnnotateStats, usize) {
-    let dir = std::env::temp_dir().join(format!("smbwire-annotate-{}-{}", std::process::id(), cap.replace('/', "_")));
+fn check(caps: &[&str], config: &Config) -> (AnnotateStats, usize) {
+    let dir = std::env::temp_dir().join(format!("smbwire-annotate-{}-{}", std::process::id(), caps.join("+").replace('/', "_")));
     std::fs::create_dir_all(&dir).unwrap();
     let ev = dir.join("ev.jsonl").to_str().unwrap().to_string();
     let out = dir.join("out.pcapng").to_str().unwrap().to_string();
-    let path = root().join(cap).to_str().unwrap().to_string();
-    analyze_files(std::slice::from_ref(&path), config, Some(&ev), &mut |_, _| true).unwrap();
-    let stats = annotate_files(std::slice::from_ref(&path), &ev, &out).unwrap();
+    let paths: Vec<String> = caps.iter().map(|c| root().join(c).to_str().unwrap().to_string()).collect();
+    analyze_files(&paths, config, Some(&ev), &mut |_, _| true).unwrap();
+    let stats = annotate_files(&paths, &ev, &out).unwrap();
 
+    // The output is the merge of the inputs, frame for frame; `at` maps (file, number) to the
+    // output's frame number.
     let written = std::fs::read(&out).unwrap();
-    let mut a = crate::capture::open(&path, 0).unwrap();
+    let mut a = Merged::open(&paths).unwrap();
     let mut b = open_bytes(written.clone()).unwrap();
     let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+    let mut at = HashMap::new();
     let mut frames = 0u64;
-    while a.advance(&mut acct, &mut an) {
+    while let Some(x) = a.next_frame(&mut acct, &mut an) {
         assert!(b.advance(&mut acct, &mut an));
-        let (x, y) = (a.current().unwrap(), b.current().unwrap());
+        let y = b.current().unwrap();
         assert_eq!(x.data, y.data);
         assert_eq!((x.info.ts_ns, x.info.linktype, x.info.orig_len), (y.info.ts_ns, y.info.linktype, y.info.orig_len));
         frames += 1;
+        at.insert((x.info.frame.file as u64, x.info.frame.number), frames);
     }
     assert!(!b.advance(&mut acct, &mut an));
     assert_eq!(stats.frames_written, frames);
@@ -76,18 +80,20 @@ fn check(cap: &str, config: &Config) -> (AnnotateStats, usize) {
         let digest = &v["digest"].as_str().unwrap()[..16];
         for s in v["sends"].as_array().unwrap() {
             sends += 1;
+            let file = s["file"].as_u64().unwrap();
             let (f, l) = (s["frames"][0].as_u64().unwrap(), s["frames"][1].as_u64().unwrap());
             let mut own = vec![f, l];
             own.extend(s["header_frame"].as_u64());
             for n in own {
+                let n = at[&(file, n)];
                 let c = got[n as usize - 1].1.as_deref().unwrap_or_else(|| panic!("frame {n} has no comment"));
                 assert!(c.contains(&format!("payload {digest} send ")), "frame {n}: {c}");
                 named.insert(n);
             }
-            ranges.push((f, l));
+            ranges.push((at[&(file, f)], at[&(file, l)]));
         }
     }
-    assert!(sends > 0, "{cap}: no duplicated payload");
+    assert!(sends > 0, "{caps:?}: no duplicated payload");
     assert_eq!(stats.sends, sends as u64);
     for n in &commented {
         assert!(named.contains(n) || ranges.iter().any(|&(f, l)| f <= *n && *n <= l), "frame {n} commented outside every send");
@@ -100,10 +106,20 @@ fn check(cap: &str, config: &Config) -> (AnnotateStats, usize) {
 fn tcp_capture_comments_every_send_and_keeps_every_frame() {
     let topo = std::fs::read_to_string(root().join("captures/s2d-two-node.toml")).unwrap();
     let config = Config { topology: crate::dedupe::topology::Topology::from_toml(&topo).unwrap(), ..Config::default() };
-    let (stats, named) = check("captures/nested4-1MiB.pcap", &config);
+    let (stats, named) = check(&["captures/nested4-1MiB.pcap"], &config);
     // 1 MiB WRITEs in MSS-sized segments: far more commented frames than named ones.
     assert!(stats.frames_commented > 4 * named as u64, "{stats:?} named {named}");
     assert_eq!(stats.interfaces, 1);
+}
+
+/// Two inputs (a pcap and a pcapng of another experiment): the output is their merge by time,
+/// and the evidence's (file, frame) references land on the right output frames.
+#[test]
+fn several_inputs_are_merged_in_time_order() {
+    let topo = std::fs::read_to_string(root().join("captures/s2d-two-node.toml")).unwrap();
+    let config = Config { topology: crate::dedupe::topology::Topology::from_toml(&topo).unwrap(), ..Config::default() };
+    let (stats, _) = check(&["captures/public/smb311-win10-handshake.pcapng", "captures/redirect4-1MiB.pcap"], &config);
+    assert!(stats.frames_commented > 0);
 }
 
 #[test]
