@@ -3,8 +3,7 @@
 The engine hands the live view a snapshot every interval (analyzer/smbwire/live.py); this
 module serves the newest one at `http://HOST:PORT/metrics` (prometheus_client, the optional
 extra `smbwire[metrics]`). Every figure is the engine's: edges, classes and health are read
-from the snapshot, nothing is recomputed except the per-edge ratio over its classes, by the
-same rule as `dup_ratio`. After the capture stops, the final result replaces the last
+from the snapshot, nothing is recomputed. After the capture stops, the final result replaces the last
 snapshot, so a scrape during the report sees the final figures.
 
 Metrics (labels `src`, `dst` are node names, `class` a traffic class):
@@ -14,7 +13,6 @@ Metrics (labels `src`, `dst` are node names, `class` a traffic class):
   `repeated_content_bytes`, `trivial_bytes`; they sum to its `payload_bytes`).
 - `smbwire_sends_total{src,dst,class}` — counter.
 - `smbwire_dup_ratio{src,dst,class}` — gauge, the edge entry's `dup_ratio` (absent when null).
-- `smbwire_edge_dup_ratio{src,dst}` — gauge, non-trivial / unique bytes over the edge's classes.
 - `smbwire_total_dup_ratio`, `smbwire_amplification` — gauges, from `totals`.
 - `smbwire_kernel_drops_total`, `smbwire_ring_drops_total`, `smbwire_copy_errors_total` —
   counters, `live.stats`.
@@ -79,9 +77,6 @@ class SnapshotCollector:
         sends = CounterMetricFamily("smbwire_sends", "Sends per edge and class.", labels=["src", "dst", "class"])
         ratio = GaugeMetricFamily("smbwire_dup_ratio", "Non-trivial / unique bytes per edge and class.",
                                   labels=["src", "dst", "class"])
-        edge_ratio = GaugeMetricFamily("smbwire_edge_dup_ratio", "Non-trivial / unique bytes per edge, all classes.",
-                                       labels=["src", "dst"])
-        per_edge: dict[tuple[str, str], list[float]] = {}
         for e in snap.get("edges") or []:
             if not isinstance(e, dict):
                 continue
@@ -92,15 +87,7 @@ class SnapshotCollector:
             r = _num(e.get("dup_ratio"))
             if r is not None:
                 ratio.add_metric([src, dst, cls], r)
-            acc = per_edge.setdefault((src, dst), [0.0, 0.0])
-            acc[0] += _num(e.get("nontrivial_bytes")) or 0.0
-            acc[1] += _num(e.get("unique_bytes")) or 0.0
-        for (src, dst), (nontrivial, unique) in sorted(per_edge.items()):
-            if nontrivial == 0:
-                edge_ratio.add_metric([src, dst], 1.0)
-            elif unique > 0:
-                edge_ratio.add_metric([src, dst], nontrivial / unique)
-        yield from (payload, sends, ratio, edge_ratio)
+        yield from (payload, sends, ratio)
         totals = _d(snap.get("totals"))
         for name, key, doc in (("smbwire_total_dup_ratio", "dup_ratio", "Non-trivial / unique bytes over all edges."),
                                ("smbwire_amplification", "amplification", "Non-trivial / globally unique bytes.")):

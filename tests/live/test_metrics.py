@@ -102,7 +102,6 @@ def test_metrics_follow_the_capture_and_equal_the_final_json(lab, tmp_path):
     labels = tuple(sorted({"src": "owner", "dst": "partner", "class": "replication"}.items()))
     assert end[("smbwire_sends_total", labels)] == e["sends"]
     assert end[("smbwire_dup_ratio", labels)] == e["dup_ratio"] == 2.0
-    assert end[("smbwire_edge_dup_ratio", (("dst", "partner"), ("src", "owner")))] == 2.0
     assert end[("smbwire_total_dup_ratio", ())] == result["totals"]["dup_ratio"]
     assert end[("smbwire_amplification", ())] == result["totals"]["amplification"]
     assert end[("smbwire_tcp_gap_bytes_total", ())] == result["tcp"]["gap_bytes"] == 0
