@@ -155,3 +155,28 @@ fn bad_evidence_is_one_line_error() {
     assert!(e.contains("ev.jsonl:1: not an smbwire evidence line"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Hostile evidence: a send naming an input that was not given is one line; frames out of
+/// range, reversed, or at u64::MAX, a short digest and an absent class comment nothing that
+/// is not there and never panic.
+#[test]
+fn hostile_evidence_lines() {
+    let dir = std::env::temp_dir().join(format!("smbwire-annotate-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cap = root().join("captures/read-owner.pcap").to_str().unwrap().to_string();
+    let ev = dir.join("ev.jsonl");
+    let send = |file: u32, a: u64, b: u64| {
+        format!(r#"{{"file":{file},"frames":[{a},{b}],"src":"198.18.0.1","dst":"198.18.0.2","src_node":"a","dst_node":"b","offset":0}}"#)
+    };
+    std::fs::write(&ev, format!("{{\"digest\":\"ab\",\"sends_total\":3,\"sends\":[{},{},{}]}}\n", send(0, 5, 2), send(0, u64::MAX, u64::MAX), send(0, 0, 0))).unwrap();
+    let out = dir.join("o.pcapng");
+    let s = annotate_files(std::slice::from_ref(&cap), ev.to_str().unwrap(), out.to_str().unwrap()).unwrap();
+    // The reversed range [5, 2] is read as frame 5 alone.
+    assert_eq!((s.sends, s.frames_commented), (3, 1));
+    let got = comments(&std::fs::read(&out).unwrap());
+    assert_eq!(got[4].1.as_deref(), Some("smbwire: payload ab send 1/3 undecided, unclassified a->b, offset 0"));
+    std::fs::write(&ev, format!("{{\"digest\":\"ab\",\"sends_total\":1,\"sends\":[{}]}}\n", send(5, 1, 1))).unwrap();
+    let e = annotate_files(&[cap], ev.to_str().unwrap(), out.to_str().unwrap()).unwrap_err();
+    assert!(e.contains("send names input 5; 1 given"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
