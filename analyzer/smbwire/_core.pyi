@@ -11,6 +11,10 @@ def analyze(
     """Analyse the capture files together; returns the result JSON (schema "smbwire/1").
     Raises ValueError (one line) when nothing can be analysed."""
 
+def annotate(paths: list[str], evidence_path: str, out_path: str) -> str:
+    """Write out_path (pcapng): the inputs' frames with a comment on each frame of each send in
+    the evidence file; returns the counts as JSON. Raises ValueError (one line)."""
+
 def attribute(paths: list[str], config_json: str, evidence_path: str | None = None) -> str:
     """Rerun dedupe and attribution from send ledgers; returns the result JSON (schema
     "smbwire/1"). Raises ValueError (one line) for a file that is not a ledger."""

@@ -208,10 +208,12 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
 @_output_options
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
+@click.option("--annotate", metavar="OUT.pcapng",
+              help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
             reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
-            html_out: str | None, quiet: bool, assume_members: bool) -> int:
+            html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -221,6 +223,11 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         jsonout.check_writable(json_out)
     _check_outputs(csv_out, edges_csv_out, html_out)
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
+    annotate_evidence = None
+    if annotate is not None:
+        engine.check_annotate(paths, annotate)
+        if evidence is None:
+            evidence = annotate_evidence = _evidence_target("-", None)[0]
 
     report_to_stderr = json_out == "-" or evidence_to_stdout
     show_progress = not quiet and sys.stderr.isatty()
@@ -235,11 +242,20 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
                                     interval=series_interval, assume_members=assume_members)
     except BaseException:
-        if evidence_to_stdout and evidence is not None:
+        if (evidence_to_stdout or annotate_evidence) and evidence is not None:
             _remove(evidence)
         raise
     for line in engine.skipped_inputs(result, paths):
         click.echo(f"smbwire: warning: {line}", err=True)
+    if annotate is not None and evidence is not None:
+        try:
+            stats = engine.annotate(result, evidence, annotate)
+        finally:
+            if annotate_evidence is not None:
+                _remove(annotate_evidence)
+        if not quiet:
+            click.echo(f"wrote {annotate}: {stats['frames_written']} frames, {stats['frames_commented']} commented "
+                       f"({stats['sends']} sends of duplicated payloads)", err=True)
 
     if json_out is not None:
         jsonout.write_json(result, json_out)
@@ -379,11 +395,13 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
 @click.option("--keep-privileges", is_flag=True, hidden=True,
               help="Do not drop capabilities after setup (debugging).")
+@click.option("--metrics", "metrics_at", metavar="HOST:PORT",
+              help="Serve the live figures for Prometheus at http://HOST:PORT/metrics (docs/live.md).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
-         xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool) -> int:
+         xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -413,6 +431,13 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     if write is not None:
         jsonout.check_writable(write)
     _check_outputs(csv_out, edges_csv_out, html_out)
+    # Listening before the capture starts (and before the privilege drop): a port in use is
+    # one line, not a capture that runs without its exporter.
+    exporter = None
+    if metrics_at is not None:
+        from .metrics import MetricsServer
+
+        exporter = MetricsServer(metrics_at)
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
@@ -456,6 +481,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                     snap = run.poll(_live_wait(deadline))
                     if snap is not None:
                         latest = snap
+                        if exporter is not None:
+                            exporter.update(snap)
                     # Redraw on every tick (also picks up a resized terminal).
                     view.update(build_live_view(latest, out.width, out.height), refresh=True)
         else:
@@ -465,6 +492,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                 snap = run.poll(_live_wait(deadline))
                 if snap is not None:
                     latest = snap
+                    if exporter is not None:
+                        exporter.update(snap)
                     click.echo(status_line(snap))
     except KeyboardInterrupt:  # raised by code that was not ours (a library) before the flag
         stopping["why"] = "SIGINT"
@@ -475,6 +504,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     for s in stop_signals:
         signal.signal(s, signal.SIG_IGN)
     result = run.stop()
+    if exporter is not None:
+        exporter.update(result)
     if json_out is not None:
         jsonout.write_json(result, json_out)
     _write_outputs(result, csv_out, edges_csv_out, html_out)
@@ -543,6 +574,28 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
             raise UserError(f"{topology_out}: cannot write: {e.strerror or e}") from None
     click.echo(f"wrote {out}", err=True)
     return 0
+
+
+@cli.command()
+@click.argument("evidence", metavar="EVIDENCE")
+@click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
+@click.option("--all", "all_rows", is_flag=True, help="List every send (default: every failure and the first 50 passes).")
+def verify(evidence: str, captures: tuple[str, ...], all_rows: bool) -> int:
+    """Re-dissect every send named in an EVIDENCE file (analyze --evidence) with Wireshark's
+    dissectors (tshark, through pyshark) and check its command, file, offset, length and
+    frames. CAPTURE...: the inputs of that analysis, in the same order. Exit 1 on a mismatch."""
+    from . import verify as verify_mod
+
+    try:
+        import pyshark  # noqa: F401
+    except ImportError:
+        raise UserError("verify needs pyshark and tshark: pip install 'smbwire[verify]'") from None
+    for c in captures:
+        if not os.path.isfile(c):
+            raise UserError(f"{c}: not a capture file")
+    checks = verify_mod.verify(evidence, list(captures))
+    verify_mod.render(checks, Console(), all_rows=all_rows)
+    return 1 if any(not c.ok for c in checks) else 0
 
 
 def main() -> None:

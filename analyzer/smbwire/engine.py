@@ -143,6 +143,32 @@ def build_config(
     return config
 
 
+def check_annotate(paths: Sequence[str], out: str | os.PathLike[str]) -> None:
+    """`--annotate` reads the inputs a second time: standard input and FIFOs cannot be."""
+    for p in paths:
+        try:
+            regular = p != "-" and stat.S_ISREG(os.stat(p).st_mode)
+        except OSError:
+            regular = True  # analyze reports a missing file itself
+        if not regular:
+            raise UserError(f"--annotate needs capture files it can read twice; {p} is a stream")
+    check_writable(os.fspath(out))
+
+
+def annotate(result: Mapping[str, Any], evidence: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write OUT (pcapng): the analysed inputs' frames merged in time order, with a comment on
+    each frame of each send listed in the evidence file (docs/attribution.md). Returns the
+    counts (`frames_written`, `frames_commented`, `sends`, `interfaces`)."""
+    inputs = [str(i["path"]) for i in result.get("inputs", [])]
+    core = load_core()
+    try:
+        text = core.annotate(inputs, os.fspath(evidence), os.fspath(out))
+    except ValueError as e:
+        raise InputError(_one_line(e)) from None
+    stats: dict[str, Any] = json.loads(text)
+    return stats
+
+
 def analyze(
     paths: Sequence[str | os.PathLike[str]],
     *,

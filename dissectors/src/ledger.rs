@@ -189,8 +189,9 @@ impl Columns {
                 });
                 self.src_ip.push(ip_bytes(s.src));
                 self.dst_ip.push(ip_bytes(s.dst));
-                self.src_port.push(0);
-                self.dst_port.push(0);
+                // The IP protocol rides in bits 16..24 of src_port (docs/ledger.md).
+                self.src_port.push(i32::from(s.src_port) | (i32::from(s.ip_proto) << 16));
+                self.dst_port.push(i32::from(s.dst_port));
                 self.session_id.push(s.session_id as i64);
                 self.tree_id.push(s.tree_id as i32);
                 self.file_id.push(ByteArray::from(s.file_id.to_vec()));
@@ -479,6 +480,8 @@ impl LedgerReader {
         let (transport, _) = read_col!(rg, 5, Int32ColumnReader, n, path);
         let (src_ip, _) = read_col!(rg, 6, ByteArrayColumnReader, n, path);
         let (dst_ip, _) = read_col!(rg, 7, ByteArrayColumnReader, n, path);
+        let (src_port, _) = read_col!(rg, 8, Int32ColumnReader, n, path);
+        let (dst_port, _) = read_col!(rg, 9, Int32ColumnReader, n, path);
         let (session, _) = read_col!(rg, 10, Int64ColumnReader, n, path);
         let (tree, _) = read_col!(rg, 11, Int32ColumnReader, n, path);
         let (file_id, _) = read_col!(rg, 12, ByteArrayColumnReader, n, path);
@@ -529,6 +532,9 @@ impl LedgerReader {
                         },
                         src: ip_of(path, &src_ip[i])?,
                         dst: ip_of(path, &dst_ip[i])?,
+                        src_port: src_port[i] as u16,
+                        dst_port: dst_port[i] as u16,
+                        ip_proto: (src_port[i] >> 16) as u8,
                         session_id: session[i] as u64,
                         tree_id: tree[i] as u32,
                         file_id: fid,
@@ -586,6 +592,9 @@ mod tests {
             transport: [Transport::Tcp, Transport::Rdma, Transport::SmbDirect][i as usize % 3],
             src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             dst: if i % 2 == 0 { IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)) } else { "2001:db8::2".parse().unwrap() },
+            src_port: if i % 3 == 2 { 0 } else { 49152 + (i % 1000) as u16 },
+            dst_port: if i % 3 == 2 { 0 } else { 445 },
+            ip_proto: if i % 3 == 2 { 0 } else { 6 },
             session_id: 0x4000_0000_0000_0001,
             tree_id: 5,
             file_id: [i as u8; 16],

@@ -13,8 +13,10 @@
 
 pub mod accounting;
 pub mod attribute;
+pub mod annotate;
 pub mod anomaly;
 pub mod capture;
+pub mod community;
 pub mod context;
 pub mod dedupe;
 pub mod fasthash;
@@ -53,7 +55,7 @@ pub fn all_anomaly_names() -> impl Iterator<Item = &'static str> {
 /// The allowed dependency order, lowest first: a module may use only modules of an earlier
 /// entry (modules within one entry use none of each other).
 pub const LAYERS: &[&[&str]] = &[
-    &["frame", "anomaly", "accounting", "fasthash"],
+    &["frame", "anomaly", "accounting", "fasthash", "community"],
     &["payload"],
     &["context"],
     &["ledger"],
@@ -67,7 +69,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["findings"],
     &["report"],
     &["pipeline"],
-    &["attribute"],
+    &["attribute", "annotate"],
     &["live"],
 ];
 

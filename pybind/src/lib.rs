@@ -72,6 +72,18 @@ fn attribute(py: Python<'_>, paths: Vec<String>, config_json: &str, evidence_pat
     }
 }
 
+/// `analyze --annotate`: write `out` (pcapng) with every frame of `paths` (the analysed inputs,
+/// in the analysis' order) and a comment on each frame of each send in the evidence file.
+/// Returns the stats as JSON (`frames_written`, `frames_commented`, `sends`, `interfaces`).
+#[pyfunction]
+fn annotate(py: Python<'_>, paths: Vec<String>, evidence_path: &str, out_path: &str) -> PyResult<String> {
+    let r = py.allow_threads(|| smbwire_dissectors::annotate::annotate_files(&paths, evidence_path, out_path));
+    match r {
+        Ok(s) => serde_json::to_string(&s).map_err(|e| PyValueError::new_err(e.to_string())),
+        Err(e) => Err(PyValueError::new_err(e)),
+    }
+}
+
 // The macro's expansion tests a pyo3 feature this crate does not declare.
 #[allow(unexpected_cfgs)]
 mod exceptions {
@@ -335,6 +347,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLiveSession>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(attribute, m)?)?;
+    m.add_function(wrap_pyfunction!(annotate, m)?)?;
     m.add_function(wrap_pyfunction!(synth, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(load_topology, m)?)?;

@@ -9,6 +9,7 @@ pub mod anomaly;
 pub mod merge;
 pub mod pcap;
 pub mod pcapng;
+pub mod writer;
 
 pub use anomaly::Anomaly;
 

@@ -3,6 +3,7 @@
 //! leaves the window, and kept as a bounded top-N list for the report. Digests only, never
 //! payload bytes.
 
+use super::attribution::Class;
 use super::{SendKind, Transport};
 use crate::anomaly::Anomalies;
 use serde::{Serialize, Serializer};
@@ -37,6 +38,11 @@ pub struct SendEvidence {
     pub time_ns: u64,
     pub src: IpAddr,
     pub dst: IpAddr,
+    /// Ports of the sender and receiver on the connection (null when it has none: RoCE).
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+    /// Community ID v1 of the connection (seed 0; `crate::community`), null without ports.
+    pub community_id: Option<crate::community::CommunityId>,
     #[serde(serialize_with = "arc_str")]
     pub src_node: Arc<str>,
     #[serde(serialize_with = "arc_str")]
@@ -55,6 +61,42 @@ pub struct SendEvidence {
     pub transport: Transport,
     pub conn: u64,
     pub message_id: u64,
+    /// Its class and what most of its non-trivial bytes were, decided when it left the window
+    /// (absent in a live snapshot for a send still in it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<Class>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dup_kind: Option<SendDupKind>,
+    /// Ordinal among the payload's sends (0-based; set by `Evidence::on_send`).
+    #[serde(skip)]
+    pub n: u64,
+}
+
+/// What most of a send's non-trivial bytes were when it left the window (ties: the later in
+/// this order); `trivial` when it had none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendDupKind {
+    Unique,
+    PerCopy,
+    Repeated,
+    Trivial,
+}
+
+impl SendDupKind {
+    /// The kind with the most bytes of (unique, per-copy, repeated).
+    pub fn of(unique: u64, per_copy: u64, repeated: u64) -> SendDupKind {
+        if unique + per_copy + repeated == 0 {
+            return SendDupKind::Trivial;
+        }
+        let mut best = (unique, SendDupKind::Unique);
+        for c in [(repeated, SendDupKind::Repeated), (per_copy, SendDupKind::PerCopy)] {
+            if c.0 >= best.0 {
+                best = c;
+            }
+        }
+        best.1
+    }
 }
 
 /// A payload sent at least twice within the window.
@@ -77,6 +119,8 @@ struct Open {
     sends: Vec<SendEvidence>,
     sends_total: u64,
     live: u64,
+    /// Sends of it that left the window so far.
+    folded: u64,
 }
 
 /// Top-list entry ordered by duplicate bytes, then digest and size, then the time of its
@@ -161,7 +205,10 @@ impl Evidence {
             sends: Vec::new(),
             sends_total: 0,
             live: 0,
+            folded: 0,
         });
+        let mut ev = ev;
+        ev.n = open.sends_total;
         open.sends_total += 1;
         open.live += 1;
         if open.sends.len() < MAX_SENDS_PER_PAYLOAD {
@@ -174,14 +221,21 @@ impl Evidence {
         }
     }
 
-    /// A send of `key` left the window; when it was the last one, the payload is closed.
-    pub fn on_leave(&mut self, key: &PayloadKey, anomalies: &mut Anomalies) {
+    /// A send of `key` left the window with its verdict; when it was the last one, the payload
+    /// is closed. Sends of one payload leave in the order they came (the window is a queue).
+    pub fn on_leave(&mut self, key: &PayloadKey, verdict: (Class, SendDupKind), anomalies: &mut Anomalies) {
         if key.1 == 0 {
             return;
         }
         let Some(open) = self.open.get_mut(key) else {
             return;
         };
+        let n = open.folded;
+        open.folded += 1;
+        if let Ok(i) = open.sends.binary_search_by_key(&n, |s| s.n) {
+            open.sends[i].class = Some(verdict.0);
+            open.sends[i].dup_kind = Some(verdict.1);
+        }
         open.live -= 1;
         if open.live > 0 {
             return;

@@ -13,7 +13,7 @@
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Ends, Repeated};
-use super::evidence::{Evidence, PayloadKey, SendEvidence};
+use super::evidence::{Evidence, PayloadKey, SendDupKind, SendEvidence};
 use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
 use super::series::Series;
 use super::topology::{NodeIdx, Topology};
@@ -367,6 +367,12 @@ impl Dedupe {
             time_ns: s.ts_ns,
             src: s.src,
             dst: s.dst,
+            src_port: (s.ip_proto != 0).then_some(s.src_port),
+            dst_port: (s.ip_proto != 0).then_some(s.dst_port),
+            community_id: match s.ip_proto {
+                0 => None,
+                proto => crate::community::CommunityId::v1(0, s.src, s.src_port, s.dst, s.dst_port, proto),
+            },
             src_node: self.node_names[src.0 as usize].clone(),
             dst_node: self.node_names[dst.0 as usize].clone(),
             kind: s.kind,
@@ -379,6 +385,9 @@ impl Dedupe {
             transport: s.transport,
             conn: s.conn,
             message_id: s.message_id,
+            class: None,
+            dup_kind: None,
+            n: 0,
         };
         self.evidence
             .on_send(payload, nontrivial_len, ev, &mut self.anomalies);
@@ -573,7 +582,27 @@ impl Dedupe {
         let other = self.topo.overflow_lookups();
         anomalies.raise_n(Anomaly::AutoNodeCap, other);
         stats.other_node_lookups = other;
-        let top_duplicates = (self.evidence.duplicated_payloads(), self.evidence.snapshot_top());
+        let mut top_duplicates = self.evidence.snapshot_top();
+        // Sends still in the window get the verdict folding them now would give.
+        let front_seq = self.next_seq - self.sends.len() as u64;
+        for s in top_duplicates.iter_mut().flat_map(|d| d.sends.iter_mut()) {
+            if s.class.is_some() {
+                continue;
+            }
+            let live = self
+                .messages
+                .get(&(s.conn, s.message_id))
+                .and_then(|slots| slots[kind_slot(s.kind)])
+                .and_then(|seq| seq.checked_sub(front_seq))
+                .and_then(|i| self.sends.get(i as usize));
+            if let Some(live) = live {
+                let (part, _) = send_figures(live, self.send_blocks(live));
+                let (class, dup) = send_verdict(&part);
+                s.class = Some(class);
+                s.dup_kind = Some(dup);
+            }
+        }
+        let top_duplicates = (self.evidence.duplicated_payloads(), top_duplicates);
         self.report(&acc, globally_unique, top_duplicates, &anomalies, &stats)
     }
 
@@ -719,7 +748,8 @@ impl Dedupe {
                 self.messages.remove(&msg);
             }
         }
-        self.evidence.on_leave(&send.payload, &mut self.anomalies);
+        let verdict = send_verdict(&acc);
+        self.evidence.on_leave(&send.payload, verdict, &mut self.anomalies);
     }
 
     fn note_peaks(&mut self) {
@@ -751,6 +781,19 @@ impl Dedupe {
             + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
             + (stored_sends * std::mem::size_of::<SendEvidence>()) as u64
     }
+}
+
+/// A folded send's class (the one its `sends` count went to) and what most of its non-trivial
+/// bytes were, for its evidence entry.
+fn send_verdict(acc: &[ClassAcc; Class::COUNT]) -> (Class, SendDupKind) {
+    let class = Class::ALL.into_iter().find(|c| acc[c.index()].figures.sends > 0).unwrap_or(Class::Client);
+    let (mut u, mut p, mut r) = (0, 0, 0);
+    for a in acc {
+        u += a.figures.unique_bytes;
+        p += a.figures.per_copy_duplicate_bytes;
+        r += a.figures.repeated_content_bytes;
+    }
+    (class, SendDupKind::of(u, p, r))
 }
 
 /// A send's figures per class (what folding it adds to its edge) and its globally unique

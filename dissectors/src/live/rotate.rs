@@ -20,16 +20,10 @@ use serde::Serialize;
 
 use crate::capture::RawFrame;
 
-const SHB_TYPE: u32 = 0x0A0D_0D0A;
-const IDB_TYPE: u32 = 0x0000_0001;
-const EPB_TYPE: u32 = 0x0000_0006;
-const BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
-const OPT_ENDOFOPT: u16 = 0;
-const IF_TSRESOL: u16 = 9;
-/// SHB (28) + IDB (20 + if_tsresol 8 + end 4).
-const HEADER_LEN: u64 = 28 + 32;
-/// EPB without data: type, length, interface, ts high, ts low, caplen, orig len, length.
-const EPB_FIXED: u64 = 32;
+use crate::capture::writer;
+
+/// SHB + one IDB (Ethernet).
+const HEADER_LEN: u64 = writer::SHB_LEN + writer::IDB_LEN;
 
 #[derive(Clone, Debug)]
 pub struct WriteOptions {
@@ -121,8 +115,7 @@ impl RotatingPcapng {
 
     fn try_write(&mut self, frame: &RawFrame<'_>) -> io::Result<()> {
         let data = frame.data;
-        let padded = data.len().div_ceil(4) * 4;
-        let block_len = EPB_FIXED + padded as u64;
+        let block_len = writer::epb_len(data.len(), None);
         if self.opts.size_limit > 0
             && self.current_len > HEADER_LEN
             && self.current_len + block_len > self.opts.size_limit
@@ -133,19 +126,7 @@ impl RotatingPcapng {
             .out
             .as_mut()
             .ok_or_else(|| io::Error::other("capture file closed"))?;
-        let ts = frame.info.ts_ns;
-        let mut hdr = Vec::with_capacity(28);
-        hdr.extend_from_slice(&EPB_TYPE.to_le_bytes());
-        hdr.extend_from_slice(&(block_len as u32).to_le_bytes());
-        hdr.extend_from_slice(&0u32.to_le_bytes());
-        hdr.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
-        hdr.extend_from_slice(&(ts as u32).to_le_bytes());
-        hdr.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        hdr.extend_from_slice(&frame.info.orig_len.max(data.len() as u32).to_le_bytes());
-        out.write_all(&hdr)?;
-        out.write_all(data)?;
-        out.write_all(&[0u8; 3][..padded - data.len()])?;
-        out.write_all(&(block_len as u32).to_le_bytes())?;
+        writer::write_epb(out, 0, frame.info.ts_ns, data, frame.info.orig_len, None)?;
         self.current_len += block_len;
         self.stats.frames_written += 1;
         self.stats.bytes_written += block_len;
@@ -199,27 +180,8 @@ pub fn numbered(path: &Path, seq: u64) -> PathBuf {
 }
 
 fn header(snaplen: u32) -> Vec<u8> {
-    let mut b = Vec::with_capacity(HEADER_LEN as usize);
-    // Section Header Block, no options; section length unknown (-1).
-    b.extend_from_slice(&SHB_TYPE.to_le_bytes());
-    b.extend_from_slice(&28u32.to_le_bytes());
-    b.extend_from_slice(&BYTE_ORDER_MAGIC.to_le_bytes());
-    b.extend_from_slice(&1u16.to_le_bytes());
-    b.extend_from_slice(&0u16.to_le_bytes());
-    b.extend_from_slice(&(-1i64).to_le_bytes());
-    b.extend_from_slice(&28u32.to_le_bytes());
-    // Interface Description Block: Ethernet, if_tsresol = 10^-9.
-    b.extend_from_slice(&IDB_TYPE.to_le_bytes());
-    b.extend_from_slice(&32u32.to_le_bytes());
-    b.extend_from_slice(&(crate::capture::linktype::ETHERNET as u16).to_le_bytes());
-    b.extend_from_slice(&0u16.to_le_bytes());
-    b.extend_from_slice(&snaplen.to_le_bytes());
-    b.extend_from_slice(&IF_TSRESOL.to_le_bytes());
-    b.extend_from_slice(&1u16.to_le_bytes());
-    b.extend_from_slice(&[9, 0, 0, 0]);
-    b.extend_from_slice(&OPT_ENDOFOPT.to_le_bytes());
-    b.extend_from_slice(&0u16.to_le_bytes());
-    b.extend_from_slice(&32u32.to_le_bytes());
+    let mut b = writer::shb();
+    b.extend(writer::idb(crate::capture::linktype::ETHERNET, snaplen));
     debug_assert_eq!(b.len() as u64, HEADER_LEN);
     b
 }

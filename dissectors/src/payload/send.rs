@@ -40,6 +40,12 @@ pub struct SendRecord {
     /// Network addresses of the sender and receiver of the payload bytes.
     pub src: IpAddr,
     pub dst: IpAddr,
+    /// Ports of the sender and receiver on the connection that carried the payload, and its
+    /// IP protocol (6 TCP: SMB2 over TCP, SMB Direct over iWARP). `ip_proto` 0 (ports 0)
+    /// when the connection has no IP port pair (RoCE queue pairs): no Community ID then.
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub ip_proto: u8,
     pub session_id: u64,
     pub tree_id: u32,
     pub file_id: [u8; 16],

@@ -339,7 +339,7 @@ impl IwarpStream {
                 let (mut p, rdma) = sh.split();
                 let c = rdma.conns.entry(conn_id).or_insert_with(|| {
                     rdma.stats.smbdirect_connections += 1;
-                    SmbdConn::new(conn_id, ends, None)
+                    SmbdConn::new(conn_id, ends, None).over_tcp()
                 });
                 c.on_send(side, msg, ctx, &mut p, &mut rdma.stats);
             }
@@ -393,7 +393,7 @@ impl IwarpStream {
         let (mut p, rdma) = sh.split();
         let c = rdma.conns.entry(conn_id).or_insert_with(|| {
             rdma.stats.smbdirect_connections += 1;
-            SmbdConn::new(conn_id, ends, None)
+            SmbdConn::new(conn_id, ends, None).over_tcp()
         });
         c.rdma_data(side, token, va, payload, ctx, &mut p, &mut rdma.stats);
     }

@@ -89,6 +89,8 @@ pub struct Smb2Stream {
     to_server: bool,
     src: (IpAddr, u16),
     dst: (IpAddr, u16),
+    /// IP protocol of the connection (6 TCP); 0 when `src`/`dst` hold no ports (RoCE QPNs).
+    ip_proto: u8,
     framed: bool,
     state: State,
     /// NetBIOS header and ProtocolId awaiting a decision (not yet accounted).
@@ -121,6 +123,7 @@ impl Smb2Stream {
             to_server,
             src,
             dst,
+            ip_proto: crate::community::PROTO_TCP,
             framed: true,
             state: State::NbHeader,
             small: [0; 8],
@@ -140,8 +143,10 @@ impl Smb2Stream {
 
     /// Whole SMB2 messages without NetBIOS framing (SMB Direct reassembled messages):
     /// each `data()` call must be exactly one message. Sends are marked `Transport::SmbDirect`.
-    pub fn new_unframed(conn_id: u64, to_server: bool, src: (IpAddr, u16), dst: (IpAddr, u16)) -> Self {
+    /// `ip_proto`: 6 when `src`/`dst` are TCP endpoints (iWARP), 0 when they hold no ports.
+    pub fn new_unframed(conn_id: u64, to_server: bool, src: (IpAddr, u16), dst: (IpAddr, u16), ip_proto: u8) -> Self {
         let mut s = Smb2Stream::new(conn_id, to_server, src, dst);
+        s.ip_proto = ip_proto;
         s.framed = false;
         s.state = State::Idle;
         s

@@ -19,6 +19,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::Counters;
+
+/// Sender and receiver (address, port) of RDMA data and the connection's IP protocol (ports 0
+/// and protocol 0 when the connection has no IP port pair: RoCE).
+pub type Ends = ((IpAddr, u16), (IpAddr, u16), u8);
 use super::Anomaly;
 
 /// Transfers kept per connection; the oldest is ended (incomplete) past this.
@@ -56,7 +60,7 @@ struct Transfer {
     hasher: Option<PayloadHasher>,
     held: BTreeMap<u64, Vec<u8>>,
     held_bytes: usize,
-    first: Option<(FrameRef, u64, IpAddr, IpAddr)>,
+    first: Option<(FrameRef, u64, Ends)>,
     last_frame: FrameRef,
     /// Frame that carried the SMB2 header of the payload's message: the WRITE request's Send,
     /// or the READ response's Send (known only once the response is seen).
@@ -78,8 +82,7 @@ struct Orphan {
     va: u64,
     bytes: Vec<u8>,
     ctx: FrameCtx,
-    src: IpAddr,
-    dst: IpAddr,
+    ends: Ends,
 }
 
 /// The transfers of one SMB Direct connection.
@@ -136,14 +139,14 @@ impl Linker {
         let orphans: Vec<Orphan> = self.orphans.drain(..).collect();
         self.orphan_bytes = 0;
         for o in orphans {
-            self.data(conn, o.token, o.va, &o.bytes, &o.ctx, o.src, o.dst, p, c);
+            self.data(conn, o.token, o.va, &o.bytes, &o.ctx, o.ends, p, c);
         }
         self.try_finish_back(conn, p, c);
     }
 
     /// RDMA data for (token, va). Accounts the bytes (now, or when an orphan is resolved).
     #[allow(clippy::too_many_arguments)]
-    pub fn data(&mut self, conn: u64, token: u32, va: u64, bytes: &[u8], ctx: &FrameCtx, src: IpAddr, dst: IpAddr, p: &mut Parts, c: &mut Counters) {
+    pub fn data(&mut self, conn: u64, token: u32, va: u64, bytes: &[u8], ctx: &FrameCtx, ends: Ends, p: &mut Parts, c: &mut Counters) {
         if bytes.is_empty() {
             return;
         }
@@ -153,7 +156,7 @@ impl Linker {
         let Some(i) = found else {
             if self.orphan_bytes + bytes.len() <= MAX_ORPHAN_BYTES {
                 self.orphan_bytes += bytes.len();
-                self.orphans.push_back(Orphan { token, va, bytes: bytes.to_vec(), ctx: *ctx, src, dst });
+                self.orphans.push_back(Orphan { token, va, bytes: bytes.to_vec(), ctx: *ctx, ends });
             } else {
                 p.anomalies.raise(Anomaly::RdmaUnlinkedData);
                 c.unlinked_bytes += bytes.len() as u64;
@@ -177,7 +180,7 @@ impl Linker {
         }
         let pos = t.starts[di] + within;
         if t.first.is_none() {
-            t.first = Some((ctx.frame, ctx.ts_ns, src, dst));
+            t.first = Some((ctx.frame, ctx.ts_ns, ends));
         }
         t.last_frame = ctx.frame;
         Self::place(t, pos, inside, p, c);
@@ -266,7 +269,7 @@ impl Linker {
         let Some(hasher) = t.hasher else {
             return Self::end_incomplete(Transfer { hasher: None, ..t }, c, p);
         };
-        let Some((first_frame, ts_ns, src, dst)) = t.first else {
+        let Some((first_frame, ts_ns, ((src, src_port), (dst, dst_port), ip_proto))) = t.first else {
             // A zero-length transfer (READ at end of file): nothing moved.
             return;
         };
@@ -283,6 +286,9 @@ impl Linker {
             transport: Transport::Rdma,
             src,
             dst,
+            src_port,
+            dst_port,
+            ip_proto,
             session_id: r.session_id,
             tree_id: r.tree_id,
             file_id: r.file_id,

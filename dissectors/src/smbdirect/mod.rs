@@ -60,6 +60,9 @@ pub struct SmbdConn {
     /// Index of the side that sent the SMB Direct Negotiate Request, when seen.
     client: Option<usize>,
     dirs: [Direction; 2],
+    /// IP protocol of the connection: 6 (iWARP, the ends are TCP endpoints), 0 (RoCE: the ends'
+    /// "ports" are QPNs, named only).
+    ip_proto: u8,
     pub linker: link::Linker,
 }
 
@@ -74,7 +77,13 @@ impl SmbdConn {
             negotiate_seen: false,
             data_seen: false,
         };
-        SmbdConn { id, client, dirs: [dir(0), dir(1)], linker: link::Linker::default() }
+        SmbdConn { id, client, dirs: [dir(0), dir(1)], ip_proto: 0, linker: link::Linker::default() }
+    }
+
+    /// The ends are TCP endpoints (iWARP): sends carry their ports and a Community ID.
+    pub fn over_tcp(mut self) -> Self {
+        self.ip_proto = crate::community::PROTO_TCP;
+        self
     }
 
     pub fn side_addr(&self, side: usize) -> IpAddr {
@@ -163,14 +172,18 @@ impl SmbdConn {
     /// RDMA data (Read Response or Write) for the buffer (token, va), sent by side `from`.
     #[allow(clippy::too_many_arguments)]
     pub fn rdma_data(&mut self, from: usize, token: u32, va: u64, bytes: &[u8], ctx: &FrameCtx, p: &mut Parts, c: &mut Counters) {
-        let (src, dst) = (self.dirs[from & 1].src.0, self.dirs[from & 1].dst.0);
-        self.linker.data(self.id, token, va, bytes, ctx, src, dst, p, c);
+        let (mut src, mut dst) = (self.dirs[from & 1].src, self.dirs[from & 1].dst);
+        if self.ip_proto == 0 {
+            (src.1, dst.1) = (0, 0);
+        }
+        self.linker.data(self.id, token, va, bytes, ctx, (src, dst, self.ip_proto), p, c);
     }
 
     fn deliver(&mut self, from: usize, msg: &[u8], ctx: &FrameCtx, p: &mut Parts, c: &mut Counters) {
         self.inspect(msg, ctx, p, c);
         let id = self.id;
         let client = self.client;
+        let ip_proto = self.ip_proto;
         let d = &mut self.dirs[from];
         if d.smb2.is_none() {
             // Direction of the SMB2 layer: from the negotiate, else from the first header.
@@ -178,7 +191,7 @@ impl SmbdConn {
                 Some(cl) => cl == from,
                 None => HeaderRepr::parse(msg).map(|h| !h.is_response()).unwrap_or(true),
             };
-            d.smb2 = Some(Smb2Stream::new_unframed(id, to_server, d.src, d.dst));
+            d.smb2 = Some(Smb2Stream::new_unframed(id, to_server, d.src, d.dst, ip_proto));
         }
         if let Some(s) = d.smb2.as_mut() {
             s.on_message(msg, ctx, p);

@@ -495,7 +495,7 @@ fn oversized_message_is_capped() {
 fn unframed_mode_is_one_message_per_call() {
     let payload = data(5000, 9);
     let mut h = Harness::default();
-    let mut s = Smb2Stream::new_unframed(5, true, addr(1, 0), addr(2, 0));
+    let mut s = Smb2Stream::new_unframed(5, true, addr(1, 0), addr(2, 0), 0);
     let m1 = create_req(1, "x", 0);
     let m2 = write_req(2, [4; 16], 0, &payload, false, 0);
     for m in [&m1, &m2] {

@@ -1,0 +1,232 @@
+"""`smbwire verify EVIDENCE CAPTURE...`: re-dissect every send named in an evidence file with
+Wireshark's dissectors (tshark, through pyshark) and check what smbwire said about it.
+
+Per send, at the frame where Wireshark shows its SMB2 message (the last payload frame over
+TCP, where the reassembled PDU is; the header frame over SMB Direct):
+
+- command: an SMB2 WRITE request (kind `write`) or READ response (kind `read`) with the
+  send's MessageId;
+- file: `smb2.fid` (raw 16 bytes) is the send's `file_id`, when Wireshark shows one;
+- offset: `smb2.file_offset` is the send's `offset`, when Wireshark shows one (READ
+  responses carry none);
+- length: the WRITE's / READ's data length (`smb2.write_length` / `smb2.read_length`, or
+  RemainingBytes / DataRemaining when the data moved by RDMA) is the payload's `size`;
+- frames: over TCP, the first payload frame is among the frames Wireshark reassembled the
+  message from (`tcp.segment`, or the frame itself); over RDMA, the first and last payload
+  frames exist in the capture.
+
+Frames are batched: one tshark run per input file with `frame.number in {...}` over every
+frame needed, however many sends the evidence names. Only digests, numbers and names are
+read; payload bytes are never printed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from .errors import UserError
+from .wireshark import frame_filter
+
+
+@dataclass
+class Check:
+    """One send's verdict."""
+
+    digest: str
+    index: int  # 1-based position among the payload's listed sends
+    file: int
+    frames: tuple[int, int]
+    transport: str
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass
+class Smb2Msg:
+    cmd: int
+    response: bool
+    msg_id: int
+    fid: str | None
+    offset: int | None
+    length: int | None
+    remaining: int | None
+
+
+@dataclass
+class FrameView:
+    number: int
+    messages: list[Smb2Msg]
+    segments: list[int]
+    layers: list[str]
+
+
+def read_evidence(path: str) -> Iterator[dict[str, Any]]:
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read evidence: {e.strerror or e}") from None
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                v = json.loads(line)
+                if not isinstance(v, dict) or not isinstance(v.get("sends"), list):
+                    raise ValueError("no 'sends' list")
+            except ValueError as e:
+                raise UserError(f"{path}:{n}: not an smbwire evidence line ({e})") from None
+            yield v
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(str(v), 0)
+    except (TypeError, ValueError):
+        return None
+
+
+def _all(layer: Any, name: str) -> list[Any]:
+    """Every occurrence of field `name` in a pyshark layer (one per SMB2 element)."""
+    f = layer.get_field(name)
+    if f is None:
+        return []
+    return list(getattr(f, "all_fields", [f]))
+
+
+def _messages(pkt: Any) -> list[Smb2Msg]:
+    out = []
+    for layer in pkt.get_multiple_layers("smb2"):
+        cmds = _all(layer, "smb2.cmd")
+        n = len(cmds)
+
+        def col(name: str, raw: bool = False) -> list[Any]:
+            vals = _all(layer, name)
+            got = [(v.raw_value if raw else v.show) for v in vals]
+            return got + [None] * (n - len(got)) if len(got) <= n else got[:n]
+
+        flags = col("smb2.flags.response")
+        mids = col("smb2.msg_id")
+        fids = col("smb2.fid", raw=True)
+        offs = col("smb2.file_offset")
+        wlen = col("smb2.write_length")
+        rlen = col("smb2.read_length")
+        rem = col("smb2.remaining_bytes")
+        drem = col("smb2.data_remaining")
+        for i, c in enumerate(cmds):
+            length = _int(wlen[i]) if _int(c.show) == 9 else _int(rlen[i])
+            out.append(Smb2Msg(cmd=_int(c.show) or 0, response=str(flags[i]) in ("1", "True"),
+                               msg_id=_int(mids[i]) or -1, fid=fids[i], offset=_int(offs[i]), length=length,
+                               remaining=_int(rem[i]) or _int(drem[i])))
+    return out
+
+
+def dissect(capture: str, frames: set[int]) -> dict[int, FrameView]:
+    """The needed frames of one capture, in one tshark run."""
+    import pyshark  # the optional extra `smbwire[verify]`
+
+    # Artemis's heuristic claims SMB Direct over iWARP (TCP 5445) before iWARP's does.
+    cap = pyshark.FileCapture(capture, display_filter=frame_filter(frames), keep_packets=False,
+                              disable_protocol="artemis", override_prefs={"tcp.reassemble_out_of_order": "TRUE"})
+    views: dict[int, FrameView] = {}
+    try:
+        for pkt in cap:
+            n = int(pkt.frame_info.number)
+            segs: list[int] = []
+            # The reassembled PDU's frames (`tcp.segment`) sit in the pseudo-layer after TCP.
+            for layer in pkt.layers:
+                seg = layer.get_field("tcp.segment") if layer.layer_name != "tcp" else None
+                if seg is not None:
+                    segs.extend(int(s.show) for s in getattr(seg, "all_fields", [seg]))
+            views[n] = FrameView(n, _messages(pkt), segs, [layer.layer_name for layer in pkt.layers])
+    finally:
+        cap.close()
+    return views
+
+
+def _check(send: dict[str, Any], size: int, view: dict[int, FrameView], c: Check) -> None:
+    first, last = c.frames
+    header = send.get("header_frame")
+    # Where Wireshark shows the SMB2 message: the header frame over RDMA, else the last frame.
+    at = header if c.transport == "rdma" and header else last
+    fv = view.get(at)
+    if fv is None:
+        c.failures.append(f"frame {at} is not in the capture")
+        return
+    want_cmd, want_resp = (9, False) if send.get("kind") == "write" else (8, True)
+    msgs = [m for m in fv.messages if m.cmd == want_cmd and m.response == want_resp]
+    name = "WRITE request" if want_cmd == 9 else "READ response"
+    if not msgs:
+        c.failures.append(f"command: frame {at} has no SMB2 {name}")
+        return
+    mid = send.get("message_id")
+    match = [m for m in msgs if m.msg_id == mid]
+    if not match:
+        c.failures.append(f"command: frame {at} has no SMB2 {name} with MessageId {mid} "
+                          f"(has {sorted({m.msg_id for m in msgs})})")
+        return
+    m = match[0]
+    fid = send.get("file_id")
+    if m.fid is not None and fid is not None and m.fid.lower() != str(fid).lower():
+        c.failures.append(f"file: Wireshark's FileId {m.fid} is not {fid}")
+    if m.offset is not None and m.offset != send.get("offset"):
+        c.failures.append(f"offset: Wireshark says {m.offset}, evidence {send.get('offset')}")
+    # Over RDMA the message's own data length is 0; RemainingBytes / DataRemaining say how
+    # much moved by RDMA.
+    length = m.remaining if c.transport == "rdma" and m.remaining is not None else m.length
+    if length is not None and length != size:
+        c.failures.append(f"length: Wireshark says {length}, evidence {size}")
+    if c.transport == "rdma":
+        for n in (first, last):
+            if n not in view:
+                c.failures.append(f"frames: payload frame {n} is not in the capture")
+    else:
+        segs = fv.segments or [at]
+        if first not in segs:
+            c.failures.append(f"frames: first frame {first} is not among the frames Wireshark reassembled "
+                              f"the message from ({segs[0]}..{segs[-1]})")
+
+
+def verify(evidence: str, captures: list[str]) -> list[Check]:
+    lines = list(read_evidence(evidence))
+    need: dict[int, set[int]] = {}
+    for ev in lines:
+        for s in ev["sends"]:
+            f = s.get("file", 0)
+            if not isinstance(f, int) or f < 0 or f >= len(captures):
+                raise UserError(f"{evidence}: a send names input {f}; {len(captures)} capture(s) given")
+            fr = s.get("frames") or [0, 0]
+            need.setdefault(f, set()).update(x for x in (fr[0], fr[-1], s.get("header_frame")) if isinstance(x, int))
+    views = {f: dissect(captures[f], frames) for f, frames in sorted(need.items()) if frames}
+    checks = []
+    for ev in lines:
+        for i, s in enumerate(ev["sends"], 1):
+            fr = s.get("frames") or [0, 0]
+            c = Check(digest=str(ev.get("digest", ""))[:16], index=i, file=s.get("file", 0),
+                      frames=(int(fr[0]), int(fr[-1])), transport=str(s.get("transport", "tcp")))
+            _check(s, int(ev.get("size", 0)), views.get(c.file, {}), c)
+            checks.append(c)
+    return checks
+
+
+def render(checks: Iterable[Check], console: Any, *, all_rows: bool = False) -> None:
+    from rich.table import Table
+
+    checks = list(checks)
+    t = Table(title="smbwire verify: evidence re-dissected by Wireshark", show_lines=False)
+    for col in ("payload", "send", "file", "frames", "transport", "result"):
+        t.add_column(col)
+    shown = 0
+    for c in checks:
+        if c.ok and not all_rows and shown >= 50:
+            continue
+        shown += 1
+        result = "[green]pass[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.failures)
+        t.add_row(c.digest, str(c.index), str(c.file), f"{c.frames[0]}-{c.frames[1]}", c.transport, result)
+    console.print(t)
+    bad = sum(not c.ok for c in checks)
+    console.print(f"{len(checks)} sends checked: {len(checks) - bad} pass, {bad} fail")
