@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from typing import Any
 
 import click
 
 from . import __version__, engine, jsonout
 from .errors import SmbwireError, UserError
-from .topology import load_topology
 from .units import parse_size, parse_time
 
 
@@ -27,6 +25,13 @@ def Console(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands for rich.c
     from rich.console import Console as RichConsole
 
     return RichConsole(*args, **kwargs)
+
+
+def load_topology(path: str) -> Any:
+    # Only with --topology: the topology module (dataclasses, inspect) costs start-up time.
+    from .topology import load_topology as load
+
+    return load(path)
 
 
 def render_report(*args: Any, **kwargs: Any) -> None:
@@ -80,11 +85,15 @@ class _Cli(click.Group):
             sys.exit(1)
         except SmbwireError as e:
             if _debug():
+                import traceback
+
                 traceback.print_exc()
             _fail(str(e))
             sys.exit(EXIT_INTERNAL)
         except Exception as e:  # noqa: BLE001 - the last line of defence
             if _debug():
+                import traceback
+
                 traceback.print_exc()
             _fail(
                 f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
@@ -149,10 +158,12 @@ class _Size(click.ParamType):
 @click.option("--to", "to_ns", type=_Time(), metavar="TIME", help="Analyse only frames captured before TIME.")
 @click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
+@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            reorder_buffer: int | None, quiet: bool) -> int:
+            reorder_buffer: int | None, max_index_memory: int | None, quiet: bool) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -168,10 +179,11 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         if show_progress:
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
-                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer))
+                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, max_index_memory=max_index_memory))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
-                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
+                                    max_index_memory=max_index_memory)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -230,9 +242,11 @@ def _remove(path: str) -> None:
 @click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
 @click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
               help="How many top duplicated payloads to keep and show.")
+@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
-              evidence: str | None, top: int, quiet: bool) -> int:
+              evidence: str | None, top: int, max_index_memory: int | None, quiet: bool) -> int:
     """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
 
     The result is what `analyze` on the captures would give with these options; several
@@ -242,7 +256,8 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
         jsonout.check_writable(json_out)
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
     try:
-        result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top)
+        result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top,
+                                  max_index_memory=max_index_memory)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -305,10 +320,12 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
 @click.option("--keep-privileges", is_flag=True, hidden=True,
               help="Do not drop capabilities after setup (debugging).")
+@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, interval: float, backend: str | None, ports: tuple[int, ...], hook: str,
-         xdp_drop: bool, user: str | None, keep_privileges: bool) -> int:
+         xdp_drop: bool, user: str | None, keep_privileges: bool, max_index_memory: int | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -332,7 +349,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
         jsonout.check_writable(json_out)
     if write is not None:
         jsonout.check_writable(write)
-    run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
+    run = live_mod.start(iface, topology=topo, window=window, top_n=top, max_index_memory=max_index_memory, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user)

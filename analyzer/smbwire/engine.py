@@ -12,11 +12,13 @@ import json
 import os
 import stat
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import EngineUnavailable, InputError, SmbwireError, UserError
 from .jsonout import check_writable
-from .topology import Topology
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 #: `progress(done_bytes, total_bytes)`, called by the engine every few MB.
 ProgressFn = Callable[[int, int], None]
@@ -104,6 +106,7 @@ def build_config(
     from_ns: int | None = None,
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
+    max_index_memory: int | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch)."""
@@ -115,10 +118,14 @@ def build_config(
         raise UserError(f"top must be a non-negative integer, got {top_n!r}")
     if topology is None:
         topo: dict[str, Any] = {}  # engine default: every address is its own member node
-    elif isinstance(topology, Topology):
-        topo = topology.to_config()
     else:
-        topo = Topology.from_config(topology).to_config()
+        # The topology module (dataclasses, inspect) is imported only when a topology is given.
+        from .topology import Topology
+
+        if isinstance(topology, Topology):
+            topo = topology.to_config()
+        else:
+            topo = Topology.from_config(topology).to_config()
     config: dict[str, Any] = {"window_seconds": float(window), "topology": topo, "top_n": top_n}
     if ledger is not None:
         config["ledger"] = ledger
@@ -128,6 +135,8 @@ def build_config(
         config["to_ns"] = to_ns
     if reorder_buffer is not None:
         config["reorder_buffer_bytes"] = reorder_buffer
+    if max_index_memory is not None:
+        config["max_index_memory_bytes"] = max_index_memory
     return config
 
 
@@ -143,6 +152,7 @@ def analyze(
     from_ns: int | None = None,
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
+    max_index_memory: int | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -157,7 +167,8 @@ def analyze(
         ledger_path = os.fspath(ledger)
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
-                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
+                          max_index_memory=max_index_memory)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)
@@ -179,6 +190,7 @@ def attribute(
     window: float = DEFAULT_WINDOW_SECONDS,
     evidence: str | os.PathLike[str] | None = None,
     top_n: int = DEFAULT_TOP_N,
+    max_index_memory: int | None = None,
 ) -> dict[str, Any]:
     """Rerun dedupe and attribution from send ledgers written by `analyze(..., ledger=...)`
     (several are merged as one analysis of all their captures); returns the result dict, as
@@ -200,7 +212,7 @@ def attribute(
         if key in seen:
             raise InputError(f"{f}: same file as {seen[key]} (a ledger given twice would count every payload as duplicated)")
         seen[key] = f
-    config = build_config(topology=topology, window=window, top_n=top_n)
+    config = build_config(topology=topology, window=window, top_n=top_n, max_index_memory=max_index_memory)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from typing import Any, TextIO
 
 from .errors import UserError
@@ -41,6 +40,8 @@ def write_json(result: Any, out: str, *, stdout: TextIO | None = None) -> None:
     check_writable(out)
     parent = os.path.dirname(os.path.abspath(out))
     try:
+        import tempfile  # only here: it costs start-up time (random, shutil)
+
         fd, tmp = tempfile.mkstemp(prefix=".smbwire-", suffix=".json.tmp", dir=parent)
     except OSError as e:
         raise UserError(f"{out}: cannot write: {e.strerror or e}") from None

@@ -65,6 +65,10 @@ pub struct DedupeConfig {
     /// Bound on blocks held in the window (all blocks of all live sends). Past it the oldest
     /// sends leave early (anomaly `dedupe.live_block_cap`): the window shrinks, memory does not grow.
     pub max_live_blocks: usize,
+    /// Bound on the index's memory (`--max-index-memory`, bytes; `None`: only the window and
+    /// `max_live_blocks` bound it). Past it the oldest sends leave early (anomaly
+    /// `dedupe.index_memory_cap`), as for `max_live_blocks`.
+    pub max_index_bytes: Option<u64>,
 }
 
 impl Default for DedupeConfig {
@@ -73,6 +77,7 @@ impl Default for DedupeConfig {
             window_ns: 60_000_000_000,
             top_n: 10,
             max_live_blocks: index::DEFAULT_MAX_LIVE_BLOCKS,
+            max_index_bytes: None,
         }
     }
 }
