@@ -13,9 +13,16 @@ capture (so both meet the same load on a shared machine), reporting its MB/s, pe
 time and the ratio of its MB/s to the --transport capture's (issue 3: RoCEv2 must be no
 slower than TCP, ratio >= 1), and checks that both captures give the same duplicate-payload
 ratios.
+Then the per-workload rows (issue 7; skip with --no-rows): wire-size frames (nested mirror,
+1 MiB writes, MSS 1448 and jumbo MSS 8948) and a VMFleet-like 4 KiB random I/O capture (70%
+reads / 30% writes by count: a redirected-read capture and a nested-mirror write capture of
+4 KiB I/Os, >= 256 MiB of I/O together, merged by time with mergecap), each timed against
+`tshark -q -z smb2,srt`: MB/s, SMB2 messages/s, peak RSS, the index's bytes per live block.
+(The synthesizer's offsets are sequential, not random; smbwire's work does not depend on them.)
 Results go to stdout (a Markdown table) and bench/out/results.json.
 
 Usage: python bench/run.py [--bytes N] [--scenario nested4] [--transport tcp] [--also rocev2] [--keep]
+                          [--rows-bytes N] [--no-rows | --rows-only]
 """
 
 from __future__ import annotations
@@ -86,6 +93,77 @@ def measure(cmd: list[str], sink: str, size: int, repeat: int, name: str) -> dic
     return summarize(samples, cpu, size, name)
 
 
+def make_spec_capture(path: Path, spec: dict) -> None:
+    from smbwire import _core
+
+    t0 = time.perf_counter()
+    _core.synth(json.dumps({"seed": 1, **spec}), str(path))
+    print(f"generated {path.name}: {path.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+
+
+def workload_captures(io_bytes: int) -> dict[str, Path]:
+    """The issue-7 workloads (made once, reused): name -> capture."""
+    caps: dict[str, Path] = {}
+    for mss in (1448, 8948):
+        p = OUT / f"rows-nested4-1MiB-mss{mss}-{io_bytes >> 20}MiB.pcap"
+        if not p.exists():
+            make_spec_capture(p, {"scenario": "nested4", "bytes": io_bytes, "io_size": 1 << 20, "mss": mss})
+        caps[f"nested4 1 MiB writes, MSS {mss}"] = p
+    mix = OUT / f"rows-vmfleet-4KiB-70r30w-{io_bytes >> 20}MiB.pcap"
+    if not mix.exists():
+        reads, writes = OUT / "rows-part-reads.pcap", OUT / "rows-part-writes.pcap"
+        make_spec_capture(reads, {"scenario": "read-nonowner", "bytes": io_bytes * 7 // 10, "io_size": 4096, "seed": 2})
+        make_spec_capture(writes, {"scenario": "nested4", "bytes": io_bytes * 3 // 10, "io_size": 4096, "seed": 3})
+        mergecap = shutil.which("mergecap")
+        if mergecap is None:
+            raise SystemExit("mergecap is not installed (wireshark-common; make bench installs it)")
+        subprocess.run([mergecap, "-F", "pcap", "-w", str(mix), str(reads), str(writes)], check=True)
+        reads.unlink()
+        writes.unlink()
+    caps["VMFleet-like 4 KiB random I/O, 70% read / 30% write"] = mix
+    return caps
+
+
+def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int) -> list[dict]:
+    """smbwire analyze and tshark -z smb2,srt on each workload, alternating runs."""
+    rows = []
+    for name, cap in workload_captures(io_bytes).items():
+        size = cap.stat().st_size
+        warm(cap)
+        js = OUT / f"rows-result-{cap.stem}.json"
+        ours: list[tuple[float, int]] = []
+        ours_cpu: list[float] = []
+        theirs: list[tuple[float, int]] = []
+        theirs_cpu: list[float] = []
+        for _ in range(max(1, repeat)):
+            ours.append(run_measured([smbwire, "analyze", str(cap), "--quiet", "--json", str(js)], os.devnull, ours_cpu))
+            if tshark:
+                theirs.append(run_measured([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull, theirs_cpu))
+        r = summarize(ours, ours_cpu, size, f"smbwire analyze ({name})")
+        result = json.loads(js.read_text())
+        messages = sum((result.get("smb2") or {}).get("commands", {}).values())
+        row = {"workload": name, "capture": cap.name, "capture_bytes": size, "smbwire": r,
+               "smb2_messages": messages, "messages_per_s": messages / r["seconds"],
+               "index_bytes_per_live_block": result["index"].get("bytes_per_live_block"),
+               "index_peak_bytes_estimate": result["index"].get("peak_bytes_estimate")}
+        if tshark:
+            t = summarize(theirs, theirs_cpu, size, f"tshark -z smb2,srt ({name})")
+            row["tshark_srt"] = t
+            row["speedup_vs_tshark_srt"] = t["seconds"] / r["seconds"]
+        rows.append(row)
+    print("\n| workload | capture (MiB) | smbwire MB/s | SMB2 messages/s | peak RSS (MiB) | index B/block | "
+          "tshark -z smb2,srt MB/s | speedup |\n|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        r = row["smbwire"]
+        t = row.get("tshark_srt")
+        print(f"| {row['workload']} | {row['capture_bytes'] / 2**20:.0f} | {r['mb_per_s']:.0f} | "
+              f"{row['messages_per_s']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
+              f"{row['index_bytes_per_live_block']:.0f} | {t['mb_per_s'] if t else float('nan'):.0f} | "
+              f"{row.get('speedup_vs_tshark_srt', float('nan')):.1f}x |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bytes", type=int, default=512 << 20, help="bytes the VM writes (W); nested4 puts 2W on the wire")
@@ -96,8 +174,17 @@ def main() -> None:
     ap.add_argument("--no-tshark", action="store_true", help="time smbwire only")
     ap.add_argument("--keep", action="store_true", help="keep the generated capture")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool; the median is reported")
+    ap.add_argument("--rows-bytes", type=int, default=512 << 20,
+                    help="I/O bytes of each per-workload row's capture (wire-size frames, 4 KiB mix)")
+    ap.add_argument("--no-rows", action="store_true", help="skip the per-workload rows")
+    ap.add_argument("--rows-only", action="store_true", help="only the per-workload rows")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
+    if args.rows_only:
+        smbwire = shutil.which("smbwire") or str(Path(sys.executable).parent / "smbwire")
+        rows = workload_rows(smbwire, None if args.no_tshark else shutil.which("tshark"), args.rows_bytes, args.repeat)
+        (OUT / "rows.json").write_text(json.dumps(rows, indent=2))
+        return
     cap = OUT / f"bench-{args.scenario}-{args.transport}-{args.bytes >> 20}MiB.pcap"
     if not cap.exists():
         make_capture(cap, args.scenario, args.bytes, args.transport)
@@ -193,6 +280,8 @@ def main() -> None:
         print(f"window 0.05 s, {f.name}: peak RSS {rss / 2**20:.0f} MiB, peak live blocks {idx['peak_live_blocks']}",
               file=sys.stderr)
     summary["bounded_memory_window_0.05s"] = bounded
+    if not args.no_rows:
+        summary["rows"] = workload_rows(smbwire, None if args.no_tshark else tshark, args.rows_bytes, args.repeat)
     (OUT / "results.json").write_text(json.dumps(summary, indent=2))
     print(f"\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
     for name, r in results.items():

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from typing import Any
 
 import click
 
 from . import __version__, engine, jsonout
 from .errors import SmbwireError, UserError
-from .topology import load_topology
 from .units import parse_size, parse_time
 
 
@@ -27,6 +25,13 @@ def Console(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands for rich.c
     from rich.console import Console as RichConsole
 
     return RichConsole(*args, **kwargs)
+
+
+def load_topology(path: str) -> Any:
+    # Only with --topology: the topology module (dataclasses, inspect) costs start-up time.
+    from .topology import load_topology as load
+
+    return load(path)
 
 
 def render_report(*args: Any, **kwargs: Any) -> None:
@@ -90,11 +95,15 @@ class _Cli(click.Group):
             sys.exit(1)
         except SmbwireError as e:
             if _debug():
+                import traceback
+
                 traceback.print_exc()
             _fail(str(e))
             sys.exit(EXIT_INTERNAL)
         except Exception as e:  # noqa: BLE001 - the last line of defence
             if _debug():
+                import traceback
+
                 traceback.print_exc()
             _fail(
                 f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
@@ -207,13 +216,16 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
 @_output_options
+@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 @click.option("--annotate", metavar="OUT.pcapng",
               help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
             reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
-            html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None) -> int:
+            html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None,
+            max_index_memory: int | None) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -236,11 +248,12 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
                 from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=series_interval,
-                assume_members=assume_members))
+                assume_members=assume_members, max_index_memory=max_index_memory))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
-                                    interval=series_interval, assume_members=assume_members)
+                                    interval=series_interval, assume_members=assume_members,
+                                    max_index_memory=max_index_memory)
     except BaseException:
         if (evidence_to_stdout or annotate_evidence) and evidence is not None:
             _remove(evidence)
@@ -312,10 +325,13 @@ def _remove(path: str) -> None:
 @click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
               help="How many top duplicated payloads to keep and show.")
 @_output_options
+@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
               evidence: str | None, top: int, series_interval: float | None, csv_out: str | None,
-              edges_csv_out: str | None, html_out: str | None, quiet: bool, assume_members: bool) -> int:
+              edges_csv_out: str | None, html_out: str | None, quiet: bool, assume_members: bool,
+              max_index_memory: int | None) -> int:
     """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
 
     The result is what `analyze` on the captures would give with these options; several
@@ -327,7 +343,8 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
     try:
         result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top,
-                                  interval=series_interval, assume_members=assume_members)
+                                  interval=series_interval, assume_members=assume_members,
+                                  max_index_memory=max_index_memory)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -397,11 +414,14 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Do not drop capabilities after setup (debugging).")
 @click.option("--metrics", "metrics_at", metavar="HOST:PORT",
               help="Serve the live figures for Prometheus at http://HOST:PORT/metrics (docs/live.md).")
+@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
-         xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None) -> int:
+         xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None,
+         max_index_memory: int | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -438,7 +458,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
         from .metrics import MetricsServer
 
         exporter = MetricsServer(metrics_at)
-    run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
+    run = live_mod.start(iface, topology=topo, window=window, top_n=top, max_index_memory=max_index_memory, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,

@@ -12,11 +12,13 @@ import json
 import os
 import stat
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import EngineUnavailable, InputError, SmbwireError, UserError
 from .jsonout import check_writable
-from .topology import Topology
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 #: `progress(done_bytes, total_bytes)`, called by the engine every few MB.
 ProgressFn = Callable[[int, int], None]
@@ -108,6 +110,7 @@ def build_config(
     reorder_buffer: int | None = None,
     assume_members: bool = False,
     interval: float | None = None,
+    max_index_memory: int | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch). `assume_members`: with no nodes in
@@ -121,10 +124,14 @@ def build_config(
         raise UserError(f"top must be a non-negative integer, got {top_n!r}")
     if topology is None:
         topo: dict[str, Any] = {}  # engine default: every address its own node, membership unknown
-    elif isinstance(topology, Topology):
-        topo = topology.to_config()
     else:
-        topo = Topology.from_config(topology).to_config()
+        # The topology module (dataclasses, inspect) is imported only when a topology is given.
+        from .topology import Topology
+
+        if isinstance(topology, Topology):
+            topo = topology.to_config()
+        else:
+            topo = Topology.from_config(topology).to_config()
     if assume_members:
         topo = {**topo, "assume_members": True}
     config: dict[str, Any] = {"window_seconds": float(window), "topology": topo, "top_n": top_n}
@@ -140,6 +147,8 @@ def build_config(
         if isinstance(interval, bool) or not isinstance(interval, (int, float)):
             raise UserError(f"interval must be a number of seconds, got {interval!r}")
         config["series_interval_seconds"] = float(interval)
+    if max_index_memory is not None:
+        config["max_index_memory_bytes"] = max_index_memory
     return config
 
 
@@ -183,6 +192,7 @@ def analyze(
     reorder_buffer: int | None = None,
     assume_members: bool = False,
     interval: float | None = None,
+    max_index_memory: int | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -198,7 +208,7 @@ def analyze(
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
                           from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=interval,
-                          assume_members=assume_members)
+                          assume_members=assume_members, max_index_memory=max_index_memory)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)
@@ -222,6 +232,7 @@ def attribute(
     top_n: int = DEFAULT_TOP_N,
     assume_members: bool = False,
     interval: float | None = None,
+    max_index_memory: int | None = None,
 ) -> dict[str, Any]:
     """Rerun dedupe and attribution from send ledgers written by `analyze(..., ledger=...)`
     (several are merged as one analysis of all their captures); returns the result dict, as
@@ -244,7 +255,7 @@ def attribute(
             raise InputError(f"{f}: same file as {seen[key]} (a ledger given twice would count every payload as duplicated)")
         seen[key] = f
     config = build_config(topology=topology, window=window, top_n=top_n, interval=interval,
-                          assume_members=assume_members)
+                          assume_members=assume_members, max_index_memory=max_index_memory)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from typing import Any, TextIO
 
 from .errors import UserError
@@ -46,6 +45,8 @@ def write_text(text: str, out: str, *, stdout: TextIO | None = None, suffix: str
     check_writable(out)
     parent = os.path.dirname(os.path.abspath(out))
     try:
+        import tempfile  # only here: it costs start-up time (random, shutil)
+
         fd, tmp = tempfile.mkstemp(prefix=".smbwire-", suffix=suffix, dir=parent)
     except OSError as e:
         raise UserError(f"{out}: cannot write: {e.strerror or e}") from None

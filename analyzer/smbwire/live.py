@@ -80,6 +80,7 @@ def start(
     topology: Topology | Mapping[str, Any] | None = None,
     window: float = DEFAULT_WINDOW_SECONDS,
     top_n: int = DEFAULT_TOP_N,
+    max_index_memory: int | None = None,
     write: str | None = None,
     write_size: int = 0,
     write_count: int = 10,
@@ -121,7 +122,7 @@ def start(
     if user is not None and not drop_privileges:
         raise UserError("--user switches user as part of the privilege drop")
     config = build_config(topology=topology, window=window, top_n=top_n, interval=series_interval,
-                          assume_members=assume_members)
+                          assume_members=assume_members, max_index_memory=max_index_memory)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",

@@ -1,7 +1,6 @@
 //! Byte accounting: every byte of every input file lands in exactly one category, so the
 //! totals reconcile with the files' sizes (`Accounting::total() == sum of file sizes`).
 
-use std::collections::BTreeMap;
 
 /// The categories. Stable names: they appear in the JSON output (`"accounting"`).
 pub mod cat {
@@ -121,26 +120,64 @@ pub fn category(name: &str) -> Option<&'static Category> {
     CATEGORIES.iter().find(|c| c.name == name)
 }
 
-#[derive(Debug, Default, Clone)]
+/// Bytes per category, in `CATEGORIES` order (an array: `add` runs for every frame, and a
+/// category is found by the address of its name before any string compare).
+#[derive(Debug, Clone)]
 pub struct Accounting {
-    bytes: BTreeMap<&'static str, u64>,
+    bytes: [u64; CATEGORY_COUNT],
+}
+
+const CATEGORY_COUNT: usize = CATEGORIES.len();
+
+impl Default for Accounting {
+    fn default() -> Self {
+        Accounting { bytes: [0; CATEGORY_COUNT] }
+    }
+}
+
+/// Position in `CATEGORIES` of a category name (the `cat::` constants, whose address is
+/// usually the table's own; else compared by content).
+#[inline]
+fn index_of(name: &str) -> Option<usize> {
+    static TABLE: &[Category] = CATEGORIES;
+    TABLE
+        .iter()
+        .position(|c| std::ptr::eq(c.name.as_ptr(), name.as_ptr()) && c.name.len() == name.len())
+        .or_else(|| TABLE.iter().position(|c| c.name == name))
+}
+
+/// `CATEGORIES` positions sorted by name: the order `iter` reports.
+fn by_name() -> &'static [usize; CATEGORY_COUNT] {
+    static ORDER: std::sync::OnceLock<[usize; CATEGORY_COUNT]> = std::sync::OnceLock::new();
+    ORDER.get_or_init(|| {
+        let mut order: [usize; CATEGORY_COUNT] = std::array::from_fn(|i| i);
+        order.sort_by_key(|&i| CATEGORIES[i].name);
+        order
+    })
 }
 
 impl Accounting {
+    #[inline]
     pub fn add(&mut self, category: &'static str, bytes: u64) {
-        debug_assert!(self::category(category).is_some(), "accounting category {category:?} is not in CATEGORIES");
         if bytes > 0 {
-            *self.bytes.entry(category).or_insert(0) += bytes;
+            match index_of(category) {
+                Some(i) => self.bytes[i] += bytes,
+                None => debug_assert!(false, "accounting category {category:?} is not in CATEGORIES"),
+            }
         }
     }
     pub fn get(&self, category: &str) -> u64 {
-        self.bytes.get(category).copied().unwrap_or(0)
+        index_of(category).map_or(0, |i| self.bytes[i])
     }
     pub fn total(&self) -> u64 {
-        self.bytes.values().sum()
+        self.bytes.iter().sum()
     }
+    /// Categories with bytes, by name.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        self.bytes.iter().map(|(k, v)| (*k, *v))
+        by_name()
+            .iter()
+            .filter(|&&i| self.bytes[i] > 0)
+            .map(|&i| (CATEGORIES[i].name, self.bytes[i]))
     }
 }
 
@@ -165,5 +202,24 @@ mod tests {
         for c in CATEGORIES {
             assert!(!c.description.is_empty() && !c.description.contains('\n'), "{}", c.name);
         }
+    }
+
+    /// `iter` reports the categories with bytes, by name; a name equal to a category's but at
+    /// another address counts for it.
+    #[test]
+    fn sums_by_category_in_name_order() {
+        let mut a = Accounting::default();
+        a.add(cat::SMB_PAYLOAD, 10);
+        a.add(cat::CAPTURE_FORMAT, 4);
+        a.add(cat::SMB_PAYLOAD, 5);
+        a.add(cat::MALFORMED, 0);
+        let copy: &'static str = String::from(cat::CAPTURE_FORMAT).leak();
+        a.add(copy, 1);
+        assert_eq!(a.get(cat::SMB_PAYLOAD), 15);
+        assert_eq!(a.get(cat::CAPTURE_FORMAT), 5);
+        assert_eq!(a.total(), 20);
+        let got: Vec<(&str, u64)> = a.iter().collect();
+        assert_eq!(got, vec![(cat::CAPTURE_FORMAT, 5), (cat::SMB_PAYLOAD, 15)]);
+        assert!(cat::CAPTURE_FORMAT < cat::SMB_PAYLOAD);
     }
 }

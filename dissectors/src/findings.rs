@@ -35,6 +35,7 @@ pub const CODES: &[(&str, &[&str])] = &[
     ("not_analysed", &["category", "bytes"]),
     ("removed", &["category", "bytes"]),
     ("index_early_expiries", &["sends", "max_live_blocks"]),
+    ("index_memory_cap", &["sends", "max_index_bytes", "shortest_window_ms"]),
     ("other_node", &["lookups"]),
     ("series_coarsened", &["interval_seconds", "requested_interval_seconds", "coarsenings"]),
     ("no_payload", &[]),
@@ -173,6 +174,16 @@ pub fn derive(r: &Value) -> Vec<Finding> {
             "index_early_expiries",
             json!({ "sends": early, "max_live_blocks": bound }),
             format!("{} the dedupe index before {} window ended (live-block bound {bound} reached): duplicates of {} may be missed", count(early, "send left", "sends left"), if early == 1 { "its" } else { "their" }, if early == 1 { "it" } else { "them" }),
+        ));
+    }
+    let early = n(&["index", "memory_early_expiries"]);
+    if early > 0 {
+        let bound = n(&["index", "max_index_bytes"]);
+        let ms = (r["index"]["shortest_window_seconds"].as_f64().unwrap_or(0.0) * 1000.0) as u64;
+        out.push(Finding::new(
+            "index_memory_cap",
+            json!({ "sends": early, "max_index_bytes": bound, "shortest_window_ms": ms }),
+            format!("{early} sends left the dedupe index before their window ended (memory bound {bound} bytes reached; the window was as short as {ms} ms): duplicates further apart may be missed"),
         ));
     }
     let other = n(&["index", "other_node_lookups"]);

@@ -115,6 +115,12 @@ impl Config {
                     Some(b.ok_or("the reorder buffer must be between 64 KiB and 4 GiB")? as usize);
             }
         }
+        if let Some(b) = v.get("max_index_memory_bytes") {
+            if !b.is_null() {
+                let b = b.as_u64().filter(|b| (1024..=(1u64 << 40)).contains(b));
+                c.dedupe.max_index_bytes = Some(b.ok_or("the index memory bound must be between 1 KiB and 1 TiB")?);
+            }
+        }
         if let (Some(a), Some(b)) = (c.from_ns, c.to_ns) {
             if a >= b {
                 return Err("the --from time must be before the --to time".to_string());
@@ -187,7 +193,7 @@ pub struct Pipeline {
     /// TCP connections found to be iWARP by their MPA frame (not on an iWARP port).
     mpa_flows: FlowTable<Consumer>,
     /// Their (normalised) endpoint pairs.
-    mpa_keys: std::collections::HashSet<((IpAddr, u16), (IpAddr, u16))>,
+    mpa_keys: crate::fasthash::FastSet<((IpAddr, u16), (IpAddr, u16))>,
     smb_ports: Vec<u16>,
     iwarp_ports: Vec<u16>,
     next_conn: u64,
@@ -214,7 +220,7 @@ impl Pipeline {
             },
             flows: FlowTable::new(flow_config(config)),
             mpa_flows: FlowTable::new(flow_config(config)),
-            mpa_keys: std::collections::HashSet::new(),
+            mpa_keys: Default::default(),
             smb_ports: config.smb_ports.clone(),
             iwarp_ports: config.iwarp_ports.clone(),
             next_conn: 1,

@@ -805,6 +805,44 @@ mod tests {
         }
     }
 
+    /// A regular file is mapped (no read buffer); opened by path it reads exactly as the same
+    /// bytes from memory, plain and compressed (a compressed one leaves the mapping for the
+    /// streaming decompressor, its compressed size counted once).
+    #[test]
+    fn files_opened_by_path_read_as_from_memory() {
+        let dir = std::env::temp_dir().join(format!("smbwire-mapped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = sample_pcap();
+        let whole = read_all(open_bytes(plain.clone()).unwrap());
+        let path = dir.join("plain.pcap");
+        std::fs::write(&path, &plain).unwrap();
+        let r = open(path.to_str().unwrap(), 0).unwrap();
+        assert!(r.source().size_known());
+        assert_eq!(r.source().raw_bytes(), plain.len() as u64);
+        let p = read_all(r);
+        assert_eq!(p.frames, whole.frames);
+        assert_eq!(p.covered(), plain.len() as u64);
+        // A truncated tail (half a record) is accounted as from memory.
+        let cut = &plain[..plain.len() - 7];
+        std::fs::write(&path, cut).unwrap();
+        let (a, b) = (read_all(open(path.to_str().unwrap(), 0).unwrap()), read_all(open_bytes(cut.to_vec()).unwrap()));
+        assert_eq!(a.frames, b.frames);
+        assert_eq!(a.acct.iter().collect::<Vec<_>>(), b.acct.iter().collect::<Vec<_>>());
+        for c in [source::Compression::Gzip, source::Compression::Zstd, source::Compression::Xz] {
+            let z = compressed(c, &plain);
+            let zpath = dir.join("capture.z");
+            std::fs::write(&zpath, &z).unwrap();
+            let mut r = open(zpath.to_str().unwrap(), 0).unwrap();
+            assert_eq!(r.source().compression, Some(c));
+            let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+            while r.advance(&mut acct, &mut an) {}
+            assert_eq!(r.source().raw_bytes(), z.len() as u64, "{c:?}");
+            let p = read_all(open(zpath.to_str().unwrap(), 0).unwrap());
+            assert_eq!(p.frames, whole.frames, "{c:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn compressed_captures_read_as_the_capture_itself() {
         let plain = sample_pcap();

@@ -1,6 +1,13 @@
 //! A capture read through one bounded buffer: records are parsed in place and frames are
 //! borrowed from it, so memory does not grow with the capture.
 //!
+//! A regular file is mapped into memory instead (`memmap2`, read-only, sequential advice):
+//! the readers then parse the page cache's bytes where they are, without a copy into a
+//! buffer. The mapping covers the size the file had when opened; bytes appended later are
+//! not read (as before, the size known at open bounds the progress total). A file truncated
+//! by another process while it is being read is outside what can be handled (the kernel
+//! signals a read past the end of a mapping); when mapping fails the file is read as a stream.
+//!
 //! The bytes come from a regular file, or from a stream whose size is known only at its end
 //! (standard input, a FIFO such as `tcpdump -w fifo`, a character device), possibly through
 //! a decompressor (gzip, zstd, xz: recognised by their magic numbers, as Wireshark does).
@@ -121,6 +128,8 @@ impl Read for Polled {
 
 pub struct Source {
     file: Box<dyn Read + Send>,
+    /// The whole file, when mapped: it stands for `buf`, with `end` its length.
+    map: Option<memmap2::Mmap>,
     buf: Vec<u8>,
     /// First unconsumed byte in `buf`.
     start: usize,
@@ -187,7 +196,39 @@ impl Source {
             return Err(not_capture("a directory"));
         }
         let file = File::open(path).map_err(io)?;
+        if let Some(mapped) = Self::mapped(&file, meta.len()) {
+            return Ok(mapped);
+        }
         Ok(Self::from_reader(Box::new(file), meta.len()))
+    }
+
+    /// A regular file of `size` bytes, mapped (None when it is empty or cannot be mapped).
+    fn mapped(file: &File, size: u64) -> Option<Self> {
+        if size == 0 || usize::try_from(size).is_err() {
+            return None;
+        }
+        // SAFETY: the mapping is read-only and private to this reader; the file is not
+        // written through it. Another process truncating the file while it is read is the
+        // documented exception (module docs).
+        let map = unsafe { memmap2::MmapOptions::new().len(size as usize).map(file) }.ok()?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Sequential);
+        let count = Arc::new(AtomicU64::new(size));
+        Some(Source {
+            file: Box::new(std::io::empty()),
+            buf: Vec::new(),
+            start: 0,
+            end: map.len(),
+            map: Some(map),
+            consumed: 0,
+            known_size: Some(size),
+            eof: true,
+            read_error: false,
+            interrupted: false,
+            kind: InputKind::File,
+            compression: None,
+            raw_read: count,
+        })
     }
 
     /// A stream of unknown size (standard input, FIFO, character device).
@@ -210,6 +251,7 @@ impl Source {
         let count = Arc::new(AtomicU64::new(0));
         Ok(Source {
             file: Box::new(Counting { inner: reader, count: count.clone() }),
+            map: None,
             buf: vec![0; BUF_LEN],
             start: 0,
             end: 0,
@@ -229,6 +271,7 @@ impl Source {
         let count = Arc::new(AtomicU64::new(0));
         Source {
             file: Box::new(Counting { inner: file, count: count.clone() }),
+            map: None,
             buf: vec![0; BUF_LEN],
             start: 0,
             end: 0,
@@ -251,10 +294,22 @@ impl Source {
             return Err(CaptureError::Interrupted);
         }
         let Some(c) = Compression::sniff(self.peek()) else { return Ok(()) };
-        // The bytes already buffered go first, then the rest of the file.
-        let head = self.buf[self.start..self.end].to_vec();
-        let rest = std::mem::replace(&mut self.file, Box::new(std::io::empty()));
-        let raw: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(head).chain(rest));
+        // The bytes already buffered go first, then the rest of the file (a mapped file: all
+        // of it, read from the mapping and counted as it is).
+        let raw: Box<dyn Read + Send> = match self.map.take() {
+            Some(map) => {
+                self.raw_read.store(0, Ordering::Relaxed);
+                self.buf = vec![0; BUF_LEN];
+                let mut cur = std::io::Cursor::new(map);
+                cur.set_position(self.start as u64);
+                Box::new(Counting { inner: cur, count: self.raw_read.clone() })
+            }
+            None => {
+                let head = self.buf[self.start..self.end].to_vec();
+                let rest = std::mem::replace(&mut self.file, Box::new(std::io::empty()));
+                Box::new(std::io::Cursor::new(head).chain(rest))
+            }
+        };
         let io = |e: std::io::Error| CaptureError::Io { path: path.to_string(), reason: format!("cannot read: {} stream: {e}", c.name()) };
         self.file = match c {
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
@@ -319,7 +374,7 @@ impl Source {
     /// Try to make `n` contiguous unconsumed bytes available; returns how many are (less
     /// than `n` only at the end of the file or after a read error).
     pub fn fill(&mut self, n: usize) -> usize {
-        if self.end - self.start >= n {
+        if self.end - self.start >= n || self.map.is_some() {
             return self.end - self.start;
         }
         if self.start + n > self.buf.len() {
@@ -350,7 +405,10 @@ impl Source {
 
     /// The unconsumed bytes currently buffered.
     pub fn peek(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+        match &self.map {
+            Some(map) => &map[self.start..self.end],
+            None => &self.buf[self.start..self.end],
+        }
     }
 
     /// Drop `n` buffered bytes (`n` must not exceed what `fill` reported).
@@ -358,7 +416,7 @@ impl Source {
         let n = n.min(self.end - self.start);
         self.start += n;
         self.consumed += n as u64;
-        if self.start == self.end {
+        if self.start == self.end && self.map.is_none() {
             self.start = 0;
             self.end = 0;
         }
@@ -369,7 +427,7 @@ impl Source {
     pub fn skip(&mut self, n: u64) -> u64 {
         let mut left = n;
         while left > 0 {
-            let want = left.min(self.buf.len() as u64) as usize;
+            let want = left.min(self.buf.len().max(BUF_LEN) as u64) as usize;
             let got = self.fill(want).min(want);
             if got == 0 {
                 break;

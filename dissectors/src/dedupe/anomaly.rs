@@ -6,6 +6,7 @@ crate::anomaly::anomalies! {
     pub enum Anomaly {
         AutoNodeCap = "dedupe.auto_node_cap",
         LiveBlockCap = "dedupe.live_block_cap",
+        IndexMemoryCap = "dedupe.index_memory_cap",
         RepeatedMessage = "dedupe.repeated_message",
         SendOutOfOrder = "dedupe.send_out_of_order",
         EvidenceCap = "dedupe.evidence_cap",

@@ -135,6 +135,15 @@ pub struct IndexStats {
     pub early_expiries: u64,
     /// Address lookups that went to the `other` node because of the automatic node cap.
     pub other_node_lookups: u64,
+    /// Configured bound on the index's memory (`--max-index-memory`), when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_index_bytes: Option<u64>,
+    /// Sends folded before their window ended because the memory bound was reached.
+    pub memory_early_expiries: u64,
+    /// Shortest time a send stayed in the index when it left early (either bound): the
+    /// effective window at its shortest (seconds; absent when no send left early).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shortest_window_seconds: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

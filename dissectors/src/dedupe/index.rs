@@ -244,6 +244,7 @@ impl Dedupe {
         let stats = IndexStats {
             window_seconds: cfg.window_ns as f64 / 1e9,
             max_live_blocks: cfg.max_live_blocks as u64,
+            max_index_bytes: cfg.max_index_bytes,
             ..Default::default()
         };
         Dedupe {
@@ -503,8 +504,26 @@ impl Dedupe {
         while self.blocks.len() > self.cfg.max_live_blocks && self.sends.len() > 1 {
             self.anomalies.raise(Anomaly::LiveBlockCap);
             self.stats.early_expiries += 1;
-            self.fold_front();
+            self.fold_early();
         }
+        if let Some(max) = self.cfg.max_index_bytes {
+            while self.sends.len() > 1 && self.held_bytes() > max {
+                self.anomalies.raise(Anomaly::IndexMemoryCap);
+                self.stats.memory_early_expiries += 1;
+                self.fold_early();
+            }
+        }
+    }
+
+    /// Fold the oldest send before its window ended (a bound was reached), noting how long
+    /// it stayed: the effective window.
+    fn fold_early(&mut self) {
+        if let Some(front) = self.sends.front() {
+            let stayed = (self.clock_ns - front.ts_ns) as f64 / 1e9;
+            let s = &mut self.stats.shortest_window_seconds;
+            *s = Some(s.map_or(stayed, |m| m.min(stayed)));
+        }
+        self.fold_front();
     }
 
     /// The response to (conn, MessageId) was seen at `ts_ns`: its send is no longer outstanding.
@@ -761,6 +780,25 @@ impl Dedupe {
             s.bytes_per_live_block = bytes as f64 / self.blocks.len() as f64;
         }
         s.peak_bytes_estimate = s.peak_bytes_estimate.max(bytes);
+    }
+
+    /// Memory the window's contents take (what `max_index_bytes` bounds): like
+    /// `bytes_estimate`, from the structures' lengths rather than their capacities, so it
+    /// shrinks as sends leave. The allocations behind it grow by doubling, so their total
+    /// (`bytes_estimate`) stays within about twice this.
+    pub(super) fn held_bytes(&self) -> u64 {
+        fn table(len: usize, entry: usize) -> u64 {
+            (len as u64 * 8 / 7) * (entry as u64 + 1)
+        }
+        let (open_payloads, stored_sends) = self.evidence.open_counts();
+        (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
+            + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
+            + table(self.messages.len(), std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
+            + table(self.edge_blocks.len(), 4)
+            + table(self.global_blocks.len(), 4)
+            + table(self.inbound.len(), 4)
+            + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
+            + (stored_sends * std::mem::size_of::<SendEvidence>()) as u64
     }
 
     /// Memory held by the window, from the structures' capacities (not their lengths): the

@@ -69,6 +69,10 @@ pub struct DedupeConfig {
     pub max_live_blocks: usize,
     /// Interval of the result's `series` (`--interval`; `series::DEFAULT_INTERVAL_NS`).
     pub series_interval_ns: u64,
+    /// Bound on the index's memory (`--max-index-memory`, bytes; `None`: only the window and
+    /// `max_live_blocks` bound it). Past it the oldest sends leave early (anomaly
+    /// `dedupe.index_memory_cap`), as for `max_live_blocks`.
+    pub max_index_bytes: Option<u64>,
 }
 
 impl Default for DedupeConfig {
@@ -78,6 +82,7 @@ impl Default for DedupeConfig {
             top_n: 10,
             max_live_blocks: index::DEFAULT_MAX_LIVE_BLOCKS,
             series_interval_ns: series::DEFAULT_INTERVAL_NS,
+            max_index_bytes: None,
         }
     }
 }

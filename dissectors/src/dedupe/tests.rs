@@ -639,6 +639,47 @@ fn live_block_cap_folds_early_with_anomaly() {
     assert_eq!(r.index.early_expiries, r.anomalies["dedupe.live_block_cap"]);
 }
 
+/// A memory bound shortens the window: the index stays under it, the oldest sends leave
+/// early (anomaly, counters, shortest window), and a repeat further back than what fits is
+/// missed; without the bound the same sends find it.
+#[test]
+fn index_memory_cap_shortens_the_window() {
+    let run = |max: Option<u64>| {
+        let cfg = DedupeConfig { max_index_bytes: max, ..Default::default() };
+        let mut n = Net::with(cfg, json!({}), None);
+        for i in 0..40u64 {
+            // Send i repeats the content of send i - 20 (20 ms earlier), on the same edge.
+            n.write_done(1, 2, i, &data(i % 20, 8));
+            if let Some(max) = max {
+                assert!(n.d.held_bytes() <= max || n.d.live_sends() == 1, "held {} > {max}", n.d.held_bytes());
+            }
+        }
+        let anomalies = n.d.anomalies().get("dedupe.index_memory_cap");
+        let r = n.finish();
+        check_invariants(&r);
+        (r, anomalies)
+    };
+    let (free, none) = run(None);
+    assert_eq!(none, 0);
+    assert_eq!(free.index.memory_early_expiries, 0);
+    assert_eq!(free.index.shortest_window_seconds, None);
+    assert_eq!(free.totals.figures.repeated_content_bytes + free.totals.figures.per_copy_duplicate_bytes, 20 * 8 * B);
+    // Room for about 5 sends of 8 blocks.
+    let (capped, raised) = run(Some(5 * 8 * 60 + 2_000));
+    assert!(raised > 0);
+    assert_eq!(capped.index.memory_early_expiries, raised);
+    assert_eq!(capped.index.max_index_bytes, Some(5 * 8 * 60 + 2_000));
+    let w = capped.index.shortest_window_seconds.expect("sends left early");
+    assert!(w < 0.020, "shortest window {w}");
+    assert_eq!(capped.totals.figures.sends, 40);
+    assert_eq!(capped.totals.figures.payload_bytes, free.totals.figures.payload_bytes);
+    assert_eq!(capped.totals.figures.unique_bytes, 40 * 8 * B, "repeats 20 ms apart are out of a shortened window");
+    let json = serde_json::to_value(&capped.index).unwrap();
+    assert_eq!(json["memory_early_expiries"], raised);
+    // The live-block bound and the window are unchanged.
+    assert_eq!(capped.index.early_expiries, 0);
+}
+
 #[test]
 fn topology_rule_overrides_inference() {
     let topo = json!({"rules": [{"file": "*.VHDX", "class": "client"}]});

@@ -13,7 +13,7 @@ use super::attribution::Class;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use crate::fasthash::FastMap as HashMap;
 use std::net::IpAddr;
 use std::ops::Range;
 use toml::Spanned;
@@ -125,7 +125,7 @@ impl Default for Topology {
     fn default() -> Self {
         Topology {
             nodes: Vec::new(),
-            by_address: HashMap::new(),
+            by_address: HashMap::default(),
             ranges: Vec::new(),
             rules: Vec::new(),
             listed: false,

@@ -5,6 +5,7 @@
 //! trivial flag (all bytes equal). The payload digest is BLAKE3-256 over the block digests
 //! (see `hash.rs` for the exact, documented construction) so it costs one pass over the data.
 
+mod batch;
 pub mod hash;
 pub mod send;
 

@@ -27,7 +27,8 @@ pub use crate::smbdirect::stats::{InfinibandStats, IwarpStats, RdmaStats, SmbDir
 use crate::frame::FrameCtx;
 use crate::smb2::Parts;
 use crate::smbdirect::SmbdConn;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use crate::fasthash::FastMap as HashMap;
 
 /// Counts one packet under an opcode key without allocating once the key exists (this runs
 /// for every RDMA packet). `hex`: "0x03" (iWARP RDMAP) rather than "3" (IB BTH, as tshark).

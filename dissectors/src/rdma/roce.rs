@@ -24,7 +24,8 @@ use crate::accounting::cat;
 use crate::frame::FrameCtx;
 use crate::smb2::Parts;
 use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use crate::fasthash::FastMap as HashMap;
 use std::net::IpAddr;
 use super::Anomaly;
 

@@ -2,7 +2,8 @@
 //! with hostile or endless input. Eviction order is insertion order (deterministic, unlike
 //! HashMap iteration order), so a run's output does not depend on hashing seeds.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use crate::fasthash::FastMap as HashMap;
 use std::hash::Hash;
 
 #[derive(Debug)]
@@ -17,7 +18,7 @@ pub struct BoundedMap<K, V> {
 
 impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
     pub fn new(cap: usize) -> Self {
-        BoundedMap { cap: cap.max(1), map: HashMap::new(), order: VecDeque::new(), seq: 0 }
+        BoundedMap { cap: cap.max(1), map: HashMap::default(), order: VecDeque::new(), seq: 0 }
     }
 
     /// Inserts or replaces; returns true if an older entry had to be evicted to make room.

@@ -25,7 +25,8 @@
 //! anomaly `tcp.global_buffer_cap`).
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use crate::fasthash::FastMap;
 use std::net::IpAddr;
 
 use super::reassembly::{ReassemblyConfig, Reassembler, SegmentOutcome};
@@ -148,6 +149,8 @@ struct Flow<C> {
     /// Sender of the flow's first segment (direction 0 leaves from it).
     first_src: Endpoint,
     last_seen_ns: u64,
+    /// The time of this flow's entry in `FlowTable::by_age` (at most `last_seen_ns`).
+    age_key_ns: u64,
     last_ctx: FrameCtx,
     ignored: bool,
     halves: [Half<C>; 2],
@@ -172,8 +175,12 @@ const EVICTION_SCAN: usize = 4096;
 pub struct FlowTable<C> {
     cfg: FlowConfig,
     /// Boxed: the table's free buckets then cost a pointer, not a whole flow (~1 KiB).
-    flows: HashMap<FlowKey, Box<Flow<C>>>,
-    /// (last seen time, flow id) → key, least recently seen first: eviction and idle order.
+    flows: FastMap<FlowKey, Box<Flow<C>>>,
+    /// (time, flow id) → key, one entry per flow, least recently seen first: eviction and
+    /// idle order. An entry is updated lazily: its time (the flow's `age_key_ns`) may be older
+    /// than the flow's `last_seen_ns`, and is brought up to date when it reaches the front
+    /// (`fresh_front`); an entry's time never exceeds the flow's, so the first fresh entry is
+    /// the least recently seen flow. No ordered-map work on a frame of a known flow.
     by_age: BTreeMap<(u64, u64), FlowKey>,
     next_id: u64,
     total_buffered: usize,
@@ -212,7 +219,7 @@ impl<C> FlowTable<C> {
     pub fn new(cfg: FlowConfig) -> Self {
         FlowTable {
             cfg,
-            flows: HashMap::new(),
+            flows: FastMap::default(),
             by_age: BTreeMap::new(),
             next_id: 0,
             total_buffered: 0,
@@ -276,14 +283,7 @@ impl<C> FlowTable<C> {
             while self.flows.len() >= self.cfg.max_flows.max(1) {
                 // The least recently seen flow that never carried storage traffic, among the
                 // oldest `EVICTION_SCAN`; only when all of those did, the oldest of them.
-                let victim = self
-                    .by_age
-                    .values()
-                    .take(EVICTION_SCAN)
-                    .find(|k| self.flows.get(*k).is_some_and(|f| !f.storage))
-                    .or_else(|| self.by_age.values().next())
-                    .copied();
-                let Some(victim) = victim else { break };
+                let Some(victim) = self.eviction_victim() else { break };
                 self.anomalies.raise(Anomaly::FlowTableFull);
                 if self.flows.get(&victim).is_some_and(|f| f.storage) {
                     self.anomalies.raise(Anomaly::StorageFlowEvicted);
@@ -307,6 +307,7 @@ impl<C> FlowTable<C> {
                     storage: false,
                     first_src: from,
                     last_seen_ns: ctx.ts_ns,
+                    age_key_ns: ctx.ts_ns,
                     last_ctx: *ctx,
                     ignored,
                     halves: [Half::new(r, c0), Half::new(r, c1)],
@@ -315,12 +316,8 @@ impl<C> FlowTable<C> {
         };
 
         // Timestamps of merged captures can step back a little: keep the latest.
-        let seen = flow.last_seen_ns.max(ctx.ts_ns);
-        if seen != flow.last_seen_ns {
-            self.by_age.remove(&(flow.last_seen_ns, flow.id));
-            self.by_age.insert((seen, flow.id), key);
-            flow.last_seen_ns = seen;
-        }
+        // (`by_age` catches up in `fresh_front`.)
+        flow.last_seen_ns = flow.last_seen_ns.max(ctx.ts_ns);
         flow.last_ctx = *ctx;
 
         let dir = usize::from(flow.first_src != from);
@@ -390,17 +387,22 @@ impl<C> FlowTable<C> {
         C: StreamConsumer<S>,
     {
         while self.total_buffered > self.cfg.max_total_buffered_bytes {
-            let mut largest: Option<(usize, FlowKey, usize)> = None;
-            for key in self.by_age.values() {
-                if let Some(f) = self.flows.get(key) {
-                    for (d, h) in f.halves.iter().enumerate() {
-                        let n = h.reasm.buffered_bytes();
-                        if n > largest.map_or(0, |l| l.0) {
-                            largest = Some((n, *key, d));
-                        }
+            // The largest buffer; on a tie the least recently seen flow's (then direction 0).
+            let mut largest: Option<(usize, (u64, u64), FlowKey, usize)> = None;
+            for (key, f) in self.flows.iter() {
+                let age = (f.last_seen_ns, f.id);
+                for (d, h) in f.halves.iter().enumerate() {
+                    let n = h.reasm.buffered_bytes();
+                    let better = match largest {
+                        None => n > 0,
+                        Some((ln, lage, _, ld)) => n > ln || (n == ln && (age, d) < (lage, ld)),
+                    };
+                    if better {
+                        largest = Some((n, age, *key, d));
                     }
                 }
             }
+            let largest = largest.map(|(n, _, key, d)| (n, key, d));
             let Some((n, key, d)) = largest else { break };
             let Some(flow) = self.flows.get_mut(&key) else { break };
             self.anomalies.raise(Anomaly::GlobalBufferCap);
@@ -423,11 +425,52 @@ impl<C> FlowTable<C> {
         C: StreamConsumer<S>,
     {
         let Some(mut flow) = self.flows.remove(&key) else { return };
-        self.by_age.remove(&(flow.last_seen_ns, flow.id));
+        self.by_age.remove(&(flow.age_key_ns, flow.id));
         let ctx = flow.last_ctx;
         for h in flow.halves.iter_mut() {
             close_half(h, &ctx, &mut self.stats, &mut self.total_buffered, shared);
         }
+    }
+
+    /// The least recently seen flow's `by_age` entry, after bringing stale entries at the
+    /// front up to date (each moves to its flow's `last_seen_ns`).
+    fn fresh_front(&mut self) -> Option<((u64, u64), FlowKey)> {
+        loop {
+            let (&(at, id), &key) = self.by_age.first_key_value()?;
+            let Some(flow) = self.flows.get_mut(&key) else {
+                // Never happens (one entry per flow); dropping it keeps the loop finite.
+                self.by_age.pop_first();
+                continue;
+            };
+            if flow.last_seen_ns == at {
+                return Some(((at, id), key));
+            }
+            self.by_age.pop_first();
+            flow.age_key_ns = flow.last_seen_ns;
+            self.by_age.insert((flow.last_seen_ns, id), key);
+        }
+    }
+
+    /// The flow to evict from a full table: the least recently seen one that never carried
+    /// storage traffic among the `EVICTION_SCAN` least recently seen, else the least recently
+    /// seen. The entries looked at are taken off in age order (fresh) and put back.
+    fn eviction_victim(&mut self) -> Option<FlowKey> {
+        let mut looked: Vec<((u64, u64), FlowKey)> = Vec::new();
+        let mut found = None;
+        while looked.len() < EVICTION_SCAN {
+            let Some((age, key)) = self.fresh_front() else { break };
+            self.by_age.pop_first();
+            looked.push((age, key));
+            if self.flows.get(&key).is_some_and(|f| !f.storage) {
+                found = Some(key);
+                break;
+            }
+        }
+        let oldest = looked.first().map(|&(_, k)| k);
+        for (age, key) in looked {
+            self.by_age.insert(age, key);
+        }
+        found.or(oldest)
     }
 
     /// Flush, close and forget every flow with no frame for the idle timeout before `now_ns`.
@@ -435,7 +478,7 @@ impl<C> FlowTable<C> {
     where
         C: StreamConsumer<S>,
     {
-        while let Some((&(seen, _), &key)) = self.by_age.first_key_value() {
+        while let Some(((seen, _), key)) = self.fresh_front() {
             if seen.saturating_add(self.cfg.idle_timeout_ns) >= now_ns {
                 break;
             }
@@ -448,7 +491,7 @@ impl<C> FlowTable<C> {
     where
         C: StreamConsumer<S>,
     {
-        while let Some((_, &key)) = self.by_age.first_key_value() {
+        while let Some((_, key)) = self.fresh_front() {
             self.remove(key, shared);
         }
     }

@@ -261,14 +261,18 @@ impl Reassembler {
         while cur < end {
             let c = cur as u64;
             let e = end as u64;
-            let covering = self
-                .held
-                .range(..=c)
-                .next_back()
-                .map(|(k, h)| (*k, *k + h.len()))
-                .filter(|&(_, ke)| ke > c);
-            let next_piece =
-                covering.or_else(|| self.held.range(c..).next().map(|(k, h)| (*k, *k + h.len())));
+            // In order with nothing held (the usual case): no ordered-map lookups.
+            let next_piece = if self.held.is_empty() {
+                None
+            } else {
+                let covering = self
+                    .held
+                    .range(..=c)
+                    .next_back()
+                    .map(|(k, h)| (*k, *k + h.len()))
+                    .filter(|&(_, ke)| ke > c);
+                covering.or_else(|| self.held.range(c..).next().map(|(k, h)| (*k, *k + h.len())))
+            };
             let (new_to, dup_to) = match next_piece {
                 Some((ks, ke)) if ks < e => (ks.max(c), Some(ke.min(e))),
                 _ => (e, None),
