@@ -13,6 +13,7 @@
 
 pub mod anomaly;
 pub mod bounded;
+pub mod crypto;
 pub mod handle;
 pub mod netbios;
 pub mod records;
