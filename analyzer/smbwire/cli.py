@@ -149,10 +149,12 @@ class _Size(click.ParamType):
 @click.option("--to", "to_ns", type=_Time(), metavar="TIME", help="Analyse only frames captured before TIME.")
 @click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
+@click.option("--keys", metavar="FILE",
+              help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
-            reorder_buffer: int | None, quiet: bool) -> int:
+            reorder_buffer: int | None, keys: str | None, quiet: bool) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -168,10 +170,10 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         if show_progress:
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
-                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer))
+                from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, keys=keys))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
-                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+                                    from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, keys=keys)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -303,12 +305,14 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="With --hook xdp: drop storage frames after counting and copying them (a mirror port only: this host never sees them).")
 @click.option("--user", "-Z", "user", metavar="NAME",
               help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
+@click.option("--keys", metavar="FILE",
+              help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
 @click.option("--keep-privileges", is_flag=True, hidden=True,
               help="Do not drop capabilities after setup (debugging).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, interval: float, backend: str | None, ports: tuple[int, ...], hook: str,
-         xdp_drop: bool, user: str | None, keep_privileges: bool) -> int:
+         xdp_drop: bool, user: str | None, keys: str | None, keep_privileges: bool) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -335,7 +339,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     run = live_mod.start(iface, topology=topo, window=window, top_n=top, write=write,
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=interval, tcp_ports=list(ports) or None, hook=hook,
-                         xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user)
+                         xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user, keys=keys)
     if json_out is not None and json_out != "-":
         # The result is written after the privilege drop, with the rights left (another
         # user, or root without CAP_DAC_OVERRIDE): check those now, not with the result in hand.

@@ -104,6 +104,7 @@ def build_config(
     from_ns: int | None = None,
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
+    keys: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch)."""
@@ -128,6 +129,14 @@ def build_config(
         config["to_ns"] = to_ns
     if reorder_buffer is not None:
         config["reorder_buffer_bytes"] = reorder_buffer
+    if keys is not None:
+        # The engine parses and checks the text (docs/decryption.md); read here, before live
+        # capture drops privileges.
+        try:
+            with open(keys, encoding="utf-8") as f:
+                config["keys"] = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"--keys {os.fspath(keys)}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     return config
 
 
@@ -143,6 +152,7 @@ def analyze(
     from_ns: int | None = None,
     to_ns: int | None = None,
     reorder_buffer: int | None = None,
+    keys: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -157,7 +167,7 @@ def analyze(
         ledger_path = os.fspath(ledger)
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
-                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer)
+                          from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, keys=keys)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

@@ -92,6 +92,7 @@ def start(
     xdp_drop: bool = False,
     drop_privileges: bool = True,
     user: str | None = None,
+    keys: str | None = None,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
     RoCEv1, with the eBPF program at `hook` (or AF_PACKET).
@@ -116,7 +117,7 @@ def start(
         raise UserError("--xdp-drop needs --hook xdp")
     if user is not None and not drop_privileges:
         raise UserError("--user switches user as part of the privilege drop")
-    config = build_config(topology=topology, window=window, top_n=top_n)
+    config = build_config(topology=topology, window=window, top_n=top_n, keys=keys)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",

@@ -56,6 +56,8 @@ pub mod cat {
     /// TCP payload of a hole the reorder buffer had already given up on (its limits were
     /// reached), arriving after it: reordering beyond the buffer (`--reorder-buffer`).
     pub const TCP_REORDERED_LATE: &str = "tcp_reordered_late";
+    /// Encrypted SMB3 messages whose key (`--keys`) did not decrypt them (wrong key, damaged).
+    pub const SMB_DECRYPT_FAILED: &str = "smb_decrypt_failed";
 }
 
 /// What a category's bytes are to the analysis (the report groups and the live view sums by it).
@@ -113,6 +115,7 @@ pub const CATEGORIES: &[Category] = {
         Category { name: cat::OUTSIDE_TIME_BOUNDS, description: "frames captured before --from or at/after --to, left out of the analysis", disposition: NotAnalysed },
         Category { name: cat::UNUSABLE_INPUT, description: "input files skipped as unusable beside usable ones (not a capture, damaged header)", disposition: NotAnalysed },
         Category { name: cat::TCP_REORDERED_LATE, description: "TCP payload arriving after the reorder buffer had given up its hole (reordering beyond --reorder-buffer)", disposition: NotAnalysed },
+        Category { name: cat::SMB_DECRYPT_FAILED, description: "encrypted SMB3 messages the given key (--keys) did not decrypt (wrong key, damaged message)", disposition: NotAnalysed },
     ]
 };
 
@@ -159,7 +162,7 @@ mod tests {
             .filter_map(|l| l.trim().strip_prefix("pub const "))
             .map(|l| l.split('"').nth(1).unwrap())
             .collect();
-        assert_eq!(consts.len(), 25);
+        assert_eq!(consts.len(), 26);
         let names: Vec<&str> = CATEGORIES.iter().map(|c| c.name).collect();
         assert_eq!(consts, names, "CATEGORIES lists the cat:: constants in order");
         for c in CATEGORIES {

@@ -59,12 +59,21 @@ impl Cipher {
     }
 }
 
-/// One line of the keys file.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One line of the keys file. Its `Debug` shows which keys are present, never their bytes.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct KeyEntry {
     pub session_key: Option<Vec<u8>>,
     pub server_to_client: Option<Vec<u8>>,
     pub client_to_server: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for KeyEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEntry")
+            .field("session_key", &self.session_key.is_some())
+            .field("directional_keys", &self.server_to_client.is_some())
+            .finish()
+    }
 }
 
 /// The keys file: entries by SessionId (the u64 of the wire bytes, little-endian).
@@ -249,11 +258,18 @@ pub fn encrypt(cipher: Cipher, key: &[u8], hdr: &[u8], buf: &mut [u8]) -> Option
 }
 
 /// Keys that decrypted a session's messages, kept so the next message needs no trials.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Its `Debug` names the cipher only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SessionKeys {
     pub cipher: Cipher,
     pub client_to_server: Vec<u8>,
     pub server_to_client: Vec<u8>,
+}
+
+impl std::fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionKeys").field("cipher", &self.cipher).finish()
+    }
 }
 
 /// The (cipher, c2s, s2c) candidates for a session, best guess first: `dialect` and

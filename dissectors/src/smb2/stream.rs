@@ -25,6 +25,7 @@
 //! - `payload`: streaming a data region into the hasher, the send.
 
 mod compound;
+mod decrypt;
 mod framing;
 mod payload;
 
@@ -36,6 +37,7 @@ use super::{Anomaly, Parts};
 use crate::accounting::cat;
 use crate::context::{PayloadSink, Shared};
 use crate::frame::FrameCtx;
+use crate::payload::send::Transport;
 use crate::tcp::StreamConsumer;
 use payload::PayloadCtx;
 use std::net::IpAddr;
@@ -77,6 +79,9 @@ enum State {
     Payload(u32),
     /// The rest of the element (`elem_left`) goes to a category.
     Tail(&'static str),
+    /// Buffering an encrypted message (TRANSFORM header, then the ciphertext) up to `need`
+    /// bytes into `crypt`, to decrypt it (`--keys`).
+    Crypt(usize),
     /// Framing lost: scanning for a NetBIOS + SMB2 header.
     Resync,
     /// Unframed mode between messages.
@@ -111,6 +116,14 @@ pub struct Smb2Stream {
     carry_len: usize,
     /// A valid SMB2/3 start (ProtocolId after a believed NetBIOS header) was seen.
     storage: bool,
+    /// How sends of this stream crossed the wire (an inner stream keeps its outer's).
+    transport: Transport,
+    /// Encrypted messages may be decrypted here (not in a stream fed with decrypted bytes).
+    can_decrypt: bool,
+    /// The encrypted message being buffered, with the frames that carried it.
+    crypt: Option<Box<decrypt::CryptBuf>>,
+    /// Decrypted messages go through this unframed stream (made on first use).
+    inner: Option<Box<Smb2Stream>>,
 }
 
 impl Smb2Stream {
@@ -135,6 +148,10 @@ impl Smb2Stream {
             carry: [0; CARRY],
             carry_len: 0,
             storage: false,
+            transport: Transport::Tcp,
+            can_decrypt: true,
+            crypt: None,
+            inner: None,
         }
     }
 
@@ -144,6 +161,16 @@ impl Smb2Stream {
         let mut s = Smb2Stream::new(conn_id, to_server, src, dst);
         s.framed = false;
         s.state = State::Idle;
+        s.transport = Transport::SmbDirect;
+        s
+    }
+
+    /// The stream decrypted messages of this one go through: unframed, same connection and
+    /// direction and transport, no decryption of its own.
+    fn inner_stream(&self) -> Smb2Stream {
+        let mut s = Smb2Stream::new_unframed(self.conn, self.to_server, self.src, self.dst);
+        s.transport = self.transport;
+        s.can_decrypt = false;
         s
     }
 
@@ -180,6 +207,14 @@ impl Smb2Stream {
         if self.framed {
             return self.feed(msg, ctx, p);
         }
+        self.feed_message_pieces(msg, &[(0, *ctx)], p)
+    }
+
+    /// One whole message (unframed mode) whose bytes came in several frames: `pieces` holds
+    /// (offset in `msg`, frame) in increasing offsets, the first at 0.
+    fn feed_message_pieces(&mut self, msg: &[u8], pieces: &[(usize, FrameCtx)], p: &mut Parts) {
+        let Some(&(_, last_ctx)) = pieces.last() else { return };
+        let ctx = &last_ctx;
         if self.state != State::Idle {
             // The previous message ended inside a buffered part (cannot happen for whole
             // messages; defensive).
@@ -196,7 +231,12 @@ impl Smb2Stream {
         }
         self.msg_left = msg.len() as u32;
         self.state = State::ProtocolId;
-        self.feed(msg, ctx, p);
+        for (i, (start, pctx)) in pieces.iter().enumerate() {
+            let end = pieces.get(i + 1).map_or(msg.len(), |n| n.0).min(msg.len());
+            if *start < end {
+                self.feed(&msg[*start..end], pctx, p);
+            }
+        }
         if self.state != State::Idle {
             p.anomalies.raise(Anomaly::UnframedMessageTruncated);
             self.abandon(ctx, p);
@@ -266,6 +306,7 @@ impl Smb2Stream {
                 n
             }
             State::Payload(remaining) => self.payload_bytes(remaining, input, ctx, p),
+            State::Crypt(need) => self.crypt_bytes(need, input, ctx, p),
             State::Tail(category) => {
                 let n = (self.elem_left as usize).min(input.len());
                 p.accounting.add(category, n as u64);
@@ -293,6 +334,10 @@ impl Smb2Stream {
             self.finish_payload(ctx, p);
         }
         self.payload = None;
+        if let Some(cb) = self.crypt.take() {
+            // Never complete: it stays encrypted.
+            p.accounting.add(cat::SMB_ENCRYPTED, cb.bytes.len() as u64);
+        }
         p.accounting.add(cat::SMB_UNPARSED, (self.small_len + self.carry_len) as u64);
         self.small_len = 0;
         self.carry_len = 0;
@@ -324,6 +369,17 @@ impl Smb2Stream {
             }
             State::NbHeader | State::ProtocolId => to_resync(self, p),
             _ if missing > self.msg_left as u64 => to_resync(self, p),
+            State::Crypt(_) => {
+                p.anomalies.raise(Anomaly::GapInMessage);
+                if let Some(cb) = self.crypt.take() {
+                    p.accounting.add(cat::SMB_ENCRYPTED, cb.bytes.len() as u64);
+                }
+                self.msg_left -= missing as u32;
+                self.state = State::Skip(cat::SMB_ENCRYPTED);
+                if self.msg_left == 0 {
+                    self.end_of_message();
+                }
+            }
             State::Skip(_) | State::CompressedHead(_) => {
                 self.msg_left -= missing as u32;
                 if matches!(self.state, State::CompressedHead(_)) {

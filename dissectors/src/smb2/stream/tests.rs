@@ -137,7 +137,11 @@ fn smb_streams(file: &str) -> Vec<u32> {
 /// Runs every SMB stream of `file` through the parser; `chunk` re-cuts segments
 /// (0 = as captured).
 fn run_capture(file: &str, chunk: usize) -> Harness {
-    let mut h = Harness::default();
+    run_capture_with(file, chunk, SmbState::default())
+}
+
+fn run_capture_with(file: &str, chunk: usize, smb: SmbState) -> Harness {
+    let mut h = Harness { smb, ..Harness::default() };
     for sid in smb_streams(file) {
         let mut c = Conn::new(sid as u64 + 1);
         for (i, (to_server, seg)) in follow(file, sid).into_iter().enumerate() {
@@ -161,7 +165,7 @@ fn expected(file: &str) -> serde_json::Value {
 }
 
 fn smb_categories(h: &Harness) -> u64 {
-    [cat::SMB_METADATA, cat::SMB_PAYLOAD, cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::SMB_UNPARSED]
+    [cat::SMB_METADATA, cat::SMB_PAYLOAD, cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::SMB_UNPARSED, cat::SMB_DECRYPT_FAILED]
         .iter()
         .map(|c| h.accounting.get(c))
         .sum()
@@ -533,6 +537,8 @@ fn encrypted_and_compressed_captures_are_counted() {
     assert_eq!(h.smb.stats.write_req_pdus, 0);
     assert_eq!(smb_categories(&h), h.fed);
 }
+
+mod decrypt;
 
 mod fuzz {
     use super::*;
