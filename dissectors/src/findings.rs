@@ -121,8 +121,8 @@ pub fn derive(r: &Value) -> Vec<Finding> {
     if comp > 0 {
         out.push(Finding::new(
             "smb_compressed",
-            json!({ "messages": n(&["smb2", "compressed_messages"]), "bytes": comp }),
-            format!("{comp} bytes of compressed SMB3 messages were not analysed (decompression comes later)"),
+            json!({ "messages": n(&["smb2", "decompress_failed"]), "bytes": comp }),
+            format!("{comp} bytes of compressed SMB3 messages could not be decompressed and were not analysed"),
         ));
     }
     let (total, input) = (n(&["accounting", "total_bytes"]), n(&["accounting", "input_bytes"]));

@@ -83,6 +83,15 @@ pub struct Smb2Stats {
     /// Encrypted messages whose key did not decrypt them (wrong key, damaged message).
     pub decrypt_failed: u64,
     pub compressed_messages: u64,
+    /// Compressed messages decompressed (MS-XCA, Pattern_V1), their bytes on the wire (after
+    /// the NetBIOS header; accounted as `smb_compressed`), their decompressed bytes, and the
+    /// WRITE/READ data bytes inside them (hashed and deduplicated on the decompressed bytes).
+    pub decompressed_messages: u64,
+    pub decompressed_wire_bytes: u64,
+    pub decompressed_bytes: u64,
+    pub decompressed_payload_bytes: u64,
+    /// Compressed messages that could not be decompressed (anomaly `smb2.decompress_*`).
+    pub decompress_failed: u64,
     /// Payloads not sent to dedupe because bytes of them were missing from the capture.
     pub payload_incomplete: u64,
     pub payload_incomplete_bytes: u64,

@@ -25,6 +25,7 @@
 //! - `payload`: streaming a data region into the hasher, the send.
 
 mod compound;
+mod decompress;
 mod decrypt;
 mod framing;
 mod payload;
@@ -79,6 +80,8 @@ enum State {
     Payload(u32),
     /// The rest of the element (`elem_left`) goes to a category.
     Tail(&'static str),
+    /// Buffering a whole compressed message (already accounted) into `crypt`, to decompress it.
+    Comp(usize),
     /// Buffering an encrypted message (TRANSFORM header, then the ciphertext) up to `need`
     /// bytes into `crypt`, to decrypt it (`--keys`).
     Crypt(usize),
@@ -120,10 +123,14 @@ pub struct Smb2Stream {
     transport: Transport,
     /// Encrypted messages may be decrypted here (not in a stream fed with decrypted bytes).
     can_decrypt: bool,
-    /// The encrypted message being buffered, with the frames that carried it.
+    /// Compressed messages may be decompressed here (not in a stream fed with decompressed bytes).
+    can_decompress: bool,
+    /// The encrypted or compressed message being buffered, with the frames that carried it.
     crypt: Option<Box<decrypt::CryptBuf>>,
     /// Decrypted messages go through this unframed stream (made on first use).
     inner: Option<Box<Smb2Stream>>,
+    /// Decompressed messages go through this one.
+    unzipped: Option<Box<Smb2Stream>>,
 }
 
 impl Smb2Stream {
@@ -150,8 +157,10 @@ impl Smb2Stream {
             storage: false,
             transport: Transport::Tcp,
             can_decrypt: true,
+            can_decompress: true,
             crypt: None,
             inner: None,
+            unzipped: None,
         }
     }
 
@@ -165,12 +174,14 @@ impl Smb2Stream {
         s
     }
 
-    /// The stream decrypted messages of this one go through: unframed, same connection and
-    /// direction and transport, no decryption of its own.
-    fn inner_stream(&self) -> Smb2Stream {
+    /// The stream decrypted or decompressed messages of this one go through: unframed, same
+    /// connection, direction and transport; no decryption of its own, and no decompression
+    /// when it is fed decompressed bytes (nesting is at most decrypt → decompress).
+    fn inner_stream(&self, can_decrypt: bool, can_decompress: bool) -> Smb2Stream {
         let mut s = Smb2Stream::new_unframed(self.conn, self.to_server, self.src, self.dst);
         s.transport = self.transport;
-        s.can_decrypt = false;
+        s.can_decrypt = can_decrypt;
+        s.can_decompress = can_decompress;
         s
     }
 
@@ -307,6 +318,7 @@ impl Smb2Stream {
             }
             State::Payload(remaining) => self.payload_bytes(remaining, input, ctx, p),
             State::Crypt(need) => self.crypt_bytes(need, input, ctx, p),
+            State::Comp(need) => self.comp_bytes(need, input, ctx, p),
             State::Tail(category) => {
                 let n = (self.elem_left as usize).min(input.len());
                 p.accounting.add(category, n as u64);
@@ -335,8 +347,8 @@ impl Smb2Stream {
         }
         self.payload = None;
         if let Some(cb) = self.crypt.take() {
-            // Never complete: it stays encrypted.
-            p.accounting.add(cat::SMB_ENCRYPTED, cb.bytes.len() as u64);
+            // Never complete: it stays encrypted / compressed.
+            p.accounting.add(cb.lost_as, cb.bytes.len() as u64);
         }
         p.accounting.add(cat::SMB_UNPARSED, (self.small_len + self.carry_len) as u64);
         self.small_len = 0;
@@ -376,6 +388,16 @@ impl Smb2Stream {
                 }
                 self.msg_left -= missing as u32;
                 self.state = State::Skip(cat::SMB_ENCRYPTED);
+                if self.msg_left == 0 {
+                    self.end_of_message();
+                }
+            }
+            State::Comp(_) => {
+                if let Some(cb) = self.crypt.take() {
+                    p.accounting.add(cat::SMB_COMPRESSED, cb.bytes.len() as u64);
+                }
+                self.msg_left -= missing as u32;
+                self.state = State::Skip(cat::SMB_COMPRESSED);
                 if self.msg_left == 0 {
                     self.end_of_message();
                 }

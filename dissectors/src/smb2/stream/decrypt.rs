@@ -24,12 +24,15 @@ pub(super) struct CryptBuf {
     pub(super) bytes: Vec<u8>,
     /// (offset in `bytes`, frame) where each frame's bytes begin.
     pub(super) pieces: Vec<(usize, FrameCtx)>,
+    /// Where the bytes go when the message is lost (gap, end of stream) before it is whole:
+    /// `smb_encrypted` or `smb_compressed`.
+    pub(super) lost_as: &'static str,
 }
 
 impl Smb2Stream {
     /// The ProtocolId 0xFD 'SMB' was read (and `msg_left` bytes follow).
     pub(super) fn start_crypt(&mut self, id: &[u8; 4], p: &mut Parts) {
-        let mut cb = CryptBuf::default();
+        let mut cb = CryptBuf { lost_as: cat::SMB_ENCRYPTED, ..CryptBuf::default() };
         cb.bytes.extend_from_slice(id);
         self.crypt = Some(Box::new(cb));
         let need = (4 + self.msg_left as usize).min(TRANSFORM_LEN);
@@ -133,7 +136,7 @@ impl Smb2Stream {
                 _ => pieces.push((o, *c)),
             }
         }
-        let mut inner = self.inner.take().unwrap_or_else(|| Box::new(self.inner_stream()));
+        let mut inner = self.inner.take().unwrap_or_else(|| Box::new(self.inner_stream(false, true)));
         inner.feed_message_pieces(body, &pieces, p);
         self.inner = Some(inner);
         if self.msg_left > 0 {
