@@ -120,3 +120,7 @@ def test_cli_keys_option_and_errors(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", str(capture), "--keys", str(tmp_path / "none")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--keys" in r.stderr
+    # live reads and checks the file before it captures anything.
+    r = subprocess.run([sys.executable, "-m", "smbwire", "live", "-i", "lo", "--keys", str(bad), "--duration", "1",
+                        "--plain"], capture_output=True, text=True)
+    assert r.returncode == 2 and "line 2" in r.stderr, r.stderr
