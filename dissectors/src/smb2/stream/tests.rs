@@ -551,6 +551,7 @@ fn encrypted_and_compressed_captures_are_counted() {
     assert!(h.anomalies.iter().all(|(n, _)| !n.starts_with("smb2.decompress")), "{:?}", h.anomalies.iter().collect::<Vec<_>>());
 }
 
+mod decompress;
 mod decrypt;
 
 mod fuzz {
