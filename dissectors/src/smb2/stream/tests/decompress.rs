@@ -162,3 +162,50 @@ fn bombs_damage_and_gaps_stay_compressed() {
     assert_eq!(h.accounting.get(cat::SMB_COMPRESSED), (good.len() - 10 - 4) as u64);
     assert_eq!(smb_categories(&h), h.fed);
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An encrypted (key known) compressed WRITE, then a plain one.
+    fn stream_bytes() -> (Vec<u8>, SmbState) {
+        let plain = plain_write(&data(3000, 2));
+        let comp = unchained(xca::Algorithm::Lz77Huffman, &plain, 64);
+        let key = vec![9u8; 16];
+        let mut m = vec![0u8; crypto::TRANSFORM_LEN];
+        m[0..4].copy_from_slice(&[0xFD, b'S', b'M', b'B']);
+        m[36..40].copy_from_slice(&(comp.len() as u32).to_le_bytes());
+        m[44..52].copy_from_slice(&0x55u64.to_le_bytes());
+        let mut body = comp.clone();
+        let tag = crypto::encrypt(Cipher::Aes128Gcm, &key, &m, &mut body).unwrap();
+        m[4..20].copy_from_slice(&tag);
+        m.extend_from_slice(&body);
+        let s = [netbios(&m), netbios(&comp), netbios(&plain_write(&data(100, 3)))].concat();
+        let mut t = KeyTable::default();
+        t.insert(0x55, KeyEntry { session_key: Some(key.clone()), server_to_client: Some(key.clone()), client_to_server: Some(key) });
+        (s, SmbState::default().with_keys(Arc::new(t)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Mutations of encrypted and compressed messages, any chunking and gaps: never a
+        /// panic, every byte in one category.
+        #[test]
+        fn mutated_encrypted_and_compressed_never_panic(pos in 0usize..6000, val in any::<u8>(), cut in 1usize..700, gap_at in 0usize..40, gap in 0u64..3000) {
+            let (mut s, smb) = stream_bytes();
+            let l = s.len();
+            s[pos % l] = val;
+            let mut h = Harness { smb, ..Harness::default() };
+            let mut st = Smb2Stream::new(1, true, addr(1, 0), addr(2, 0));
+            for (i, c) in s.chunks(cut).enumerate() {
+                h.fed += c.len() as u64;
+                st.on_message(c, &ctx(i as u64), &mut h.parts());
+                if i == gap_at && gap > 0 {
+                    st.on_gap(gap, &ctx(i as u64), &mut h.parts());
+                }
+            }
+            st.on_close(&ctx(0), &mut h.parts());
+            prop_assert_eq!(smb_categories(&h), h.fed);
+        }
+    }
+}
