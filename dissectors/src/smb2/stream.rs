@@ -131,6 +131,11 @@ pub struct Smb2Stream {
     inner: Option<Box<Smb2Stream>>,
     /// Decompressed messages go through this one.
     unzipped: Option<Box<Smb2Stream>>,
+    /// Unframed mode: the plaintext of the last message decrypted or decompressed, for the
+    /// SMB Direct stage to find RDMA descriptors in (`take_opened`).
+    opened: Option<Vec<u8>>,
+    /// Keep `opened` (streams of SMB Direct connections and their inner streams).
+    keep_opened: bool,
 }
 
 impl Smb2Stream {
@@ -161,6 +166,8 @@ impl Smb2Stream {
             crypt: None,
             inner: None,
             unzipped: None,
+            opened: None,
+            keep_opened: false,
         }
     }
 
@@ -171,6 +178,7 @@ impl Smb2Stream {
         s.framed = false;
         s.state = State::Idle;
         s.transport = Transport::SmbDirect;
+        s.keep_opened = true;
         s
     }
 
@@ -182,6 +190,7 @@ impl Smb2Stream {
         s.transport = self.transport;
         s.can_decrypt = can_decrypt;
         s.can_decompress = can_decompress;
+        s.keep_opened = self.keep_opened;
         s
     }
 
@@ -190,6 +199,16 @@ impl Smb2Stream {
     }
     pub fn to_server(&self) -> bool {
         self.to_server
+    }
+
+    /// Unframed mode: the innermost plaintext of the message just fed when it was encrypted
+    /// or compressed (decrypted, then decompressed), else `None`. SMB Direct reads the RDMA
+    /// descriptors of WRITE/READ requests from it.
+    pub fn take_opened(&mut self) -> Option<Vec<u8>> {
+        let mine = self.opened.take()?;
+        let deeper = self.inner.as_mut().and_then(|s| s.take_opened());
+        let unzipped = self.unzipped.as_mut().and_then(|s| s.opened.take());
+        Some(deeper.or(unzipped).unwrap_or(mine))
     }
 
     /// Feeds one whole message (unframed mode) — same as `data()`, named for SMB Direct.

@@ -84,6 +84,9 @@ impl Smb2Stream {
                 }
                 p.smb.stats.decompressed_payload_bytes += scratch.get(cat::SMB_PAYLOAD);
                 self.unzipped = Some(unz);
+                if self.keep_opened {
+                    self.opened = Some(out);
+                }
             }
             Err(e) => {
                 match e {

@@ -139,6 +139,9 @@ impl Smb2Stream {
         let mut inner = self.inner.take().unwrap_or_else(|| Box::new(self.inner_stream(false, true)));
         inner.feed_message_pieces(body, &pieces, p);
         self.inner = Some(inner);
+        if self.keep_opened {
+            self.opened = Some(body.to_vec());
+        }
         if self.msg_left > 0 {
             p.anomalies.raise(Anomaly::TrailingBytes);
         }
