@@ -33,6 +33,7 @@ crate::anomaly::anomalies! {
         StateEvicted = "smb2.state_evicted",
         DecryptFailed = "smb2.decrypt_failed",
         TransformBadSize = "smb2.transform_bad_size",
+        OpenBudgetExceeded = "smb2.open_budget_exceeded",
     }
 }
 

@@ -40,6 +40,11 @@ pub enum Pending {
     Read { session_id: u64, tree_id: u32, file_id: [u8; 16], offset: u64, length: u32 },
 }
 
+/// Most bytes of encrypted/compressed messages buffered whole at once, over all connections
+/// (each message is also bounded by its connection's `max_message_len`). A message that would
+/// pass it is not opened (anomaly `smb2.open_budget_exceeded`).
+pub const OPENING_CAP: u64 = 256 << 20;
+
 /// What one connection negotiated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnInfo {
@@ -122,6 +127,9 @@ pub struct SmbState {
     bindings: BoundedMap<(u64, u64), ()>,
     /// Decryption: the keys file and the preauth hashes and keys of sessions (`--keys`).
     pub crypt: CryptState,
+    /// Bytes of encrypted/compressed messages being buffered whole, over all streams (at most
+    /// `OPENING_CAP`).
+    pub opening_bytes: u64,
     pub stats: Smb2Stats,
 }
 
@@ -216,6 +224,7 @@ impl SmbState {
             conns: BoundedMap::new(limits.connections),
             bindings: BoundedMap::new(limits.pending),
             crypt: CryptState::new(Arc::new(KeyTable::default()), &limits),
+            opening_bytes: 0,
             stats: Smb2Stats::default(),
         }
     }

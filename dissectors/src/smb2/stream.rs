@@ -367,6 +367,7 @@ impl Smb2Stream {
         self.payload = None;
         if let Some(cb) = self.crypt.take() {
             // Never complete: it stays encrypted / compressed.
+            cb.release(p);
             p.accounting.add(cb.lost_as, cb.bytes.len() as u64);
         }
         p.accounting.add(cat::SMB_UNPARSED, (self.small_len + self.carry_len) as u64);
@@ -403,6 +404,7 @@ impl Smb2Stream {
             State::Crypt(_) => {
                 p.anomalies.raise(Anomaly::GapInMessage);
                 if let Some(cb) = self.crypt.take() {
+                    cb.release(p);
                     p.accounting.add(cat::SMB_ENCRYPTED, cb.bytes.len() as u64);
                 }
                 self.msg_left -= missing as u32;
@@ -413,6 +415,7 @@ impl Smb2Stream {
             }
             State::Comp(_) => {
                 if let Some(cb) = self.crypt.take() {
+                    cb.release(p);
                     p.accounting.add(cat::SMB_COMPRESSED, cb.bytes.len() as u64);
                 }
                 self.msg_left -= missing as u32;

@@ -13,7 +13,7 @@
 //! `smb_compressed` and has its SMB2 header counted from an uncompressed prefix when there is
 //! one, as before decompression existed.
 
-use super::decrypt::CryptBuf;
+use super::decrypt::{reserve, CryptBuf};
 use super::{Smb2Stream, State};
 use crate::accounting::{cat, Accounting};
 use crate::frame::FrameCtx;
@@ -25,7 +25,17 @@ use crate::smb2::Parts;
 impl Smb2Stream {
     /// The ProtocolId 0xFC 'SMB' was read (and `msg_left` bytes follow).
     pub(super) fn start_comp(&mut self, id: &[u8; 4], p: &mut Parts) {
-        let mut cb = CryptBuf { lost_as: cat::SMB_COMPRESSED, ..CryptBuf::default() };
+        let need = 4 + self.msg_left as u64;
+        if !reserve(need, p) {
+            p.smb.stats.decompress_failed += 1;
+            p.accounting.add(cat::SMB_COMPRESSED, 4);
+            self.state = State::Skip(cat::SMB_COMPRESSED);
+            if self.msg_left == 0 {
+                self.end_of_message();
+            }
+            return;
+        }
+        let mut cb = CryptBuf { lost_as: cat::SMB_COMPRESSED, reserved: need, ..CryptBuf::default() };
         cb.bytes.extend_from_slice(id);
         self.crypt = Some(Box::new(cb));
         self.state = State::Comp(4 + self.msg_left as usize);
@@ -54,6 +64,7 @@ impl Smb2Stream {
 
     fn on_comp_buffered(&mut self, p: &mut Parts) {
         let Some(cb) = self.crypt.take() else { return };
+        cb.release(p);
         let cap = self.max_message_len(p) as usize;
         let mut out = Vec::new();
         match decompress_message(&cb.bytes, cap, &mut out) {

@@ -14,6 +14,7 @@ use crate::accounting::cat;
 use crate::frame::FrameCtx;
 use crate::smb2::crypto::{self, TRANSFORM_LEN};
 use crate::smb2::records::Error as RecError;
+use crate::smb2::state::OPENING_CAP;
 use crate::smb2::transform::TransformHeader;
 use crate::smb2::{Anomaly, Parts};
 
@@ -27,6 +28,25 @@ pub(super) struct CryptBuf {
     /// Where the bytes go when the message is lost (gap, end of stream) before it is whole:
     /// `smb_encrypted` or `smb_compressed`.
     pub(super) lost_as: &'static str,
+    /// Bytes of `SmbState::opening_bytes` this message holds (released when it is dropped).
+    pub(super) reserved: u64,
+}
+
+impl CryptBuf {
+    /// Gives the message's share of the buffering budget back.
+    pub(super) fn release(&self, p: &mut Parts) {
+        p.smb.opening_bytes = p.smb.opening_bytes.saturating_sub(self.reserved);
+    }
+}
+
+/// Reserves `n` bytes of the buffering budget; false (and the anomaly) when it is spent.
+pub(super) fn reserve(n: u64, p: &mut Parts) -> bool {
+    if p.smb.opening_bytes.saturating_add(n) > OPENING_CAP {
+        p.anomalies.raise(Anomaly::OpenBudgetExceeded);
+        return false;
+    }
+    p.smb.opening_bytes += n;
+    true
 }
 
 impl Smb2Stream {
@@ -64,6 +84,7 @@ impl Smb2Stream {
     /// The header or the whole message is buffered.
     fn on_crypt_buffered(&mut self, p: &mut Parts) {
         let Some(mut cb) = self.crypt.take() else { return };
+        cb.release(p);
         let hdr = match TransformHeader::parse(&cb.bytes) {
             Ok(h) => h,
             Err(_) => {
@@ -89,7 +110,13 @@ impl Smb2Stream {
             return self.crypt_rest(cat::SMB_DECRYPT_FAILED);
         }
         if (cb.bytes.len() as u64) < total {
-            // Header seen, a key exists: buffer the ciphertext.
+            // Header seen, a key exists: buffer the ciphertext (within the budget).
+            if !reserve(total, p) {
+                p.accounting.add(cat::SMB_ENCRYPTED, cb.bytes.len() as u64);
+                p.smb.stats.encrypted_without_key += 1;
+                return self.crypt_rest(cat::SMB_ENCRYPTED);
+            }
+            cb.reserved = total;
             cb.bytes.reserve_exact(total as usize - cb.bytes.len());
             self.crypt = Some(cb);
             self.state = State::Crypt(total as usize);

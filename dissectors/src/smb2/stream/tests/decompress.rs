@@ -163,6 +163,32 @@ fn bombs_damage_and_gaps_stay_compressed() {
     assert_eq!(smb_categories(&h), h.fed);
 }
 
+#[test]
+fn buffering_budget_is_shared_bounded_and_given_back() {
+    let plain = plain_write(&data(10_000, 4));
+    let msg = netbios(&unchained(xca::Algorithm::Lz77, &plain, 0));
+    let mut h = Harness::default();
+    // Gap and close release what was held.
+    let mut st = Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445));
+    st.on_message(&msg[..100], &ctx(1), &mut h.parts());
+    assert_eq!(h.smb.opening_bytes, (msg.len() - 4) as u64);
+    st.on_gap(10, &ctx(2), &mut h.parts());
+    assert_eq!(h.smb.opening_bytes, 0);
+    st.on_message(&msg[110..], &ctx(3), &mut h.parts());
+    st.on_message(&msg[..100], &ctx(4), &mut h.parts());
+    st.on_close(&ctx(5), &mut h.parts());
+    assert_eq!(h.smb.opening_bytes, 0);
+    // Other streams hold (almost) all of it: the message is not opened, and counted.
+    h.smb.opening_bytes = crate::smb2::state::OPENING_CAP - 100;
+    let mut h2 = Harness { smb: std::mem::take(&mut h.smb), ..Harness::default() };
+    one_stream(&mut h2, &[&msg]);
+    assert_eq!(h2.anomalies.get("smb2.open_budget_exceeded"), 1);
+    assert_eq!((h2.smb.stats.decompressed_messages, h2.smb.stats.decompress_failed), (0, 1));
+    assert_eq!(h2.accounting.get(cat::SMB_COMPRESSED), (msg.len() - 4) as u64);
+    assert_eq!(smb_categories(&h2), h2.fed);
+    assert_eq!(h2.smb.opening_bytes, crate::smb2::state::OPENING_CAP - 100);
+}
+
 mod fuzz {
     use super::*;
     use proptest::prelude::*;
@@ -206,6 +232,7 @@ mod fuzz {
             }
             st.on_close(&ctx(0), &mut h.parts());
             prop_assert_eq!(smb_categories(&h), h.fed);
+            prop_assert_eq!(h.smb.opening_bytes, 0);
         }
     }
 }
