@@ -429,12 +429,18 @@ def _live_wait(deadline: float | None) -> float:
 @click.option("--retransmit", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
 @click.option("--reorder", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is reordered.")
 @click.option("--seed", type=int, help="Random seed (same seed, same capture).")
+@click.option("--zero-fill", type=click.FloatRange(0, 1), metavar="P",
+              help="Fraction of 4 KiB data blocks that are all zeros (compressible).")
 @click.option("--transport", metavar="NAME", help="Transport the scenario uses (e.g. tcp, smbdirect).")
 @click.option("--topology-out", metavar="TOML", help="Write the scenario's topology file here.")
 @click.option("--truth-out", metavar="JSON", help="Write the ground truth (expected figures) here.")
+@click.option("--compression", metavar="ALG",
+              help="SMB 3.1.1 compression of WRITE requests and READ responses: none, lznt1, lz77, "
+                   "lz77huffman or chained (Pattern_V1 + LZ77); implies dialect 3.1.1.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
-          retransmit: float | None, reorder: float | None, seed: int | None, transport: str | None,
-          topology_out: str | None, truth_out: str | None) -> int:
+          retransmit: float | None, reorder: float | None, seed: int | None, zero_fill: float | None,
+          transport: str | None, topology_out: str | None, truth_out: str | None,
+          compression: str | None) -> int:
     """Generate a capture of SCENARIO with known duplicate figures."""
     for path in (topology_out, truth_out):
         if path is not None:
@@ -442,9 +448,15 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
     spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
-                       ("reorder", reorder), ("seed", seed), ("transport", transport)):
+                       ("reorder", reorder), ("seed", seed), ("zero_fill", zero_fill),
+                       ("transport", transport)):
         if value is not None:
             spec[key] = value
+    if compression is not None:
+        # The engine checks the name; compression exists from SMB 3.1.1 on.
+        spec["compression"] = compression
+        if compression != "none":
+            spec["dialect"] = "3.1.1"
     truth = engine.synth(spec, out)
     if truth_out is not None:
         jsonout.write_json(truth, truth_out)
