@@ -218,6 +218,8 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @_output_options
 @click.option("--max-index-memory", type=_Size(), metavar="SIZE",
               help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
+@click.option("--keys", metavar="FILE",
+              help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 @click.option("--annotate", metavar="OUT.pcapng",
               help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
@@ -225,7 +227,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
             reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
             html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None,
-            max_index_memory: int | None) -> int:
+            max_index_memory: int | None, keys: str | None) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -248,12 +250,12 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
                 from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=series_interval,
-                assume_members=assume_members, max_index_memory=max_index_memory))
+                assume_members=assume_members, max_index_memory=max_index_memory, keys=keys))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
                                     interval=series_interval, assume_members=assume_members,
-                                    max_index_memory=max_index_memory)
+                                    max_index_memory=max_index_memory, keys=keys)
     except BaseException:
         if (evidence_to_stdout or annotate_evidence) and evidence is not None:
             _remove(evidence)
@@ -410,6 +412,8 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="With --hook xdp: drop storage frames after counting and copying them (a mirror port only: this host never sees them).")
 @click.option("--user", "-Z", "user", metavar="NAME",
               help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
+@click.option("--keys", metavar="FILE",
+              help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
 @click.option("--keep-privileges", is_flag=True, hidden=True,
               help="Do not drop capabilities after setup (debugging).")
 @click.option("--metrics", "metrics_at", metavar="HOST:PORT",
@@ -421,7 +425,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
          plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
          xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None,
-         max_index_memory: int | None) -> int:
+         max_index_memory: int | None, keys: str | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -462,7 +466,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,
-                         assume_members=assume_members)
+                         assume_members=assume_members, keys=keys)
     for opt, out_path in (("--json", json_out), ("--csv", csv_out), ("--edges-csv", edges_csv_out),
                           ("--html", html_out)):
         if out_path is None or out_path == "-":
@@ -562,12 +566,18 @@ def _live_wait(deadline: float | None) -> float:
 @click.option("--retransmit", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
 @click.option("--reorder", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is reordered.")
 @click.option("--seed", type=int, help="Random seed (same seed, same capture).")
+@click.option("--zero-fill", type=click.FloatRange(0, 1), metavar="P",
+              help="Fraction of 4 KiB data blocks that are all zeros (compressible).")
 @click.option("--transport", metavar="NAME", help="Transport the scenario uses: tcp, rocev2, rocev1, infiniband (ERF records) or iwarp.")
 @click.option("--topology-out", metavar="TOML", help="Write the scenario's topology file here.")
 @click.option("--truth-out", metavar="JSON", help="Write the ground truth (expected figures) here.")
+@click.option("--compression", metavar="ALG",
+              help="SMB 3.1.1 compression of WRITE requests and READ responses: none, lznt1, lz77, "
+                   "lz77huffman or chained (Pattern_V1 + LZ77); implies dialect 3.1.1.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
-          retransmit: float | None, reorder: float | None, seed: int | None, transport: str | None,
-          topology_out: str | None, truth_out: str | None) -> int:
+          retransmit: float | None, reorder: float | None, seed: int | None, zero_fill: float | None,
+          transport: str | None, topology_out: str | None, truth_out: str | None,
+          compression: str | None) -> int:
     """Generate a capture of SCENARIO with known duplicate figures."""
     for path in (topology_out, truth_out):
         if path is not None:
@@ -575,9 +585,15 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
     spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
-                       ("reorder", reorder), ("seed", seed), ("transport", transport)):
+                       ("reorder", reorder), ("seed", seed), ("zero_fill", zero_fill),
+                       ("transport", transport)):
         if value is not None:
             spec[key] = value
+    if compression is not None:
+        # The engine checks the name; compression exists from SMB 3.1.1 on.
+        spec["compression"] = compression
+        if compression != "none":
+            spec["dialect"] = "3.1.1"
     truth = engine.synth(spec, out)
     if truth_out is not None:
         jsonout.write_json(truth, truth_out)

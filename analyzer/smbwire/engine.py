@@ -111,6 +111,7 @@ def build_config(
     assume_members: bool = False,
     interval: float | None = None,
     max_index_memory: int | None = None,
+    keys: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch). `assume_members`: with no nodes in
@@ -149,6 +150,14 @@ def build_config(
         config["series_interval_seconds"] = float(interval)
     if max_index_memory is not None:
         config["max_index_memory_bytes"] = max_index_memory
+    if keys is not None:
+        # The engine parses and checks the text (docs/decryption.md); read here, before live
+        # capture drops privileges.
+        try:
+            with open(keys, encoding="utf-8") as f:
+                config["keys"] = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"--keys {os.fspath(keys)}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     return config
 
 
@@ -193,6 +202,7 @@ def analyze(
     assume_members: bool = False,
     interval: float | None = None,
     max_index_memory: int | None = None,
+    keys: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -208,7 +218,7 @@ def analyze(
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
                           from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=interval,
-                          assume_members=assume_members, max_index_memory=max_index_memory)
+                          assume_members=assume_members, max_index_memory=max_index_memory, keys=keys)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

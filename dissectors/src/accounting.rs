@@ -55,6 +55,10 @@ pub mod cat {
     /// TCP payload of a hole the reorder buffer had already given up on (its limits were
     /// reached), arriving after it: reordering beyond the buffer (`--reorder-buffer`).
     pub const TCP_REORDERED_LATE: &str = "tcp_reordered_late";
+    /// Encrypted SMB3 messages whose key (`--keys`) did not decrypt them (wrong key, damaged).
+    pub const SMB_DECRYPT_FAILED: &str = "smb_decrypt_failed";
+    /// Wire bytes of compressed SMB3 messages that were decompressed and analysed.
+    pub const SMB_DECOMPRESSED: &str = "smb_decompressed";
 }
 
 /// What a category's bytes are to the analysis (the report groups and the live view sums by it).
@@ -94,7 +98,7 @@ pub const CATEGORIES: &[Category] = {
         Category { name: cat::SMB_METADATA, description: "NetBIOS session headers, SMB2 headers and every non-payload part of SMB2 messages", disposition: Overhead },
         Category { name: cat::SMB_PAYLOAD, description: "WRITE request and READ response data: the payload that is hashed", disposition: Payload },
         Category { name: cat::SMB_ENCRYPTED, description: "messages behind an SMB2 TRANSFORM header (encrypted, not analysed)", disposition: NotAnalysed },
-        Category { name: cat::SMB_COMPRESSED, description: "messages behind an SMB2 COMPRESSION_TRANSFORM header (not analysed)", disposition: NotAnalysed },
+        Category { name: cat::SMB_COMPRESSED, description: "messages behind an SMB2 COMPRESSION_TRANSFORM header that could not be decompressed (not analysed)", disposition: NotAnalysed },
         Category { name: cat::SMB_UNPARSED, description: "SMB stream bytes that could not be framed (skipped until resynchronised)", disposition: NotAnalysed },
         Category { name: cat::TCP_UNDELIVERED, description: "TCP payload on SMB ports buffered out of order that never became contiguous", disposition: NotAnalysed },
         Category { name: cat::OTHER_PROTOCOLS, description: "frames and payload of protocols smbwire does not analyse", disposition: Other },
@@ -112,6 +116,8 @@ pub const CATEGORIES: &[Category] = {
         Category { name: cat::OUTSIDE_TIME_BOUNDS, description: "frames captured before --from or at/after --to, left out of the analysis", disposition: NotAnalysed },
         Category { name: cat::UNUSABLE_INPUT, description: "input files skipped as unusable beside usable ones (not a capture, damaged header)", disposition: NotAnalysed },
         Category { name: cat::TCP_REORDERED_LATE, description: "TCP payload arriving after the reorder buffer had given up its hole (reordering beyond --reorder-buffer)", disposition: NotAnalysed },
+        Category { name: cat::SMB_DECRYPT_FAILED, description: "encrypted SMB3 messages the given key (--keys) did not decrypt (wrong key, damaged message)", disposition: NotAnalysed },
+        Category { name: cat::SMB_DECOMPRESSED, description: "wire bytes of compressed SMB3 messages that were decompressed and analysed (their WRITE/READ data hashed on the decompressed bytes)", disposition: Payload },
     ]
 };
 
@@ -196,7 +202,7 @@ mod tests {
             .filter_map(|l| l.trim().strip_prefix("pub const "))
             .map(|l| l.split('"').nth(1).unwrap())
             .collect();
-        assert_eq!(consts.len(), 25);
+        assert_eq!(consts.len(), 27);
         let names: Vec<&str> = CATEGORIES.iter().map(|c| c.name).collect();
         assert_eq!(consts, names, "CATEGORIES lists the cat:: constants in order");
         for c in CATEGORIES {

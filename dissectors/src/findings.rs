@@ -29,6 +29,7 @@ pub const CODES: &[(&str, &[&str])] = &[
     ("retransmitted", &["segments", "bytes"]),
     ("smb_encrypted", &["messages", "bytes"]),
     ("smb_compressed", &["messages", "bytes"]),
+    ("smb_decrypt_failed", &["messages", "bytes"]),
     ("accounting_unreconciled", &["total_bytes", "input_bytes"]),
     ("anomalies", &["total", "names"]),
     ("payload_incomplete", &["payloads", "bytes"]),
@@ -106,16 +107,30 @@ pub fn derive(r: &Value) -> Vec<Finding> {
     if enc > 0 {
         out.push(Finding::new(
             "smb_encrypted",
-            json!({ "messages": n(&["smb2", "encrypted_messages"]), "bytes": enc }),
-            format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed"),
+            json!({ "messages": n(&["smb2", "encrypted_without_key"]), "bytes": enc }),
+            if n(&["smb2", "decrypted_messages"]) > 0 {
+                format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) stayed encrypted: no key for their session")
+            } else {
+                format!("{enc} bytes of encrypted SMB3 messages (TRANSFORM header) were not analysed (--keys decrypts them)")
+            },
+        ));
+    }
+    let failed = category(cat::SMB_DECRYPT_FAILED);
+    if failed > 0 {
+        out.push(Finding::new(
+            "smb_decrypt_failed",
+            json!({ "messages": n(&["smb2", "decrypt_failed"]), "bytes": failed }),
+            format!(
+                "{failed} bytes of encrypted SMB3 messages did not decrypt with the given session key (a wrong key in --keys, or damaged messages)"
+            ),
         ));
     }
     let comp = category(cat::SMB_COMPRESSED);
     if comp > 0 {
         out.push(Finding::new(
             "smb_compressed",
-            json!({ "messages": n(&["smb2", "compressed_messages"]), "bytes": comp }),
-            format!("{comp} bytes of compressed SMB3 messages were not analysed (decompression comes later)"),
+            json!({ "messages": n(&["smb2", "decompress_failed"]), "bytes": comp }),
+            format!("{comp} bytes of compressed SMB3 messages could not be decompressed and were not analysed"),
         ));
     }
     let (total, input) = (n(&["accounting", "total_bytes"]), n(&["accounting", "input_bytes"]));
@@ -150,7 +165,7 @@ pub fn derive(r: &Value) -> Vec<Finding> {
         ));
     }
     // Every other category of bytes that were not analysed or were removed, from the table.
-    let own_finding = [cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::MIRROR_DUPLICATE, cat::RETRANSMITTED];
+    let own_finding = [cat::SMB_ENCRYPTED, cat::SMB_DECRYPT_FAILED, cat::SMB_COMPRESSED, cat::MIRROR_DUPLICATE, cat::RETRANSMITTED];
     for c in CATEGORIES {
         let bytes = category(c.name);
         if bytes == 0 || own_finding.contains(&c.name) {
@@ -315,7 +330,7 @@ mod tests {
         let r = json!({
             "edges": [],
             "tcp": {"gap_bytes": 2920, "gaps": 2, "mirror_duplicate_frames": 17, "retransmitted_bytes": 14600, "retransmitted_segments": 10},
-            "smb2": {"encrypted_messages": 1, "payload_incomplete": 3, "payload_incomplete_bytes": 9},
+            "smb2": {"encrypted_messages": 1, "encrypted_without_key": 1, "payload_incomplete": 3, "payload_incomplete_bytes": 9},
             "accounting": {"categories": {"smb_encrypted": 1000, "smb_unparsed": 5, "rdma_retransmitted": 7, "mirror_duplicate": 1700},
                            "total_bytes": 5, "input_bytes": 6},
             "index": {"early_expiries": 12, "max_live_blocks": 100, "other_node_lookups": 3},

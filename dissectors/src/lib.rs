@@ -45,6 +45,7 @@ pub fn all_anomaly_names() -> impl Iterator<Item = &'static str> {
         .chain(names(tcp::Anomaly::ALL))
         .chain(names(smb2::Anomaly::ALL))
         .chain(smb2::anomaly::record_errors().into_iter().map(|e| e.name()))
+        .chain(names(smb2::xca::XcaError::ALL))
         .chain(names(smbdirect::Anomaly::ALL))
         .chain(smbdirect::anomaly::record_errors().into_iter().map(|e| e.name()))
         .chain(names(rdma::Anomaly::ALL))

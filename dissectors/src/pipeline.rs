@@ -5,6 +5,7 @@
 //! it is handed to (see `accounting.rs`).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::accounting::{cat, Accounting};
@@ -17,6 +18,7 @@ use crate::ledger::{LedgerError, LedgerWriter};
 use crate::rdma::iwarp::IwarpStream;
 use crate::rdma::{mpa, RdmaState};
 use crate::report::{self, AccountingReport, AnalysisStats, CaptureSpan, InputFile, Results, TcpReport};
+use crate::smb2::crypto::KeyTable;
 use crate::smb2::state::SmbState;
 use crate::smb2::stream::Smb2Stream;
 use crate::tcp::flow::{FlowConfig, FlowOutcome, FlowTable};
@@ -48,11 +50,13 @@ pub struct Config {
     /// Out-of-order bytes held per TCP direction before a hole is given up (`--reorder-buffer`;
     /// default `ReassemblyConfig::default()`, 4 MiB).
     pub reorder_buffer_bytes: Option<usize>,
+    /// SMB3 session keys (`--keys`): encrypted messages of these sessions are decrypted.
+    pub keys: Option<Arc<KeyTable>>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None }
     }
 }
 
@@ -119,6 +123,16 @@ impl Config {
             if !b.is_null() {
                 let b = b.as_u64().filter(|b| (1024..=(1u64 << 40)).contains(b));
                 c.dedupe.max_index_bytes = Some(b.ok_or("the index memory bound must be between 1 KiB and 1 TiB")?);
+            }
+        }
+        if let Some(k) = v.get("keys") {
+            if !k.is_null() {
+                let text = k.as_str().ok_or("keys must be the text of a keys file")?;
+                let t = KeyTable::parse(text).map_err(|e| format!("--keys: {e}"))?;
+                if t.is_empty() {
+                    return Err("--keys: the keys file has no entries".to_string());
+                }
+                c.keys = Some(Arc::new(t));
             }
         }
         if let (Some(a), Some(b)) = (c.from_ns, c.to_ns) {
@@ -214,7 +228,7 @@ impl Pipeline {
             shared: Shared {
                 anomalies: Anomalies::default(),
                 accounting: Accounting::default(),
-                smb: SmbState::new(),
+                smb: SmbState::new().with_keys(config.keys.clone().unwrap_or_default()),
                 dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
                 rdma: RdmaState::new(),
             },

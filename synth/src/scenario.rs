@@ -248,6 +248,7 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
         let client_guid = self.guid();
         let server_guid = self.guid();
         let dialect = self.spec.dialect;
+        let compression = self.spec.compression();
         for ch in 0..self.spec.channels as usize {
             let conn = self.transport.connect(&mut self.tap, client, server)?;
             s.channels.push(Channel {
@@ -265,7 +266,7 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                 &mut s,
                 ch,
                 h,
-                |h| smb2::negotiate_request(h, dialect, client_guid, &csalt),
+                |h| smb2::negotiate_request(h, dialect, client_guid, &csalt, compression),
                 |h| {
                     smb2::negotiate_response(
                         &Header { credits: 1, ..*h },
@@ -273,6 +274,7 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                         server_guid,
                         &ssalt,
                         now,
+                        compression,
                     )
                 },
             )?;
@@ -416,7 +418,10 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                                     .rdma_read(&mut self.tap, conn, &descs, &io.bytes)?;
                             } else {
                                 let head = smb2::write_request_head(&h, fid, offset, len as u32);
-                                self.request(s, ch, &head, &io.bytes)?;
+                                match smb2::compress_message(self.spec.compression(), &head, &io.bytes) {
+                                    Some(msg) => self.request(s, ch, &msg, &[])?,
+                                    None => self.request(s, ch, &head, &io.bytes)?,
+                                }
                             }
                             self.tally.smb2.write_requests += 1;
                             self.tally.smb2.write_data_bytes += len as u64;
@@ -472,7 +477,10 @@ impl<W: Write, T: Transport<W>> Run<'_, W, T> {
                             self.respond_rdma(s, ch, &msg, descs)?;
                         } else {
                             let head = smb2::read_response_head(&h.response(), len as u32);
-                            self.respond(s, ch, &head, &io.bytes)?;
+                            match smb2::compress_message(self.spec.compression(), &head, &io.bytes) {
+                                Some(msg) => self.respond(s, ch, &msg, &[])?,
+                                None => self.respond(s, ch, &head, &io.bytes)?,
+                            }
                         }
                         self.tally.smb2.read_responses += 1;
                         self.tally.smb2.read_data_bytes += len as u64;

@@ -8,13 +8,15 @@
 //! All integers are little-endian (MS-SMB2 §2.2). No message is signed or encrypted.
 
 use smbwire_dissectors::smb2::records::{
-    cipher, emit_close_response, flags, global_cap, hash_algorithm, negotiate_context,
+    cipher, compression_algorithm, emit_close_response, ChainedPayload, CompressionTransform,
+    PatternV1, flags, global_cap, hash_algorithm, negotiate_context,
     security_mode, share_type, CloseRequest,
     CreateRequest, CreateResponse, HeaderRepr, NegotiateContexts, NegotiateRequest,
     NegotiateResponse, ReadRequest, ReadResponse, SessionSetupRequest,
     SessionSetupResponse, TreeConnectRequest, TreeConnectResponse, WriteRequest, WriteResponse,
     READ_WRITE_REQUEST_BUFFER_OFFSET,
 };
+use smbwire_dissectors::smb2::xca::{self, Algorithm};
 /// Command codes (MS-SMB2 §2.2.1.2), dialects (§2.2.3) and WRITE/READ Channel values
 /// (§2.2.19, §2.2.21), as the engine defines them.
 pub use smbwire_dissectors::smb2::records::{channel, command, dialect, HEADER_LEN};
@@ -130,9 +132,10 @@ pub fn spnego_accept() -> Vec<u8> {
 }
 
 /// The 3.1.1 negotiate contexts (§2.2.3.1): PREAUTH_INTEGRITY with SHA-512 and `salt`
-/// (mandatory, §3.2.4.2.2.2), then ENCRYPTION with `ciphers`.
-fn contexts_311(salt: &[u8; 32], ciphers: &[u16]) -> NegotiateContexts {
-    NegotiateContexts {
+/// (mandatory, §3.2.4.2.2.2), then ENCRYPTION with `ciphers`, then COMPRESSION when the
+/// messages are compressed (§2.2.3.1.3).
+fn contexts_311(salt: &[u8; 32], ciphers: &[u16], compression: Compression) -> NegotiateContexts {
+    let mut c = NegotiateContexts {
         preauth_hash_algorithms: vec![hash_algorithm::SHA512],
         preauth_salt: salt.to_vec(),
         ciphers: ciphers.to_vec(),
@@ -141,16 +144,23 @@ fn contexts_311(salt: &[u8; 32], ciphers: &[u16]) -> NegotiateContexts {
             negotiate_context::ENCRYPTION_CAPABILITIES,
         ],
         ..Default::default()
+    };
+    if let Some((algorithms, flags)) = compression.capabilities() {
+        c.compression_algorithms = algorithms;
+        c.compression_flags = flags;
+        c.types.push(negotiate_context::COMPRESSION_CAPABILITIES);
     }
+    c
 }
 
 /// NEGOTIATE request (§2.2.3). Offers SMB 3.0 up to `max_dialect`; with 3.1.1 it carries
-/// the PREAUTH_INTEGRITY and ENCRYPTION contexts.
+/// the PREAUTH_INTEGRITY and ENCRYPTION contexts (and COMPRESSION when compressing).
 pub fn negotiate_request(
     h: &Header,
     max_dialect: u16,
     client_guid: [u8; 16],
     salt: &[u8; 32],
+    compression: Compression,
 ) -> Vec<u8> {
     let smb311 = max_dialect == dialect::SMB311;
     let mut dialects = vec![dialect::SMB300, dialect::SMB302];
@@ -162,7 +172,7 @@ pub fn negotiate_request(
         capabilities: CAPABILITIES,
         client_guid,
         dialects,
-        contexts: smb311.then(|| contexts_311(salt, &[cipher::AES128_GCM, cipher::AES128_CCM])),
+        contexts: smb311.then(|| contexts_311(salt, &[cipher::AES128_GCM, cipher::AES128_CCM], compression)),
     }
     .emit(&h.repr())
 }
@@ -175,6 +185,7 @@ pub fn negotiate_response(
     server_guid: [u8; 16],
     salt: &[u8; 32],
     now: u64,
+    compression: Compression,
 ) -> Vec<u8> {
     NegotiateResponse {
         security_mode: SIGNING_ENABLED,
@@ -186,7 +197,7 @@ pub fn negotiate_response(
         max_write_size: MAX_IO_SIZE,
         system_time: now,
         server_start_time: 0,
-        contexts: (chosen == dialect::SMB311).then(|| contexts_311(salt, &[cipher::AES128_GCM])),
+        contexts: (chosen == dialect::SMB311).then(|| contexts_311(salt, &[cipher::AES128_GCM], compression)),
     }
     .emit(&h.repr(), &spnego_init())
 }
@@ -277,6 +288,111 @@ pub fn close_request(h: &Header, file_id: FileId) -> Vec<u8> {
 /// ask for them.
 pub fn close_response(h: &Header) -> Vec<u8> {
     emit_close_response(&h.repr())
+}
+
+/// How WRITE requests and READ responses travel (MS-SMB2 §3.1.4.4, §2.2.42; 3.1.1 only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compression {
+    #[default]
+    None,
+    /// COMPRESSION_TRANSFORM_HEADER unchained (§2.2.42.1): the SMB2 header and the command's
+    /// fixed part uncompressed (Offset), the data compressed with the algorithm.
+    Unchained(Algorithm),
+    /// Chained (§2.2.42.2): the header and fixed part as a NONE payload, a leading and a
+    /// trailing run of one byte (at least `PATTERN_MIN` bytes) as Pattern_V1 payloads, the
+    /// rest with the algorithm.
+    Chained(Algorithm),
+}
+
+/// Shortest run of one byte sent as a Pattern_V1 payload.
+pub const PATTERN_MIN: usize = 32;
+
+impl Compression {
+    /// The spec's names: "none", "lznt1", "lz77", "lz77huffman", "chained" (LZ77 + Pattern_V1).
+    pub const NAMES: [&'static str; 5] = ["none", "lznt1", "lz77", "lz77huffman", "chained"];
+
+    pub fn from_name(name: &str) -> Result<Compression, String> {
+        match name {
+            "none" => Ok(Compression::None),
+            "chained" => Ok(Compression::Chained(Algorithm::Lz77)),
+            other => Algorithm::ALL
+                .into_iter()
+                .find(|a| a.name() == other)
+                .map(Compression::Unchained)
+                .ok_or_else(|| format!("compression must be one of {:?}, got {other:?}", Self::NAMES)),
+        }
+    }
+
+    /// The COMPRESSION_CAPABILITIES context's algorithms and flags (§2.2.3.1.3), if any.
+    fn capabilities(self) -> Option<(Vec<u16>, u32)> {
+        match self {
+            Compression::None => None,
+            Compression::Unchained(a) => Some((vec![a.to_u16()], 0)),
+            // SMB2_COMPRESSION_CAPABILITIES_FLAG_CHAINED = 0x00000001.
+            Compression::Chained(a) => Some((vec![a.to_u16(), compression_algorithm::PATTERN_V1], 1)),
+        }
+    }
+}
+
+/// The message `head` + `data` (a WRITE request or READ response with its data inline) as a
+/// compressed message, through the engine's COMPRESSION_TRANSFORM_HEADER encoders; `None`
+/// when that would not be smaller (the sender then sends it uncompressed, §3.1.4.4).
+pub fn compress_message(c: Compression, head: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+    let total = head.len() + data.len();
+    let mut v = Vec::with_capacity(total / 2 + 64);
+    match c {
+        Compression::None => return None,
+        Compression::Unchained(a) => {
+            CompressionTransform::emit_unchained(data.len() as u32, a.to_u16(), head.len() as u32, &mut v);
+            v.extend_from_slice(head);
+            xca::compress(a, data, &mut v);
+        }
+        Compression::Chained(a) => {
+            let run = |bytes: &mut dyn Iterator<Item = &u8>| {
+                let mut it = bytes.peekable();
+                let first = it.peek().copied().copied();
+                first.map(|b| it.take_while(|&&x| x == b).count()).unwrap_or(0)
+            };
+            let mut lead = run(&mut data.iter());
+            if lead < PATTERN_MIN {
+                lead = 0;
+            }
+            let mut trail = if lead == data.len() { 0 } else { run(&mut data.iter().rev()) };
+            if trail < PATTERN_MIN {
+                trail = 0;
+            }
+            let body = &data[lead..data.len() - trail];
+            let mut payloads: Vec<(u16, Option<u32>, Vec<u8>)> = vec![(compression_algorithm::NONE, None, head.to_vec())];
+            let pattern = |b: u8, n: usize| {
+                let mut p = Vec::new();
+                PatternV1 { pattern: b, repetitions: n as u32 }.emit(&mut p);
+                (compression_algorithm::PATTERN_V1, None, p)
+            };
+            if lead > 0 {
+                payloads.push(pattern(data[0], lead));
+            }
+            if !body.is_empty() {
+                let mut z = Vec::new();
+                xca::compress(a, body, &mut z);
+                if z.len() < body.len() {
+                    payloads.push((a.to_u16(), Some(body.len() as u32), z));
+                } else {
+                    payloads.push((compression_algorithm::NONE, None, body.to_vec()));
+                }
+            }
+            if trail > 0 {
+                payloads.push(pattern(data[data.len() - 1], trail));
+            }
+            CompressionTransform::emit_chained_start(total as u32, &mut v);
+            let last = payloads.len() - 1;
+            for (i, (alg, size, bytes)) in payloads.iter().enumerate() {
+                let flags = if i < last { CompressionTransform::FLAG_CHAINED } else { 0 };
+                ChainedPayload::emit_header(*alg, flags, bytes.len(), *size, &mut v);
+                v.extend_from_slice(bytes);
+            }
+        }
+    }
+    (v.len() < total).then_some(v)
 }
 
 /// Offset of the data in a WRITE request: header + 48-byte fixed part (§2.2.21).
@@ -461,7 +577,7 @@ mod tests {
     #[test]
     fn negotiate_contexts_are_aligned_and_counted() {
         let salt = [0xAB; 32];
-        let b = negotiate_request(&hdr(command::NEGOTIATE), dialect::SMB311, [1; 16], &salt);
+        let b = negotiate_request(&hdr(command::NEGOTIATE), dialect::SMB311, [1; 16], &salt, Compression::None);
         let off = u32::from_le_bytes(b[64 + 28..64 + 32].try_into().unwrap()) as usize;
         let count = u16::from_le_bytes([b[64 + 32], b[64 + 33]]);
         assert_eq!(off % 8, 0);
@@ -483,6 +599,7 @@ mod tests {
             [2; 16],
             &salt,
             0,
+            Compression::None,
         );
         let roff = u32::from_le_bytes(r[64 + 60..64 + 64].try_into().unwrap()) as usize;
         assert_eq!(roff, (128 + spnego_init().len()).next_multiple_of(8));
@@ -493,6 +610,7 @@ mod tests {
             [2; 16],
             &salt,
             0,
+            Compression::None,
         );
         assert_eq!(plain.len(), 128 + spnego_init().len());
     }
@@ -507,6 +625,78 @@ mod tests {
         let a = spnego_accept();
         assert_eq!((a[0], a[1] as usize + 2), (0xa1, a.len()));
         assert_eq!(a.len(), 23);
+    }
+
+    /// The original message of a COMPRESSION_TRANSFORM message, rebuilt with the engine's
+    /// parsers and decompressors.
+    fn original(msg: &[u8]) -> Vec<u8> {
+        use smbwire_dissectors::smb2::records::compression_algorithm as alg;
+        let mut out = Vec::new();
+        match CompressionTransform::parse(msg).unwrap() {
+            CompressionTransform::Unchained { original_compressed_segment_size, compression_algorithm, offset } => {
+                let start = CompressionTransform::UNCHAINED_LEN + offset as usize;
+                out.extend_from_slice(&msg[CompressionTransform::UNCHAINED_LEN..start]);
+                let a = Algorithm::from_u16(compression_algorithm).unwrap();
+                xca::decompress(a, &msg[start..], &mut out, original_compressed_segment_size as usize).unwrap();
+            }
+            CompressionTransform::Chained { original_compressed_segment_size, payloads } => {
+                for p in &payloads {
+                    let data = &msg[p.data_offset..p.data_offset + p.data_length];
+                    match p.compression_algorithm {
+                        alg::NONE => out.extend_from_slice(data),
+                        alg::PATTERN_V1 => assert!(PatternV1::parse(data).unwrap().expand(&mut out, usize::MAX)),
+                        a => xca::decompress(Algorithm::from_u16(a).unwrap(), data, &mut out, p.original_payload_size.unwrap() as usize).unwrap(),
+                    }
+                }
+                assert_eq!(out.len(), original_compressed_segment_size as usize);
+                assert_eq!(payloads.last().unwrap().flags, 0);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn compressed_messages_parse_back() {
+        let f = FileId { persistent: 1, volatile: 2 };
+        let mut data = vec![0u8; 3 * 4096];
+        data.extend((0..5000u32).map(|i| (i * 31 % 7) as u8));
+        data.extend(vec![0x5a; 4096]);
+        let head = write_request_head(&hdr(command::WRITE), f, 0, data.len() as u32);
+        let whole: Vec<u8> = head.iter().chain(&data).copied().collect();
+        for name in Compression::NAMES {
+            let c = Compression::from_name(name).unwrap();
+            let Some(msg) = compress_message(c, &head, &data) else {
+                assert_eq!(c, Compression::None);
+                continue;
+            };
+            assert!(msg.len() < whole.len() / 4, "{name}: {}", msg.len());
+            assert_eq!(original(&msg), whole, "{name}");
+            let t = CompressionTransform::parse(&msg).unwrap();
+            // The SMB2 header stays readable without decompressing.
+            assert_eq!(t.uncompressed_prefix(&msg), &head[..], "{name}");
+            if name == "chained" {
+                assert_eq!(t.algorithms(), vec![0, 4, 2, 4]);
+            }
+        }
+        assert!(Compression::from_name("zip").is_err());
+        // Random data does not get smaller: sent uncompressed.
+        let mut r = crate::data::SplitMix64::new(3);
+        let noise: Vec<u8> = (0..512).flat_map(|_| r.next_u64().to_le_bytes()).collect();
+        assert!(compress_message(Compression::Unchained(Algorithm::Lz77), &head, &noise).is_none());
+    }
+
+    #[test]
+    fn negotiate_offers_compression() {
+        use smbwire_dissectors::smb2::records::{NegotiateRequest, NegotiateResponse};
+        let salt = [1; 32];
+        let c = Compression::Chained(Algorithm::Lz77);
+        let req = NegotiateRequest::parse(&negotiate_request(&hdr(command::NEGOTIATE), dialect::SMB311, [1; 16], &salt, c)).unwrap();
+        let ctx = req.contexts.unwrap();
+        assert_eq!((ctx.compression_algorithms, ctx.compression_flags), (vec![2, 4], 1));
+        let resp = negotiate_response(&hdr(command::NEGOTIATE).response(), dialect::SMB311, [2; 16], &salt, 0, Compression::Unchained(Algorithm::Lznt1));
+        let ctx = NegotiateResponse::parse(&resp).unwrap().contexts.unwrap();
+        assert_eq!((ctx.compression_algorithms, ctx.compression_flags), (vec![1], 0));
+        assert_eq!(ctx.types.len(), 3);
     }
 
     #[test]

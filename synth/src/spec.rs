@@ -1,6 +1,6 @@
 //! What to generate: the scenario and its options, as JSON (`_core.synth(spec_json, path)`).
 
-use super::smb2::{dialect, MAX_IO_SIZE};
+use super::smb2::{dialect, Compression, MAX_IO_SIZE};
 use serde::{Deserialize, Deserializer};
 
 pub const MIB: u64 = 1 << 20;
@@ -72,6 +72,12 @@ pub struct Spec {
     /// (or only) packet of each Send (IBTA §9.2.1; the opcode stays the same). Off by
     /// default.
     pub solicited_event: bool,
+    /// SMB 3.1.1 compression of WRITE requests and READ responses (MS-SMB2 §2.2.42): "none",
+    /// "lznt1", "lz77", "lz77huffman" (unchained, the SMB2 header left uncompressed by
+    /// Offset), or "chained" (a NONE payload for the header, Pattern_V1 for leading/trailing
+    /// runs, LZ77 for the rest). A message that would not get smaller is sent uncompressed.
+    /// Needs dialect 3.1.1 and transport "tcp"; the NEGOTIATE carries the context.
+    pub compression: String,
 }
 
 impl Default for Spec {
@@ -102,6 +108,7 @@ impl Default for Spec {
             other_ulp_port: 0,
             iwarp_terminate: false,
             solicited_event: false,
+            compression: "none".into(),
         }
     }
 }
@@ -234,8 +241,21 @@ impl Spec {
                 ))
             }
         }
+        if Compression::from_name(&self.compression)? != Compression::None {
+            if self.dialect != dialect::SMB311 {
+                return Err("compression needs dialect 3.1.1".into());
+            }
+            if self.transport != "tcp" {
+                return Err("compression applies to transport \"tcp\"".into());
+            }
+        }
         super::scenario::flows(&self.scenario)?;
         Ok(())
+    }
+
+    /// The validated `compression` option.
+    pub fn compression(&self) -> Compression {
+        Compression::from_name(&self.compression).unwrap_or_default()
     }
 
     pub fn rdma(&self) -> bool {
@@ -268,6 +288,10 @@ mod tests {
             let s = Spec::from_json(&format!(r#"{{"scenario":"six","dialect":{form}}}"#)).unwrap();
             assert_eq!(s.dialect, 0x0311);
         }
+        for name in Compression::NAMES {
+            let s = Spec::from_json(&format!(r#"{{"scenario":"six","dialect":"3.1.1","compression":"{name}"}}"#)).unwrap();
+            assert_eq!(s.compression() == Compression::None, name == "none");
+        }
     }
 
     #[test]
@@ -286,6 +310,9 @@ mod tests {
             r#"{"scenario":"mirror2","transport":"iwarp","max_send_size":64}"#,
             r#"{"scenario":"mirror2","chanels":2}"#,
             r#"{"scenario":"mirror2","channels":0}"#,
+            r#"{"scenario":"mirror2","compression":"lz77"}"#,
+            r#"{"scenario":"mirror2","dialect":"3.1.1","compression":"zip"}"#,
+            r#"{"scenario":"mirror2","dialect":"3.1.1","transport":"iwarp","compression":"lznt1"}"#,
             r#"not json"#,
             r#"{}"#,
         ] {

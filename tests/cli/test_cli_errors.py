@@ -5,6 +5,8 @@ stand-in module (see `fake_core`)."""
 
 from __future__ import annotations
 
+import json
+
 import sys
 import types
 
@@ -210,6 +212,28 @@ def test_synth_engine_refusal_is_a_user_error(tmp_path, monkeypatch):
     install_core(monkeypatch, fake_core(synth=synth))
     r = run("synth", "nope", "-o", str(tmp_path / "x.pcap"))
     assert_one_line_error(r, 2, "unknown scenario 'nope'")
+
+
+def test_synth_compression_reaches_the_engine(tmp_path, monkeypatch):
+    """--compression and --zero-fill go into the spec (compression implies dialect 3.1.1); a
+    name the engine refuses is one line, exit 2."""
+    seen = []
+
+    def synth(spec, out):
+        seen.append(json.loads(spec) if isinstance(spec, str) else dict(spec))
+        if seen[-1].get("compression") == "zip":
+            raise ValueError('compression must be one of ["none", "lznt1", "lz77", "lz77huffman", "chained"], got "zip"')
+        return "{}"
+
+    install_core(monkeypatch, fake_core(synth=synth))
+    out = str(tmp_path / "x.pcap")
+    r = run("synth", "mirror2", "-o", out, "--compression", "lz77huffman", "--zero-fill", "0.5")
+    assert r.exit_code == 0, r.stderr
+    assert seen[-1]["compression"] == "lz77huffman" and seen[-1]["dialect"] == "3.1.1"
+    assert seen[-1]["zero_fill"] == 0.5
+    run("synth", "mirror2", "-o", out)
+    assert "compression" not in seen[-1] and "dialect" not in seen[-1]
+    assert_one_line_error(run("synth", "mirror2", "-o", out, "--compression", "zip"), 2, "compression must be one of")
 
 
 def test_version():

@@ -36,14 +36,9 @@ def _extra_options(path: Path) -> list[str]:
 
 
 # Differences that are not smbwire bugs, per file, with the reason. Each names the fields that
-# differ; every other field must still agree.
-DEFERRED = {
-    # SMB 3.1.1 compressed PDUs: tshark decompresses them; smbwire reports them as compressed
-    # bytes (accounting "smb_compressed") and does not decode them yet (issue 2 scope).
-    "smb311-compress-lz77-lz77huff-lznt1.pcap": {"read_resp_pdus", "read_bytes"},
-    "smb311-compress-chained-patternv1-lznt1.pcapng": {"write_req_pdus", "write_bytes",
-                                                       "read_resp_pdus", "read_bytes"},
-}
+# differ; every other field must still agree. (The compressed captures agree since compressed
+# messages are decompressed.)
+DEFERRED: dict[str, set[str]] = {}
 
 
 @pytest.mark.tshark
@@ -76,8 +71,10 @@ def test_smb2_counts_agree_with_tshark(capture: Path) -> None:
     # capture; the deferred fields above are exactly what sits inside compressed messages.
     enc, comp = oracle.transform_header_counts(capture, extra)
     assert (smb2["encrypted_messages"], smb2["compressed_messages"]) == (enc, comp), capture.name
-    if deferred:
-        assert comp > 0 and result["accounting"]["categories"].get("smb_compressed", 0) > 0, capture.name
+    if comp:
+        # Compressed messages are decompressed (their wire bytes are smb_decompressed).
+        assert smb2["decompressed_messages"] == comp, capture.name
+        assert result["accounting"]["categories"].get("smb_decompressed", 0) > 0, capture.name
     # Every byte of the file is accounted for in some category.
     acct = result["accounting"]
     assert acct["reconciled"], f"{capture.name}: accounting {acct}"

@@ -17,8 +17,8 @@ def analyzer_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "smbwire.cli"]
 
 
-def analyze(capture: Path, topology: Path, out: Path) -> dict:
-    cmd = [*analyzer_command(), "analyze", str(capture), "--topology", str(topology), "--json", str(out)]
+def analyze(capture: Path, topology: Path, out: Path, *extra: str) -> dict:
+    cmd = [*analyzer_command(), "analyze", str(capture), "--topology", str(topology), "--json", str(out), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise AssertionError(

@@ -101,15 +101,26 @@ def run(workload: dict) -> dict:
     }
     try:
         session = Session(
-            conn, workload["username"], workload["password"], require_encryption=False,
+            conn, workload["username"], workload["password"], require_encryption=bool(workload.get("encrypt")),
             auth_protocol="ntlm",
         )
         session.connect()
+        if workload.get("encrypt"):
+            # The session's keys, for smbwire --keys (Wireshark smb2_seskey_list fields): the
+            # SessionId as its wire bytes, the session key, server-to-client and
+            # client-to-server keys (smbprotocol: decryption_key / encryption_key).
+            summary["keys"] = {
+                "session_id": session.session_id.to_bytes(8, "little").hex(),
+                "session_key": session.session_key.hex(),
+                "s2c": session.decryption_key.hex(),
+                "c2s": session.encryption_key.hex(),
+            }
         tree = TreeConnect(session, rf"\\{server}\{workload.get('share', 'data')}")
         # Samba refuses an unsigned TREE_CONNECT on an authenticated session that is
         # neither signed nor encrypted (downgrade protection), so sign just that request;
         # everything after it, the WRITEs and READs included, goes unsigned.
-        session.signing_required = True
+        if not workload.get("encrypt"):
+            session.signing_required = True
         tree.connect()
         session.signing_required = False
         opens: dict[str, Open] = {}

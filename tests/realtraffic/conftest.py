@@ -21,16 +21,17 @@ def workload_runs(lab_ready, tmp_path_factory):
     """``workload_runs(name) -> RunResult``, each workload run at most once per session.
 
     ``NAME+dupmirror`` runs workload NAME with ingress *and* egress mirroring, so the span
-    holds every frame twice."""
+    holds every frame twice; ``NAME+encrypted`` runs it on the share that requires SMB3
+    encryption (the client summaries then hold the session keys)."""
     cache: dict[str, RunResult] = {}
 
     def get(name: str) -> RunResult:
         if name not in cache:
             base, _, variant = name.partition("+")
-            if variant not in ("", "dupmirror"):
+            if variant not in ("", "dupmirror", "encrypted"):
                 raise ValueError(f"unknown run variant {variant!r}")
             cache[name] = run_workload(ALL[base], tmp_path_factory.mktemp(f"rt-{base}-{variant}"),
-                                       mirror_egress=variant == "dupmirror")
+                                       mirror_egress=variant == "dupmirror", encrypted=variant == "encrypted")
         return cache[name]
 
     return get

@@ -176,8 +176,11 @@ class Lab:
     """Context manager: ``with Lab(client=True, capture_dir=tmp_path) as lab: ...``."""
 
     def __init__(self, *, client: bool = False, capture_dir: Path | None = None, capture: bool = True,
-                 mirror_egress: bool = False):
+                 mirror_egress: bool = False, encrypted_share: bool = False):
         self.seq = next(_seq)
+        # Also offer share [enc] (same directory as [data]) with `server smb encrypt = required`:
+        # every message of a session on it is encrypted (SMB3 TRANSFORM).
+        self.encrypted_share = encrypted_share
         self.prefix = f"{LAB_PREFIX}{self.seq}-"
         self.want_client = client
         self.want_capture = capture
@@ -314,7 +317,7 @@ class Lab:
     bind interfaces only = yes
     server min protocol = SMB2_10
     server signing = disabled
-    server smb encrypt = off
+    server smb encrypt = {"if_required" if self.encrypted_share else "off"}
     server multi channel support = no
     load printers = no
     printing = bsd
@@ -329,7 +332,14 @@ class Lab:
     read only = no
     guest ok = no
     valid users = {TEST_USER}
-"""
+""" + (f"""
+[enc]
+    path = {d}/share
+    read only = no
+    guest ok = no
+    valid users = {TEST_USER}
+    server smb encrypt = required
+""" if self.encrypted_share else "")
 
     def _start_smbd(self, node: Node) -> None:
         d = self.tmp / node.name
@@ -456,12 +466,14 @@ class Lab:
         return self.nodes[node].share_dir / name
 
     def run_client(self, node: str, server: str, ops: list[dict], *, dialect: str = "3.1.1",
-                   timeout: float = 120.0) -> dict:
+                   timeout: float = 120.0, share: str = "data", encrypt: bool = False) -> dict:
         """Run the smbprotocol client inside ``node``'s namespace against ``server``'s share
-        ``data``; return the client's JSON summary."""
+        ``share``; return the client's JSON summary. With ``encrypt`` the session requires
+        encryption and the summary holds its keys (``keys``)."""
         workload = {
             "server": self.nodes[server].address,
-            "share": "data",
+            "share": share,
+            "encrypt": encrypt,
             "username": TEST_USER,
             "password": TEST_PASSWORD,
             "dialect": dialect,

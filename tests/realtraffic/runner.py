@@ -24,17 +24,20 @@ class RunResult:
     seconds: float
 
 
-def run_workload(workload: Workload, out_dir: Path, *, mirror_egress: bool = False) -> RunResult:
+def run_workload(workload: Workload, out_dir: Path, *, mirror_egress: bool = False,
+                 encrypted: bool = False) -> RunResult:
+    """With ``encrypted`` every client uses share [enc] (``server smb encrypt = required``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     put_sha: dict[str, str] = {}
-    with Lab(capture_dir=out_dir, mirror_egress=mirror_egress) as lab:
+    with Lab(capture_dir=out_dir, mirror_egress=mirror_egress, encrypted_share=encrypted) as lab:
         for (node, name), seed in workload.put_files.items():
             data = seeded(seed, workload.put_size)
             put_sha[name] = hashlib.sha256(data).hexdigest()
             lab.put_file(node, name, data)
             del data
-        summaries = [lab.run_client(r.node, r.server, r.ops) for r in workload.runs]
+        summaries = [lab.run_client(r.node, r.server, r.ops, share="enc" if encrypted else "data", encrypt=encrypted)
+                     for r in workload.runs]
         capture = lab.stop_capture()
         topology = out_dir / f"{workload.name}.topology.toml"
         topology.write_text(lab.topology_toml())

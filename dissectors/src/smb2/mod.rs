@@ -9,16 +9,20 @@
 //!   streams WRITE/READ data into the payload hasher without buffering it, resyncs after gaps.
 //! - `handle`: what each message does to the state (joins requests and responses).
 //! - `state`: sessions, trees, open files keyed by SessionId/TreeId/FileId; pending requests.
+//! - `xca`: the MS-XCA decompressors and compressors (LZNT1, Plain LZ77, LZ77+Huffman) for
+//!   SMB 3.1.1 compression.
 //! - `bounded`: the capped, oldest-first-evicting map the state is built on.
 
 pub mod anomaly;
 pub mod bounded;
+pub mod crypto;
 pub mod handle;
 pub mod netbios;
 pub mod records;
 pub mod state;
 pub mod stream;
 pub mod transform;
+pub mod xca;
 
 pub use anomaly::Anomaly;
 

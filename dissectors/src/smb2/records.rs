@@ -950,7 +950,8 @@ pub const READ_WRITE_REQUEST_BUFFER_OFFSET: u16 = (HEADER_LEN + WriteRequest::FI
 impl NegotiateContexts {
     /// Appends, each 8-byte aligned in `v` (which starts with the SMB2 header), the contexts
     /// listed in `types` that this struct holds the data of: PREAUTH_INTEGRITY (hash
-    /// algorithms, salt), ENCRYPTION (ciphers), SIGNING (algorithms). Returns how many.
+    /// algorithms, salt), ENCRYPTION (ciphers), COMPRESSION (flags, algorithms), SIGNING
+    /// (algorithms). Returns how many.
     fn emit(&self, v: &mut Vec<u8>) -> u16 {
         let mut count = 0;
         for &ctype in &self.types {
@@ -972,6 +973,15 @@ impl NegotiateContexts {
                 }
                 negotiate_context::ENCRYPTION_CAPABILITIES => list(&mut data, &self.ciphers),
                 negotiate_context::SIGNING_CAPABILITIES => list(&mut data, &self.signing_algorithms),
+                negotiate_context::COMPRESSION_CAPABILITIES => {
+                    // §2.2.3.1.3: count, Padding, Flags, then the algorithms.
+                    put_u16(&mut data, self.compression_algorithms.len() as u16);
+                    put_u16(&mut data, 0);
+                    put_u32(&mut data, self.compression_flags);
+                    for x in &self.compression_algorithms {
+                        put_u16(&mut data, *x);
+                    }
+                }
                 _ => continue,
             }
             v.resize(v.len().next_multiple_of(8), 0);

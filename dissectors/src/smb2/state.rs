@@ -5,6 +5,7 @@
 //! `smb2.state_evicted` is raised.
 
 use super::bounded::BoundedMap;
+use super::crypto::{preauth_update, KeyTable, SessionKeys};
 use super::records::command;
 use crate::anomaly::Anomalies;
 use serde::Serialize;
@@ -38,6 +39,11 @@ pub enum Pending {
     Close { file_id: [u8; 16] },
     Read { session_id: u64, tree_id: u32, file_id: [u8; 16], offset: u64, length: u32 },
 }
+
+/// Most bytes of encrypted/compressed messages buffered whole at once, over all connections
+/// (each message is also bounded by its connection's `max_message_len`). A message that would
+/// pass it is not opened (anomaly `smb2.open_budget_exceeded`).
+pub const OPENING_CAP: u64 = 256 << 20;
 
 /// What one connection negotiated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,7 +80,23 @@ pub struct Smb2Stats {
     /// Dialects from NEGOTIATE responses, e.g. "0x0311".
     pub dialects: BTreeSet<String>,
     pub encrypted_messages: u64,
+    /// Encrypted messages decrypted with `--keys`, and their plaintext bytes.
+    pub decrypted_messages: u64,
+    pub decrypted_bytes: u64,
+    /// Encrypted messages left encrypted: no key for their session (or no `--keys`).
+    pub encrypted_without_key: u64,
+    /// Encrypted messages whose key did not decrypt them (wrong key, damaged message).
+    pub decrypt_failed: u64,
     pub compressed_messages: u64,
+    /// Compressed messages decompressed (MS-XCA, Pattern_V1), their bytes on the wire (after
+    /// the NetBIOS header; accounted as `smb_compressed`), their decompressed bytes, and the
+    /// WRITE/READ data bytes inside them (hashed and deduplicated on the decompressed bytes).
+    pub decompressed_messages: u64,
+    pub decompressed_wire_bytes: u64,
+    pub decompressed_bytes: u64,
+    pub decompressed_payload_bytes: u64,
+    /// Compressed messages that could not be decompressed (anomaly `smb2.decompress_*`).
+    pub decompress_failed: u64,
     /// Payloads not sent to dedupe because bytes of them were missing from the capture.
     pub payload_incomplete: u64,
     pub payload_incomplete_bytes: u64,
@@ -103,7 +125,82 @@ pub struct SmbState {
     conns: BoundedMap<u64, ConnInfo>,
     /// Channel bindings awaiting their SESSION_SETUP response, keyed by (conn, MessageId).
     bindings: BoundedMap<(u64, u64), ()>,
+    /// Decryption: the keys file and the preauth hashes and keys of sessions (`--keys`).
+    pub crypt: CryptState,
+    /// Bytes of encrypted/compressed messages being buffered whole, over all streams (at most
+    /// `OPENING_CAP`).
+    pub opening_bytes: u64,
     pub stats: Smb2Stats,
+}
+
+/// What decryption needs to remember: the keys file, the preauth integrity hashes
+/// (connection: after its NEGOTIATE; session: along its SESSION_SETUP exchange, §3.2.5.2 /
+/// §3.3.5.5) and the keys that worked. Empty and untouched without `--keys`.
+#[derive(Debug)]
+pub struct CryptState {
+    pub keys: Arc<KeyTable>,
+    /// Connection preauth hash: after the NEGOTIATE request, then after the response.
+    conn_preauth: BoundedMap<u64, [u8; 64]>,
+    /// SESSION_SETUP requests with SessionId 0 awaiting their response: (conn, MessageId).
+    setup_pending: BoundedMap<(u64, u64), [u8; 64]>,
+    /// Sessions being set up, and (once set up) the hash their keys derive from.
+    session_preauth: BoundedMap<u64, [u8; 64]>,
+    /// Keys that decrypted a session's message.
+    pub learned: BoundedMap<u64, SessionKeys>,
+}
+
+impl CryptState {
+    fn new(keys: Arc<KeyTable>, limits: &Limits) -> Self {
+        CryptState {
+            keys,
+            conn_preauth: BoundedMap::new(limits.connections),
+            setup_pending: BoundedMap::new(limits.pending),
+            session_preauth: BoundedMap::new(limits.sessions),
+            learned: BoundedMap::new(limits.sessions),
+        }
+    }
+
+    pub fn active(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// A NEGOTIATE request or response's bytes (whole SMB2 message): the connection's hash.
+    pub fn on_negotiate(&mut self, conn: u64, response: bool, msg: &[u8]) {
+        let mut h = if response { self.conn_preauth.get(&conn).copied().unwrap_or([0; 64]) } else { [0; 64] };
+        preauth_update(&mut h, msg);
+        self.conn_preauth.insert(conn, h);
+    }
+
+    /// A SESSION_SETUP request or response (whole SMB2 message). The final successful
+    /// response is not hashed (§3.2.5.3.1): the session's hash is then the keys' context.
+    pub fn on_session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
+        if !response {
+            if session_id == 0 {
+                let mut h = self.conn_preauth.get(&conn).copied().unwrap_or([0; 64]);
+                preauth_update(&mut h, msg);
+                self.setup_pending.insert((conn, message_id), h);
+            } else if let Some(h) = self.session_preauth.get_mut(&session_id) {
+                if !self.learned.contains_key(&session_id) {
+                    preauth_update(h, msg);
+                }
+            }
+            return;
+        }
+        let base = self.setup_pending.remove(&(conn, message_id));
+        if let Some(h) = base {
+            self.session_preauth.insert(session_id, h);
+        }
+        if status != 0 {
+            if let Some(h) = self.session_preauth.get_mut(&session_id) {
+                preauth_update(h, msg);
+            }
+        }
+    }
+
+    /// The session's preauth hash (3.1.1 key derivation context), when its setup was seen.
+    pub fn session_preauth(&self, session_id: u64) -> Option<&[u8; 64]> {
+        self.session_preauth.get(&session_id)
+    }
 }
 
 impl Default for SmbState {
@@ -126,8 +223,16 @@ impl SmbState {
             pending: BoundedMap::new(limits.pending),
             conns: BoundedMap::new(limits.connections),
             bindings: BoundedMap::new(limits.pending),
+            crypt: CryptState::new(Arc::new(KeyTable::default()), &limits),
+            opening_bytes: 0,
             stats: Smb2Stats::default(),
         }
+    }
+
+    /// Decrypt with these keys (`--keys`).
+    pub fn with_keys(mut self, keys: Arc<KeyTable>) -> Self {
+        self.crypt = CryptState::new(keys, &self.limits);
+        self
     }
 
     pub fn stats(&self) -> Smb2Stats {

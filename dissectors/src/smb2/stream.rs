@@ -25,6 +25,8 @@
 //! - `payload`: streaming a data region into the hasher, the send.
 
 mod compound;
+mod decompress;
+mod decrypt;
 mod framing;
 mod payload;
 
@@ -36,6 +38,7 @@ use super::{Anomaly, Parts};
 use crate::accounting::cat;
 use crate::context::{PayloadSink, Shared};
 use crate::frame::FrameCtx;
+use crate::payload::send::Transport;
 use crate::tcp::StreamConsumer;
 use payload::PayloadCtx;
 use std::net::IpAddr;
@@ -77,6 +80,11 @@ enum State {
     Payload(u32),
     /// The rest of the element (`elem_left`) goes to a category.
     Tail(&'static str),
+    /// Buffering a whole compressed message (already accounted) into `crypt`, to decompress it.
+    Comp(usize),
+    /// Buffering an encrypted message (TRANSFORM header, then the ciphertext) up to `need`
+    /// bytes into `crypt`, to decrypt it (`--keys`).
+    Crypt(usize),
     /// Framing lost: scanning for a NetBIOS + SMB2 header.
     Resync,
     /// Unframed mode between messages.
@@ -113,6 +121,23 @@ pub struct Smb2Stream {
     carry_len: usize,
     /// A valid SMB2/3 start (ProtocolId after a believed NetBIOS header) was seen.
     storage: bool,
+    /// How sends of this stream crossed the wire (an inner stream keeps its outer's).
+    transport: Transport,
+    /// Encrypted messages may be decrypted here (not in a stream fed with decrypted bytes).
+    can_decrypt: bool,
+    /// Compressed messages may be decompressed here (not in a stream fed with decompressed bytes).
+    can_decompress: bool,
+    /// The encrypted or compressed message being buffered, with the frames that carried it.
+    crypt: Option<Box<decrypt::CryptBuf>>,
+    /// Decrypted messages go through this unframed stream (made on first use).
+    inner: Option<Box<Smb2Stream>>,
+    /// Decompressed messages go through this one.
+    unzipped: Option<Box<Smb2Stream>>,
+    /// Unframed mode: the plaintext of the last message decrypted or decompressed, for the
+    /// SMB Direct stage to find RDMA descriptors in (`take_opened`).
+    opened: Option<Vec<u8>>,
+    /// Keep `opened` (streams of SMB Direct connections and their inner streams).
+    keep_opened: bool,
 }
 
 impl Smb2Stream {
@@ -138,6 +163,14 @@ impl Smb2Stream {
             carry: [0; CARRY],
             carry_len: 0,
             storage: false,
+            transport: Transport::Tcp,
+            can_decrypt: true,
+            can_decompress: true,
+            crypt: None,
+            inner: None,
+            unzipped: None,
+            opened: None,
+            keep_opened: false,
         }
     }
 
@@ -149,6 +182,20 @@ impl Smb2Stream {
         s.ip_proto = ip_proto;
         s.framed = false;
         s.state = State::Idle;
+        s.transport = Transport::SmbDirect;
+        s.keep_opened = true;
+        s
+    }
+
+    /// The stream decrypted or decompressed messages of this one go through: unframed, same
+    /// connection, direction and transport; no decryption of its own, and no decompression
+    /// when it is fed decompressed bytes (nesting is at most decrypt → decompress).
+    fn inner_stream(&self, can_decrypt: bool, can_decompress: bool) -> Smb2Stream {
+        let mut s = Smb2Stream::new_unframed(self.conn, self.to_server, self.src, self.dst, self.ip_proto);
+        s.transport = self.transport;
+        s.can_decrypt = can_decrypt;
+        s.can_decompress = can_decompress;
+        s.keep_opened = self.keep_opened;
         s
     }
 
@@ -157,6 +204,16 @@ impl Smb2Stream {
     }
     pub fn to_server(&self) -> bool {
         self.to_server
+    }
+
+    /// Unframed mode: the innermost plaintext of the message just fed when it was encrypted
+    /// or compressed (decrypted, then decompressed), else `None`. SMB Direct reads the RDMA
+    /// descriptors of WRITE/READ requests from it.
+    pub fn take_opened(&mut self) -> Option<Vec<u8>> {
+        let mine = self.opened.take()?;
+        let deeper = self.inner.as_mut().and_then(|s| s.take_opened());
+        let unzipped = self.unzipped.as_mut().and_then(|s| s.opened.take());
+        Some(deeper.or(unzipped).unwrap_or(mine))
     }
 
     /// Feeds one whole message (unframed mode) — same as `data()`, named for SMB Direct.
@@ -185,6 +242,14 @@ impl Smb2Stream {
         if self.framed {
             return self.feed(msg, ctx, p);
         }
+        self.feed_message_pieces(msg, &[(0, *ctx)], p)
+    }
+
+    /// One whole message (unframed mode) whose bytes came in several frames: `pieces` holds
+    /// (offset in `msg`, frame) in increasing offsets, the first at 0.
+    fn feed_message_pieces(&mut self, msg: &[u8], pieces: &[(usize, FrameCtx)], p: &mut Parts) {
+        let Some(&(_, last_ctx)) = pieces.last() else { return };
+        let ctx = &last_ctx;
         if self.state != State::Idle {
             // The previous message ended inside a buffered part (cannot happen for whole
             // messages; defensive).
@@ -201,7 +266,12 @@ impl Smb2Stream {
         }
         self.msg_left = msg.len() as u32;
         self.state = State::ProtocolId;
-        self.feed(msg, ctx, p);
+        for (i, (start, pctx)) in pieces.iter().enumerate() {
+            let end = pieces.get(i + 1).map_or(msg.len(), |n| n.0).min(msg.len());
+            if *start < end {
+                self.feed(&msg[*start..end], pctx, p);
+            }
+        }
         if self.state != State::Idle {
             p.anomalies.raise(Anomaly::UnframedMessageTruncated);
             self.abandon(ctx, p);
@@ -271,6 +341,8 @@ impl Smb2Stream {
                 n
             }
             State::Payload(remaining) => self.payload_bytes(remaining, input, ctx, p),
+            State::Crypt(need) => self.crypt_bytes(need, input, ctx, p),
+            State::Comp(need) => self.comp_bytes(need, input, ctx, p),
             State::Tail(category) => {
                 let n = (self.elem_left as usize).min(input.len());
                 p.accounting.add(category, n as u64);
@@ -298,6 +370,11 @@ impl Smb2Stream {
             self.finish_payload(ctx, p);
         }
         self.payload = None;
+        if let Some(cb) = self.crypt.take() {
+            // Never complete: it stays encrypted / compressed.
+            cb.release(p);
+            p.accounting.add(cb.lost_as, cb.bytes.len() as u64);
+        }
         p.accounting.add(cat::SMB_UNPARSED, (self.small_len + self.carry_len) as u64);
         self.small_len = 0;
         self.carry_len = 0;
@@ -329,6 +406,29 @@ impl Smb2Stream {
             }
             State::NbHeader | State::ProtocolId => to_resync(self, p),
             _ if missing > self.msg_left as u64 => to_resync(self, p),
+            State::Crypt(_) => {
+                p.anomalies.raise(Anomaly::GapInMessage);
+                if let Some(cb) = self.crypt.take() {
+                    cb.release(p);
+                    p.accounting.add(cat::SMB_ENCRYPTED, cb.bytes.len() as u64);
+                }
+                self.msg_left -= missing as u32;
+                self.state = State::Skip(cat::SMB_ENCRYPTED);
+                if self.msg_left == 0 {
+                    self.end_of_message();
+                }
+            }
+            State::Comp(_) => {
+                if let Some(cb) = self.crypt.take() {
+                    cb.release(p);
+                    p.accounting.add(cat::SMB_COMPRESSED, cb.bytes.len() as u64);
+                }
+                self.msg_left -= missing as u32;
+                self.state = State::Skip(cat::SMB_COMPRESSED);
+                if self.msg_left == 0 {
+                    self.end_of_message();
+                }
+            }
             State::Skip(_) | State::CompressedHead(_) => {
                 self.msg_left -= missing as u32;
                 if matches!(self.state, State::CompressedHead(_)) {

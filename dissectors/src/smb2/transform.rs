@@ -154,6 +154,75 @@ impl CompressionTransform {
     }
 }
 
+impl CompressionTransform {
+    /// Appends an unchained header (§2.2.42.1): `offset` bytes after it stay uncompressed,
+    /// the rest is `compression_algorithm`'s output for `original_compressed_segment_size`
+    /// bytes. The caller appends the uncompressed prefix and the compressed data.
+    pub fn emit_unchained(original_compressed_segment_size: u32, compression_algorithm: u16, offset: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(&protocol_id::COMPRESSION_TRANSFORM);
+        out.extend_from_slice(&original_compressed_segment_size.to_le_bytes());
+        out.extend_from_slice(&compression_algorithm.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes()); // Flags: SMB2_COMPRESSION_FLAG_NONE
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+
+    /// Appends the start of a chained message (§2.2.42.2): ProtocolId and
+    /// OriginalCompressedSegmentSize (the whole original message); the payloads follow, each
+    /// through `ChainedPayload::emit_header` and its data.
+    pub fn emit_chained_start(original_compressed_segment_size: u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(&protocol_id::COMPRESSION_TRANSFORM);
+        out.extend_from_slice(&original_compressed_segment_size.to_le_bytes());
+    }
+}
+
+impl ChainedPayload {
+    /// Appends an SMB2_COMPRESSION_CHAINED_PAYLOAD_HEADER (§2.2.42.2.1) for `data_length`
+    /// bytes of data; `original_payload_size` is written (and counted in Length) for the
+    /// LZ-family algorithms. `flags` is `CompressionTransform::FLAG_CHAINED` on every payload
+    /// but the last (as Windows sends it; the first one's flag marks the message chained).
+    pub fn emit_header(compression_algorithm: u16, flags: u16, data_length: usize, original_payload_size: Option<u32>, out: &mut Vec<u8>) {
+        let length = data_length + if original_payload_size.is_some() { 4 } else { 0 };
+        out.extend_from_slice(&compression_algorithm.to_le_bytes());
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(&(length as u32).to_le_bytes());
+        if let Some(size) = original_payload_size {
+            out.extend_from_slice(&size.to_le_bytes());
+        }
+    }
+}
+
+/// SMB2_COMPRESSION_PATTERN_PAYLOAD_V1 (§2.2.42.2.2): `repetitions` copies of one byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternV1 {
+    pub pattern: u8,
+    pub repetitions: u32,
+}
+
+impl PatternV1 {
+    pub const LEN: usize = 8;
+
+    pub fn parse(b: &[u8]) -> Result<PatternV1> {
+        if b.len() < Self::LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(PatternV1 { pattern: b[0], repetitions: u32_at(b, 4)? })
+    }
+
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        out.push(self.pattern);
+        out.push(0); // Reserved1
+        out.extend_from_slice(&0u16.to_le_bytes()); // Reserved2
+        out.extend_from_slice(&self.repetitions.to_le_bytes());
+    }
+
+    /// Appends the bytes it stands for, at most `max_out` of them; `false` if that cut it.
+    pub fn expand(&self, out: &mut Vec<u8>, max_out: usize) -> bool {
+        let n = (self.repetitions as usize).min(max_out);
+        out.resize(out.len() + n, self.pattern);
+        n == self.repetitions as usize
+    }
+}
+
 /// The SMB1 header's Command byte (MS-CIFS §2.2.3.1); 0x72 = SMB_COM_NEGOTIATE.
 pub fn smb1_command(b: &[u8]) -> Result<u8> {
     if b.len() < 5 {
@@ -210,6 +279,37 @@ mod tests {
         let p = t.uncompressed_prefix(&b);
         assert_eq!(p.len(), 0x50);
         assert_eq!(&p[0..4], &protocol_id::SMB2);
+    }
+
+    /// The emitters rebuild frame 1's chained headers byte for byte (the LZNT1 data and
+    /// Pattern_V1 payload copied from the capture).
+    #[test]
+    fn chained_emit_matches_capture() {
+        let b = hex(CHAINED_WRITE);
+        let mut v = Vec::new();
+        CompressionTransform::emit_chained_start(368, &mut v);
+        ChainedPayload::emit_header(compression_algorithm::LZNT1, CompressionTransform::FLAG_CHAINED, 0x54, Some(0x70), &mut v);
+        v.extend_from_slice(&b[20..20 + 0x54]);
+        ChainedPayload::emit_header(compression_algorithm::PATTERN_V1, 0, PatternV1::LEN, None, &mut v);
+        PatternV1 { pattern: 0xaa, repetitions: 256 }.emit(&mut v);
+        assert_eq!(v, b);
+        let p = PatternV1::parse(&b[b.len() - 8..]).unwrap();
+        assert_eq!(p, PatternV1 { pattern: 0xaa, repetitions: 256 });
+        let mut out = Vec::new();
+        assert!(!p.expand(&mut out, 100));
+        assert_eq!(out, vec![0xaa; 100]);
+        assert_eq!(PatternV1::parse(&b[..7]), Err(Error::Truncated));
+    }
+
+    #[test]
+    fn unchained_emit_parses_back() {
+        let mut v = Vec::new();
+        CompressionTransform::emit_unchained(4096, compression_algorithm::LZ77, 0x70, &mut v);
+        assert_eq!(v.len(), CompressionTransform::UNCHAINED_LEN);
+        v.extend_from_slice(&[0xfe, b'S', b'M', b'B']);
+        let t = CompressionTransform::parse(&v).unwrap();
+        assert_eq!(t, CompressionTransform::Unchained { original_compressed_segment_size: 4096, compression_algorithm: 2, offset: 0x70 });
+        assert_eq!(t.uncompressed_prefix(&v), &[0xfe, b'S', b'M', b'B']);
     }
 
     #[test]

@@ -193,8 +193,13 @@ impl SmbdConn {
             };
             d.smb2 = Some(Smb2Stream::new_unframed(id, to_server, d.src, d.dst, ip_proto));
         }
-        if let Some(s) = d.smb2.as_mut() {
+        let opened = d.smb2.as_mut().and_then(|s| {
             s.on_message(msg, ctx, p);
+            s.take_opened()
+        });
+        // An encrypted or compressed message: its RDMA descriptors are in the plaintext.
+        if let Some(plain) = opened {
+            self.inspect(&plain, ctx, p, c);
         }
     }
 

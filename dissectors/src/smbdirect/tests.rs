@@ -147,6 +147,12 @@ struct Exchange {
 }
 
 fn exchange(seed: u8) -> Exchange {
+    exchange_wrapped(seed, &|m: &[u8], _| m.to_vec())
+}
+
+/// The exchange with every SMB2 message passed through `wrap` (message, nonce) first, e.g.
+/// encrypted into a TRANSFORM message.
+fn exchange_wrapped(seed: u8, wrap: &dyn Fn(&[u8], u8) -> Vec<u8>) -> Exchange {
     let w1: Vec<u8> = (0..5000u32).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
     let w2: Vec<u8> = (0..3000u32).map(|i| (i as u8) ^ seed).collect();
     let rd: Vec<u8> = (0..6000u32).map(|i| ((i / 7) as u8).wrapping_add(seed)).collect();
@@ -163,7 +169,7 @@ fn exchange(seed: u8) -> Exchange {
     spsn += 1;
     // WRITE: two descriptors, pulled with two RDMA Reads.
     let wreq = rdma_request(true, 5, 0x10000, &[(0x1000, 0xaaa, 5000), (0x9000, 0xbbb, 3000)]);
-    pkts.push(send(C, S, QP_S, cpsn, &data_msg(&wreq)));
+    pkts.push(send(C, S, QP_S, cpsn, &data_msg(&wrap(&wreq, 1))));
     cpsn += 1;
     for (va, key, data) in [(0x1000u64, 0xaaa, &w1), (0x9000, 0xbbb, &w2)] {
         let mask = 0xff_ffff;
@@ -175,14 +181,14 @@ fn exchange(seed: u8) -> Exchange {
         }));
         spsn = (spsn + data.len().div_ceil(PMTU) as u32) & mask;
     }
-    pkts.push(send(S, C, QP_C, spsn, &data_msg(&response(false, 5, 8000))));
+    pkts.push(send(S, C, QP_C, spsn, &data_msg(&wrap(&response(false, 5, 8000), 2))));
     spsn += 1;
     // READ: pushed with RDMA Write, then the response.
     let rreq = rdma_request(false, 6, 0x40000, &[(0x20000, 0xccc, 6000)]);
-    pkts.push(send(C, S, QP_S, cpsn, &data_msg(&rreq)));
+    pkts.push(send(C, S, QP_S, cpsn, &data_msg(&wrap(&rreq, 3))));
     pkts.extend(rdma_message(true, S, C, QP_C, spsn, 0x20000, 0xccc, &rd, 1));
     spsn += rd.len().div_ceil(PMTU) as u32;
-    pkts.push(send(S, C, QP_C, spsn, &data_msg(&response(true, 6, 6000))));
+    pkts.push(send(S, C, QP_C, spsn, &data_msg(&wrap(&response(true, 6, 6000), 4))));
     let mut wpay = w1.clone();
     wpay.extend_from_slice(&w2);
     Exchange { pkts, payloads: [wpay, rd] }
@@ -197,8 +203,12 @@ struct Outcome {
 }
 
 fn run(pkts: &[Pkt]) -> Outcome {
+    run_with(pkts, SmbState::new())
+}
+
+fn run_with(pkts: &[Pkt], mut smb: SmbState) -> Outcome {
     let mut st = RdmaState::new();
-    let (mut an, mut acct, mut smb, mut sink) = (Anomalies::default(), Accounting::default(), SmbState::new(), Sink::default());
+    let (mut an, mut acct, mut sink) = (Anomalies::default(), Accounting::default(), Sink::default());
     let mut fed = 0;
     {
         let mut p = Parts { anomalies: &mut an, accounting: &mut acct, smb: &mut smb, sink: &mut sink };
@@ -325,4 +335,42 @@ proptest! {
         let o = run(&all);
         prop_assert_eq!(o.accounted, o.fed);
     }
+}
+
+/// SMB3 encryption over SMB Direct: the WRITE/READ requests and responses are TRANSFORM
+/// messages; with the session's keys (`--keys`) their RDMA descriptors are read from the
+/// decrypted plaintext, so the RDMA transfers are linked and hashed as in the plain exchange;
+/// without keys nothing is linked.
+#[test]
+fn encrypted_requests_over_smb_direct_link_their_rdma_transfers_with_keys() {
+    use crate::smb2::crypto::{self, Cipher, KeyEntry, KeyTable};
+    let key = [0x31u8; 16];
+    let wrap = |m: &[u8], nonce: u8| {
+        let mut h = vec![0u8; crypto::TRANSFORM_LEN];
+        h[0..4].copy_from_slice(&[0xFD, b'S', b'M', b'B']);
+        h[20..32].copy_from_slice(&[nonce; 12]);
+        h[36..40].copy_from_slice(&(m.len() as u32).to_le_bytes());
+        h[42] = 1;
+        h[44..52].copy_from_slice(&0x55u64.to_le_bytes());
+        let mut body = m.to_vec();
+        let tag = crypto::encrypt(Cipher::Aes128Gcm, &key, &h, &mut body).unwrap();
+        h[4..20].copy_from_slice(&tag);
+        h.extend_from_slice(&body);
+        h
+    };
+    let x = exchange_wrapped(5, &wrap);
+    let mut t = KeyTable::default();
+    t.insert(0x55, KeyEntry { session_key: None, server_to_client: Some(key.to_vec()), client_to_server: Some(key.to_vec()) });
+    let o = run_with(&x.pkts, SmbState::new().with_keys(std::sync::Arc::new(t)));
+    assert_eq!(o.accounted, o.fed);
+    assert_eq!(o.sends.len(), 2, "{:?}", o.rdma);
+    assert_eq!((o.sends[0].kind, o.sends[0].transport, o.sends[0].message_id), (SendKind::Write, Transport::Rdma, 5));
+    assert_eq!(o.sends[0].digest, digest(&x.payloads[0]));
+    assert_eq!(o.sends[1].digest, digest(&x.payloads[1]));
+    assert_eq!((o.rdma.linked_transfers, o.rdma.unlinked_bytes), (2, 0));
+    // No keys: the requests stay encrypted, nothing is linked.
+    let o = run(&x.pkts);
+    assert_eq!(o.accounted, o.fed);
+    assert!(o.sends.is_empty());
+    assert_eq!(o.rdma.linked_transfers, 0);
 }

@@ -89,6 +89,8 @@ impl Smb2Stream {
         self.hdr = Some(h);
         let (phase, want) = match data_fixed {
             Some(f) => (Phase::Fixed, f),
+            // With --keys, NEGOTIATE and SESSION_SETUP are buffered whole for the preauth hash.
+            None if p.smb.crypt.active() && matches!(h.command, command::NEGOTIATE | command::SESSION_SETUP) => (Phase::Whole, MESSAGE_CAP),
             None => (Phase::Whole, HEADER_LEN + rec::body_needed(h.command, resp).unwrap_or(MESSAGE_CAP)),
         };
         self.head_until(phase, want, ctx, p);
@@ -167,6 +169,16 @@ impl Smb2Stream {
     /// Runs the handler on the buffered head; with `data`, prepares the payload send.
     pub(super) fn process(&mut self, ctx: &FrameCtx, p: &mut Parts, data: bool) {
         let Some(h) = self.hdr else { return };
+        if p.smb.crypt.active() && self.elem_left == 0 {
+            // The whole element is in `buf` (preauth integrity hash, §3.2.5.2, §3.3.5.5).
+            match h.command {
+                command::NEGOTIATE => p.smb.crypt.on_negotiate(self.conn, h.is_response(), &self.buf),
+                command::SESSION_SETUP => {
+                    p.smb.crypt.on_session_setup(self.conn, h.message_id, h.session_id, h.is_response(), h.status, &self.buf)
+                }
+                _ => {}
+            }
+        }
         let act = handle(self.conn, &h, &self.buf, &mut self.chain, p.smb, p.anomalies);
         let completes = act.completes;
         match (data, act.payload) {

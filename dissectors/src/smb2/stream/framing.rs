@@ -69,16 +69,28 @@ impl Smb2Stream {
             }
             protocol_id::TRANSFORM => {
                 p.accounting.add(cat::SMB_METADATA, hl as u64);
-                p.accounting.add(cat::SMB_ENCRYPTED, 4);
                 p.smb.stats.encrypted_messages += 1;
                 self.small_len = 0;
+                if self.can_decrypt && p.smb.crypt.active() {
+                    // Buffer the TRANSFORM header to look the session's keys up.
+                    self.start_crypt(&id, p);
+                    return;
+                }
+                p.accounting.add(cat::SMB_ENCRYPTED, 4);
+                p.smb.stats.encrypted_without_key += 1;
                 self.state = State::Skip(cat::SMB_ENCRYPTED);
             }
             protocol_id::COMPRESSION_TRANSFORM => {
                 p.accounting.add(cat::SMB_METADATA, hl as u64);
-                p.accounting.add(cat::SMB_COMPRESSED, 4);
                 p.smb.stats.compressed_messages += 1;
                 self.small_len = 0;
+                if self.can_decompress {
+                    self.start_comp(&id, p);
+                    return;
+                }
+                // Compressed inside a decompressed message: not decompressed again.
+                p.smb.stats.decompress_failed += 1;
+                p.accounting.add(cat::SMB_COMPRESSED, 4);
                 self.buf.clear();
                 self.buf.extend_from_slice(&id);
                 let need = (4 + self.msg_left as usize).min(COMPRESSED_PREFIX);

@@ -5,7 +5,7 @@ use super::{Smb2Stream, State};
 use crate::accounting::cat;
 use crate::frame::{FrameCtx, FrameRef};
 use crate::payload::hash::PayloadHasher;
-use crate::payload::send::{SendKind, SendRecord, Transport};
+use crate::payload::send::{SendKind, SendRecord};
 use crate::smb2::handle::PayloadMeta;
 use crate::smb2::{Anomaly, Parts};
 
@@ -70,7 +70,7 @@ impl Smb2Stream {
                         conn: self.conn,
                         message_id: m.message_id,
                         kind: pl.kind,
-                        transport: if self.framed { Transport::Tcp } else { Transport::SmbDirect },
+                        transport: self.transport,
                         src: self.src.0,
                         dst: self.dst.0,
                         src_port: if self.ip_proto != 0 { self.src.1 } else { 0 },

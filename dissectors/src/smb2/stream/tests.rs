@@ -137,7 +137,11 @@ fn smb_streams(file: &str) -> Vec<u32> {
 /// Runs every SMB stream of `file` through the parser; `chunk` re-cuts segments
 /// (0 = as captured).
 fn run_capture(file: &str, chunk: usize) -> Harness {
-    let mut h = Harness::default();
+    run_capture_with(file, chunk, SmbState::default())
+}
+
+fn run_capture_with(file: &str, chunk: usize, smb: SmbState) -> Harness {
+    let mut h = Harness { smb, ..Harness::default() };
     for sid in smb_streams(file) {
         let mut c = Conn::new(sid as u64 + 1);
         for (i, (to_server, seg)) in follow(file, sid).into_iter().enumerate() {
@@ -161,7 +165,7 @@ fn expected(file: &str) -> serde_json::Value {
 }
 
 fn smb_categories(h: &Harness) -> u64 {
-    [cat::SMB_METADATA, cat::SMB_PAYLOAD, cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::SMB_UNPARSED]
+    [cat::SMB_METADATA, cat::SMB_PAYLOAD, cat::SMB_ENCRYPTED, cat::SMB_COMPRESSED, cat::SMB_UNPARSED, cat::SMB_DECRYPT_FAILED, cat::SMB_DECOMPRESSED]
         .iter()
         .map(|c| h.accounting.get(c))
         .sum()
@@ -531,18 +535,34 @@ fn encrypted_and_compressed_captures_are_counted() {
         assert!(h.accounting.get(cat::SMB_ENCRYPTED) > 0);
         assert_eq!(smb_categories(&h), h.fed, "{f}");
     }
+    // Compressed messages are decompressed and decoded like tshark does: three READ responses
+    // of 4096 bytes (LZ77, LZ77+Huffman, LZNT1), each hashed on its decompressed data.
     let h = run_capture("smb311-compress-lz77-lz77huff-lznt1.pcap", 0);
-    assert_eq!(h.smb.stats.compressed_messages, 3);
+    let s = &h.smb.stats;
+    assert_eq!((s.compressed_messages, s.decompressed_messages, s.decompress_failed), (3, 3, 0));
+    assert_eq!((s.read_resp_pdus, s.read_bytes), (3, 3 * 4096));
+    assert_eq!(s.decompressed_payload_bytes, 3 * 4096);
+    assert_eq!(h.rec.sends.len(), 3);
+    assert!(h.rec.sends.iter().all(|r| r.digest == digest_of(&[b'a'; 4096])));
+    // The wire bytes are smb_decompressed; nothing is accounted twice.
+    assert_eq!(h.accounting.get(cat::SMB_PAYLOAD), 0);
+    assert_eq!(h.accounting.get(cat::SMB_COMPRESSED), 0);
+    assert_eq!(h.accounting.get(cat::SMB_DECOMPRESSED), h.smb.stats.decompressed_wire_bytes);
     assert_eq!(smb_categories(&h), h.fed);
-    // Chained: the READ response's header is in a leading NONE payload and is counted like
-    // tshark does; the WRITE request's header is LZNT1-compressed and is not (tshark
-    // decompresses it: write_req_pdus 1 there).
+    // Chained (LZNT1 + Pattern_V1 WRITE, NONE + Pattern_V1 READ response): WRITE 256, READ 256,
+    // as tshark decodes them.
     let h = run_capture("smb311-compress-chained-patternv1-lznt1.pcapng", 0);
-    assert_eq!(h.smb.stats.compressed_messages, 2);
-    assert_eq!((h.smb.stats.read_resp_pdus, h.smb.stats.read_bytes), (1, 256));
-    assert_eq!(h.smb.stats.write_req_pdus, 0);
+    let s = &h.smb.stats;
+    assert_eq!((s.compressed_messages, s.decompressed_messages), (2, 2));
+    assert_eq!((s.read_resp_pdus, s.read_bytes), (1, 256));
+    assert_eq!((s.write_req_pdus, s.write_bytes), (1, 256));
+    assert_eq!(h.rec.sends.len(), 2);
     assert_eq!(smb_categories(&h), h.fed);
+    assert!(h.anomalies.iter().all(|(n, _)| !n.starts_with("smb2.decompress")), "{:?}", h.anomalies.iter().collect::<Vec<_>>());
 }
+
+mod decompress;
+mod decrypt;
 
 mod fuzz {
     use super::*;
