@@ -172,7 +172,7 @@ fn encrypted_write_inside_smb_direct_is_decrypted() {
     let key = vec![7u8; 16];
     let msg = transform(Cipher::Aes128Gcm, &key, &plain, 2);
     let mut h = Harness { smb: directional(&key, &key), ..Harness::default() };
-    let mut s = Smb2Stream::new_unframed(1, true, addr(1, 50000), addr(2, 445));
+    let mut s = Smb2Stream::new_unframed(1, true, addr(1, 50000), addr(2, 445), 0);
     h.fed += msg.len() as u64;
     s.on_message(&msg, &ctx(4), &mut h.parts());
     assert_eq!(h.rec.sends.len(), 1);
