@@ -11,7 +11,7 @@ APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
-.PHONY: setup apt venv build demo test test-rust test-python bench bench-live clean
+.PHONY: setup apt venv build demo test test-rust test-python fuzz bench bench-live clean
 
 setup: apt build
 
@@ -45,6 +45,24 @@ test-python: build
 	$(PY) -m pytest -q tests
 
 test: setup test-rust test-python
+
+# Coverage-guided fuzzing of every parser (cargo-fuzz, libFuzzer + ASan, nightly Rust),
+# FUZZ_SECONDS per target; seeds from fuzz/corpus/<target>, new inputs in a temporary
+# directory (the repository is not written). A crash stops it with the input in fuzz/artifacts/.
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS := capture_reader wire_decode pipeline_tcp pipeline_roce text_inputs xca_lznt1 xca_lz77 xca_lz77_huffman xca_roundtrip
+fuzz:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
+	cd fuzz && cargo +nightly fuzz build -O
+	@work=$$(mktemp -d); trap 'rm -rf "$$work"' EXIT; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p "$$work/$$t"; \
+	  (cd fuzz && cargo +nightly fuzz run -O $$t "$$work/$$t" corpus/$$t -- \
+	     -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1) \
+	     | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|panicked|SUMMARY' | sed "s/^/$$t: /"; \
+	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
 
 bench: setup
 	$(PY) bench/run.py

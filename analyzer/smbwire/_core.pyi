@@ -19,6 +19,9 @@ def attribute(paths: list[str], config_json: str, evidence_path: str | None = No
     """Rerun dedupe and attribution from send ledgers; returns the result JSON (schema
     "smbwire/1"). Raises ValueError (one line) for a file that is not a ledger."""
 
+def synth_scenarios() -> str:
+    """The synthesizer's scenarios: JSON `[{"name", "description"}]`."""
+    ...
 def synth(spec_json: str, out_path: str) -> str:
     """Write a synthetic scenario capture to out_path; returns the truth JSON."""
 

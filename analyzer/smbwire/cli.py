@@ -557,9 +557,24 @@ def _live_wait(deadline: float | None) -> float:
     return max(0.0, min(0.25, deadline - time.monotonic()))
 
 
-@cli.command()
+class _SynthCommand(click.Command):
+    """`synth --help` lists the scenarios, from the synthesizer itself (loaded only for help)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        try:
+            rows = [(s["name"], s["description"]) for s in engine.synth_scenarios()]
+        except SmbwireError:
+            rows = []
+        if rows:
+            with formatter.section("Scenarios"):
+                formatter.write_dl(rows)
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command(cls=_SynthCommand)
 @click.argument("scenario")
-@click.option("-o", "--output", "out", required=True, metavar="FILE", help="The pcap file to write.")
+@click.option("-o", "--output", "out", required=True, metavar="FILE",
+              help="The capture to write: pcapng when FILE ends in .pcapng, else pcap (nanosecond).")
 @click.option("--bytes", "nbytes", type=_Size(), metavar="N", help="Payload bytes the scenario writes (e.g. 64MiB).")
 @click.option("--io-size", type=_Size(), metavar="N", help="Size of each WRITE/READ (e.g. 1MiB).")
 @click.option("--mirror-dup", is_flag=True, help="Emit every frame twice, as a mirror port that sees both directions.")

@@ -286,6 +286,11 @@ def skipped_inputs(result: Mapping[str, Any], files: Sequence[str]) -> list[str]
             if isinstance(f, dict) and f.get("code") == "input_skipped" and f.get("path") in wanted]
 
 
+def synth_scenarios() -> list[dict[str, str]]:
+    """The scenarios `synth` knows: `[{"name", "description"}]` (the synthesizer's own list)."""
+    return list(json.loads(load_core().synth_scenarios()))
+
+
 def synth(spec: Mapping[str, Any], out_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Generate a scenario capture at `out_path`; returns the truth dict."""
     out = os.fspath(out_path)

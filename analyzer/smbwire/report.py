@@ -309,7 +309,7 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[Rend
         digest = _text(d.get("digest"))
         title = Text(f"{rank}. ", style="bold")
         title.append(fmt_bytes(d.get("size")), style="bold")
-        if is_number(d.get("size")) and d["size"] >= 1024:
+        if wide and is_number(d.get("size")) and d["size"] >= 1024:
             title.append(f" ({fmt_count(d['size'])} B)", style="dim")
         total = d.get("sends_total", len(sends))
         title.append(f", sent {fmt_count(total)} time{'s' if total != 1 else ''}", style="bold")
@@ -331,16 +331,27 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[Rend
                 t.add_column("Session")
                 t.add_column("Tree", justify="right")
                 t.add_column("FileId")
-            t.add_column("Via")
+            # Narrow: one transport for every send goes into the heading line instead of a column.
+            vias = {s.get("transport") for s in sends}
+            show_via = wide or len(vias) > 1
+            if show_via:
+                t.add_column("Via")
+            else:
+                title.append(f"  via {_text(next(iter(vias)))}", style="dim")
             t.add_column("Frames", justify="right", no_wrap=True)
-            t.add_column("Share and file" if wide else "File", overflow="fold")
+            # Narrow: the file's last path component, cut with an ellipsis rather than folded
+            # mid-name (the wide layout and --evidence have the whole path).
+            t.add_column("Share and file" if wide else "File", overflow="fold" if wide else "ellipsis",
+                         no_wrap=not wide, min_width=None if wide else 8)
             for n, (s, pair) in enumerate(zip(sends, pairs), 1):
                 row = [str(n), _time(s.get("time"), first_ts), pair, fmt_count(s.get("offset"))]
                 if wide:
                     row += [_text(s.get("session")), _tree(s.get("tree")), _text(s.get("file_id"))]
-                row += [_text(s.get("transport")), _frames(s, multi=len(inputs) > 1), _file(s, wide)]
+                if show_via:
+                    row.append(_text(s.get("transport")))
+                row += [_frames(s, multi=len(inputs) > 1), _file(s, wide)]
                 t.add_row(*row)
-            out.append(Padding(t, (0, 0, 0, 3)))
+            out.append(Padding(t, (0, 0, 0, 3 if wide else 1)))
         for idx, filt in filters_by_input(sends).items():
             line = FilterLine(f"   Wireshark {_input_label(inputs, idx, wide)}: ", style="dim")
             line.append(filt, style="cyan")
@@ -612,6 +623,8 @@ def _file(s: dict[str, Any], wide: bool) -> str:
     name, share = s.get("file_name"), s.get("share")
     if wide and share is not None:
         return f"{share}\\{name}" if name is not None else str(share)
+    if not wide and isinstance(name, str):
+        return name.rsplit("\\", 1)[-1] or name
     return _text(name)
 
 

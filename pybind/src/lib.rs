@@ -171,6 +171,16 @@ fn derive_findings(result_json: &str) -> PyResult<String> {
     Ok(serde_json::to_string(&smbwire_dissectors::findings::derive(&v)).unwrap_or_default())
 }
 
+/// The synthesizer's scenarios as JSON: `[{"name", "description"}]`.
+#[pyfunction]
+fn synth_scenarios() -> String {
+    let v: Vec<serde_json::Value> = smbwire_synth::scenario::SCENARIOS
+        .iter()
+        .map(|(name, description)| serde_json::json!({"name": name, "description": description}))
+        .collect();
+    serde_json::Value::Array(v).to_string()
+}
+
 /// Generate a scenario capture; returns the truth (expected figures) as JSON.
 #[pyfunction]
 fn synth(spec_json: &str, out_path: &str) -> PyResult<String> {
@@ -349,6 +359,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attribute, m)?)?;
     m.add_function(wrap_pyfunction!(annotate, m)?)?;
     m.add_function(wrap_pyfunction!(synth, m)?)?;
+    m.add_function(wrap_pyfunction!(synth_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(load_topology, m)?)?;
     m.add_function(wrap_pyfunction!(parse_topology, m)?)?;

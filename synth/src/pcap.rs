@@ -1,11 +1,15 @@
 //! Streaming pcap writer (nanosecond variant, magic 0xa1b23c4d, version 2.4; the libpcap
-//! file format as documented at tcpdump.org and draft-ietf-opsawg-pcap), and the capture
+//! file format as documented at tcpdump.org and draft-ietf-opsawg-pcap), or pcapng (one
+//! section, one interface with nanosecond timestamps, Enhanced Packet Blocks, written by the
+//! engine's block encoders, `capture::writer`) for a `.pcapng` file, and the capture
 //! point in front of it: a link clock that paces frames at line rate, and an optional
 //! mirror port that records every frame twice.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
+
+use smbwire_dissectors::capture::writer;
 
 const MAGIC_NS: u32 = 0xa1b2_3c4d;
 const LINKTYPE_ETHERNET: u32 = 1;
@@ -20,6 +24,8 @@ pub struct PcapWriter<W: Write> {
     /// transport can choose it after the writer was made.
     pub linktype: u32,
     header_written: bool,
+    /// Write pcapng instead of classic pcap (`create` chooses it for a `.pcapng` name).
+    pub pcapng: bool,
     pub frames: u64,
     pub bytes: u64,
     pub last_ts_ns: u64,
@@ -28,7 +34,9 @@ pub struct PcapWriter<W: Write> {
 impl PcapWriter<BufWriter<File>> {
     pub fn create(path: &Path) -> io::Result<Self> {
         let f = File::create(path)?;
-        PcapWriter::new(BufWriter::with_capacity(1 << 20, f))
+        let mut w = PcapWriter::new(BufWriter::with_capacity(1 << 20, f))?;
+        w.pcapng = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng"));
+        Ok(w)
     }
 }
 
@@ -38,8 +46,9 @@ impl<W: Write> PcapWriter<W> {
             out,
             linktype: LINKTYPE_ETHERNET,
             header_written: false,
+            pcapng: false,
             frames: 0,
-            bytes: 24,
+            bytes: 0,
             last_ts_ns: 0,
         })
     }
@@ -49,6 +58,13 @@ impl<W: Write> PcapWriter<W> {
             return Ok(());
         }
         self.header_written = true;
+        if self.pcapng {
+            let mut h = writer::shb();
+            h.extend_from_slice(&writer::idb(self.linktype, SNAPLEN));
+            self.bytes += h.len() as u64;
+            return self.out.write_all(&h);
+        }
+        self.bytes += 24;
         // Global header: magic, version 2.4, thiszone, sigfigs, snaplen, linktype.
         let mut h = Vec::with_capacity(24);
         h.extend_from_slice(&MAGIC_NS.to_le_bytes());
@@ -63,6 +79,12 @@ impl<W: Write> PcapWriter<W> {
 
     pub fn write_frame(&mut self, ts_ns: u64, frame: &[u8]) -> io::Result<()> {
         self.header()?;
+        if self.pcapng {
+            self.bytes += writer::write_epb(&mut self.out, 0, ts_ns, frame, frame.len() as u32, None)?;
+            self.frames += 1;
+            self.last_ts_ns = ts_ns;
+            return Ok(());
+        }
         let mut rec = [0u8; 16];
         rec[0..4].copy_from_slice(&((ts_ns / 1_000_000_000) as u32).to_le_bytes());
         rec[4..8].copy_from_slice(&((ts_ns % 1_000_000_000) as u32).to_le_bytes());
@@ -160,6 +182,38 @@ mod tests {
         assert_eq!(u32::from_le_bytes(b[28..32].try_into().unwrap()), 123);
         assert_eq!(u32::from_le_bytes(b[32..36].try_into().unwrap()), 3);
         assert_eq!(&b[40..], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn pcapng_holds_the_same_frames() {
+        let frames: [(u64, &[u8]); 2] = [(1_500_000_000_123, &[1, 2, 3]), (1_500_000_001_000, &[9; 61])];
+        let mut w = PcapWriter::new(Vec::new()).unwrap();
+        w.pcapng = true;
+        for (ts, f) in frames {
+            w.write_frame(ts, f).unwrap();
+        }
+        let bytes = w.bytes;
+        let b = w.finish().unwrap();
+        assert_eq!(b.len() as u64, bytes);
+        let pass = smbwire_dissectors::capture::testutil::read_all(smbwire_dissectors::capture::testutil::open_bytes(b).unwrap());
+        let got: Vec<(u64, u32, Vec<u8>)> = pass.frames.iter().map(|(i, d)| (i.ts_ns, i.linktype, d.clone())).collect();
+        let want: Vec<(u64, u32, Vec<u8>)> = frames.iter().map(|(ts, f)| (*ts, LINKTYPE_ETHERNET, f.to_vec())).collect();
+        assert_eq!(got, want);
+        assert_eq!(pass.an.iter().count(), 0);
+    }
+
+    #[test]
+    fn create_chooses_the_format_by_name() {
+        let dir = std::env::temp_dir().join(format!("smbwire-synth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, magic) in [("a.pcap", MAGIC_NS.to_le_bytes()), ("b.pcapng", 0x0A0D_0D0Au32.to_le_bytes()), ("c.PCAPNG", 0x0A0D_0D0Au32.to_le_bytes())] {
+            let p = dir.join(name);
+            let mut w = PcapWriter::create(&p).unwrap();
+            w.write_frame(1, &[0; 60]).unwrap();
+            w.finish().unwrap();
+            assert_eq!(std::fs::read(&p).unwrap()[..4], magic, "{name}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -63,6 +63,16 @@ fn replication(copies: usize) -> Flow {
     }
 }
 
+/// The scenarios `flows` knows, with one line on each (`smbwire synth --help` lists them).
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("mirror2", "two-way mirror: the owner writes one copy to its partner (ratio 1)"),
+    ("nested4", "nested two-way mirror, four copies, two per node: each write crosses twice (ratio 2)"),
+    ("six", "six copies on two nodes, three per node (ratio 3)"),
+    ("redirect4", "VM on the non-owner: its write is redirected to the owner, which writes two copies back"),
+    ("read-nonowner", "VM on the non-owner reads through the owner (redirected reads)"),
+    ("read-owner", "VM on the owner reads locally: only the replication session's setup is on the wire"),
+];
+
 /// The flows of a scenario.
 pub fn flows(scenario: &str) -> Result<Vec<Flow>, String> {
     Ok(match scenario {
@@ -98,9 +108,8 @@ pub fn flows(scenario: &str) -> Result<Vec<Flow>, String> {
         // VM on the owner reads locally: only the replication session's setup is seen.
         "read-owner" => vec![Flow { op: Op::Metadata, ..replication(1) }],
         other => {
-            return Err(format!(
-                "unknown scenario {other:?} (mirror2, nested4, six, redirect4, read-nonowner, read-owner)"
-            ))
+            let names: Vec<&str> = SCENARIOS.iter().map(|(n, _)| *n).collect();
+            return Err(format!("unknown scenario {other:?} ({})", names.join(", ")))
         }
     })
 }
