@@ -18,6 +18,7 @@ Metrics (labels `src`, `dst` are node names, `class` a traffic class):
   counters, `live.stats`.
 - `smbwire_tcp_gaps_total`, `smbwire_tcp_gap_bytes_total`, `smbwire_rdma_psn_gaps_total` —
   counters, holes in TCP streams and RDMA packets never seen.
+- `smbwire_analysed_fraction` — gauge: the engine's `live.analysed.fraction`.
 - `smbwire_not_analysed_bytes_total`, `smbwire_input_bytes_total` — counters: storage bytes
   smbwire could not analyse (the `not_analysed` byte categories) and every byte seen.
 - `smbwire_snapshot_timestamp_seconds` — gauge, when the figures were taken.
@@ -109,6 +110,11 @@ class SnapshotCollector:
             ("smbwire_input_bytes", _d(snap.get("accounting")).get("input_bytes"), "Bytes seen."),
         ):
             yield CounterMetricFamily(name, doc, value=_num(v) or 0.0)
+        analysed = _num(_d(_d(snap.get("live")).get("analysed")).get("fraction"))
+        if analysed is not None:
+            yield GaugeMetricFamily("smbwire_analysed_fraction",
+                                    "Share of the storage bytes the capture point matched that were analysed (engine's live.analysed).",
+                                    value=analysed)
         yield GaugeMetricFamily("smbwire_snapshot_timestamp_seconds", "When the figures were taken.", value=at)
 
 

@@ -510,6 +510,16 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
             f" with payload, {fmt_count(len(rows) if isinstance(rows, list) else None)} rows (--csv, --html, --json)",
             style="dim",
         ))
+    live = section(r, "live")
+    analysed = section(live, "analysed")
+    if is_number(analysed.get("fraction")):
+        stats = section(live, "stats")
+        out.append(Text(
+            f"Live capture: analysed {analysed['fraction'] * 100:.1f}% of {fmt_bytes(analysed.get('storage_bytes'))} "
+            f"of storage traffic matched (kernel drops {fmt_count(stats.get('kernel_drops', 0))}, "
+            f"ring drops {fmt_count(stats.get('ring_drops', 0))})",
+            style="dim",
+        ))
     rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads", "series")
     unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in rendered]
     if unknown:

@@ -97,9 +97,6 @@ def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
     kd, rd = stats.get("kernel_drops", 0), stats.get("ring_drops", 0)
     tcp_gaps, rdma_gaps = _num(tcp.get("gaps")), _num(_dict(snap.get("rdma")).get("gaps"))
     bad = any(is_number(x) and x > 0 for x in (kd, rd, stats.get("copy_errors"), tcp.get("gap_bytes"), rdma_gaps))
-    t = Text()
-    t.append("Capture health ", style="bold")
-    t.append("OK " if not bad else "LOSS ", style="green" if not bad else "bold red")
     # Gaps: holes in TCP streams (their bytes) and RDMA packets never seen (PSN gaps).
     gaps = f"gaps {fmt_count(int(tcp_gaps + rdma_gaps))} ({fmt_bytes(tcp.get('gap_bytes', 0))} TCP"
     gaps += f", {fmt_count(int(rdma_gaps))} RDMA PSN)" if rdma_gaps else ")"
@@ -109,8 +106,15 @@ def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
         gaps,
         f"not analysed {fmt_bytes(not_analysed)}",
     ]
+    fraction = _dict(live.get("analysed")).get("fraction")
+    if is_number(fraction):
+        # The engine's share of matched storage bytes that was analysed (live.analysed).
+        parts.insert(0, f"analysed {fraction * 100:.1f}%")
     if stats.get("copy_errors"):
         parts.append(f"copy errors {fmt_count(stats.get('copy_errors'))}")
+    t = Text()
+    t.append("Capture health ", style="bold")
+    t.append("OK " if not bad else "LOSS ", style="green" if not bad else "bold red")
     # Greedy packing: on a narrow screen the health facts take two lines, never get cut.
     out = [t]
     first = True
@@ -324,6 +328,9 @@ def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
     parts.append(f"gap_bytes={tcp.get('gap_bytes', 0)}")
     parts.append(f"rdma_gaps={_dict(snap.get('rdma')).get('gaps', 0)}")
     parts.append(f"not_analysed={int(_not_analysed(snap))}")
+    fraction = _dict(live.get("analysed")).get("fraction")
+    if is_number(fraction):
+        parts.append(f"analysed={fraction:.4f}")
     for err in live.get("errors") or []:
         parts.append(f"error={' '.join(str(err).split())!r}")
     return " ".join(str(p).replace("\n", " ") for p in parts)

@@ -231,3 +231,15 @@ def test_top_payloads_show_what_tells_them_apart():
     rows = [line for line in text.splitlines() if "vdisk.bin" in line]
     assert len(rows) == 3 and len(set(rows)) == 3, rows
     assert "@1,048,576" in text and "frame 109" in text
+
+
+def test_health_and_status_line_show_the_analysed_fraction():
+    snap = snapshot([edge("n1", "n2", "replication", 3 << 20, 1 << 20)])
+    snap["live"]["analysed"] = {"storage_bytes": 2 * 10 ** 9, "delivered_bytes": 19 * 10 ** 8,
+                                "not_analysed_bytes": 0, "fraction": 0.95}
+    text = render(snap, 200, 50)
+    assert "analysed 95.0%" in text
+    assert "analysed=0.9500" in status_line(snap, now=0)
+    # Older snapshots without the section render as before.
+    del snap["live"]["analysed"]
+    assert "analysed=" not in status_line(snap, now=0).replace("not_analysed=", "")

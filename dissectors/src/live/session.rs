@@ -459,6 +459,7 @@ impl Capture {
             "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
             "samples": self.history,
         });
+        live["analysed"] = analysed_section(&result, &stats, self.captured_bytes);
         result["live"] = live;
         let text: Arc<str> = result.to_string().into();
         if let Some(w) = self.writer.as_mut() {
@@ -514,9 +515,34 @@ impl Capture {
             "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
             "samples": self.history,
         });
+        live["analysed"] = analysed_section(&v, &stats, self.captured_bytes);
         v["live"] = live;
         v.to_string()
     }
+}
+
+/// How much of the storage traffic the capture point matched was analysed
+/// (`live.analysed`, docs/live.md): `storage_bytes` the capture point matched (eBPF: counted
+/// in the kernel before any ring could drop a frame; AF_PACKET: of the frames the socket
+/// delivered), `delivered_bytes` that reached the analysis, `not_analysed_bytes` of those in a
+/// not-analysed category (encrypted without key, gaps never filled, unparsed, ...), and
+/// `fraction` = (delivered − not analysed) / max(storage, delivered), 1 before any traffic.
+pub fn analysed_section(result: &Value, stats: &LiveStats, delivered: u64) -> Value {
+    use crate::accounting::{Disposition, CATEGORIES};
+    let cats = &result["accounting"]["categories"];
+    let not_analysed: u64 = CATEGORIES
+        .iter()
+        .filter(|c| matches!(c.disposition, Disposition::NotAnalysed))
+        .filter_map(|c| cats[c.name].as_u64())
+        .sum();
+    let storage = stats.bytes_matched.max(delivered);
+    let fraction = if storage == 0 { 1.0 } else { delivered.saturating_sub(not_analysed) as f64 / storage as f64 };
+    json!({
+        "storage_bytes": stats.bytes_matched,
+        "delivered_bytes": delivered,
+        "not_analysed_bytes": not_analysed,
+        "fraction": fraction,
+    })
 }
 
 /// A snapshot in the shape of the final result (`smbwire/1`), from a `PipelineView`.
@@ -609,6 +635,20 @@ mod tests {
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("started with an unwritable capture path"),
         }
+    }
+
+    #[test]
+    fn analysed_fraction_counts_what_was_matched_delivered_and_analysed() {
+        let stats = |matched| LiveStats { bytes_matched: matched, ..Default::default() };
+        let result = |not_analysed: u64| json!({"accounting": {"categories": {"smb_payload": 900, "smb_encrypted": not_analysed, "protocol_headers": 100}}});
+        // Nothing yet: nothing was lost.
+        assert_eq!(analysed_section(&result(0), &stats(0), 0)["fraction"], 1.0);
+        // The kernel matched 2000 bytes, 1000 reached the analysis, 100 of them encrypted.
+        let a = analysed_section(&result(100), &stats(2000), 1000);
+        assert_eq!(a["fraction"], 0.45);
+        assert_eq!((a["storage_bytes"].as_u64(), a["delivered_bytes"].as_u64(), a["not_analysed_bytes"].as_u64()), (Some(2000), Some(1000), Some(100)));
+        // AF_PACKET counts what it delivered: the fraction is over those bytes.
+        assert_eq!(analysed_section(&result(0), &stats(0), 1000)["fraction"], 1.0);
     }
 }
 
