@@ -218,6 +218,8 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @_output_options
 @click.option("--max-index-memory", type=_Size(), metavar="SIZE",
               help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
+@click.option("--max-memory", type=_Size(), metavar="SIZE",
+              help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
 @click.option("--keys", metavar="FILE",
               help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
@@ -227,7 +229,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
             reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
             html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None,
-            max_index_memory: int | None, keys: str | None) -> int:
+            max_index_memory: int | None, keys: str | None, max_memory: int | None) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -250,12 +252,12 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
                 from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=series_interval,
-                assume_members=assume_members, max_index_memory=max_index_memory, keys=keys))
+                assume_members=assume_members, max_index_memory=max_index_memory, keys=keys, max_memory=max_memory))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
                                     interval=series_interval, assume_members=assume_members,
-                                    max_index_memory=max_index_memory, keys=keys)
+                                    max_index_memory=max_index_memory, keys=keys, max_memory=max_memory)
     except BaseException:
         if (evidence_to_stdout or annotate_evidence) and evidence is not None:
             _remove(evidence)
@@ -329,11 +331,13 @@ def _remove(path: str) -> None:
 @_output_options
 @click.option("--max-index-memory", type=_Size(), metavar="SIZE",
               help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
+@click.option("--max-memory", type=_Size(), metavar="SIZE",
+              help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
               evidence: str | None, top: int, series_interval: float | None, csv_out: str | None,
               edges_csv_out: str | None, html_out: str | None, quiet: bool, assume_members: bool,
-              max_index_memory: int | None) -> int:
+              max_index_memory: int | None, max_memory: int | None) -> int:
     """Rerun dedupe and attribution from send ledgers (analyze --ledger), without the captures.
 
     The result is what `analyze` on the captures would give with these options; several
@@ -346,7 +350,7 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
     try:
         result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top,
                                   interval=series_interval, assume_members=assume_members,
-                                  max_index_memory=max_index_memory)
+                                  max_index_memory=max_index_memory, max_memory=max_memory)
     except BaseException:
         if evidence_to_stdout and evidence is not None:
             _remove(evidence)
@@ -420,12 +424,14 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Serve the live figures for Prometheus at http://HOST:PORT/metrics (docs/live.md).")
 @click.option("--max-index-memory", type=_Size(), metavar="SIZE",
               help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
+@click.option("--max-memory", type=_Size(), metavar="SIZE",
+              help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
          xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None,
-         max_index_memory: int | None, keys: str | None) -> int:
+         max_index_memory: int | None, keys: str | None, max_memory: int | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -466,7 +472,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,
-                         assume_members=assume_members, keys=keys)
+                         assume_members=assume_members, keys=keys, max_memory=max_memory)
     for opt, out_path in (("--json", json_out), ("--csv", csv_out), ("--edges-csv", edges_csv_out),
                           ("--html", html_out)):
         if out_path is None or out_path == "-":

@@ -112,6 +112,7 @@ def build_config(
     interval: float | None = None,
     max_index_memory: int | None = None,
     keys: str | os.PathLike[str] | None = None,
+    max_memory: int | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch). `assume_members`: with no nodes in
@@ -150,6 +151,8 @@ def build_config(
         config["series_interval_seconds"] = float(interval)
     if max_index_memory is not None:
         config["max_index_memory_bytes"] = max_index_memory
+    if max_memory is not None:
+        config["max_memory_bytes"] = max_memory
     if keys is not None:
         # The engine parses and checks the text (docs/decryption.md); read here, before live
         # capture drops privileges.
@@ -203,6 +206,7 @@ def analyze(
     interval: float | None = None,
     max_index_memory: int | None = None,
     keys: str | os.PathLike[str] | None = None,
+    max_memory: int | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -218,7 +222,8 @@ def analyze(
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
                           from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=interval,
-                          assume_members=assume_members, max_index_memory=max_index_memory, keys=keys)
+                          assume_members=assume_members, max_index_memory=max_index_memory, keys=keys,
+                          max_memory=max_memory)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)
@@ -243,6 +248,7 @@ def attribute(
     assume_members: bool = False,
     interval: float | None = None,
     max_index_memory: int | None = None,
+    max_memory: int | None = None,
 ) -> dict[str, Any]:
     """Rerun dedupe and attribution from send ledgers written by `analyze(..., ledger=...)`
     (several are merged as one analysis of all their captures); returns the result dict, as
@@ -265,7 +271,8 @@ def attribute(
             raise InputError(f"{f}: same file as {seen[key]} (a ledger given twice would count every payload as duplicated)")
         seen[key] = f
     config = build_config(topology=topology, window=window, top_n=top_n, interval=interval,
-                          assume_members=assume_members, max_index_memory=max_index_memory)
+                          assume_members=assume_members, max_index_memory=max_index_memory,
+                          max_memory=max_memory)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

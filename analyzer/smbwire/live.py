@@ -96,6 +96,7 @@ def start(
     user: str | None = None,
     assume_members: bool = False,
     keys: str | None = None,
+    max_memory: int | None = None,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
     RoCEv1, with the eBPF program at `hook` (or AF_PACKET). `interval`: seconds between
@@ -123,7 +124,8 @@ def start(
     if user is not None and not drop_privileges:
         raise UserError("--user switches user as part of the privilege drop")
     config = build_config(topology=topology, window=window, top_n=top_n, interval=series_interval,
-                          assume_members=assume_members, max_index_memory=max_index_memory, keys=keys)
+                          assume_members=assume_members, max_index_memory=max_index_memory, keys=keys,
+                          max_memory=max_memory)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",

@@ -47,6 +47,8 @@ pub struct Config {
     pub from_ns: Option<u64>,
     /// Analyse only frames captured before this time (ns since the epoch; `--to`).
     pub to_ns: Option<u64>,
+    /// Memory budget of the whole analysis (`--max-memory`), shared out by `Budget::of`.
+    pub max_memory_bytes: Option<u64>,
     /// Out-of-order bytes held per TCP direction before a hole is given up (`--reorder-buffer`;
     /// default `ReassemblyConfig::default()`, 4 MiB).
     pub reorder_buffer_bytes: Option<usize>,
@@ -56,7 +58,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None, max_memory_bytes: None }
     }
 }
 
@@ -119,6 +121,12 @@ impl Config {
                     Some(b.ok_or("the reorder buffer must be between 64 KiB and 4 GiB")? as usize);
             }
         }
+        if let Some(b) = v.get("max_memory_bytes") {
+            if !b.is_null() {
+                let b = b.as_u64().filter(|b| (MIN_MEMORY_BUDGET..=(1u64 << 42)).contains(b));
+                c.max_memory_bytes = Some(b.ok_or("the memory budget must be between 16 MiB and 4 TiB")?);
+            }
+        }
         if let Some(b) = v.get("max_index_memory_bytes") {
             if !b.is_null() {
                 let b = b.as_u64().filter(|b| (1024..=(1u64 << 40)).contains(b));
@@ -148,6 +156,10 @@ impl Config {
                 .collect::<Option<Vec<_>>>()
                 .ok_or("iwarp_ports must hold port numbers")?;
         }
+        if let Some(m) = c.max_memory_bytes {
+            let share = Budget::of(m).index;
+            c.dedupe.max_index_bytes = Some(c.dedupe.max_index_bytes.map_or(share, |b| b.min(share)));
+        }
         Ok(c)
     }
 }
@@ -162,7 +174,45 @@ fn flow_config(config: &Config) -> FlowConfig {
         fc.reassembly.max_segments = fc.reassembly.max_segments.max(b / 256);
         fc.max_total_buffered_bytes = fc.max_total_buffered_bytes.max(b.saturating_mul(4));
     }
+    if let Some(budget) = config.max_memory_bytes {
+        let b = Budget::of(budget);
+        fc.max_total_buffered_bytes = fc.max_total_buffered_bytes.min(b.reorder as usize);
+        fc.reassembly.max_buffered_bytes = fc.reassembly.max_buffered_bytes.min(fc.max_total_buffered_bytes);
+        fc.max_flows = fc.max_flows.min((b.flows / FLOW_STATE_ESTIMATE).max(1024) as usize);
+    }
     fc
+}
+
+/// `--max-memory` below this is refused: the fixed parts of a run need about this much.
+pub const MIN_MEMORY_BUDGET: u64 = 16 << 20;
+/// Bytes one tracked TCP flow may hold beyond its buffered data (flow entry, both directions'
+/// reassembly state, a stream consumer with its small buffers), for the flow-count bound.
+pub const FLOW_STATE_ESTIMATE: u64 = 2048;
+
+/// How `--max-memory` is shared out (docs/architecture.md): every part already bounds itself
+/// and reports what it sheds (the index folds its oldest sends early, the reorder buffers give
+/// holes up, the flow table evicts flows that never carried storage traffic first, messages
+/// that would need decrypting or decompressing past their share stay undecoded), so a budget
+/// is honoured by shedding with a report, never by aborting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// The dedupe index (`--max-index-memory` when that is lower).
+    pub index: u64,
+    /// Out-of-order TCP bytes of all flows together.
+    pub reorder: u64,
+    /// Encrypted and compressed messages buffered whole for decoding.
+    pub opening: u64,
+    /// Flow state (`FLOW_STATE_ESTIMATE` per flow).
+    pub flows: u64,
+}
+
+impl Budget {
+    /// Half for the index, a fifth for reordering, a tenth each for buffered messages and
+    /// flow state; the last tenth is left for everything of fixed size (buffers, maps of
+    /// sessions and files, the evidence kept for the top list).
+    pub fn of(total: u64) -> Budget {
+        Budget { index: total / 2, reorder: total / 5, opening: total / 10, flows: total / 10 }
+    }
 }
 
 /// The stream consumer a TCP direction gets, by service port.
@@ -228,7 +278,11 @@ impl Pipeline {
             shared: Shared {
                 anomalies: Anomalies::default(),
                 accounting: Accounting::default(),
-                smb: SmbState::new().with_keys(config.keys.clone().unwrap_or_default()),
+                smb: SmbState::new()
+                    .with_keys(config.keys.clone().unwrap_or_default())
+                    .with_opening_cap(config.max_memory_bytes.map_or(crate::smb2::state::OPENING_CAP, |m| {
+                        Budget::of(m).opening.min(crate::smb2::state::OPENING_CAP)
+                    })),
                 dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
                 rdma: RdmaState::new(),
             },
@@ -683,3 +737,31 @@ impl Pipeline {
 }
 
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_budget_bounds_every_part_that_grows() {
+        let c = Config::from_json(r#"{"max_memory_bytes": 104857600}"#).unwrap();
+        let b = Budget::of(100 << 20);
+        assert_eq!(c.dedupe.max_index_bytes, Some(b.index));
+        let fc = flow_config(&c);
+        assert_eq!(fc.max_total_buffered_bytes as u64, b.reorder);
+        assert_eq!(fc.max_flows as u64, b.flows / FLOW_STATE_ESTIMATE);
+        assert!(fc.reassembly.max_buffered_bytes <= fc.max_total_buffered_bytes);
+        let p = Pipeline::new(&c, None);
+        assert_eq!(p.shared.smb.opening_cap, b.opening);
+        // An explicit lower index bound stays; a higher one is cut to the budget's share.
+        let low = Config::from_json(r#"{"max_memory_bytes": 104857600, "max_index_memory_bytes": 4096}"#).unwrap();
+        assert_eq!(low.dedupe.max_index_bytes, Some(4096));
+        let high = Config::from_json(r#"{"max_memory_bytes": 104857600, "max_index_memory_bytes": 1073741824}"#).unwrap();
+        assert_eq!(high.dedupe.max_index_bytes, Some(b.index));
+        // No budget: the defaults.
+        let d = Config::from_json("{}").unwrap();
+        assert_eq!(flow_config(&d), FlowConfig::default());
+        assert_eq!(d.dedupe.max_index_bytes, None);
+        assert!(Config::from_json(r#"{"max_memory_bytes": 1000}"#).is_err());
+    }
+}

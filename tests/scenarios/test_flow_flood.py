@@ -7,6 +7,7 @@ favour of noise), and count the flood (issue 12)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import struct
@@ -74,13 +75,20 @@ def test_a_million_flows_beside_storage_traffic(tmp_path):
     prlimit = shutil.which("prlimit")
     assert prlimit, "prlimit (util-linux) is needed"
 
-    def run(path, limited: bool) -> dict:
-        out = tmp_path / f"{path.stem}.json"
-        cmd = [sys.executable, "-m", "smbwire", "analyze", str(path), "-q", "--json", str(out)]
+    peak_rss: dict[str, int] = {}
+
+    def run(path, limited: bool, *extra: str) -> dict:
+        out = tmp_path / f"{path.stem}{len(extra)}.json"
+        cmd = [sys.executable, "-m", "smbwire", "analyze", str(path), "-q", "--json", str(out), *extra]
         if limited:
             cmd = [prlimit, f"--as={AS_LIMIT}", "--"] + cmd
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        stderr = p.stderr.read()
+        p.stderr.close()
+        assert p.returncode == 0, stderr
+        peak_rss[" ".join(extra)] = usage.ru_maxrss * 1024
         return json.loads(out.read_text())
 
     plain = run(CAPTURE, limited=False)
@@ -100,3 +108,12 @@ def test_a_million_flows_beside_storage_traffic(tmp_path):
     assert flood["anomalies"].get("tcp.flow_table_full", 0) >= FLOOD - 100_000
     assert flood["anomalies"].get("tcp.storage_flow_evicted", 0) == 0
     assert flood["accounting"]["reconciled"]
+    # A memory budget: the flow table holds fewer flows (32 MiB: 1,638), the storage
+    # figures stay exact, and the process stays smaller.
+    budget = run(flooded, True, "--max-memory", "32MiB")
+    for key in ("edges", "totals"):
+        assert budget[key] == plain[key], key
+    assert budget["anomalies"].get("tcp.storage_flow_evicted", 0) == 0
+    assert budget["anomalies"]["tcp.flow_table_full"] > flood["anomalies"]["tcp.flow_table_full"]
+    assert budget["accounting"]["reconciled"]
+    assert peak_rss["--max-memory 32MiB"] < peak_rss[""], peak_rss

@@ -130,6 +130,8 @@ pub struct SmbState {
     /// Bytes of encrypted/compressed messages being buffered whole, over all streams (at most
     /// `OPENING_CAP`).
     pub opening_bytes: u64,
+    /// Bound on `opening_bytes` (`OPENING_CAP`, or a share of `--max-memory`).
+    pub opening_cap: u64,
     pub stats: Smb2Stats,
 }
 
@@ -225,11 +227,18 @@ impl SmbState {
             bindings: BoundedMap::new(limits.pending),
             crypt: CryptState::new(Arc::new(KeyTable::default()), &limits),
             opening_bytes: 0,
+            opening_cap: OPENING_CAP,
             stats: Smb2Stats::default(),
         }
     }
 
     /// Decrypt with these keys (`--keys`).
+    /// Bound on the bytes of encrypted/compressed messages buffered at once.
+    pub fn with_opening_cap(mut self, cap: u64) -> Self {
+        self.opening_cap = cap;
+        self
+    }
+
     pub fn with_keys(mut self, keys: Arc<KeyTable>) -> Self {
         self.crypt = CryptState::new(keys, &self.limits);
         self

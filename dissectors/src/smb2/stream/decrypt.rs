@@ -14,7 +14,6 @@ use crate::accounting::cat;
 use crate::frame::FrameCtx;
 use crate::smb2::crypto::{self, TRANSFORM_LEN};
 use crate::smb2::records::Error as RecError;
-use crate::smb2::state::OPENING_CAP;
 use crate::smb2::transform::TransformHeader;
 use crate::smb2::{Anomaly, Parts};
 
@@ -41,7 +40,7 @@ impl CryptBuf {
 
 /// Reserves `n` bytes of the buffering budget; false (and the anomaly) when it is spent.
 pub(super) fn reserve(n: u64, p: &mut Parts) -> bool {
-    if p.smb.opening_bytes.saturating_add(n) > OPENING_CAP {
+    if p.smb.opening_bytes.saturating_add(n) > p.smb.opening_cap {
         p.anomalies.raise(Anomaly::OpenBudgetExceeded);
         return false;
     }
