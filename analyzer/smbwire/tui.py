@@ -331,6 +331,9 @@ def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
     fraction = _dict(live.get("analysed")).get("fraction")
     if is_number(fraction):
         parts.append(f"analysed={fraction:.4f}")
+    index = _dict(snap.get("index"))
+    if is_number(index.get("peak_bytes_estimate")):
+        parts.append(f"index_peak_bytes={int(index['peak_bytes_estimate'])}")
     for err in live.get("errors") or []:
         parts.append(f"error={' '.join(str(err).split())!r}")
     return " ".join(str(p).replace("\n", " ") for p in parts)
