@@ -7,7 +7,9 @@
 //! the length nibble + 3 (15 continues in a byte at the current input position, 255 there
 //! in a 16-bit length - 3, 0 there in a 32-bit one). Symbol 256 at the end of the input is
 //! the end of the stream. Because of the read-ahead, the extra length bytes sit after the
-//! words already read, and each block's table after its last read-ahead word.
+//! words already read, and each block's table after its last read-ahead word (§2.2.4: a block
+//! ends once the output reaches BlockEnd; the next table is read at the current input position).
+//! Windows writes multi-block streams so (tests.rs, `windows_vectors_from_env`).
 
 use super::matcher::Matcher;
 use super::{Sink, XcaError};

@@ -280,3 +280,79 @@ proptest! {
         }
     }
 }
+
+/// Windows-made LZ77+Huffman vectors, not kept in this repository: Samba's
+/// `testdata/compression/` (made with the Windows Compression API; 11 of its 61 LZ77+Huffman
+/// files are several 64 KiB blocks, several code symbol 256 as a match mid-stream). Run with
+/// `XCA_VECTORS=dir` holding `compressed-huffman/*.lzhuff` and `decompressed/*.decomp`; every
+/// file must decompress byte for byte. Skipped without the variable.
+#[test]
+fn windows_vectors_from_env() {
+    let Ok(dir) = std::env::var("XCA_VECTORS") else { return };
+    let dir = std::path::Path::new(&dir);
+    let mut bad = Vec::new();
+    let mut n = 0;
+    for e in std::fs::read_dir(dir.join("compressed-huffman")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_stem().unwrap().to_string_lossy().to_string();
+        let Ok(want) = std::fs::read(dir.join("decompressed").join(format!("{name}.decomp"))) else { continue };
+        let c = std::fs::read(&p).unwrap();
+        n += 1;
+        match unpack(Algorithm::Lz77Huffman, &c, want.len()) {
+            Ok(d) if d == want => {}
+            Ok(d) => bad.push(format!("{name}: {} of {} bytes, first diff at {:?}", d.len(), want.len(), d.iter().zip(&want).position(|(a, b)| a != b))),
+            Err((e, d)) => bad.push(format!("{name}: {e} after {} of {} bytes", d.len(), want.len())),
+        }
+    }
+    assert!(n > 50, "only {n} vectors");
+    assert!(bad.is_empty(), "{} of {n} failed:\n{}", bad.len(), bad.join("\n"));
+}
+
+
+/// A table of 512 4-bit code lengths with these (symbol, length) pairs.
+fn huffman_table(codes: &[(usize, u8)]) -> Vec<u8> {
+    let mut t = vec![0u8; 256];
+    for &(sym, len) in codes {
+        t[sym / 2] |= len << (4 * (sym % 2));
+    }
+    t
+}
+
+/// 65536 x 'a' then 'b', as MS-XCA §2.2.4 lays out two blocks: block 1 (table: 'a' and symbol
+/// 271 = match offset 1, long length, 1 bit each) is 'a' + a 65535-byte match (extra length
+/// bytes ff, u16 65532); the output reaches BlockEnd, so the next table is read at the current
+/// input position (after the two read-ahead words and the three length bytes); block 2 (table:
+/// 'b' and 256, 1 bit each) is 'b' + end of stream.
+fn two_block_stream() -> Vec<u8> {
+    let mut s = huffman_table(&[(b'a' as usize, 1), (271, 1)]);
+    s.extend_from_slice(&[0x00, 0x40, 0x00, 0x00, 0xff, 0xfc, 0xff]); // bits 0 1, then zeros
+    s.extend(huffman_table(&[(b'b' as usize, 1), (256, 1)]));
+    s.extend_from_slice(&[0x00, 0x40, 0x00, 0x00]);
+    s
+}
+
+/// The same 65537 bytes coded as if the whole stream were one block (one table: 'a', 'b', 256,
+/// 271 with 2 bits each; bits a, match, b, end of stream = 00 11 01 10). Not a valid
+/// multi-block stream: output passes 65536 bytes and no second table follows.
+fn one_table_stream() -> Vec<u8> {
+    let mut s = huffman_table(&[(b'a' as usize, 2), (b'b' as usize, 2), (256, 2), (271, 2)]);
+    s.extend_from_slice(&[0x00, 0x36, 0x00, 0x00, 0xff, 0xfc, 0xff]);
+    s
+}
+
+#[test]
+fn block_transition_reads_the_next_table_after_the_read_ahead() {
+    let mut want = vec![b'a'; 65536];
+    want.push(b'b');
+    assert_eq!(unpack(Algorithm::Lz77Huffman, &two_block_stream(), want.len()).unwrap(), want);
+    // Our compressor lays out the same data the same way: block 2's table right after block 1's
+    // last read-ahead word (and any length bytes).
+    let ours = pack(Algorithm::Lz77Huffman, &want);
+    let first_block_end = ours.len() - 256 - 4;
+    assert_eq!(&ours[first_block_end..first_block_end + 256], &huffman_table(&[(b'b' as usize, 1), (256, 1)])[..]);
+    assert_eq!(unpack(Algorithm::Lz77Huffman, &ours, want.len()).unwrap(), want);
+    // A one-table stream (what tshark 4.0 decodes, tests/oracle) stops at the block boundary:
+    // what follows is no table, so 'b' is never produced.
+    let got = unpack(Algorithm::Lz77Huffman, &one_table_stream(), want.len()).unwrap_or_else(|(_, d)| d);
+    assert_eq!(got.len(), 65536);
+}
