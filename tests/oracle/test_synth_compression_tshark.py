@@ -24,7 +24,7 @@ SIZES = [(512 * KiB, 192 * KiB), (300_000, 100_000)]
 # to fail: tshark 4.0's decoder reads one Huffman table for the whole stream, while MS-XCA §2.2.4
 # starts a block (a new 256-byte table) every 65536 output bytes, and Windows writes them that way
 # (test_tshark_reads_one_huffman_table below; the engine's decoder reads Windows' multi-block
-# streams byte for byte, xca::tests::windows_vectors_from_env). No stream of more than one block
+# streams byte for byte, xca::tests::windows_vectors_decompress_byte_for_byte). No stream of more than one block
 # can satisfy both: tshark would decode the second table's bytes as symbols.
 HUFFMAN_SIZES = [(256 * KiB, 64 * KiB), (150_000, 50_000)]
 HUFFMAN_MULTIBLOCK_SIZES = [(512 * KiB, 256 * KiB), (2 * 1024 * KiB, 1024 * KiB)]

@@ -9,7 +9,7 @@
 //! the end of the stream. Because of the read-ahead, the extra length bytes sit after the
 //! words already read, and each block's table after its last read-ahead word (§2.2.4: a block
 //! ends once the output reaches BlockEnd; the next table is read at the current input position).
-//! Windows writes multi-block streams so (tests.rs, `windows_vectors_from_env`).
+//! Windows writes multi-block streams so (tests.rs, `windows_vectors_decompress_byte_for_byte`).
 
 use super::matcher::Matcher;
 use super::{Sink, XcaError};

@@ -281,30 +281,31 @@ proptest! {
     }
 }
 
-/// Windows-made LZ77+Huffman vectors, not kept in this repository: Samba's
-/// `testdata/compression/` (made with the Windows Compression API; 11 of its 61 LZ77+Huffman
-/// files are several 64 KiB blocks, several code symbol 256 as a match mid-stream). Run with
-/// `XCA_VECTORS=dir` holding `compressed-huffman/*.lzhuff` and `decompressed/*.decomp`; every
-/// file must decompress byte for byte. Skipped without the variable.
+/// Windows-made LZ77+Huffman vectors (`vectors/`, from Samba's test data: made with the Windows
+/// Compression API; 36 of the 61 decompress to more than one 64 KiB block, several code symbol 256 as
+/// a match mid-stream): every stream decompresses to the length and SHA-256 in `SHA256SUMS`.
 #[test]
-fn windows_vectors_from_env() {
-    let Ok(dir) = std::env::var("XCA_VECTORS") else { return };
-    let dir = std::path::Path::new(&dir);
+fn windows_vectors_decompress_byte_for_byte() {
+    use sha2::{Digest, Sha256};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/smb2/xca/vectors");
+    let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
     let mut bad = Vec::new();
-    let mut n = 0;
-    for e in std::fs::read_dir(dir.join("compressed-huffman")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_stem().unwrap().to_string_lossy().to_string();
-        let Ok(want) = std::fs::read(dir.join("decompressed").join(format!("{name}.decomp"))) else { continue };
-        let c = std::fs::read(&p).unwrap();
+    let (mut n, mut multi) = (0, 0);
+    for line in sums.lines() {
+        let mut it = line.split_whitespace();
+        let (name, len, sum) = (it.next().unwrap(), it.next().unwrap().parse::<usize>().unwrap(), it.next().unwrap());
+        let c = std::fs::read(dir.join(name)).unwrap();
         n += 1;
-        match unpack(Algorithm::Lz77Huffman, &c, want.len()) {
-            Ok(d) if d == want => {}
-            Ok(d) => bad.push(format!("{name}: {} of {} bytes, first diff at {:?}", d.len(), want.len(), d.iter().zip(&want).position(|(a, b)| a != b))),
-            Err((e, d)) => bad.push(format!("{name}: {e} after {} of {} bytes", d.len(), want.len())),
+        if len > 65536 {
+            multi += 1;
+        }
+        match unpack(Algorithm::Lz77Huffman, &c, len) {
+            Ok(d) if d.len() == len && format!("{:x}", Sha256::digest(&d)) == sum => {}
+            Ok(d) => bad.push(format!("{name}: {} of {len} bytes, wrong digest", d.len())),
+            Err((e, d)) => bad.push(format!("{name}: {e} after {} of {len} bytes", d.len())),
         }
     }
-    assert!(n > 50, "only {n} vectors");
+    assert_eq!((n, multi), (61, 36));
     assert!(bad.is_empty(), "{} of {n} failed:\n{}", bad.len(), bad.join("\n"));
 }
 
