@@ -11,7 +11,7 @@ APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
-.PHONY: setup apt venv build demo test test-rust test-python fuzz bench bench-live clean
+.PHONY: setup apt venv build demo test test-rust test-python fuzz fuzz-smoke bench bench-live clean
 
 setup: apt build
 
@@ -44,7 +44,11 @@ test-rust:
 test-python: build
 	$(PY) -m pytest -q tests
 
-test: setup test-rust test-python
+test: setup test-rust test-python fuzz-smoke
+
+# A few seconds of fuzzing per target in every test run (the long runs: `make fuzz FUZZ_SECONDS=...`).
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_SECONDS=10
 
 # Coverage-guided fuzzing of every parser (cargo-fuzz, libFuzzer + ASan, nightly Rust),
 # FUZZ_SECONDS per target; seeds from fuzz/corpus/<target>, new inputs in a temporary
