@@ -449,6 +449,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     from rich.live import Live
 
     from . import csvout, report  # noqa: F401  (the final report and outputs)
+    import tempfile  # noqa: F401  (jsonout imports it lazily; after the drop it may be unreadable)
 
     if html_out is not None:
         from . import html

@@ -110,7 +110,7 @@ def build_report(result: Any, width: int = 80, *, top: int | None = None) -> lis
     parts += _nodes(result)
     parts += _top_duplicates(result, wide, top)
     parts += _accounting(result, wide)
-    parts += _traffic(result)
+    parts += _traffic(result, width)
     parts += [_heading("Warnings"), *_warning_lines(findings(result))]
     parts += _footer(result)
     return parts
@@ -446,18 +446,25 @@ def _nonzero(d: dict[str, Any]) -> bool:
     return False
 
 
-def _opcodes(d: Any) -> str:
+def _opcodes(d: Any) -> list[str]:
     if not isinstance(d, dict) or not d:
-        return ""
+        return []
     order = sorted(d.items(), key=lambda kv: (-(kv[1] if is_number(kv[1]) else 0), str(kv[0])))
-    return " · opcodes " + ", ".join(f"{k} ×{fmt_count(v)}" for k, v in order)
+    return ["opcodes " + ", ".join(f"{k} ×{fmt_count(v)}" for k, v in order)]
 
 
-def _traffic(r: dict[str, Any]) -> list[RenderableType]:
+def _traffic(r: dict[str, Any], width: int = 80) -> list[RenderableType]:
     tcp, smb2, rdma = section(r, "tcp"), section(r, "smb2"), section(r, "rdma")
     if not tcp and not smb2 and not rdma:
         return []
     grid = _grid()
+    # Facts are packed into lines between items, so "decrypted messages 44" never breaks:
+    # the row label (up to 10 columns) and the paddings take 16.
+    room = max(width - 16, 24)
+
+    def _facts(d: dict[str, Any], labels: dict[str, str], extra: list[str] | None = None) -> str:
+        return _pack(_fact_items(d, labels) + (extra or []), room)
+
     # Each transport that carried something shows its own figures (an RDMA-only capture
     # has no TCP line; a TCP-only one no RDMA lines).
     if tcp and (_nonzero(tcp) or not _nonzero(rdma)):
@@ -470,7 +477,7 @@ def _traffic(r: dict[str, Any]) -> list[RenderableType]:
             sub = rdma.get(key)
             if isinstance(sub, dict) and _nonzero(sub):
                 opcodes = sub.get("opcodes", sub.get("bth_opcodes"))
-                grid.add_row(label, _facts(sub, labels) + _opcodes(opcodes))
+                grid.add_row(label, _facts(sub, labels, _opcodes(opcodes)))
     if smb2:
         grid.add_row("SMB2", _facts(smb2, SMB2_LABELS))
         for key in ("dialects", "files"):
@@ -481,7 +488,7 @@ def _traffic(r: dict[str, Any]) -> list[RenderableType]:
         cmds = smb2.get("commands")
         if isinstance(cmds, dict) and cmds:
             order = sorted(cmds.items(), key=lambda kv: (-(kv[1] if is_number(kv[1]) else 0), str(kv[0])))
-            grid.add_row("commands", " · ".join(f"{k} {fmt_count(v)}" for k, v in order))
+            grid.add_row("commands", _pack([f"{k} {fmt_count(v)}" for k, v in order], room))
     return [_heading("Traffic"), Padding(grid, (0, 0, 0, 2))]
 
 
@@ -651,8 +658,20 @@ def _frames(s: dict[str, Any], multi: bool) -> str:
     return text
 
 
-def _facts(d: dict[str, Any], labels: dict[str, str]) -> str:
-    """`segments 1,234 · gaps 0 · …`: known keys first (labelled), then any other scalar
+def _pack(items: list[str], width: int) -> str:
+    """`a · b · c` in lines of at most `width` columns, broken only between items (an item
+    longer than a line stands alone)."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 3 + len(item) <= width:
+            lines[-1] += " · " + item
+        else:
+            lines.append(item)
+    return "\n".join(lines)
+
+
+def _fact_items(d: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """`segments 1,234`, `gaps 0`, …: known keys first (labelled), then any other scalar
     the engine added."""
     parts: list[str] = []
     for key, label in labels.items():
@@ -661,7 +680,7 @@ def _facts(d: dict[str, Any], labels: dict[str, str]) -> str:
     for key, v in d.items():
         if key not in labels and not isinstance(v, (dict, list)):
             parts.append(f"{str(key).replace('_', ' ')} {_scalar(key, v)}")
-    return " · ".join(parts)
+    return parts
 
 
 def _scalar(key: Any, v: Any) -> str:
