@@ -41,7 +41,7 @@ def test_with_keys_the_figures_equal_the_unencrypted_run(runs, tmp_path, directi
     s = dec["smb2"]
     assert s["encrypted_messages"] > 0 and s["decrypted_messages"] == s["encrypted_messages"]
     assert (s["encrypted_without_key"], s["decrypt_failed"]) == (0, 0)
-    assert "0x0311" in s["dialects"]
+    assert "3.1.1" in s["dialects"]
     for t in ALL[NAME].truth:
         e, p = edge_sum(dec, t.src, t.dst), edge_sum(plain, t.src, t.dst)
         assert e == p, f"{t.src}->{t.dst}"
