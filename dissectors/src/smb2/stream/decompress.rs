@@ -45,18 +45,8 @@ impl Smb2Stream {
     }
 
     pub(super) fn comp_bytes(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, p: &mut Parts) -> usize {
-        let Some(cb) = self.crypt.as_mut() else {
-            self.state = State::Skip(cat::SMB_COMPRESSED);
-            return 0;
-        };
-        let n = (need - cb.bytes.len()).min(input.len()).min(self.msg_left as usize);
-        if cb.pieces.last().is_none_or(|(_, c)| c.frame != ctx.frame) {
-            let at = if cb.pieces.is_empty() { 0 } else { cb.bytes.len() };
-            cb.pieces.push((at, *ctx));
-        }
-        cb.bytes.extend_from_slice(&input[..n]);
-        self.msg_left -= n as u32;
-        if cb.bytes.len() == need || self.msg_left == 0 {
+        let Some((n, done)) = self.take_buffered(need, input, ctx, cat::SMB_COMPRESSED) else { return 0 };
+        if done {
             self.on_comp_buffered(p);
         }
         n

@@ -62,10 +62,21 @@ impl Smb2Stream {
     }
 
     pub(super) fn crypt_bytes(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, p: &mut Parts) -> usize {
+        // `None` cannot happen: the state is entered with the buffer.
+        let Some((n, done)) = self.take_buffered(need, input, ctx, cat::SMB_ENCRYPTED) else { return 0 };
+        if done {
+            self.on_crypt_buffered(p);
+        }
+        n
+    }
+
+    /// Appends the message's bytes to the transform buffer (up to `need` in all), noting the
+    /// frame each piece came from; returns how many were taken and whether the buffered part is
+    /// complete. Without a buffer the rest of the message goes to `lost_as`.
+    pub(super) fn take_buffered(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, lost_as: &'static str) -> Option<(usize, bool)> {
         let Some(cb) = self.crypt.as_mut() else {
-            // Cannot happen: the state is entered with the buffer.
-            self.state = State::Skip(cat::SMB_ENCRYPTED);
-            return 0;
+            self.state = State::Skip(lost_as);
+            return None;
         };
         let n = (need - cb.bytes.len()).min(input.len()).min(self.msg_left as usize);
         if cb.pieces.last().is_none_or(|(_, c)| c.frame != ctx.frame) {
@@ -74,10 +85,7 @@ impl Smb2Stream {
         }
         cb.bytes.extend_from_slice(&input[..n]);
         self.msg_left -= n as u32;
-        if cb.bytes.len() == need || self.msg_left == 0 {
-            self.on_crypt_buffered(p);
-        }
-        n
+        Some((n, cb.bytes.len() == need || self.msg_left == 0))
     }
 
     /// The header or the whole message is buffered.
