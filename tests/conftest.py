@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 import synth_oracle
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_restored():
+    """A command run in-process (`smbwire live` through CliRunner) leaves SIGINT and SIGTERM
+    ignored, as it must in a real process that is about to exit; restored after every test,
+    because an ignored signal is inherited by every process the suite starts later (a
+    `livecat` that then ignores the SIGTERM a later test sends)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
 
 
 @pytest.fixture
