@@ -7,12 +7,54 @@
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
 use crate::payload::send::SendRecord;
+use std::sync::Arc;
 
-/// Where payload sends and completions go (the dedupe index in the pipeline, a recorder in tests).
+/// Where payload sends and completions go (the dedupe index in the pipeline, a worker's
+/// recorder under `--threads`, a recorder in tests).
 pub trait PayloadSink {
     fn send(&mut self, rec: SendRecord);
     /// The request `message_id` on `conn` got its response: no more sends belong to it.
     fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64);
+    /// What the sends and completions that follow come from (a frame, a flow closed by a
+    /// sweep or at the end): `--threads` merges its workers' events by these marks into the
+    /// order one pipeline emits them. The dedupe index ignores them.
+    fn mark(&mut self, _mark: Mark) {}
+    /// Names bound and unbound since the last call, in order (only when the SMB2 state keeps
+    /// a journal, as a `--threads` worker's does).
+    fn names(&mut self, _ops: Vec<NameOp>) {}
+}
+
+/// A change of what a send is named by (`SmbState::share`, `SmbState::file_name`), kept by
+/// a `--threads` worker for the ordered stage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NameOp {
+    /// (SessionId, TreeId) connected to this share, or disconnected (`None`).
+    Tree(u64, u32, Option<Arc<str>>),
+    /// FileId opened with this name, or closed (`None`).
+    File([u8; 16], Option<Arc<str>>),
+}
+
+/// The origin of a sink's next events: `phase`, then two numbers ordered within it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Mark {
+    pub phase: u8,
+    pub a: u64,
+    pub b: u64,
+}
+
+/// The phases of `Mark`, in the order a pipeline runs them at a sweep and at the end.
+pub mod phase {
+    /// Processing frame `a` (its run-wide number); `b` 0.
+    pub const FRAME: u8 = 0;
+    /// A sweep closing idle TCP flows (then iWARP flows found by their MPA frame):
+    /// `a` last seen, `b` flow id.
+    pub const EXPIRE_TCP: u8 = 1;
+    pub const EXPIRE_MPA: u8 = 2;
+    /// The end of input closing every TCP flow, then every MPA flow (`a`, `b` as above), then
+    /// every SMB Direct connection (`a` its id).
+    pub const FINISH_TCP: u8 = 3;
+    pub const FINISH_MPA: u8 = 4;
+    pub const FINISH_RDMA: u8 = 5;
 }
 
 /// State shared by every stream consumer of a run: the counters and byte accounting every stage

@@ -16,4 +16,9 @@ pub struct FrameCtx {
     pub frame: FrameRef,
     /// Capture timestamp, nanoseconds since the Unix epoch.
     pub ts_ns: u64,
+    /// The frame's 1-based place among all frames of the run (0: not from a run, in unit
+    /// tests). Ids of what a frame opens (TCP flows and connections, RDMA connections) are
+    /// derived from it, so they are the same whichever worker of `--threads` decodes the frame
+    /// and order by creation across workers.
+    pub seq: u64,
 }

@@ -12,6 +12,7 @@ use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
 use crate::capture::merge::Merged;
 use crate::capture::{CaptureError, RawFrame};
+use crate::context::{phase, Mark, PayloadSink};
 use crate::dedupe::{Dedupe, DedupeConfig, Topology};
 use crate::frame::FrameCtx;
 use crate::ledger::{LedgerError, LedgerWriter};
@@ -221,20 +222,20 @@ pub enum Consumer {
     Iwarp(IwarpStream),
 }
 
-impl StreamConsumer<Shared> for Consumer {
-    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut Shared) {
+impl<D: PayloadSink> StreamConsumer<SharedOf<D>> for Consumer {
+    fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut SharedOf<D>) {
         match self {
             Consumer::Smb2(s) => s.data(bytes, ctx, shared),
             Consumer::Iwarp(s) => s.data(bytes, ctx, shared),
         }
     }
-    fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut Shared) {
+    fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut SharedOf<D>) {
         match self {
             Consumer::Smb2(s) => s.gap(missing, ctx, shared),
             Consumer::Iwarp(s) => s.gap(missing, ctx, shared),
         }
     }
-    fn close(&mut self, ctx: &FrameCtx, shared: &mut Shared) {
+    fn close(&mut self, ctx: &FrameCtx, shared: &mut SharedOf<D>) {
         match self {
             Consumer::Smb2(s) => s.close(ctx, shared),
             Consumer::Iwarp(s) => s.close(ctx, shared),
@@ -242,8 +243,8 @@ impl StreamConsumer<Shared> for Consumer {
     }
     fn carries_storage(&self) -> bool {
         match self {
-            Consumer::Smb2(s) => StreamConsumer::<Shared>::carries_storage(s),
-            Consumer::Iwarp(s) => StreamConsumer::<Shared>::carries_storage(s),
+            Consumer::Smb2(s) => StreamConsumer::<SharedOf<D>>::carries_storage(s),
+            Consumer::Iwarp(s) => StreamConsumer::<SharedOf<D>>::carries_storage(s),
         }
     }
 }
@@ -251,8 +252,53 @@ impl StreamConsumer<Shared> for Consumer {
 /// How often (in capture time) the window and idle flows are swept.
 const SWEEP_INTERVAL_NS: u64 = 1_000_000_000;
 
-pub struct Pipeline {
-    pub shared: Shared,
+/// The time of a run: frames counted, the first and latest capture time (time never steps
+/// back: merged mirror ports may be slightly out of order), and when the next sweep is due.
+/// One per run: the pipeline's, or the ordered stage's under `--threads`.
+#[derive(Debug, Default, Clone)]
+pub struct Clock {
+    pub frames: u64,
+    pub first_ts: Option<u64>,
+    pub last_ts: u64,
+    last_sweep: u64,
+}
+
+impl Clock {
+    /// A frame arrives: its context (run-wide number and time).
+    pub fn frame(&mut self, frame: &RawFrame<'_>, anomalies: &mut Anomalies) -> FrameCtx {
+        self.frames += 1;
+        let ts = frame.info.ts_ns;
+        if self.first_ts.is_none() {
+            self.first_ts = Some(ts);
+            self.last_sweep = ts;
+        }
+        if ts < self.last_ts {
+            anomalies.raise(crate::capture::Anomaly::TimeWentBackwards);
+        } else {
+            self.last_ts = ts;
+        }
+        FrameCtx { frame: frame.info.frame, ts_ns: self.last_ts, seq: self.frames }
+    }
+
+    /// After a frame: the time to sweep the window and idle flows to, when a sweep is due.
+    pub fn sweep_due(&mut self) -> Option<u64> {
+        if self.last_ts.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL_NS {
+            self.last_sweep = self.last_ts;
+            Some(self.last_ts)
+        } else {
+            None
+        }
+    }
+}
+
+/// The run state of a pipeline whose payload sink is `D`.
+pub type SharedOf<D> = crate::context::Shared<SmbState, D, RdmaState>;
+
+/// Frame → wire decode → TCP flows / RDMA → SMB2 and SMB Direct → sends into the sink `D`:
+/// the dedupe index (one pipeline does everything), or a `--threads` worker's recorder
+/// (`crate::parallel`), whose events the ordered stage merges.
+pub struct Pipeline<D: PayloadSink = Dedupe> {
+    pub shared: SharedOf<D>,
     flows: FlowTable<Consumer>,
     /// TCP connections found to be iWARP by their MPA frame (not on an iWARP port).
     mpa_flows: FlowTable<Consumer>,
@@ -260,11 +306,9 @@ pub struct Pipeline {
     mpa_keys: crate::fasthash::FastSet<((IpAddr, u16), (IpAddr, u16))>,
     smb_ports: Vec<u16>,
     iwarp_ports: Vec<u16>,
-    next_conn: u64,
-    frames: u64,
-    first_ts: Option<u64>,
-    last_ts: u64,
-    last_sweep: u64,
+    /// TCP connections handed to a stream consumer (SMB2 or iWARP).
+    conns_opened: u64,
+    pub clock: Clock,
     window_ns: u64,
     /// Findings raised before or outside the frames (an unusable input file); first in the result.
     pub input_findings: Vec<crate::findings::Finding>,
@@ -272,10 +316,45 @@ pub struct Pipeline {
     pub unusable_input_bytes: u64,
 }
 
-impl Pipeline {
-    pub fn new(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+/// Marks the sink's next events as coming from `m`, first handing it the names the SMB2
+/// state journaled since the last mark (they belong to the events before).
+fn mark<D: PayloadSink>(shared: &mut SharedOf<D>, m: Mark) {
+    if let Some(j) = shared.smb.journal.as_mut() {
+        if !j.is_empty() {
+            shared.dedupe.names(std::mem::take(j));
+        }
+    }
+    shared.dedupe.mark(m);
+}
+
+/// What a pipeline (or a `--threads` worker) counted besides the sends: summed over workers
+/// into the result.
+pub struct Counts {
+    pub anomalies: Anomalies,
+    pub accounting: Accounting,
+    pub smb2: crate::smb2::state::Smb2Stats,
+    pub rdma: crate::rdma::RdmaStats,
+    pub flows: crate::tcp::ReassemblyStats,
+    pub conns: u64,
+}
+
+impl Counts {
+    pub fn absorb(&mut self, o: Counts) {
+        self.anomalies.absorb(&o.anomalies);
+        for (k, v) in o.accounting.iter() {
+            self.accounting.add(k, v);
+        }
+        self.smb2.absorb(o.smb2);
+        self.rdma.absorb(o.rdma);
+        self.flows.absorb(&o.flows);
+        self.conns += o.conns;
+    }
+}
+
+impl<D: PayloadSink> Pipeline<D> {
+    pub fn with_sink(config: &Config, sink: D) -> Self {
         Pipeline {
-            shared: Shared {
+            shared: SharedOf::<D> {
                 anomalies: Anomalies::default(),
                 accounting: Accounting::default(),
                 smb: SmbState::new()
@@ -283,7 +362,7 @@ impl Pipeline {
                     .with_opening_cap(config.max_memory_bytes.map_or(crate::smb2::state::OPENING_CAP, |m| {
                         Budget::of(m).opening.min(crate::smb2::state::OPENING_CAP)
                     })),
-                dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
+                dedupe: sink,
                 rdma: RdmaState::new(),
             },
             flows: FlowTable::new(flow_config(config)),
@@ -291,33 +370,17 @@ impl Pipeline {
             mpa_keys: Default::default(),
             smb_ports: config.smb_ports.clone(),
             iwarp_ports: config.iwarp_ports.clone(),
-            next_conn: 1,
-            frames: 0,
-            first_ts: None,
-            last_ts: 0,
-            last_sweep: 0,
+            conns_opened: 0,
+            clock: Clock::default(),
             window_ns: config.dedupe.window_ns,
             input_findings: Vec::new(),
             unusable_input_bytes: 0,
         }
     }
 
-    /// Process one captured frame.
-    pub fn process(&mut self, frame: &RawFrame<'_>) {
-        self.frames += 1;
-        let ts = frame.info.ts_ns;
-        self.shared.dedupe.note_time(ts);
-        if self.first_ts.is_none() {
-            self.first_ts = Some(ts);
-            self.last_sweep = ts;
-        }
-        if ts < self.last_ts {
-            // Merged mirror ports may be slightly out of order; time only moves forward.
-            self.shared.anomalies.raise(crate::capture::Anomaly::TimeWentBackwards);
-        } else {
-            self.last_ts = ts;
-        }
-        let ctx = FrameCtx { frame: frame.info.frame, ts_ns: self.last_ts };
+    /// Decode one frame whose context (`Clock::frame`) is `ctx`, through to the sink.
+    pub fn decode(&mut self, frame: &RawFrame<'_>, ctx: &FrameCtx) {
+        let ctx = *ctx;
         let len = frame.data.len() as u64;
         if (frame.info.orig_len as u64) > len {
             self.shared.anomalies.raise(crate::capture::Anomaly::SnaplenTruncatedFrame);
@@ -381,9 +444,9 @@ impl Pipeline {
                 };
                 let smb_ports = &self.smb_ports;
                 let iwarp_ports = &self.iwarp_ports;
-                let next_conn = &mut self.next_conn;
-                let mut make = |_flow: u64, from: (IpAddr, u16), to: (IpAddr, u16)| -> Option<(Consumer, Consumer)> {
-                    let conn = *next_conn;
+                let conns_opened = &mut self.conns_opened;
+                // A connection's id is its flow's: the run-wide number of its opening frame.
+                let mut make = |conn: u64, from: (IpAddr, u16), to: (IpAddr, u16)| -> Option<(Consumer, Consumer)> {
                     let iwarp_server = if mpa_flow {
                         // The sender of the first segment seen is the initiator unless it sends the Reply.
                         Some(seg.payload.len() >= mpa::KEY_LEN && seg.payload[..mpa::KEY_LEN] == mpa::REP_KEY[..])
@@ -395,7 +458,7 @@ impl Pipeline {
                         None
                     };
                     if let Some(from_is_server) = iwarp_server {
-                        *next_conn += 1;
+                        *conns_opened += 1;
                         let smbd = !mpa_flow;
                         let (c_side, s_side) = if from_is_server { (1, 0) } else { (0, 1) };
                         // Side 0 is the initiator (client) of the iWARP connection.
@@ -406,13 +469,13 @@ impl Pipeline {
                         ));
                     }
                     if smb_ports.contains(&to.1) {
-                        *next_conn += 1;
+                        *conns_opened += 1;
                         Some((
                             Consumer::Smb2(Smb2Stream::new(conn, true, from, to)),
                             Consumer::Smb2(Smb2Stream::new(conn, false, to, from)),
                         ))
                     } else if smb_ports.contains(&from.1) {
-                        *next_conn += 1;
+                        *conns_opened += 1;
                         Some((
                             Consumer::Smb2(Smb2Stream::new(conn, false, from, to)),
                             Consumer::Smb2(Smb2Stream::new(conn, true, to, from)),
@@ -468,11 +531,78 @@ impl Pipeline {
                 self.shared.accounting.add(cat::OTHER_PROTOCOLS, len);
             }
         }
-        if self.last_ts.saturating_sub(self.last_sweep) >= SWEEP_INTERVAL_NS {
-            self.last_sweep = self.last_ts;
-            self.shared.dedupe.advance(self.last_ts);
-            self.flows.expire_idle(self.last_ts, &mut self.shared);
-            self.mpa_flows.expire_idle(self.last_ts, &mut self.shared);
+    }
+
+    /// Close the flows idle at `now_ns` (the TCP table first, then the MPA one, each least
+    /// recently seen first), marking what each close emits.
+    pub fn expire_idle(&mut self, now_ns: u64) {
+        self.flows.expire_idle_marked(now_ns, &mut self.shared, &mut |s, (a, b)| {
+            mark(s, Mark { phase: phase::EXPIRE_TCP, a, b })
+        });
+        self.mpa_flows.expire_idle_marked(now_ns, &mut self.shared, &mut |s, (a, b)| {
+            mark(s, Mark { phase: phase::EXPIRE_MPA, a, b })
+        });
+        mark(&mut self.shared, Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX });
+    }
+
+    /// End of input at `end_ts`: flush and close every flow and RDMA connection.
+    pub fn close_all(&mut self, end_ts: u64) {
+        self.flows.finish_marked(&mut self.shared, &mut |s, (a, b)| mark(s, Mark { phase: phase::FINISH_TCP, a, b }));
+        self.mpa_flows.finish_marked(&mut self.shared, &mut |s, (a, b)| mark(s, Mark { phase: phase::FINISH_MPA, a, b }));
+        let end = FrameCtx { frame: Default::default(), ts_ns: end_ts, seq: 0 };
+        {
+            let (mut p, rdma) = self.shared.split();
+            rdma.finish(&end, &mut p);
+        }
+        mark(&mut self.shared, Mark { phase: phase::FINISH_RDMA, a: u64::MAX, b: u64::MAX });
+    }
+
+    /// Marks the sink's next events as coming from `m` (`crate::context::Mark`).
+    pub fn mark(&mut self, m: Mark) {
+        mark(&mut self.shared, m)
+    }
+
+    /// Out-of-order bytes held now, in the TCP and the MPA table.
+    pub fn buffered_bytes(&self) -> (u64, u64) {
+        (self.flows.buffered_bytes() as u64, self.mpa_flows.buffered_bytes() as u64)
+    }
+
+    /// Both tables' reassembly counters.
+    pub fn flow_stats(&self) -> crate::tcp::ReassemblyStats {
+        let mut s = self.flows.stats();
+        s.absorb(&self.mpa_flows.stats());
+        s
+    }
+
+    /// Everything counted but the sends, taking the anomalies and accounting out.
+    pub fn take_counts(&mut self) -> Counts {
+        let mut anomalies = std::mem::take(&mut self.shared.anomalies);
+        anomalies.absorb(self.flows.anomalies());
+        anomalies.absorb(self.mpa_flows.anomalies());
+        Counts {
+            anomalies,
+            accounting: std::mem::take(&mut self.shared.accounting),
+            smb2: self.shared.smb.stats(),
+            rdma: self.shared.rdma.stats.clone(),
+            flows: self.flow_stats(),
+            conns: self.conns_opened,
+        }
+    }
+}
+
+impl Pipeline<Dedupe> {
+    pub fn new(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        Pipeline::with_sink(config, Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence))
+    }
+
+    /// Process one captured frame.
+    pub fn process(&mut self, frame: &RawFrame<'_>) {
+        let ctx = self.clock.frame(frame, &mut self.shared.anomalies);
+        self.shared.dedupe.note_time(frame.info.ts_ns);
+        self.decode(frame, &ctx);
+        if let Some(now) = self.clock.sweep_due() {
+            self.shared.dedupe.advance(now);
+            self.expire_idle(now);
         }
     }
 
@@ -490,32 +620,40 @@ impl Pipeline {
         started: Instant,
     ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
         self.shared.dedupe.note_time(crate::ledger::AT_END);
-        self.flows.finish(&mut self.shared);
-        self.mpa_flows.finish(&mut self.shared);
-        let end = FrameCtx { frame: Default::default(), ts_ns: self.last_ts };
-        {
-            let (mut p, rdma) = self.shared.split();
-            rdma.finish(&end, &mut p);
-        }
-        let mut flow_stats = self.flows.stats();
-        let m = self.mpa_flows.stats();
-        flow_stats.segments += m.segments;
-        flow_stats.retransmitted_bytes += m.retransmitted_bytes;
-        flow_stats.retransmitted_segments += m.retransmitted_segments;
-        flow_stats.out_of_order_segments += m.out_of_order_segments;
-        flow_stats.gap_bytes += m.gap_bytes;
-        flow_stats.gaps += m.gaps;
-        flow_stats.peak_buffered_bytes = flow_stats.peak_buffered_bytes.max(m.peak_buffered_bytes);
-        flow_stats.dropped_bytes += m.dropped_bytes;
-        flow_stats.overflow_gaps += m.overflow_gaps;
-        flow_stats.late_bytes += m.late_bytes;
-        flow_stats.late_segments += m.late_segments;
-        flow_stats.keepalives += m.keepalives;
-        flow_stats.mirror_duplicate_frames += m.mirror_duplicate_frames;
+        self.close_all(self.clock.last_ts);
+        let counts = self.take_counts();
         let ledger = self.shared.dedupe.take_ledger();
-        let Shared { mut anomalies, mut accounting, smb, dedupe, rdma } = self.shared;
-        anomalies.absorb(self.flows.anomalies());
-        anomalies.absorb(self.mpa_flows.anomalies());
+        let run = Run {
+            counts,
+            clock: self.clock,
+            window_ns: self.window_ns,
+            input_findings: self.input_findings,
+            unusable_input_bytes: self.unusable_input_bytes,
+        };
+        let (results, input_findings) = run.results(self.shared.dedupe, inputs, container, started);
+        (results, ledger, input_findings)
+    }
+}
+
+/// A finished run's parts, before the ordered stage's report is folded in.
+pub struct Run {
+    pub counts: Counts,
+    pub clock: Clock,
+    pub window_ns: u64,
+    pub input_findings: Vec<crate::findings::Finding>,
+    pub unusable_input_bytes: u64,
+}
+
+impl Run {
+    /// The result: the ordered stage `dedupe` folded, the counts, the findings that follow.
+    pub fn results(
+        self,
+        dedupe: Dedupe,
+        inputs: Vec<InputFile>,
+        container: Accounting,
+        started: Instant,
+    ) -> (Results, Vec<crate::findings::Finding>) {
+        let Counts { anomalies, mut accounting, smb2, rdma, flows: flow_stats, conns } = self.counts;
         for (k, v) in container.iter() {
             accounting.add(k, v);
         }
@@ -527,13 +665,12 @@ impl Pipeline {
         }
         let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum::<u64>() + self.unusable_input_bytes;
         let total_bytes = accounting.total();
-        let smb2 = smb.stats();
-        let input_findings = std::mem::take(&mut self.input_findings);
-        let tcp = TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1);
+        let input_findings = self.input_findings;
+        let tcp = TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, conns);
         let elapsed = started.elapsed().as_secs_f64();
-        let first = self.first_ts.map(|t| t as f64 / 1e9);
-        let last = self.first_ts.map(|_| self.last_ts as f64 / 1e9);
-        let results = Results {
+        let first = self.clock.first_ts.map(|t| t as f64 / 1e9);
+        let last = self.clock.first_ts.map(|_| self.clock.last_ts as f64 / 1e9);
+        let mut results = Results {
             schema: report::SCHEMA,
             smbwire_version: env!("CARGO_PKG_VERSION"),
             inputs,
@@ -556,23 +693,23 @@ impl Pipeline {
             anomalies: anomaly_counts,
             tcp,
             smb2,
-            rdma: rdma.stats,
+            rdma,
             findings: Vec::new(),
             warnings: Vec::new(),
             analysis: AnalysisStats {
                 elapsed_seconds: elapsed,
-                frames: self.frames,
+                frames: self.clock.frames,
                 bytes_per_second: if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
+                threads: 1,
             },
         };
-        let mut results = results;
         // The findings that follow from the figures: one function, shared with `attribute`.
         results.findings = input_findings.clone();
         if let Ok(v) = serde_json::to_value(&results) {
             results.findings.extend(crate::findings::derive(&v));
         }
         results.warnings = results.findings.iter().map(|f| f.message.clone()).collect();
-        (results, ledger, input_findings)
+        (results, input_findings)
     }
 }
 
@@ -712,7 +849,7 @@ pub struct PipelineView {
 
 impl Pipeline {
     pub fn view(&self) -> PipelineView {
-        let flow_stats = self.flows.stats();
+        let flow_stats = self.flow_stats();
         let mut dedupe = self.shared.dedupe.snapshot();
         let mut anomalies: std::collections::BTreeMap<String, u64> =
             self.shared.anomalies.iter().map(|(k, v)| (k.to_string(), v)).collect();
@@ -726,11 +863,11 @@ impl Pipeline {
             dedupe,
             accounting: self.shared.accounting.clone(),
             anomalies,
-            tcp: TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.next_conn - 1),
+            tcp: TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.conns_opened),
             smb2: self.shared.smb.stats(),
-            first_ts_ns: self.first_ts,
-            last_ts_ns: self.last_ts,
-            frames: self.frames,
+            first_ts_ns: self.clock.first_ts,
+            last_ts_ns: self.clock.last_ts,
+            frames: self.clock.frames,
             window_ns: self.window_ns,
         }
     }

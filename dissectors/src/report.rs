@@ -71,6 +71,9 @@ pub struct AnalysisStats {
     pub elapsed_seconds: f64,
     pub frames: u64,
     pub bytes_per_second: f64,
+    /// Decoding threads the analysis ran on (`--threads`; 1 for one pipeline, or for a
+    /// ledger replay).
+    pub threads: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]

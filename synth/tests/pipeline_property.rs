@@ -273,7 +273,7 @@ impl PayloadSink for Sink<'_> {
 }
 
 fn ctx_of(i: usize) -> FrameCtx {
-    FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: 1_700_000_000_000_000_000 + i as u64 * 1_000 }
+    FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: 1_700_000_000_000_000_000 + i as u64 * 1_000, seq: 0 }
 }
 
 /// Frames through wire decode, the flow table's reassembly and SMB2 streams; the sends.

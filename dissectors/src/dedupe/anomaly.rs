@@ -11,5 +11,6 @@ crate::anomaly::anomalies! {
         SendOutOfOrder = "dedupe.send_out_of_order",
         EvidenceCap = "dedupe.evidence_cap",
         EvidenceWriteError = "dedupe.evidence_write_error",
+        ConnectionNumbersCapped = "dedupe.connection_numbers_capped",
     }
 }

@@ -231,7 +231,17 @@ pub struct Dedupe {
     series: Series,
     /// Every event this stage receives, recorded for `smbwire attribute` (`--ledger`).
     ledger: Option<LedgerTap>,
+    /// Connection numbers of the report: the stages name a connection by its opening frame's
+    /// run-wide number (`FrameCtx::seq`); here connections are numbered 1, 2, ... (RDMA ones
+    /// from `ROCE_CONN_BASE`) in the order their first send arrives, the same for one
+    /// pipeline, `--threads` and a ledger replay.
+    conn_numbers: FastMap<u64, u64>,
+    next_conn_number: [u64; 2],
 }
+
+/// Connections numbered at most (about 40 MiB of map); later ones keep their stage id, moved
+/// past every number given (anomaly `dedupe.connection_numbers_capped`).
+const MAX_CONN_NUMBERS: usize = 1 << 20;
 
 impl Dedupe {
     pub fn new(
@@ -268,6 +278,8 @@ impl Dedupe {
             stats,
             anomalies: Anomalies::default(),
             ledger: None,
+            conn_numbers: Default::default(),
+            next_conn_number: [0; 2],
         }
     }
 
@@ -303,7 +315,26 @@ impl Dedupe {
         self.blocks.len()
     }
 
-    pub fn send(&mut self, s: SendRecord) {
+    /// The report's number of connection `conn` (see `conn_numbers`), given on first use.
+    fn conn_number(&mut self, conn: u64) -> u64 {
+        use crate::payload::send::ROCE_CONN_BASE;
+        if let Some(n) = self.conn_numbers.get(&conn) {
+            return *n;
+        }
+        let rdma = usize::from(conn >= ROCE_CONN_BASE);
+        let base = if rdma == 1 { ROCE_CONN_BASE } else { 0 };
+        if self.conn_numbers.len() >= MAX_CONN_NUMBERS {
+            self.anomalies.raise(Anomaly::ConnectionNumbersCapped);
+            return base + (1 << 39) + (conn - base);
+        }
+        self.next_conn_number[rdma] += 1;
+        let n = base + self.next_conn_number[rdma];
+        self.conn_numbers.insert(conn, n);
+        n
+    }
+
+    pub fn send(&mut self, mut s: SendRecord) {
+        s.conn = self.conn_number(s.conn);
         if let Some(tap) = self.ledger.as_mut() {
             tap.push(&Event::Send(Box::new(s.clone())));
         }
@@ -528,6 +559,8 @@ impl Dedupe {
 
     /// The response to (conn, MessageId) was seen at `ts_ns`: its send is no longer outstanding.
     pub fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
+        // A connection without a send has nothing to complete.
+        let Some(&conn) = self.conn_numbers.get(&conn) else { return };
         if let Some(tap) = self.ledger.as_mut() {
             tap.push(&Event::Complete { conn, message_id, ts_ns });
         }

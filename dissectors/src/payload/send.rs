@@ -6,6 +6,9 @@ use crate::frame::FrameRef;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+/// Conn ids of RoCE connections start here, apart from TCP connection ids.
+pub const ROCE_CONN_BASE: u64 = 1 << 40;
+
 /// Which SMB2 operation moved the payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

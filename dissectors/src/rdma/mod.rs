@@ -68,8 +68,7 @@ pub struct RdmaState {
     pub iwarp_closed: HashMap<u64, u8>,
 }
 
-/// Conn ids of RoCE connections start here, apart from TCP connection ids.
-pub const ROCE_CONN_BASE: u64 = 1 << 40;
+pub use crate::payload::send::ROCE_CONN_BASE;
 
 impl RdmaState {
     pub fn new() -> Self {
@@ -105,6 +104,7 @@ impl RdmaState {
         let mut ids: Vec<u64> = self.conns.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
+            p.sink.mark(crate::context::Mark { phase: crate::context::phase::FINISH_RDMA, a: id, b: 0 });
             if let Some(mut c) = self.conns.remove(&id) {
                 c.close(ctx, p, &mut self.stats);
             }

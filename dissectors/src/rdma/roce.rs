@@ -130,7 +130,7 @@ pub fn packet(st: &mut RdmaState, src: IpAddr, dst: IpAddr, b: &[u8], ctx: &Fram
     match r.kind {
         Kind::UdSend => {
             if r.dest_qp == ib::QP1 {
-                on_cm(st, src, dst, r.payload, p);
+                on_cm(st, src, dst, r.payload, ctx, p);
                 account_all(p, cat::RDMA_CM, b.len())
             } else {
                 account_all(p, cat::RDMA_OTHER_ULP, b.len())
@@ -142,7 +142,7 @@ pub fn packet(st: &mut RdmaState, src: IpAddr, dst: IpAddr, b: &[u8], ctx: &Fram
     }
 }
 
-fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], p: &mut Parts) {
+fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], ctx: &FrameCtx, p: &mut Parts) {
     let Some(m) = cm::parse(mad) else { return };
     let roce = &mut st.roce;
     match m {
@@ -161,8 +161,7 @@ fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], p: &mut Parts
             let smbd = port.is_some_and(|pt| SMBD_CM_PORTS.contains(&pt));
             let (client, server) = ((dst, req_qpn), (src, local_qpn));
             if smbd {
-                let id = ROCE_CONN_BASE + roce.next_conn;
-                roce.next_conn += 1;
+                let id = conn_id(roce, ctx);
                 st.stats.smbdirect_connections += 1;
                 st.stats.cm_connections += 1;
                 st.conns.insert(id, SmbdConn::new(id, [(client.0, client.1 as u16), (server.0, server.1 as u16)], Some(0)));
@@ -178,6 +177,13 @@ fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], p: &mut Parts
     }
 }
 
+/// A new connection's id: in the RoCE range, from the opening frame's run-wide number
+/// (`FrameCtx::seq`, the same under any `--threads`), or a counter in unit tests.
+fn conn_id(roce: &mut Roce, ctx: &FrameCtx) -> u64 {
+    roce.next_conn += 1;
+    ROCE_CONN_BASE + if ctx.seq != 0 { ctx.seq } else { roce.next_conn - 1 }
+}
+
 fn set_ulp(roce: &mut Roce, qps: &mut u64, key: (IpAddr, u32), ulp: Ulp) {
     if let Some(q) = roce.qps.get_mut(&key) {
         q.ulp = ulp;
@@ -188,14 +194,13 @@ fn set_ulp(roce: &mut Roce, qps: &mut u64, key: (IpAddr, u32), ulp: Ulp) {
 }
 
 /// The first Send of an unknown QP that is SMB Direct: pair it with the reverse direction.
-fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32)) -> Ulp {
+fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32), ctx: &FrameCtx) -> Ulp {
     let roce = &mut st.roce;
     let ulp = if let Some(i) = roce.half_open.iter().rposition(|&(_, known, other)| known == src && other == key.0) {
         let (conn, _, _) = roce.half_open.remove(i);
         Ulp::Smbd { conn, side: 1 }
     } else {
-        let id = ROCE_CONN_BASE + roce.next_conn;
-        roce.next_conn += 1;
+        let id = conn_id(roce, ctx);
         st.stats.smbdirect_connections += 1;
         st.stats.inferred_connections += 1;
         st.conns.insert(id, SmbdConn::new(id, [(key.0, key.1 as u16), (src, 0)], None));
@@ -224,14 +229,14 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
     }
     let mut ulp = st.roce.qps[&key].ulp;
     if ulp == Ulp::Unknown && matches!(r.kind, Kind::Send { first: true, .. }) && looks_like_smbdirect(r.payload) {
-        ulp = adopt(st, src, key);
+        ulp = adopt(st, src, key, ctx);
     } else if ulp == Ulp::Unknown
         && matches!(r.kind, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. })
         && st.roce.half_open.iter().any(|&(_, known, other)| known == src && other == dst)
     {
         // The reverse QP of a connection inferred from its first Send: the server's first RDMA
         // Read Request (or Write) for a WRITE (READ) reaches it before any Send does.
-        ulp = adopt(st, src, key);
+        ulp = adopt(st, src, key, ctx);
     }
     let Ulp::Smbd { conn, side } = ulp else {
         return account_all(p, cat::RDMA_OTHER_ULP, len);

@@ -114,6 +114,74 @@ pub struct Smb2Stats {
     pub resyncs: u64,
 }
 
+impl Smb2Stats {
+    /// Adds another worker's counters (`--threads`): sums, and the unions of the name sets.
+    pub fn absorb(&mut self, o: Smb2Stats) {
+        let Smb2Stats {
+            commands,
+            write_req_pdus,
+            write_bytes,
+            read_resp_pdus,
+            read_bytes,
+            files,
+            dialects,
+            encrypted_messages,
+            decrypted_messages,
+            decrypted_bytes,
+            encrypted_without_key,
+            decrypt_failed,
+            compressed_messages,
+            decompressed_messages,
+            decompressed_wire_bytes,
+            decompressed_bytes,
+            decompressed_payload_bytes,
+            decompress_failed,
+            payload_incomplete,
+            payload_incomplete_bytes,
+            payloads_sent,
+            payload_bytes_sent,
+            sessions,
+            session_bindings,
+            trees,
+            smb1_messages,
+            resyncs,
+        } = o;
+        for (k, v) in commands {
+            *self.commands.entry(k).or_insert(0) += v;
+        }
+        self.files.extend(files);
+        self.dialects.extend(dialects);
+        for (a, b) in [
+            (&mut self.write_req_pdus, write_req_pdus),
+            (&mut self.write_bytes, write_bytes),
+            (&mut self.read_resp_pdus, read_resp_pdus),
+            (&mut self.read_bytes, read_bytes),
+            (&mut self.encrypted_messages, encrypted_messages),
+            (&mut self.decrypted_messages, decrypted_messages),
+            (&mut self.decrypted_bytes, decrypted_bytes),
+            (&mut self.encrypted_without_key, encrypted_without_key),
+            (&mut self.decrypt_failed, decrypt_failed),
+            (&mut self.compressed_messages, compressed_messages),
+            (&mut self.decompressed_messages, decompressed_messages),
+            (&mut self.decompressed_wire_bytes, decompressed_wire_bytes),
+            (&mut self.decompressed_bytes, decompressed_bytes),
+            (&mut self.decompressed_payload_bytes, decompressed_payload_bytes),
+            (&mut self.decompress_failed, decompress_failed),
+            (&mut self.payload_incomplete, payload_incomplete),
+            (&mut self.payload_incomplete_bytes, payload_incomplete_bytes),
+            (&mut self.payloads_sent, payloads_sent),
+            (&mut self.payload_bytes_sent, payload_bytes_sent),
+            (&mut self.sessions, sessions),
+            (&mut self.session_bindings, session_bindings),
+            (&mut self.trees, trees),
+            (&mut self.smb1_messages, smb1_messages),
+            (&mut self.resyncs, resyncs),
+        ] {
+            *a += b;
+        }
+    }
+}
+
 /// State shared by every SMB2 stream of the run.
 #[derive(Debug)]
 pub struct SmbState {
@@ -133,7 +201,13 @@ pub struct SmbState {
     /// Bound on `opening_bytes` (`OPENING_CAP`, or a share of `--max-memory`).
     pub opening_cap: u64,
     pub stats: Smb2Stats,
+    /// The names (shares, files) bound and unbound, in order, when a `--threads` worker
+    /// keeps them for the ordered stage: a file opened on one channel of a multichannel
+    /// session and written on another is named there as one pipeline names it.
+    pub journal: Option<Vec<NameOp>>,
 }
+
+pub use crate::context::NameOp;
 
 /// What decryption needs to remember: the keys file, the preauth integrity hashes
 /// (connection: after its NEGOTIATE; session: along its SESSION_SETUP exchange, §3.2.5.2 /
@@ -229,6 +303,7 @@ impl SmbState {
             opening_bytes: 0,
             opening_cap: OPENING_CAP,
             stats: Smb2Stats::default(),
+            journal: None,
         }
     }
 
@@ -316,6 +391,9 @@ impl SmbState {
 
     pub fn tree_connected(&mut self, session_id: u64, tree_id: u32, path: Arc<str>, an: &mut Anomalies) {
         self.stats.trees += 1;
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Tree(session_id, tree_id, Some(path.clone())));
+        }
         let e = self.trees.insert((session_id, tree_id), path);
         Self::evicted(an, e);
     }
@@ -325,6 +403,9 @@ impl SmbState {
     }
 
     pub fn tree_disconnected(&mut self, session_id: u64, tree_id: u32) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Tree(session_id, tree_id, None));
+        }
         self.trees.remove(&(session_id, tree_id));
     }
 
@@ -344,6 +425,9 @@ impl SmbState {
     }
 
     pub fn file_opened(&mut self, file_id: [u8; 16], name: Arc<str>, an: &mut Anomalies) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::File(file_id, Some(name.clone())));
+        }
         let e = self.files.insert(file_id, name);
         Self::evicted(an, e);
     }
@@ -353,7 +437,31 @@ impl SmbState {
     }
 
     pub fn file_closed(&mut self, file_id: &[u8; 16]) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::File(*file_id, None));
+        }
         self.files.remove(file_id);
+    }
+
+    /// A worker's name change, in the ordered stage's own copy of the names (its counters
+    /// and evictions are the workers' to report: `an` is a scratch counter).
+    pub fn apply(&mut self, op: NameOp, an: &mut Anomalies) {
+        match op {
+            NameOp::Tree(s, t, Some(path)) => {
+                let e = self.trees.insert((s, t), path);
+                Self::evicted(an, e);
+            }
+            NameOp::Tree(s, t, None) => {
+                self.trees.remove(&(s, t));
+            }
+            NameOp::File(f, Some(name)) => {
+                let e = self.files.insert(f, name);
+                Self::evicted(an, e);
+            }
+            NameOp::File(f, None) => {
+                self.files.remove(&f);
+            }
+        }
     }
 
     // --- pending requests ---

@@ -74,3 +74,72 @@ pub struct RdmaStats {
     pub gaps: u64,
     pub retransmitted_bytes: u64,
 }
+
+fn add_map(a: &mut BTreeMap<String, u64>, b: BTreeMap<String, u64>) {
+    for (k, v) in b {
+        *a.entry(k).or_insert(0) += v;
+    }
+}
+
+impl RdmaStats {
+    /// Adds another worker's counters (`--threads`); every field is a count.
+    pub fn absorb(&mut self, o: RdmaStats) {
+        let RdmaStats {
+            smbdirect,
+            iwarp,
+            infiniband,
+            qps,
+            smbdirect_connections,
+            cm_connections,
+            inferred_connections,
+            other_ulp_connections,
+            linked_transfers,
+            linked_bytes,
+            incomplete_transfers,
+            unseen_transfers,
+            unlinked_bytes,
+            gaps,
+            retransmitted_bytes,
+        } = o;
+        let SmbDirectStats { negotiate_requests, negotiate_responses, data_messages, data_length_sum, credits_granted, credits_requested } = smbdirect;
+        let IwarpStats { opcodes, mpa_requests, mpa_replies, mpa_fpdus, markers, crc_errors, terminates, resyncs } = iwarp;
+        let InfinibandStats { bth_opcodes, packets, cm_requests, cm_replies, ipoib_packets } = infiniband;
+        add_map(&mut self.iwarp.opcodes, opcodes);
+        add_map(&mut self.infiniband.bth_opcodes, bth_opcodes);
+        let s = &mut self.smbdirect;
+        let (w, ib) = (&mut self.iwarp, &mut self.infiniband);
+        for (a, b) in [
+            (&mut s.negotiate_requests, negotiate_requests),
+            (&mut s.negotiate_responses, negotiate_responses),
+            (&mut s.data_messages, data_messages),
+            (&mut s.data_length_sum, data_length_sum),
+            (&mut s.credits_granted, credits_granted),
+            (&mut s.credits_requested, credits_requested),
+            (&mut w.mpa_requests, mpa_requests),
+            (&mut w.mpa_replies, mpa_replies),
+            (&mut w.mpa_fpdus, mpa_fpdus),
+            (&mut w.markers, markers),
+            (&mut w.crc_errors, crc_errors),
+            (&mut w.terminates, terminates),
+            (&mut w.resyncs, resyncs),
+            (&mut ib.packets, packets),
+            (&mut ib.cm_requests, cm_requests),
+            (&mut ib.cm_replies, cm_replies),
+            (&mut ib.ipoib_packets, ipoib_packets),
+            (&mut self.qps, qps),
+            (&mut self.smbdirect_connections, smbdirect_connections),
+            (&mut self.cm_connections, cm_connections),
+            (&mut self.inferred_connections, inferred_connections),
+            (&mut self.other_ulp_connections, other_ulp_connections),
+            (&mut self.linked_transfers, linked_transfers),
+            (&mut self.linked_bytes, linked_bytes),
+            (&mut self.incomplete_transfers, incomplete_transfers),
+            (&mut self.unseen_transfers, unseen_transfers),
+            (&mut self.unlinked_bytes, unlinked_bytes),
+            (&mut self.gaps, gaps),
+            (&mut self.retransmitted_bytes, retransmitted_bytes),
+        ] {
+            *a += b;
+        }
+    }
+}

@@ -213,7 +213,7 @@ fn run_with(pkts: &[Pkt], mut smb: SmbState) -> Outcome {
     {
         let mut p = Parts { anomalies: &mut an, accounting: &mut acct, smb: &mut smb, sink: &mut sink };
         for (i, k) in pkts.iter().enumerate() {
-            let ctx = FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: i as u64 * 1000 };
+            let ctx = FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: i as u64 * 1000, seq: 0 };
             fed += k.bytes.len() as u64;
             st.roce(k.src, k.dst, &k.bytes, &ctx, &mut p);
         }

@@ -294,7 +294,10 @@ impl<C> FlowTable<C> {
         let flow = match self.flows.entry(key) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {
-                let id = self.next_id;
+                // The run-wide number of the opening frame (`FrameCtx::seq`): flows of
+                // several tables or `--threads` workers then order by creation as one table's.
+                // Unit tests give no frame numbers: a counter then.
+                let id = if ctx.seq != 0 { ctx.seq } else { self.next_id };
                 self.next_id += 1;
                 let (c0, c1, ignored) = match make(id, from, to) {
                     Some((c0, c1)) => (Some(c0), Some(c1), false),
@@ -478,10 +481,21 @@ impl<C> FlowTable<C> {
     where
         C: StreamConsumer<S>,
     {
-        while let Some(((seen, _), key)) = self.fresh_front() {
+        self.expire_idle_marked(now_ns, shared, &mut |_, _| {})
+    }
+
+    /// `expire_idle`, calling `before(shared, (last seen, flow id))` before each flow is
+    /// closed: the order key of what its close emits (`--threads` merges the closes of
+    /// several workers' tables in this order, the order of one table).
+    pub fn expire_idle_marked<S>(&mut self, now_ns: u64, shared: &mut S, before: &mut dyn FnMut(&mut S, (u64, u64)))
+    where
+        C: StreamConsumer<S>,
+    {
+        while let Some(((seen, id), key)) = self.fresh_front() {
             if seen.saturating_add(self.cfg.idle_timeout_ns) >= now_ns {
                 break;
             }
+            before(shared, (seen, id));
             self.remove(key, shared);
         }
     }
@@ -491,7 +505,16 @@ impl<C> FlowTable<C> {
     where
         C: StreamConsumer<S>,
     {
-        while let Some((_, key)) = self.fresh_front() {
+        self.finish_marked(shared, &mut |_, _| {})
+    }
+
+    /// `finish`, with `before` as in `expire_idle_marked`.
+    pub fn finish_marked<S>(&mut self, shared: &mut S, before: &mut dyn FnMut(&mut S, (u64, u64)))
+    where
+        C: StreamConsumer<S>,
+    {
+        while let Some((age, key)) = self.fresh_front() {
+            before(shared, age);
             self.remove(key, shared);
         }
     }
@@ -564,7 +587,7 @@ mod tests {
         fn send(&mut self, from: (u8, u16), to: (u8, u16), seq: u32, flags: u8, payload: &[u8], sig: u64, ms: u64) -> FlowOutcome {
             self.frame += 1;
             let seg = TcpSegment { src_port: from.1, dst_port: to.1, seq, ack: 0, flags, payload, declared_len: payload.len() as u32 };
-            let ctx = FrameCtx { frame: FrameRef { file: 0, number: self.frame }, ts_ns: ms * 1_000_000 };
+            let ctx = FrameCtx { frame: FrameRef { file: 0, number: self.frame }, ts_ns: ms * 1_000_000, seq: 0 };
             let (log, made) = (&self.log, &mut self.made);
             self.t.segment(ip(from.0), ip(to.0), &seg, sig, &ctx, &mut (), &mut |id, a, b| {
                 made.push((id, a, b));

@@ -40,7 +40,7 @@ pub trait StreamConsumer<S> {
 }
 
 /// Counters reassembly keeps (summed into the report).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReassemblyStats {
     pub segments: u64,
     /// Payload bytes of segments that were already delivered (retransmission/overlap).
@@ -65,4 +65,39 @@ pub struct ReassemblyStats {
     pub keepalives: u64,
     /// Frames dropped as mirror-port copies of a frame seen moments before.
     pub mirror_duplicate_frames: u64,
+}
+
+impl ReassemblyStats {
+    /// Adds another table's counters (the peak is the larger one: the caller knows better when
+    /// the tables' buffers add up at one moment, as `--threads` does).
+    pub fn absorb(&mut self, o: &ReassemblyStats) {
+        let ReassemblyStats {
+            segments,
+            retransmitted_bytes,
+            retransmitted_segments,
+            out_of_order_segments,
+            gap_bytes,
+            gaps,
+            peak_buffered_bytes,
+            dropped_bytes,
+            overflow_gaps,
+            late_bytes,
+            late_segments,
+            keepalives,
+            mirror_duplicate_frames,
+        } = *o;
+        self.segments += segments;
+        self.retransmitted_bytes += retransmitted_bytes;
+        self.retransmitted_segments += retransmitted_segments;
+        self.out_of_order_segments += out_of_order_segments;
+        self.gap_bytes += gap_bytes;
+        self.gaps += gaps;
+        self.peak_buffered_bytes = self.peak_buffered_bytes.max(peak_buffered_bytes);
+        self.dropped_bytes += dropped_bytes;
+        self.overflow_gaps += overflow_gaps;
+        self.late_bytes += late_bytes;
+        self.late_segments += late_segments;
+        self.keepalives += keepalives;
+        self.mirror_duplicate_frames += mirror_duplicate_frames;
+    }
 }

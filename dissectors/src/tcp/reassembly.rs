@@ -468,7 +468,7 @@ mod tests {
     const ACK: u8 = 0x10;
 
     fn ctx(n: u64) -> FrameCtx {
-        FrameCtx { frame: FrameRef { file: 0, number: n }, ts_ns: n * 1_000 }
+        FrameCtx { frame: FrameRef { file: 0, number: n }, ts_ns: n * 1_000, seq: 0 }
     }
 
     #[derive(Debug, Clone, PartialEq, Eq)]

@@ -47,7 +47,7 @@ fn drive(evs: &[Ev], smbd: bool) -> (Run, u64) {
     let mut st = [IwarpStream::new(7, 0, [C, S], smbd), IwarpStream::new(7, 1, [C, S], smbd)];
     let mut fed = 0u64;
     for (i, e) in evs.iter().enumerate() {
-        let ctx = FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: i as u64 * 1000 };
+        let ctx = FrameCtx { frame: FrameRef { file: 0, number: i as u64 + 1 }, ts_ns: i as u64 * 1000, seq: 0 };
         match e {
             Ev::Data(s, b) => {
                 fed += b.len() as u64;
@@ -57,7 +57,7 @@ fn drive(evs: &[Ev], smbd: bool) -> (Run, u64) {
             Ev::Close(s) => st[*s].close(&ctx, &mut sh),
         }
     }
-    let ctx = FrameCtx { frame: FrameRef { file: 0, number: evs.len() as u64 + 1 }, ts_ns: evs.len() as u64 * 1000 };
+    let ctx = FrameCtx { frame: FrameRef { file: 0, number: evs.len() as u64 + 1 }, ts_ns: evs.len() as u64 * 1000, seq: 0 };
     for s in &mut st {
         s.close(&ctx, &mut sh);
     }

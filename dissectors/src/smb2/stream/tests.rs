@@ -54,7 +54,7 @@ fn addr(last: u8, port: u16) -> (IpAddr, u16) {
 }
 
 fn ctx(n: u64) -> FrameCtx {
-    FrameCtx { frame: FrameRef { file: 0, number: n }, ts_ns: n * 1000 }
+    FrameCtx { frame: FrameRef { file: 0, number: n }, ts_ns: n * 1000, seq: 0 }
 }
 
 /// Both directions of one connection.
