@@ -7,7 +7,8 @@
 //! An optional first argument `--config JSON` passes the analysis configuration
 //! (`pipeline::Config::from_json`).
 
-use smbwire_dissectors::pipeline::{analyze_files, Config};
+use smbwire_dissectors::parallel::analyze_files;
+use smbwire_dissectors::pipeline::Config;
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();

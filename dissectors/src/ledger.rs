@@ -660,7 +660,8 @@ mod tests {
     #[test]
     fn replay_gives_the_analysis_figures() {
         use crate::dedupe::{Dedupe, Topology};
-        use crate::pipeline::{analyze_files, Config};
+        use crate::parallel::analyze_files;
+    use crate::pipeline::Config;
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let cap = root.join("captures/nested4-1MiB-mirrordup-retx-reorder.pcap");
         let topo_toml = std::fs::read_to_string(root.join("captures/s2d-two-node.toml")).unwrap();

@@ -25,6 +25,7 @@ pub mod frame;
 pub mod ledger;
 pub mod live;
 pub mod payload;
+pub mod parallel;
 pub mod pipeline;
 pub mod rdma;
 pub mod report;
@@ -70,7 +71,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["findings"],
     &["report"],
     &["pipeline"],
-    &["attribute", "annotate"],
+    &["attribute", "annotate", "parallel"],
     &["live"],
 ];
 

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
-use crate::capture::merge::Merged;
 use crate::capture::{CaptureError, RawFrame};
 use crate::context::{phase, Mark, PayloadSink};
 use crate::dedupe::{Dedupe, DedupeConfig, Topology};
@@ -55,11 +54,13 @@ pub struct Config {
     pub reorder_buffer_bytes: Option<usize>,
     /// SMB3 session keys (`--keys`): encrypted messages of these sessions are decrypted.
     pub keys: Option<Arc<KeyTable>>,
+    /// Decoding threads (`--threads`; `crate::parallel`): 1 runs one `Pipeline`.
+    pub threads: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None, max_memory_bytes: None }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None, max_memory_bytes: None, threads: 1 }
     }
 }
 
@@ -147,6 +148,12 @@ impl Config {
         if let (Some(a), Some(b)) = (c.from_ns, c.to_ns) {
             if a >= b {
                 return Err("the --from time must be before the --to time".to_string());
+            }
+        }
+        if let Some(t) = v.get("threads") {
+            if !t.is_null() {
+                let t = t.as_u64().filter(|t| (1..=256).contains(t));
+                c.threads = t.ok_or("threads must be between 1 and 256")? as usize;
             }
         }
         if let Some(p) = v.get("iwarp_ports") {
@@ -550,6 +557,7 @@ impl<D: PayloadSink> Pipeline<D> {
         self.flows.finish_marked(&mut self.shared, &mut |s, (a, b)| mark(s, Mark { phase: phase::FINISH_TCP, a, b }));
         self.mpa_flows.finish_marked(&mut self.shared, &mut |s, (a, b)| mark(s, Mark { phase: phase::FINISH_MPA, a, b }));
         let end = FrameCtx { frame: Default::default(), ts_ns: end_ts, seq: 0 };
+        mark(&mut self.shared, Mark { phase: phase::FINISH_RDMA, a: 0, b: 0 });
         {
             let (mut p, rdma) = self.shared.split();
             rdma.finish(&end, &mut p);
@@ -729,105 +737,6 @@ impl std::fmt::Display for AnalyzeError {
             AnalyzeError::Interrupted => write!(f, "interrupted"),
         }
     }
-}
-
-/// Progress is reported about every this many input bytes.
-const PROGRESS_EVERY: u64 = 8 << 20;
-
-/// Analyse capture files end to end. `tick(done, total)` is called every few MiB; returning
-/// false stops the analysis (Ctrl-C).
-pub fn analyze_files(
-    paths: &[String],
-    config: &Config,
-    evidence_path: Option<&str>,
-    tick: &mut dyn FnMut(u64, u64) -> bool,
-) -> Result<Results, AnalyzeError> {
-    let started = Instant::now();
-    let mut merged = Merged::open(paths).map_err(|e| match e {
-        CaptureError::Interrupted => AnalyzeError::Interrupted,
-        e => AnalyzeError::Capture(e),
-    })?;
-    let evidence: Option<Box<dyn std::io::Write + Send>> = match evidence_path {
-        Some(p) => {
-            let f = std::fs::File::create(p)
-                .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
-            Some(Box::new(std::io::BufWriter::new(f)))
-        }
-        None => None,
-    };
-    // Streams and compressed captures have no size before their end: no total then.
-    let total = if merged.sizes_known() { merged.total_size() } else { 0 };
-    let mut pipeline = Pipeline::new(config, evidence);
-    if let Some(p) = &config.ledger {
-        pipeline.shared.dedupe.record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
-    }
-    let mut container = Accounting::default();
-    for (i, e) in &merged.skipped {
-        // Its bytes are accounted too (every input byte in one category), as far as they can
-        // be known: a regular file's size; nothing for a missing file or a stream.
-        let bytes = std::fs::metadata(&paths[*i]).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
-        container.add(cat::UNUSABLE_INPUT, bytes);
-        pipeline.unusable_input_bytes += bytes;
-        pipeline.shared.anomalies.raise(crate::capture::Anomaly::UnusableInput);
-        let path = paths.get(*i).map_or("", String::as_str);
-        pipeline.input_findings.push(crate::findings::input_skipped(path, &e.to_string(), merged.used.len()));
-    }
-    let mut frames_per_file = vec![0u64; merged.used.len()];
-    let mut next_tick = PROGRESS_EVERY;
-    loop {
-        let frame = match merged.next_frame(&mut container, &mut pipeline.shared.anomalies) {
-            Some(f) => f,
-            None => break,
-        };
-        if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
-            *n += 1;
-        }
-        let ts = frame.info.ts_ns;
-        if config.from_ns.is_some_and(|a| ts < a) || config.to_ns.is_some_and(|b| ts >= b) {
-            container.add(cat::OUTSIDE_TIME_BOUNDS, frame.data.len() as u64);
-            continue;
-        }
-        pipeline.process(&frame);
-        let pos = merged.position();
-        if pos >= next_tick {
-            next_tick = pos + PROGRESS_EVERY;
-            if !tick(pos, total) {
-                return Err(AnalyzeError::Interrupted);
-            }
-        }
-    }
-    if merged.interrupted() {
-        return Err(AnalyzeError::Interrupted);
-    }
-    let total = merged.total_size();
-    tick(total, total);
-    // Only the files that were analysed: frames and evidence name them by this index.
-    let inputs = merged
-        .used
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| {
-            let src = merged.source(i);
-            InputFile {
-                path: paths[p].clone(),
-                size_bytes: src.size(),
-                frames: frames_per_file[i],
-                source: src.kind.name(),
-                compression: src.compression.map(|c| c.name()),
-                compressed_bytes: src.compression.map(|_| src.raw_bytes()),
-            }
-        })
-        .collect();
-    let (results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
-    if let Some((writer, error)) = ledger {
-        if let Some(e) = error {
-            return Err(AnalyzeError::Ledger(e.to_string()));
-        }
-        let run = serde_json::json!({ "results": &results, "input_findings": input_findings });
-        let run = serde_json::to_string(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
-        writer.close(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
-    }
-    Ok(results)
 }
 
 // --- live snapshots ---

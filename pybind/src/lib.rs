@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use smbwire_dissectors::dedupe::topology::{self, Topology};
 
-use smbwire_dissectors::pipeline::{self, AnalyzeError, Config};
+use smbwire_dissectors::pipeline::{AnalyzeError, Config};
 
 /// Analyse capture files; returns the result as a JSON string (schema "smbwire/1").
 /// `progress(done_bytes, total_bytes)` is called every few MiB of input.
@@ -35,7 +35,7 @@ fn analyze(
         }
         true
     };
-    let result = pipeline::analyze_files(&paths, &config, evidence_path.as_deref(), &mut tick);
+    let result = smbwire_dissectors::parallel::analyze_files(&paths, &config, evidence_path.as_deref(), &mut tick);
     if let Some(e) = cb_err {
         return Err(e);
     }

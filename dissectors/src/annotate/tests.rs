@@ -1,6 +1,7 @@
 use super::*;
 use crate::capture::testutil::open_bytes;
-use crate::pipeline::{analyze_files, Config};
+use crate::parallel::analyze_files;
+use crate::pipeline::Config;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 

@@ -2,7 +2,8 @@
 //! tests/test_oracle_rdma.py) and on synthetic exchanges.
 
 use crate::capture::testutil::public_dir;
-use crate::pipeline::{analyze_files, Config};
+use crate::parallel::analyze_files;
+use crate::pipeline::Config;
 use crate::report::Results;
 
 fn run(name: &str) -> Results {

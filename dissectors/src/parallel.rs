@@ -1,0 +1,619 @@
+//! `--threads N`: N decoding workers and one ordered stage, with the result of one pipeline.
+//!
+//! ```text
+//!  reader (this thread) ──frames of connection c──▶ worker hash(c) % N: Pipeline<Recorder>
+//!     clock, sweeps                                   wire, TCP/RDMA, SMB2, SMB Direct, BLAKE3
+//!        │                                                         │ marked events
+//!        └── ordered stage (this thread): Dedupe ◀── merge by frame number / mark ──┘
+//! ```
+//!
+//! - **Sharding.** A frame goes to the worker of its connection: both directions of a TCP
+//!   connection (its address and port pair), every RDMA packet between two addresses (RoCE
+//!   queue pairs, their CM exchange, InfiniBand and IPoIB between two ports), so every piece
+//!   of per-connection state (reassembly, framing, pending requests, SMB Direct links,
+//!   iWARP's MPA detection) lives in one worker.
+//! - **Order.** The reader numbers frames (`FrameCtx::seq`) and keeps the clock; ids of what
+//!   a frame opens derive from its number, so they do not depend on the worker. Each worker
+//!   records its sends, completions and name changes with a `Mark` (the frame, or the flow a
+//!   sweep or the end closed); the ordered stage replays frame by frame in capture order, and
+//!   a sweep's or the end's closes of all workers in the order of marks, which is the order
+//!   one pipeline's tables close them in. So the ordered stage receives exactly the event
+//!   stream of one pipeline, and the result is the same JSON (tested on every capture).
+//! - **What crosses connections.** Names of shares and files (a file opened on one channel of
+//!   a multichannel session and written on another) are journaled by the workers (`NameOp`)
+//!   and kept by the ordered stage, which names a send its worker could not. Decryption keys
+//!   derive from a session's first channel: with `--keys` the analysis runs on one pipeline.
+//! - **Limits** (flow table, reorder buffers, SMB2 state maps) hold per worker; results are
+//!   the same as one pipeline's as long as none is reached (each reports when it is). With
+//!   `--max-memory` each worker gets its share of the decoding part of the budget.
+//! - **Memory.** At most `DEPTH` batches per worker are in flight (frames copied once into a
+//!   batch buffer; buffers are reused).
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::accounting::Accounting;
+use crate::anomaly::Anomalies;
+use crate::capture::{FrameInfo, RawFrame};
+use crate::context::{phase, Mark, NameOp, PayloadSink};
+use crate::dedupe::Dedupe;
+use crate::frame::FrameCtx;
+use crate::ledger::{LedgerError, LedgerWriter};
+use crate::payload::send::SendRecord;
+use crate::accounting::cat;
+use crate::capture::merge::Merged;
+use crate::capture::CaptureError;
+use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Pipeline, Run, ROCE_V2_PORT};
+use crate::report::{InputFile, Results};
+use crate::smb2::state::SmbState;
+use crate::wire::{self, Transport};
+
+/// Batches in flight per worker before the reader waits for the oldest one's events.
+const DEPTH: usize = 4;
+/// A batch is handed out at this many frames or bytes, whichever comes first.
+static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4096);
+const BATCH_BYTES: usize = 4 << 20;
+
+/// What a worker recorded, in order, with the mark it was recorded under.
+enum Item {
+    Send(Box<SendRecord>),
+    Complete { conn: u64, message_id: u64, ts_ns: u64 },
+    Names(Vec<NameOp>),
+    /// The worker's out-of-order bytes now, in its TCP and MPA tables.
+    Buffered(u64, u64),
+}
+
+/// A worker's payload sink: records everything, with its mark.
+struct Recorder {
+    mark: Mark,
+    out: Vec<(Mark, Item)>,
+}
+
+impl PayloadSink for Recorder {
+    fn send(&mut self, rec: SendRecord) {
+        self.out.push((self.mark, Item::Send(Box::new(rec))));
+    }
+    fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
+        self.out.push((self.mark, Item::Complete { conn, message_id, ts_ns }));
+    }
+    fn mark(&mut self, mark: Mark) {
+        self.mark = mark;
+    }
+    fn names(&mut self, ops: Vec<NameOp>) {
+        self.out.push((self.mark, Item::Names(ops)));
+    }
+}
+
+enum Step {
+    /// A frame: its context and its bytes in the batch's buffer.
+    Frame { info: FrameInfo, ctx: FrameCtx, start: usize, len: usize },
+    /// Close the flows idle at this time.
+    Sweep(u64),
+}
+
+struct Batch {
+    data: Vec<u8>,
+    steps: Vec<Step>,
+}
+
+enum Job {
+    Batch(Batch),
+    /// End of input at this time: close everything, hand back the counts.
+    Finish(u64),
+}
+
+enum Done {
+    /// A batch's events, and its buffers for reuse.
+    Batch(Vec<(Mark, Item)>, Batch),
+    Finish(Vec<(Mark, Item)>, Box<Counts>),
+}
+
+fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>) {
+    let mut p = Pipeline::with_sink(&config, Recorder { mark: Mark::default(), out: Vec::new() });
+    p.shared.smb.journal = Some(Vec::new());
+    let mut buffered = (0, 0);
+    let mut note_buffered = |p: &mut Pipeline<Recorder>, m: Mark| {
+        let now = p.buffered_bytes();
+        if now != buffered {
+            buffered = now;
+            p.shared.dedupe.out.push((m, Item::Buffered(now.0, now.1)));
+        }
+    };
+    for job in jobs {
+        match job {
+            Job::Batch(mut b) => {
+                for step in b.steps.iter() {
+                    match *step {
+                        Step::Frame { info, ctx, start, len } => {
+                            let m = Mark { phase: phase::FRAME, a: ctx.seq, b: 0 };
+                            p.mark(m);
+                            p.decode(&RawFrame { info, data: &b.data[start..start + len] }, &ctx);
+                            // Hands over the names of this frame (marked with it).
+                            p.mark(Mark { phase: phase::FRAME, a: ctx.seq, b: 1 });
+                            note_buffered(&mut p, m);
+                        }
+                        Step::Sweep(now) => {
+                            p.expire_idle(now);
+                            note_buffered(&mut p, Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX });
+                        }
+                    }
+                }
+                b.steps.clear();
+                b.data.clear();
+                let out = std::mem::take(&mut p.shared.dedupe.out);
+                if done.send(Done::Batch(out, b)).is_err() {
+                    return;
+                }
+            }
+            Job::Finish(end_ts) => {
+                p.close_all(end_ts);
+                note_buffered(&mut p, Mark { phase: phase::FINISH_RDMA, a: u64::MAX, b: u64::MAX });
+                let out = std::mem::take(&mut p.shared.dedupe.out);
+                let counts = p.take_counts();
+                let _ = done.send(Done::Finish(out, Box::new(counts)));
+                return;
+            }
+        }
+    }
+}
+
+/// The worker a frame belongs to: a hash of its connection's unordered address (and port)
+/// pair, so both directions meet. Frames that do not decode go to worker 0.
+fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
+    let Ok(d) = wire::decode(info.linktype, data) else { return 0 };
+    let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
+    let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
+    match d.transport {
+        Transport::Tcp(seg) => {
+            let (x, y) = ((d.src, seg.src_port), (d.dst, seg.dst_port));
+            let (x, y) = if x <= y { (x, y) } else { (y, x) };
+            (x, y).hash(&mut h);
+        }
+        Transport::Udp(u) if u.dst_port == ROCE_V2_PORT => (a, b).hash(&mut h),
+        _ => (a, b).hash(&mut h),
+    }
+    (h.finish() % n as u64) as usize
+}
+
+struct Worker {
+    jobs: SyncSender<Job>,
+    done: Receiver<Done>,
+    handle: Option<JoinHandle<()>>,
+    /// Events received, not yet replayed.
+    pending: VecDeque<(Mark, Item)>,
+    /// The batch being filled, and emptied buffers to fill next.
+    batch: Batch,
+    spare: Vec<Batch>,
+    /// Its out-of-order bytes (TCP, MPA tables) as last reported.
+    buffered: (u64, u64),
+}
+
+/// What the reader did with one batch, in order: what the ordered stage replays.
+enum Order {
+    Frame { worker: usize, seq: u64, ts_ns: u64 },
+    Sweep(u64),
+}
+
+/// N workers and the ordered stage; `process` one frame at a time like `Pipeline`.
+pub struct Parallel {
+    workers: Vec<Worker>,
+    pub dedupe: Dedupe,
+    /// Shares and files by the workers' journals (`NameOp`), to name sends.
+    names: SmbState,
+    pub clock: Clock,
+    /// The reader's own anomalies (time stepping back; the capture readers').
+    pub anomalies: Anomalies,
+    /// Batches handed out and not yet replayed.
+    in_flight: VecDeque<Vec<Order>>,
+    order: Vec<Order>,
+    frames_in_batch: usize,
+    bytes_in_batch: usize,
+    window_ns: u64,
+    /// Peak of the summed out-of-order bytes (TCP, MPA tables), at frame ends.
+    peak_buffered: (u64, u64),
+    pub input_findings: Vec<crate::findings::Finding>,
+    pub unusable_input_bytes: u64,
+}
+
+impl Parallel {
+    /// `threads` workers (at least 2; one is `Pipeline`).
+    pub fn new(config: &Config, threads: usize, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        let n = threads.max(2);
+        let mut wc = config.clone();
+        wc.max_memory_bytes = config.max_memory_bytes.map(|m| m / n as u64);
+        let workers = (0..n)
+            .map(|i| {
+                let (jt, jr) = sync_channel(DEPTH + 1);
+                let (dt, dr) = sync_channel(DEPTH + 1);
+                let c = wc.clone();
+                let handle = std::thread::Builder::new()
+                    .name(format!("smbwire-worker-{i}"))
+                    .spawn(move || worker(c, jr, dt))
+                    .expect("a worker thread can be started");
+                Worker {
+                    jobs: jt,
+                    done: dr,
+                    handle: Some(handle),
+                    pending: VecDeque::new(),
+                    batch: Batch { data: Vec::new(), steps: Vec::new() },
+                    spare: Vec::new(),
+                    buffered: (0, 0),
+                }
+            })
+            .collect();
+        Parallel {
+            workers,
+            dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
+            names: SmbState::new(),
+            clock: Clock::default(),
+            anomalies: Anomalies::default(),
+            in_flight: VecDeque::new(),
+            order: Vec::new(),
+            frames_in_batch: 0,
+            bytes_in_batch: 0,
+            window_ns: config.dedupe.window_ns,
+            peak_buffered: (0, 0),
+            input_findings: Vec::new(),
+            unusable_input_bytes: 0,
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Process one captured frame (its events reach the ordered stage a few batches later).
+    pub fn process(&mut self, frame: &RawFrame<'_>) {
+        let ctx = self.clock.frame(frame, &mut self.anomalies);
+        let w = shard(&frame.info, frame.data, self.workers.len());
+        let b = &mut self.workers[w].batch;
+        let start = b.data.len();
+        b.data.extend_from_slice(frame.data);
+        b.steps.push(Step::Frame { info: frame.info, ctx, start, len: frame.data.len() });
+        self.order.push(Order::Frame { worker: w, seq: ctx.seq, ts_ns: frame.info.ts_ns });
+        self.frames_in_batch += 1;
+        self.bytes_in_batch += frame.data.len();
+        if let Some(now) = self.clock.sweep_due() {
+            for wk in self.workers.iter_mut() {
+                wk.batch.steps.push(Step::Sweep(now));
+            }
+            self.order.push(Order::Sweep(now));
+        }
+        if self.frames_in_batch >= BATCH_FRAMES.load(std::sync::atomic::Ordering::Relaxed) || self.bytes_in_batch >= BATCH_BYTES {
+            self.hand_out();
+        }
+    }
+
+    /// Hand the batch being filled to the workers; replay the oldest when too many are out.
+    fn hand_out(&mut self) {
+        for wk in self.workers.iter_mut() {
+            let next = wk.spare.pop().unwrap_or(Batch { data: Vec::new(), steps: Vec::new() });
+            let b = std::mem::replace(&mut wk.batch, next);
+            // A worker only ends when its channel closes: it is alive while we hold `jobs`.
+            wk.jobs.send(Job::Batch(b)).expect("worker alive");
+        }
+        self.in_flight.push_back(std::mem::take(&mut self.order));
+        self.frames_in_batch = 0;
+        self.bytes_in_batch = 0;
+        while self.in_flight.len() >= DEPTH {
+            self.replay_oldest();
+        }
+    }
+
+    fn replay_oldest(&mut self) {
+        let Some(order) = self.in_flight.pop_front() else { return };
+        for wk in self.workers.iter_mut() {
+            match wk.done.recv().expect("worker alive") {
+                Done::Batch(out, b) => {
+                    wk.pending.extend(out);
+                    wk.spare.push(b);
+                }
+                Done::Finish(..) => unreachable!("a worker finishes only when told"),
+            }
+        }
+        for o in order {
+            match o {
+                Order::Frame { worker, seq, ts_ns } => {
+                    self.dedupe.note_time(ts_ns);
+                    while let Some((m, _)) = self.workers[worker].pending.front() {
+                        if m.phase != phase::FRAME || m.a != seq {
+                            break;
+                        }
+                        let (_, item) = self.workers[worker].pending.pop_front().expect("front");
+                        self.apply(worker, item);
+                    }
+                    let sum = self.buffered_sum();
+                    self.peak_buffered = (self.peak_buffered.0.max(sum.0), self.peak_buffered.1.max(sum.1));
+                }
+                Order::Sweep(now) => {
+                    self.dedupe.advance(now);
+                    let mut group = Vec::new();
+                    for (i, wk) in self.workers.iter_mut().enumerate() {
+                        while let Some((m, _)) = wk.pending.front() {
+                            if m.phase != phase::EXPIRE_TCP && m.phase != phase::EXPIRE_MPA {
+                                break;
+                            }
+                            let (m, item) = wk.pending.pop_front().expect("front");
+                            group.push((m, i, item));
+                        }
+                    }
+                    self.apply_group(group);
+                }
+            }
+        }
+    }
+
+    fn buffered_sum(&self) -> (u64, u64) {
+        self.workers.iter().fold((0, 0), |s, w| (s.0 + w.buffered.0, s.1 + w.buffered.1))
+    }
+
+    /// Closes of several workers in the order of their marks (a stable sort keeps each
+    /// close's own order).
+    fn apply_group(&mut self, mut group: Vec<(Mark, usize, Item)>) {
+        group.sort_by_key(|(m, _, _)| *m);
+        for (_, w, item) in group {
+            self.apply(w, item);
+        }
+    }
+
+    fn apply(&mut self, worker: usize, item: Item) {
+        match item {
+            Item::Send(mut s) => {
+                if s.share.is_none() {
+                    s.share = self.names.share(s.session_id, s.tree_id);
+                }
+                if s.file_name.is_none() {
+                    s.file_name = self.names.file_name(&s.file_id);
+                }
+                self.dedupe.send(*s);
+            }
+            Item::Complete { conn, message_id, ts_ns } => self.dedupe.complete(conn, message_id, ts_ns),
+            Item::Names(ops) => {
+                let mut scratch = Anomalies::default();
+                for op in ops {
+                    self.names.apply(op, &mut scratch);
+                }
+            }
+            Item::Buffered(t, m) => self.workers[worker].buffered = (t, m),
+        }
+    }
+
+    /// End of input: every batch replayed, every worker closed in mark order, the result.
+    pub fn finish_recorded(
+        mut self,
+        inputs: Vec<InputFile>,
+        container: Accounting,
+        started: Instant,
+    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
+        if !self.order.is_empty() || self.workers.iter().any(|w| !w.batch.steps.is_empty()) {
+            self.hand_out();
+        }
+        while !self.in_flight.is_empty() {
+            self.replay_oldest();
+        }
+        self.dedupe.note_time(crate::ledger::AT_END);
+        let end = self.clock.last_ts;
+        for wk in self.workers.iter() {
+            wk.jobs.send(Job::Finish(end)).expect("worker alive");
+        }
+        let mut counts: Option<Counts> = None;
+        let mut group = Vec::new();
+        for i in 0..self.workers.len() {
+            let wk = &mut self.workers[i];
+            let Done::Finish(out, c) = wk.done.recv().expect("worker alive") else {
+                unreachable!("every batch was replayed")
+            };
+            if let Some(h) = wk.handle.take() {
+                let _ = h.join();
+            }
+            for (m, item) in wk.pending.drain(..).chain(out) {
+                group.push((m, i, item));
+            }
+            match counts.as_mut() {
+                Some(all) => all.absorb(*c),
+                None => counts = Some(*c),
+            }
+        }
+        self.apply_group(group);
+        let mut counts = counts.expect("at least two workers");
+        counts.anomalies.absorb(&self.anomalies);
+        // One pipeline's peak is that of its tables' totals: the workers' summed at each
+        // frame, or one direction's own peak (each worker's figure), whichever is larger.
+        counts.flows.peak_buffered_bytes =
+            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
+        let ledger = self.dedupe.take_ledger();
+        let threads = self.workers.len();
+        let run = Run {
+            counts,
+            clock: std::mem::take(&mut self.clock),
+            window_ns: self.window_ns,
+            input_findings: std::mem::take(&mut self.input_findings),
+            unusable_input_bytes: self.unusable_input_bytes,
+        };
+        let dedupe = std::mem::replace(
+            &mut self.dedupe,
+            Dedupe::new(Default::default(), Default::default(), None),
+        );
+        let (mut results, input_findings) = run.results(dedupe, inputs, container, started);
+        results.analysis.threads = threads;
+        (results, ledger, input_findings)
+    }
+}
+
+impl Drop for Parallel {
+    fn drop(&mut self) {
+        // Interrupted (or finished): close both channels of every worker, so one waiting for
+        // a job or blocked handing back events ends, then wait for it.
+        for wk in self.workers.iter_mut() {
+            let (jobs, _) = sync_channel(0);
+            let (_, done) = sync_channel(0);
+            drop(std::mem::replace(&mut wk.jobs, jobs));
+            drop(std::mem::replace(&mut wk.done, done));
+        }
+        for wk in self.workers.iter_mut() {
+            if let Some(h) = wk.handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+
+/// One pipeline, or workers and the ordered stage (`config.threads` > 1, without `--keys`).
+pub enum Engine {
+    One(Box<Pipeline>),
+    Many(Box<Parallel>),
+}
+
+impl Engine {
+    pub fn new(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        // Keys derive from a session's first channel: a worker could lack them (module doc).
+        if config.threads > 1 && config.keys.is_none() {
+            Engine::Many(Box::new(Parallel::new(config, config.threads, evidence)))
+        } else {
+            Engine::One(Box::new(Pipeline::new(config, evidence)))
+        }
+    }
+
+    pub fn dedupe(&mut self) -> &mut Dedupe {
+        match self {
+            Engine::One(p) => &mut p.shared.dedupe,
+            Engine::Many(p) => &mut p.dedupe,
+        }
+    }
+
+    /// Where unusable inputs are counted: their bytes, the reader's anomalies, the findings.
+    pub fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>) {
+        match self {
+            Engine::One(p) => (&mut p.unusable_input_bytes, &mut p.shared.anomalies, &mut p.input_findings),
+            Engine::Many(p) => (&mut p.unusable_input_bytes, &mut p.anomalies, &mut p.input_findings),
+        }
+    }
+
+    pub fn process(&mut self, frame: &RawFrame<'_>) {
+        match self {
+            Engine::One(p) => p.process(frame),
+            Engine::Many(p) => p.process(frame),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    pub fn finish_recorded(
+        self,
+        inputs: Vec<InputFile>,
+        container: Accounting,
+        started: Instant,
+    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
+        match self {
+            Engine::One(p) => p.finish_recorded(inputs, container, started),
+            Engine::Many(p) => p.finish_recorded(inputs, container, started),
+        }
+    }
+}
+
+/// Progress is reported about every this many input bytes.
+const PROGRESS_EVERY: u64 = 8 << 20;
+
+/// Analyse capture files end to end. `tick(done, total)` is called every few MiB; returning
+/// false stops the analysis (Ctrl-C).
+pub fn analyze_files(
+    paths: &[String],
+    config: &Config,
+    evidence_path: Option<&str>,
+    tick: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<Results, AnalyzeError> {
+    let started = Instant::now();
+    let mut merged = Merged::open(paths).map_err(|e| match e {
+        CaptureError::Interrupted => AnalyzeError::Interrupted,
+        e => AnalyzeError::Capture(e),
+    })?;
+    let evidence: Option<Box<dyn std::io::Write + Send>> = match evidence_path {
+        Some(p) => {
+            let f = std::fs::File::create(p)
+                .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
+            Some(Box::new(std::io::BufWriter::new(f)))
+        }
+        None => None,
+    };
+    // Streams and compressed captures have no size before their end: no total then.
+    let total = if merged.sizes_known() { merged.total_size() } else { 0 };
+    let mut pipeline = Engine::new(config, evidence);
+    if let Some(p) = &config.ledger {
+        pipeline.dedupe().record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
+    }
+    let mut container = Accounting::default();
+    for (i, e) in &merged.skipped {
+        // Its bytes are accounted too (every input byte in one category), as far as they can
+        // be known: a regular file's size; nothing for a missing file or a stream.
+        let bytes = std::fs::metadata(&paths[*i]).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
+        container.add(cat::UNUSABLE_INPUT, bytes);
+        let (unusable, anomalies, findings) = pipeline.inputs();
+        *unusable += bytes;
+        anomalies.raise(crate::capture::Anomaly::UnusableInput);
+        let path = paths.get(*i).map_or("", String::as_str);
+        findings.push(crate::findings::input_skipped(path, &e.to_string(), merged.used.len()));
+    }
+    let mut frames_per_file = vec![0u64; merged.used.len()];
+    let mut next_tick = PROGRESS_EVERY;
+    loop {
+        let frame = match merged.next_frame(&mut container, pipeline.inputs().1) {
+            Some(f) => f,
+            None => break,
+        };
+        if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
+            *n += 1;
+        }
+        let ts = frame.info.ts_ns;
+        if config.from_ns.is_some_and(|a| ts < a) || config.to_ns.is_some_and(|b| ts >= b) {
+            container.add(cat::OUTSIDE_TIME_BOUNDS, frame.data.len() as u64);
+            continue;
+        }
+        pipeline.process(&frame);
+        let pos = merged.position();
+        if pos >= next_tick {
+            next_tick = pos + PROGRESS_EVERY;
+            if !tick(pos, total) {
+                return Err(AnalyzeError::Interrupted);
+            }
+        }
+    }
+    if merged.interrupted() {
+        return Err(AnalyzeError::Interrupted);
+    }
+    let total = merged.total_size();
+    tick(total, total);
+    // Only the files that were analysed: frames and evidence name them by this index.
+    let inputs = merged
+        .used
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            let src = merged.source(i);
+            InputFile {
+                path: paths[p].clone(),
+                size_bytes: src.size(),
+                frames: frames_per_file[i],
+                source: src.kind.name(),
+                compression: src.compression.map(|c| c.name()),
+                compressed_bytes: src.compression.map(|_| src.raw_bytes()),
+            }
+        })
+        .collect();
+    let (results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
+    if let Some((writer, error)) = ledger {
+        if let Some(e) = error {
+            return Err(AnalyzeError::Ledger(e.to_string()));
+        }
+        let run = serde_json::json!({ "results": &results, "input_findings": input_findings });
+        let run = serde_json::to_string(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
+        writer.close(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
+    }
+    Ok(results)
+}
+
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,109 @@
+//! `--threads N` gives one pipeline's result: the same JSON apart from `analysis`, on every
+//! bundled and public capture, with 2 and 3 workers, with small batches and several sweeps.
+
+use super::*;
+use crate::capture::testutil::public_dir;
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn captures() -> Vec<PathBuf> {
+    let bundled = public_dir().parent().expect("captures/").to_path_buf();
+    let mut all: Vec<PathBuf> = Vec::new();
+    for dir in [bundled, public_dir()] {
+        for e in std::fs::read_dir(&dir).expect("captures directory") {
+            let p = e.expect("entry").path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name.ends_with(".pcap") || name.ends_with(".pcapng") {
+                all.push(p);
+            }
+        }
+    }
+    all.sort();
+    assert!(all.len() >= 30, "bundled and public captures: {}", all.len());
+    all
+}
+
+/// The result without the run's own figures (timing, threads), and the evidence lines.
+fn run(paths: &[PathBuf], config: &Config, dir: &std::path::Path) -> (Value, String) {
+    let paths: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let ev = dir.join(format!("ev-{}", config.threads));
+    let r = analyze_files(&paths, config, Some(ev.to_str().unwrap()), &mut |_, _| true).expect("analysis");
+    assert_eq!(r.analysis.threads, config.threads.max(1));
+    let mut v = serde_json::to_value(&r).unwrap();
+    v.as_object_mut().unwrap().remove("analysis");
+    (v, std::fs::read_to_string(ev).unwrap())
+}
+
+fn same(paths: &[PathBuf], config: &Config) {
+    static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("smbwire-par-{}-{k}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let one = run(paths, &Config { threads: 1, ..config.clone() }, &dir);
+    for n in [2, 3] {
+        let many = run(paths, &Config { threads: n, ..config.clone() }, &dir);
+        if many.0 != one.0 {
+            let (a, b) = (one.0.as_object().unwrap(), many.0.as_object().unwrap());
+            let diff: Vec<_> = a.keys().filter(|k| a.get(*k) != b.get(*k)).collect();
+            let show = |o: &serde_json::Map<String, Value>| {
+                let t = serde_json::to_string(&diff.iter().map(|k| &o[*k]).collect::<Vec<_>>()).unwrap();
+                t.chars().take(1500).collect::<String>()
+            };
+            panic!("{paths:?} with {n} threads differs in {diff:?}:\n{}\n{}", show(a), show(b));
+        }
+        if many.1 != one.1 {
+            let d = one.1.lines().zip(many.1.lines()).position(|(a, b)| a != b);
+            let line = |t: &str| d.and_then(|i| t.lines().nth(i)).map(|l| l.chars().take(600).collect::<String>());
+            panic!("{paths:?}: evidence with {n} threads differs at line {d:?}:\n{:?}\n{:?}", line(&one.1), line(&many.1));
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn threads_give_one_pipelines_result_on_every_capture() {
+    for p in captures() {
+        same(&[p], &Config::default());
+    }
+}
+
+#[test]
+fn threads_give_one_pipelines_result_with_a_short_window_and_merged_files() {
+    // A window of 1 ms folds sends while others are still arriving; idle flows expire with
+    // sweeps every second of capture time on the longer captures.
+    // Batches of 7 frames: sweeps and closes cross batch boundaries (the others' results
+    // must not change with it either).
+    BATCH_FRAMES.store(7, std::sync::atomic::Ordering::Relaxed);
+    let mut c = Config::default();
+    c.dedupe.window_ns = 1_000_000;
+    c.dedupe.top_n = 3;
+    let all = captures();
+    for p in all.iter().filter(|p| p.to_string_lossy().contains("nested4") || p.to_string_lossy().contains("multichannel")) {
+        same(&[p.clone()], &c);
+    }
+    // Two mirror ports' files merged by time (the public SMB captures together).
+    let smb: Vec<PathBuf> = all.iter().filter(|p| p.to_string_lossy().contains("smb3") && !p.to_string_lossy().contains("aes")).cloned().collect();
+    assert!(smb.len() >= 5);
+    same(&smb, &Config::default());
+}
+
+#[test]
+fn shard_keeps_both_directions_of_a_connection_together() {
+    let caps = captures();
+    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
+    let mut m = Merged::open(&[cap.to_string_lossy().into_owned()]).unwrap();
+    let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+    let mut by_conn: std::collections::HashMap<((std::net::IpAddr, u16), (std::net::IpAddr, u16)), usize> = Default::default();
+    let mut workers_used = std::collections::BTreeSet::new();
+    while let Some(f) = m.next_frame(&mut acct, &mut an) {
+        let d = wire::decode(f.info.linktype, f.data).unwrap();
+        let Transport::Tcp(seg) = d.transport else { continue };
+        let (x, y) = ((d.src, seg.src_port), (d.dst, seg.dst_port));
+        let key = if x <= y { (x, y) } else { (y, x) };
+        let w = shard(&f.info, f.data, 3);
+        assert_eq!(*by_conn.entry(key).or_insert(w), w);
+        workers_used.insert(w);
+    }
+    assert!(by_conn.len() >= 2 && workers_used.len() >= 2, "{} connections on {:?}", by_conn.len(), workers_used);
+}
+
