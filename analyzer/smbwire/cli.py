@@ -225,11 +225,13 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 @click.option("--annotate", metavar="OUT.pcapng",
               help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
+@click.option("--threads", type=click.IntRange(1, 256), metavar="N",
+              help="Decoding threads, each taking whole connections; one more thread reads and runs dedupe in capture order. The result is the same for any N (default: the CPUs available; with --keys: 1).")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
             reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
             html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None,
-            max_index_memory: int | None, keys: str | None, max_memory: int | None) -> int:
+            max_index_memory: int | None, keys: str | None, max_memory: int | None, threads: int | None) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
     (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
@@ -252,12 +254,14 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
                 from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=series_interval,
-                assume_members=assume_members, max_index_memory=max_index_memory, keys=keys, max_memory=max_memory))
+                assume_members=assume_members, max_index_memory=max_index_memory, keys=keys, max_memory=max_memory,
+                threads=threads))
         else:
             result = engine.analyze(paths, topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
                                     from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
                                     interval=series_interval, assume_members=assume_members,
-                                    max_index_memory=max_index_memory, keys=keys, max_memory=max_memory)
+                                    max_index_memory=max_index_memory, keys=keys, max_memory=max_memory,
+                                    threads=threads)
     except BaseException:
         if (evidence_to_stdout or annotate_evidence) and evidence is not None:
             _remove(evidence)

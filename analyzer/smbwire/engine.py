@@ -99,6 +99,14 @@ def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
+def default_threads() -> int:
+    """Decoding threads when `--threads` is not given: the CPUs this process may run on."""
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), 256))
+    except (AttributeError, OSError):
+        return max(1, min(os.cpu_count() or 1, 256))
+
+
 def build_config(
     *,
     topology: Topology | Mapping[str, Any] | None = None,
@@ -113,6 +121,7 @@ def build_config(
     max_index_memory: int | None = None,
     keys: str | os.PathLike[str] | None = None,
     max_memory: int | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """The engine's config object (serialised as `config_json`). `from_ns`/`to_ns`: analyse
     only frames captured in [from, to) (ns since the epoch). `assume_members`: with no nodes in
@@ -139,6 +148,8 @@ def build_config(
     config: dict[str, Any] = {"window_seconds": float(window), "topology": topo, "top_n": top_n}
     if ledger is not None:
         config["ledger"] = ledger
+    if threads is not None:
+        config["threads"] = threads
     if from_ns is not None:
         config["from_ns"] = from_ns
     if to_ns is not None:
@@ -207,6 +218,7 @@ def analyze(
     max_index_memory: int | None = None,
     keys: str | os.PathLike[str] | None = None,
     max_memory: int | None = None,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Analyse capture files together; returns the result dict (schema "smbwire/1",
     docs/json-schema.md). `evidence`: path of the JSON-lines evidence file the engine writes.
@@ -223,7 +235,7 @@ def analyze(
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
                           from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=interval,
                           assume_members=assume_members, max_index_memory=max_index_memory, keys=keys,
-                          max_memory=max_memory)
+                          max_memory=max_memory, threads=default_threads() if threads is None else threads)
     evidence_path = None
     if evidence is not None:
         evidence_path = os.fspath(evidence)

@@ -498,7 +498,9 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
     if a:
         out.append(Text(
             f"Analysed {fmt_count(a.get('frames'))} frames in {fmt_seconds(a.get('elapsed_seconds'))}"
-            f" ({fmt_bytes(a.get('bytes_per_second'))}/s)",
+            f" ({fmt_bytes(a.get('bytes_per_second'))}/s"
+            + (f", {a['threads']} decoding threads" if is_number(a.get("threads")) and a["threads"] > 1 else "")
+            + ")",
             style="dim",
         ))
     if idx:

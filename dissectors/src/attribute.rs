@@ -197,6 +197,7 @@ pub fn attribute_files(
             "elapsed_seconds": elapsed,
             "frames": frames,
             "bytes_per_second": if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
+            "threads": 1,
             "ledgers": paths,
             "ledger_events": events,
         }),

@@ -28,10 +28,14 @@ pub trait PayloadSink {
 /// a `--threads` worker for the ordered stage.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NameOp {
-    /// (SessionId, TreeId) connected to this share, or disconnected (`None`).
-    Tree(u64, u32, Option<Arc<str>>),
-    /// FileId opened with this name, or closed (`None`).
-    File([u8; 16], Option<Arc<str>>),
+    /// Connection `0`'s server has this address (`SmbState::note_server`).
+    Server(u64, std::net::IpAddr),
+    /// Connection `0`'s NEGOTIATE response named this ServerGuid.
+    ServerGuid(u64, [u8; 16]),
+    /// On connection `0`, (SessionId, TreeId) connected to this share, or disconnected (`None`).
+    Tree(u64, u64, u32, Option<Arc<str>>),
+    /// On connection `0`, FileId opened with this name, or closed (`None`).
+    File(u64, [u8; 16], Option<Arc<str>>),
 }
 
 /// The origin of a sink's next events: `phase`, then two numbers ordered within it.

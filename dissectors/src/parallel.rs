@@ -362,11 +362,14 @@ impl Parallel {
     fn apply(&mut self, worker: usize, item: Item) {
         match item {
             Item::Send(mut s) => {
-                if s.share.is_none() {
-                    s.share = self.names.share(s.session_id, s.tree_id);
+                // The ordered stage's names are those one pipeline has: its own when it has
+                // one (the worker may lack another connection's), else the worker's (a name
+                // from the same compound, not in any map).
+                if let Some(n) = self.names.share(s.conn, s.session_id, s.tree_id) {
+                    s.share = Some(n);
                 }
-                if s.file_name.is_none() {
-                    s.file_name = self.names.file_name(&s.file_id);
+                if let Some(n) = self.names.file_name(s.conn, &s.file_id) {
+                    s.file_name = Some(n);
                 }
                 self.dedupe.send(*s);
             }

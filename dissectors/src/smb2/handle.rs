@@ -89,6 +89,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                     cipher: c.ciphers.first().copied(),
                     compression_algorithms: c.compression_algorithms,
                     rdma_transform_ids: c.rdma_transform_ids,
+                    server_guid: n.server_guid,
                 };
                 smb.set_negotiated(conn, info, an);
             }
@@ -107,7 +108,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 smb.session_failed(conn, h.message_id);
             }
         }
-        (command::LOGOFF, true) if ok => smb.logoff(session_id),
+        (command::LOGOFF, true) if ok => smb.logoff(conn, session_id),
         (command::TREE_CONNECT, false) => match rec::TreeConnectRequest::parse(msg) {
             Ok(t) => smb.add_pending(conn, h.message_id, Pending::TreeConnect { path: Arc::from(t.path) }, an),
             Err(e) => an.raise(e),
@@ -120,13 +121,13 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
             if ok {
                 report(an, rec::TreeConnectResponse::parse(msg).map(|_| ()));
                 match (path, h.tree_id) {
-                    (Some(p), Some(t)) => smb.tree_connected(session_id, t, p, an),
+                    (Some(p), Some(t)) => smb.tree_connected(conn, session_id, t, p, an),
                     // Request not seen (capture began later): count, share stays unknown.
                     _ => smb.stats.trees += 1,
                 }
             }
         }
-        (command::TREE_DISCONNECT, true) if ok => smb.tree_disconnected(session_id, tree_id),
+        (command::TREE_DISCONNECT, true) if ok => smb.tree_disconnected(conn, session_id, tree_id),
         (command::CREATE, false) => match rec::CreateRequest::parse(msg) {
             Ok(c) => {
                 let name: Arc<str> = Arc::from(c.name);
@@ -146,7 +147,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 match rec::CreateResponse::parse(msg) {
                     Ok(c) => {
                         if let Some(n) = name {
-                            smb.file_opened(c.file_id, n, an);
+                            smb.file_opened(conn, c.file_id, n, an);
                         }
                         chain.file_id = Some(c.file_id);
                     }
@@ -161,7 +162,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
         (command::CLOSE, true) => {
             if let Some(Pending::Close { file_id }) = smb.take_pending(conn, h.message_id) {
                 if ok {
-                    smb.file_closed(&file_id);
+                    smb.file_closed(conn, &file_id);
                 }
             }
         }
@@ -196,8 +197,8 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                         tree_id: rtree,
                         file_id,
                         offset,
-                        share: smb.share(session_id, rtree),
-                        file_name: smb.file_name(&file_id),
+                        share: smb.share(conn, session_id, rtree),
+                        file_name: smb.file_name(conn, &file_id),
                     });
                 }
                 act.completes = Some(h.message_id);
@@ -210,14 +211,14 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let raw = w.file_id;
                 let file_id = resolve(chain, raw);
                 chain.file_id = Some(file_id);
-                let file_name = smb.file_name(&file_id).or_else(|| if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None });
+                let file_name = smb.file_name(conn, &file_id).or_else(|| if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None });
                 act.payload = Some(PayloadMeta {
                     message_id: h.message_id,
                     session_id,
                     tree_id,
                     file_id,
                     offset: w.offset,
-                    share: smb.share(session_id, tree_id),
+                    share: smb.share(conn, session_id, tree_id),
                     file_name,
                 });
             }

@@ -1,5 +1,8 @@
 //! Sessions, trees and open files keyed by SessionId/TreeId/FileId, shared by all
 //! connections so one session spread over several channels (multichannel) is one session.
+//! Those ids are unique per server only (MS-SMB2 §3.3.5.5.3, §3.3.5.7, §3.3.5.9: the server
+//! allocates them), so trees and files are kept per server (`Scope`): its ServerGuid from the
+//! NEGOTIATE response (the same on every interface of a multichannel server), else its address.
 //! Also pending requests (to join a response to its request) and the SMB2 counters
 //! reported in `"smb2"`. Every map is bounded: at its cap the oldest entry is evicted and
 //! `smb2.state_evicted` is raised.
@@ -55,6 +58,17 @@ pub struct ConnInfo {
     pub cipher: Option<u16>,
     pub compression_algorithms: Vec<u16>,
     pub rdma_transform_ids: Vec<u16>,
+    /// ServerGuid of the NEGOTIATE response (all zero when absent).
+    pub server_guid: [u8; 16],
+}
+
+/// The server a tree or file id belongs to (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Guid([u8; 16]),
+    Addr(std::net::IpAddr),
+    /// A connection whose server is not known yet (no message seen).
+    Conn(u64),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -186,9 +200,15 @@ impl Smb2Stats {
 #[derive(Debug)]
 pub struct SmbState {
     limits: Limits,
-    sessions: BoundedMap<u64, Session>,
-    trees: BoundedMap<(u64, u32), Arc<str>>,
-    files: BoundedMap<[u8; 16], Arc<str>>,
+    sessions: BoundedMap<(Scope, u64), Session>,
+    trees: BoundedMap<(Scope, u64, u32), Arc<str>>,
+    files: BoundedMap<(Scope, [u8; 16]), Arc<str>>,
+    /// Each connection's server, fixed at its first message (by address, or by the
+    /// ServerGuid another connection to that address negotiated), then at its own NEGOTIATE
+    /// response by the ServerGuid.
+    scopes: BoundedMap<u64, Scope>,
+    server_addr: BoundedMap<u64, std::net::IpAddr>,
+    guid_of_addr: BoundedMap<std::net::IpAddr, [u8; 16]>,
     pending: BoundedMap<(u64, u64), Pending>,
     conns: BoundedMap<u64, ConnInfo>,
     /// Channel bindings awaiting their SESSION_SETUP response, keyed by (conn, MessageId).
@@ -298,6 +318,9 @@ impl SmbState {
             files: BoundedMap::new(limits.files),
             pending: BoundedMap::new(limits.pending),
             conns: BoundedMap::new(limits.connections),
+            scopes: BoundedMap::new(limits.connections),
+            server_addr: BoundedMap::new(limits.connections),
+            guid_of_addr: BoundedMap::new(limits.connections),
             bindings: BoundedMap::new(limits.pending),
             crypt: CryptState::new(Arc::new(KeyTable::default()), &limits),
             opening_bytes: 0,
@@ -345,8 +368,45 @@ impl SmbState {
         if info.dialect != DIALECT_WILDCARD {
             self.stats.dialects.insert(dialect_name(info.dialect));
         }
+        let guid = info.server_guid;
         let e = self.conns.insert(conn, info);
         Self::evicted(an, e);
+        if guid != [0; 16] {
+            self.server_guid(conn, guid, an);
+        }
+    }
+
+    /// Connection `conn`'s server has address `addr` (called at its first message).
+    pub fn note_server(&mut self, conn: u64, addr: std::net::IpAddr, an: &mut Anomalies) {
+        if self.scopes.get(&conn).is_some() {
+            return;
+        }
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Server(conn, addr));
+        }
+        let scope = self.guid_of_addr.get(&addr).map_or(Scope::Addr(addr), |g| Scope::Guid(*g));
+        let e = self.scopes.insert(conn, scope);
+        Self::evicted(an, e);
+        let e = self.server_addr.insert(conn, addr);
+        Self::evicted(an, e);
+    }
+
+    /// Connection `conn`'s NEGOTIATE response named ServerGuid `guid`.
+    pub fn server_guid(&mut self, conn: u64, guid: [u8; 16], an: &mut Anomalies) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::ServerGuid(conn, guid));
+        }
+        let e = self.scopes.insert(conn, Scope::Guid(guid));
+        Self::evicted(an, e);
+        if let Some(a) = self.server_addr.get(&conn).copied() {
+            let e = self.guid_of_addr.insert(a, guid);
+            Self::evicted(an, e);
+        }
+    }
+
+    /// The server connection `conn`'s tree and file ids belong to.
+    pub fn scope(&self, conn: u64) -> Scope {
+        self.scopes.get(&conn).copied().unwrap_or(Scope::Conn(conn))
     }
 
     // --- sessions ---
@@ -362,7 +422,8 @@ impl SmbState {
         if binding {
             self.stats.session_bindings += 1;
         }
-        if let Some(s) = self.sessions.get_mut(&session_id) {
+        let key = (self.scope(conn), session_id);
+        if let Some(s) = self.sessions.get_mut(&key) {
             if !s.channels.contains(&conn) && s.channels.len() < 64 {
                 s.channels.push(conn);
             }
@@ -371,7 +432,7 @@ impl SmbState {
         if !binding {
             self.stats.sessions += 1;
         }
-        let e = self.sessions.insert(session_id, Session { channels: vec![conn] });
+        let e = self.sessions.insert(key, Session { channels: vec![conn] });
         Self::evicted(an, e);
     }
 
@@ -379,34 +440,34 @@ impl SmbState {
         self.bindings.remove(&(conn, message_id));
     }
 
-    pub fn session(&self, session_id: u64) -> Option<&Session> {
-        self.sessions.get(&session_id)
+    pub fn session(&self, conn: u64, session_id: u64) -> Option<&Session> {
+        self.sessions.get(&(self.scope(conn), session_id))
     }
 
-    pub fn logoff(&mut self, session_id: u64) {
-        self.sessions.remove(&session_id);
+    pub fn logoff(&mut self, conn: u64, session_id: u64) {
+        self.sessions.remove(&(self.scope(conn), session_id));
     }
 
     // --- trees ---
 
-    pub fn tree_connected(&mut self, session_id: u64, tree_id: u32, path: Arc<str>, an: &mut Anomalies) {
+    pub fn tree_connected(&mut self, conn: u64, session_id: u64, tree_id: u32, path: Arc<str>, an: &mut Anomalies) {
         self.stats.trees += 1;
         if let Some(j) = self.journal.as_mut() {
-            j.push(NameOp::Tree(session_id, tree_id, Some(path.clone())));
+            j.push(NameOp::Tree(conn, session_id, tree_id, Some(path.clone())));
         }
-        let e = self.trees.insert((session_id, tree_id), path);
+        let e = self.trees.insert((self.scope(conn), session_id, tree_id), path);
         Self::evicted(an, e);
     }
 
-    pub fn share(&self, session_id: u64, tree_id: u32) -> Option<Arc<str>> {
-        self.trees.get(&(session_id, tree_id)).cloned()
+    pub fn share(&self, conn: u64, session_id: u64, tree_id: u32) -> Option<Arc<str>> {
+        self.trees.get(&(self.scope(conn), session_id, tree_id)).cloned()
     }
 
-    pub fn tree_disconnected(&mut self, session_id: u64, tree_id: u32) {
+    pub fn tree_disconnected(&mut self, conn: u64, session_id: u64, tree_id: u32) {
         if let Some(j) = self.journal.as_mut() {
-            j.push(NameOp::Tree(session_id, tree_id, None));
+            j.push(NameOp::Tree(conn, session_id, tree_id, None));
         }
-        self.trees.remove(&(session_id, tree_id));
+        self.trees.remove(&(self.scope(conn), session_id, tree_id));
     }
 
     // --- files ---
@@ -424,43 +485,41 @@ impl SmbState {
         self.stats.files.insert(name.to_string());
     }
 
-    pub fn file_opened(&mut self, file_id: [u8; 16], name: Arc<str>, an: &mut Anomalies) {
+    pub fn file_opened(&mut self, conn: u64, file_id: [u8; 16], name: Arc<str>, an: &mut Anomalies) {
         if let Some(j) = self.journal.as_mut() {
-            j.push(NameOp::File(file_id, Some(name.clone())));
+            j.push(NameOp::File(conn, file_id, Some(name.clone())));
         }
-        let e = self.files.insert(file_id, name);
+        let e = self.files.insert((self.scope(conn), file_id), name);
         Self::evicted(an, e);
     }
 
-    pub fn file_name(&self, file_id: &[u8; 16]) -> Option<Arc<str>> {
-        self.files.get(file_id).cloned()
+    pub fn file_name(&self, conn: u64, file_id: &[u8; 16]) -> Option<Arc<str>> {
+        self.files.get(&(self.scope(conn), *file_id)).cloned()
     }
 
-    pub fn file_closed(&mut self, file_id: &[u8; 16]) {
+    pub fn file_closed(&mut self, conn: u64, file_id: &[u8; 16]) {
         if let Some(j) = self.journal.as_mut() {
-            j.push(NameOp::File(*file_id, None));
+            j.push(NameOp::File(conn, *file_id, None));
         }
-        self.files.remove(file_id);
+        self.files.remove(&(self.scope(conn), *file_id));
     }
 
     /// A worker's name change, in the ordered stage's own copy of the names (its counters
     /// and evictions are the workers' to report: `an` is a scratch counter).
     pub fn apply(&mut self, op: NameOp, an: &mut Anomalies) {
         match op {
-            NameOp::Tree(s, t, Some(path)) => {
-                let e = self.trees.insert((s, t), path);
+            NameOp::Server(c, a) => self.note_server(c, a, an),
+            NameOp::ServerGuid(c, g) => self.server_guid(c, g, an),
+            NameOp::Tree(c, s, t, Some(path)) => {
+                let e = self.trees.insert((self.scope(c), s, t), path);
                 Self::evicted(an, e);
             }
-            NameOp::Tree(s, t, None) => {
-                self.trees.remove(&(s, t));
-            }
-            NameOp::File(f, Some(name)) => {
-                let e = self.files.insert(f, name);
+            NameOp::Tree(c, s, t, None) => self.tree_disconnected(c, s, t),
+            NameOp::File(c, f, Some(name)) => {
+                let e = self.files.insert((self.scope(c), f), name);
                 Self::evicted(an, e);
             }
-            NameOp::File(f, None) => {
-                self.files.remove(&f);
-            }
+            NameOp::File(c, f, None) => self.file_closed(c, &f),
         }
     }
 
@@ -509,15 +568,22 @@ mod tests {
     fn multichannel_binding_is_one_session() {
         let mut an = Anomalies::default();
         let mut s = SmbState::new();
+        let srv = std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 2));
+        s.note_server(1, srv, &mut an);
+        s.note_server(2, srv, &mut an);
         s.session_established(1, 3, 0x55, &mut an);
         s.note_binding_request(2, 1, &mut an);
         s.session_established(2, 1, 0x55, &mut an);
         assert_eq!(s.stats.sessions, 1);
         assert_eq!(s.stats.session_bindings, 1);
-        assert_eq!(s.session(0x55).unwrap().channels, vec![1, 2]);
-        s.tree_connected(0x55, 5, Arc::from("\\\\srv\\share"), &mut an);
-        assert_eq!(s.share(0x55, 5).as_deref(), Some("\\\\srv\\share"));
-        assert_eq!(s.share(0x56, 5), None);
+        assert_eq!(s.session(2, 0x55).unwrap().channels, vec![1, 2]);
+        // The same SessionId from another server is another session.
+        s.note_server(3, std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 3)), &mut an);
+        s.session_established(3, 1, 0x55, &mut an);
+        assert_eq!(s.stats.sessions, 2);
+        s.tree_connected(1, 0x55, 5, Arc::from("\\\\srv\\share"), &mut an);
+        assert_eq!(s.share(1, 0x55, 5).as_deref(), Some("\\\\srv\\share"));
+        assert_eq!(s.share(1, 0x56, 5), None);
     }
 
     #[test]
@@ -549,5 +615,53 @@ mod tests {
         s.set_negotiated(1, info(DIALECT_WILDCARD), &mut an);
         s.set_negotiated(1, info(0x0311), &mut an);
         assert_eq!(s.stats().dialects.into_iter().collect::<Vec<_>>(), vec!["3.1.1".to_string()]);
+    }
+
+    #[test]
+    fn tree_and_file_ids_belong_to_their_server() {
+        use std::net::{IpAddr, Ipv4Addr};
+        let a = |n| IpAddr::V4(Ipv4Addr::new(198, 18, 0, n));
+        let mut an = Anomalies::default();
+        let mut s = SmbState::new();
+        // Two servers hand out the same SessionId, TreeId and FileId (they are per server).
+        s.note_server(1, a(1), &mut an);
+        s.note_server(2, a(2), &mut an);
+        s.tree_connected(1, 0x41, 1, Arc::from("\\\\owner\\ClusterStorage$"), &mut an);
+        s.tree_connected(2, 0x41, 1, Arc::from("\\\\partner\\SBL$"), &mut an);
+        s.file_opened(1, [7; 16], Arc::from("a.vhdx"), &mut an);
+        s.file_opened(2, [7; 16], Arc::from("b.dat"), &mut an);
+        assert_eq!(s.share(1, 0x41, 1).as_deref(), Some("\\\\owner\\ClusterStorage$"));
+        assert_eq!(s.share(2, 0x41, 1).as_deref(), Some("\\\\partner\\SBL$"));
+        assert_eq!(s.file_name(1, &[7; 16]).as_deref(), Some("a.vhdx"));
+        assert_eq!(s.file_name(2, &[7; 16]).as_deref(), Some("b.dat"));
+        // Another connection to the first server's address names the same trees.
+        s.note_server(3, a(1), &mut an);
+        assert_eq!(s.file_name(3, &[7; 16]).as_deref(), Some("a.vhdx"));
+        // Multichannel over two interfaces of one server: the ServerGuid joins them.
+        let guid = [0x5a; 16];
+        for (conn, addr) in [(10, a(20)), (11, a(21))] {
+            s.note_server(conn, addr, &mut an);
+            s.set_negotiated(conn, ConnInfo { dialect: 0x311, server_guid: guid, ..ConnInfo::default() }, &mut an);
+        }
+        s.file_opened(10, [9; 16], Arc::from("c.vhdx"), &mut an);
+        assert_eq!(s.file_name(11, &[9; 16]).as_deref(), Some("c.vhdx"));
+        // A later connection to either address, NEGOTIATE not seen, is that server too.
+        s.note_server(12, a(21), &mut an);
+        assert_eq!(s.file_name(12, &[9; 16]).as_deref(), Some("c.vhdx"));
+        assert_eq!(s.file_name(2, &[9; 16]), None);
+        // The ordered stage of --threads replays a worker's journal into its own state.
+        let mut w = SmbState::new();
+        w.journal = Some(Vec::new());
+        w.note_server(1, a(1), &mut an);
+        w.tree_connected(1, 0x41, 1, Arc::from("\\\\owner\\x"), &mut an);
+        w.file_opened(1, [7; 16], Arc::from("a.vhdx"), &mut an);
+        w.file_closed(1, &[7; 16]);
+        let mut o = SmbState::new();
+        for op in w.journal.take().unwrap() {
+            o.apply(op, &mut an);
+        }
+        assert_eq!(o.share(1, 0x41, 1).as_deref(), Some("\\\\owner\\x"));
+        assert_eq!(o.file_name(1, &[7; 16]), None);
+        assert_eq!(an.iter().count(), 0);
     }
 }

@@ -118,6 +118,8 @@ pub struct Smb2Stream {
     payload: Option<Box<PayloadCtx>>,
     /// Resync window carried between chunks (not yet accounted).
     carry: [u8; CARRY],
+    /// The server's address was given to the SMB2 state (`SmbState::note_server`).
+    server_noted: bool,
     carry_len: usize,
     /// A valid SMB2/3 start (ProtocolId after a believed NetBIOS header) was seen.
     storage: bool,
@@ -162,6 +164,7 @@ impl Smb2Stream {
             payload: None,
             carry: [0; CARRY],
             carry_len: 0,
+            server_noted: false,
             storage: false,
             transport: Transport::Tcp,
             can_decrypt: true,

@@ -266,8 +266,8 @@ impl SmbdConn {
             tree_id,
             file_id,
             offset,
-            share: p.smb.share(h.session_id, tree_id),
-            file_name: p.smb.file_name(&file_id),
+            share: p.smb.share(self.id, h.session_id, tree_id),
+            file_name: p.smb.file_name(self.id, &file_id),
             descriptors,
             frame: Some(ctx.frame),
         };

@@ -169,6 +169,11 @@ impl Smb2Stream {
     /// Runs the handler on the buffered head; with `data`, prepares the payload send.
     pub(super) fn process(&mut self, ctx: &FrameCtx, p: &mut Parts, data: bool) {
         let Some(h) = self.hdr else { return };
+        if !self.server_noted {
+            self.server_noted = true;
+            let server = if self.to_server { self.dst.0 } else { self.src.0 };
+            p.smb.note_server(self.conn, server, p.anomalies);
+        }
         if p.smb.crypt.active() && self.elem_left == 0 {
             // The whole element is in `buf` (preauth integrity hash, §3.2.5.2, §3.3.5.5).
             match h.command {
