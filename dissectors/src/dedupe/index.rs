@@ -837,15 +837,21 @@ impl Dedupe {
     /// Memory held by the window, from the structures' capacities (not their lengths): the
     /// ring of blocks, the send table, the lookup tables (hashbrown: 4-byte entries plus a
     /// control byte per bucket, buckets = capacity * 8/7), and the evidence of open payloads.
-    /// Strings shared with the SMB state are not counted.
+    /// Strings shared with the SMB state are not counted. `messages` is seeded per process
+    /// (`FastMap`), so when it grows depends on where its keys fall: its size is taken as the
+    /// table its length needs, so the figure is the same in every run.
     fn bytes_estimate(&self) -> u64 {
         fn table(cap: usize, entry: usize) -> u64 {
             (cap as u64 * 8 / 7) * (entry as u64 + 1)
         }
+        let messages_cap = match self.messages.len() {
+            0 => 0,
+            n => ((n * 8 / 7).max(4)).next_power_of_two() * 7 / 8,
+        };
         let (open_payloads, stored_sends) = self.evidence.open_counts();
         (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
-            + table(self.messages.capacity(), std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
+            + table(messages_cap, std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
             + table(self.edge_blocks.capacity(), 4)
             + table(self.global_blocks.capacity(), 4)
             + table(self.inbound.capacity(), 4)
