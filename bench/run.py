@@ -125,42 +125,58 @@ def workload_captures(io_bytes: int) -> dict[str, Path]:
     return caps
 
 
-def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int) -> list[dict]:
-    """smbwire analyze and tshark -z smb2,srt on each workload, alternating runs."""
+def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, threads: int) -> list[dict]:
+    """smbwire analyze --threads 1, --threads N and tshark -z smb2,srt on each workload,
+    alternating runs; the two smbwire results must be equal (apart from `analysis`)."""
     rows = []
     for name, cap in workload_captures(io_bytes).items():
         size = cap.stat().st_size
         warm(cap)
-        js = OUT / f"rows-result-{cap.stem}.json"
-        ours: list[tuple[float, int]] = []
-        ours_cpu: list[float] = []
+        js = {n: OUT / f"rows-result-{cap.stem}-t{n}.json" for n in (1, threads)}
+        ours: dict[int, list[tuple[float, int]]] = {1: [], threads: []}
+        ours_cpu: dict[int, list[float]] = {1: [], threads: []}
         theirs: list[tuple[float, int]] = []
         theirs_cpu: list[float] = []
         for _ in range(max(1, repeat)):
-            ours.append(run_measured([smbwire, "analyze", str(cap), "--quiet", "--json", str(js)], os.devnull, ours_cpu))
+            for n in (1, threads):
+                ours[n].append(run_measured([smbwire, "analyze", str(cap), "--quiet", "--threads", str(n),
+                                             "--json", str(js[n])], os.devnull, ours_cpu[n]))
             if tshark:
                 theirs.append(run_measured([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull, theirs_cpu))
-        r = summarize(ours, ours_cpu, size, f"smbwire analyze ({name})")
-        result = json.loads(js.read_text())
+        results = {n: json.loads(js[n].read_text()) for n in (1, threads)}
+        for res in results.values():
+            res.pop("analysis")
+        if results[1] != results[threads]:
+            raise SystemExit(f"{cap.name}: --threads {threads} gave another result than --threads 1")
+        result = results[1]
         messages = sum((result.get("smb2") or {}).get("commands", {}).values())
-        row = {"workload": name, "capture": cap.name, "capture_bytes": size, "smbwire": r,
-               "smb2_messages": messages, "messages_per_s": messages / r["seconds"],
+        row = {"workload": name, "capture": cap.name, "capture_bytes": size, "smb2_messages": messages,
                "index_bytes_per_live_block": result["index"].get("bytes_per_live_block"),
-               "index_peak_bytes_estimate": result["index"].get("peak_bytes_estimate")}
+               "index_peak_bytes_estimate": result["index"].get("peak_bytes_estimate"), "threads": threads}
+        for n, key in ((1, "smbwire"), (threads, "smbwire_threads")):
+            r = summarize(ours[n], ours_cpu[n], size, f"smbwire analyze --threads {n} ({name})")
+            row[key] = r
+            row[f"messages_per_s_{key}"] = messages / r["seconds"]
+        row["messages_per_s"] = row["messages_per_s_smbwire"]
+        row["threads_speedup"] = row["smbwire"]["seconds"] / row["smbwire_threads"]["seconds"]
         if tshark:
             t = summarize(theirs, theirs_cpu, size, f"tshark -z smb2,srt ({name})")
             row["tshark_srt"] = t
-            row["speedup_vs_tshark_srt"] = t["seconds"] / r["seconds"]
+            row["speedup_vs_tshark_srt"] = t["seconds"] / row["smbwire"]["seconds"]
+            row["speedup_vs_tshark_srt_threads"] = t["seconds"] / row["smbwire_threads"]["seconds"]
         rows.append(row)
-    print("\n| workload | capture (MiB) | smbwire MB/s | SMB2 messages/s | peak RSS (MiB) | index B/block | "
-          "tshark -z smb2,srt MB/s | speedup |\n|---|---|---|---|---|---|---|---|")
+    print(f"\n| workload | capture (MiB) | --threads 1 MB/s | --threads {threads} MB/s | scaling | "
+          f"SMB2 messages/s ({threads} threads) | peak RSS 1 / {threads} (MiB) | index B/block | "
+          "tshark -z smb2,srt MB/s | speedup 1 / {threads} threads |\n|---|---|---|---|---|---|---|---|---|---|".replace("{threads}", str(threads)))
     for row in rows:
-        r = row["smbwire"]
+        r, m = row["smbwire"], row["smbwire_threads"]
         t = row.get("tshark_srt")
-        print(f"| {row['workload']} | {row['capture_bytes'] / 2**20:.0f} | {r['mb_per_s']:.0f} | "
-              f"{row['messages_per_s']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} | "
+        print(f"| {row['workload']} | {row['capture_bytes'] / 2**20:.0f} | {r['mb_per_s']:.0f} | {m['mb_per_s']:.0f} | "
+              f"{row['threads_speedup']:.2f}x | {row['messages_per_s_smbwire_threads']:.0f} | "
+              f"{r['peak_rss_bytes'] / 2**20:.0f} / {m['peak_rss_bytes'] / 2**20:.0f} | "
               f"{row['index_bytes_per_live_block']:.0f} | {t['mb_per_s'] if t else float('nan'):.0f} | "
-              f"{row.get('speedup_vs_tshark_srt', float('nan')):.1f}x |")
+              f"{row.get('speedup_vs_tshark_srt', float('nan')):.1f}x / "
+              f"{row.get('speedup_vs_tshark_srt_threads', float('nan')):.1f}x |")
     return rows
 
 
@@ -178,11 +194,13 @@ def main() -> None:
                     help="I/O bytes of each per-workload row's capture (wire-size frames, 4 KiB mix)")
     ap.add_argument("--no-rows", action="store_true", help="skip the per-workload rows")
     ap.add_argument("--rows-only", action="store_true", help="only the per-workload rows")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="the second smbwire row's --threads (default: the CPUs available)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     if args.rows_only:
         smbwire = shutil.which("smbwire") or str(Path(sys.executable).parent / "smbwire")
-        rows = workload_rows(smbwire, None if args.no_tshark else shutil.which("tshark"), args.rows_bytes, args.repeat)
+        rows = workload_rows(smbwire, None if args.no_tshark else shutil.which("tshark"), args.rows_bytes, args.repeat, args.threads)
         (OUT / "rows.json").write_text(json.dumps(rows, indent=2))
         return
     cap = OUT / f"bench-{args.scenario}-{args.transport}-{args.bytes >> 20}MiB.pcap"
@@ -281,7 +299,7 @@ def main() -> None:
               file=sys.stderr)
     summary["bounded_memory_window_0.05s"] = bounded
     if not args.no_rows:
-        summary["rows"] = workload_rows(smbwire, None if args.no_tshark else tshark, args.rows_bytes, args.repeat)
+        summary["rows"] = workload_rows(smbwire, None if args.no_tshark else tshark, args.rows_bytes, args.repeat, args.threads)
     (OUT / "results.json").write_text(json.dumps(summary, indent=2))
     print(f"\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
     for name, r in results.items():

@@ -16,6 +16,7 @@ from rich.console import Console
 from smbwire import cli as cli_module
 from smbwire.cli import cli
 from smbwire.topology import load_topology
+from smbwire.engine import default_threads
 from cli.test_cli_errors import capture, fake_core, install_core  # noqa: F401 - fixture
 from report.test_report import sample_result
 
@@ -63,6 +64,7 @@ def test_analyze_passes_options_to_the_engine(engine, capture, tmp_path):
         "topology": {"nodes": [{"name": "a", "addresses": ["198.18.0.1"], "member": True}],
                      "rules": [{"share": None, "file": "*.vhdx", "class": "client"}]},
         "top_n": 3,
+        "threads": default_threads(),  # --threads not given: the CPUs available
     }
     assert call["evidence"] == str(ev)
     assert call["progress"] is None  # stderr is not a terminal
@@ -70,7 +72,7 @@ def test_analyze_passes_options_to_the_engine(engine, capture, tmp_path):
 
 def test_analyze_defaults(engine, capture):
     assert run("analyze", str(capture)).exit_code == 0
-    assert engine[0]["config"] == {"window_seconds": 60.0, "topology": {}, "top_n": 10}
+    assert engine[0]["config"] == {"window_seconds": 60.0, "topology": {}, "top_n": 10, "threads": default_threads()}
     assert engine[0]["evidence"] is None
 
 
