@@ -23,9 +23,10 @@
 //!   a multichannel session and written on another) are journaled by the workers (`NameOp`)
 //!   and kept by the ordered stage, which names a send its worker could not. Decryption keys
 //!   derive from a session's first channel: with `--keys` the analysis runs on one pipeline.
-//! - **Limits** (flow table, reorder buffers, SMB2 state maps) hold per worker; results are
-//!   the same as one pipeline's as long as none is reached (each reports when it is). With
-//!   `--max-memory` each worker gets its share of the decoding part of the budget.
+//! - **Limits**: the flow table's and all flows' reorder bounds (and with `--max-memory`
+//!   their budget shares) are divided among the workers, so the run holds what one pipeline
+//!   would; the SMB2 state maps and per-direction buffers keep their bounds per worker.
+//!   Results are one pipeline's while no bound is reached (each is reported when it is).
 //! - **Memory.** At most `DEPTH` batches per worker are in flight (frames copied once into a
 //!   batch buffer; buffers are reused).
 
@@ -222,8 +223,10 @@ impl Parallel {
     /// `threads` workers (at least 2; one is `Pipeline`).
     pub fn new(config: &Config, threads: usize, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
         let n = threads.max(2);
+        // Each worker holds its share of the bounds one pipeline has (flow table, reorder
+        // buffers of all flows; `pipeline::flow_config`), and of a budget.
         let mut wc = config.clone();
-        wc.max_memory_bytes = config.max_memory_bytes.map(|m| m / n as u64);
+        wc.workers = n;
         let workers = (0..n)
             .map(|i| {
                 let (jt, jr) = sync_channel(DEPTH + 1);

@@ -56,11 +56,15 @@ pub struct Config {
     pub keys: Option<Arc<KeyTable>>,
     /// Decoding threads (`--threads`; `crate::parallel`): 1 runs one `Pipeline`.
     pub threads: usize,
+    /// This pipeline is one of this many `--threads` workers: the flow table's and the
+    /// reorder buffers' global bounds are shared out among them, so the run holds what one
+    /// pipeline would.
+    pub workers: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None, max_memory_bytes: None, threads: 1 }
+        Config { dedupe: DedupeConfig::default(), topology: Topology::default(), smb_ports: vec![445, 139], iwarp_ports: vec![5445], ledger: None, from_ns: None, to_ns: None, reorder_buffer_bytes: None, keys: None, max_memory_bytes: None, threads: 1, workers: 1 }
     }
 }
 
@@ -188,7 +192,18 @@ fn flow_config(config: &Config) -> FlowConfig {
         fc.reassembly.max_buffered_bytes = fc.reassembly.max_buffered_bytes.min(fc.max_total_buffered_bytes);
         fc.max_flows = fc.max_flows.min((b.flows / FLOW_STATE_ESTIMATE).max(1024) as usize);
     }
+    if config.workers > 1 {
+        let n = config.workers;
+        fc.max_flows = (fc.max_flows / n).max(1024);
+        fc.max_total_buffered_bytes = (fc.max_total_buffered_bytes / n).max(fc.reassembly.max_buffered_bytes);
+    }
     fc
+}
+
+/// `flow_config` for tests of other modules.
+#[cfg(test)]
+pub fn tests_flow_config(config: &Config) -> FlowConfig {
+    flow_config(config)
 }
 
 /// `--max-memory` below this is refused: the fixed parts of a run need about this much.
@@ -368,7 +383,7 @@ impl<D: PayloadSink> Pipeline<D> {
                     .with_keys(config.keys.clone().unwrap_or_default())
                     .with_opening_cap(config.max_memory_bytes.map_or(crate::smb2::state::OPENING_CAP, |m| {
                         Budget::of(m).opening.min(crate::smb2::state::OPENING_CAP)
-                    })),
+                    }) / config.workers.max(1) as u64),
                 dedupe: sink,
                 rdma: RdmaState::new(),
             },

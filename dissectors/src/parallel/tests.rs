@@ -107,3 +107,15 @@ fn shard_keeps_both_directions_of_a_connection_together() {
     assert!(by_conn.len() >= 2 && workers_used.len() >= 2, "{} connections on {:?}", by_conn.len(), workers_used);
 }
 
+
+#[test]
+fn workers_share_one_pipelines_bounds() {
+    let c = Config::from_json(r#"{"max_memory_bytes": 104857600}"#).unwrap();
+    let one = Pipeline::new(&c, None);
+    let w = Config { workers: 4, ..c.clone() };
+    let part = Pipeline::with_sink(&w, Recorder { mark: Mark::default(), out: Vec::new() });
+    assert_eq!(part.shared.smb.opening_cap, one.shared.smb.opening_cap / 4);
+    let (f1, f4) = (crate::pipeline::tests_flow_config(&c), crate::pipeline::tests_flow_config(&w));
+    assert_eq!(f4.max_flows, f1.max_flows / 4);
+    assert_eq!(f4.max_total_buffered_bytes, f1.max_total_buffered_bytes / 4);
+}
