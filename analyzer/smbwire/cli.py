@@ -430,12 +430,14 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 @click.option("--max-memory", type=_Size(), metavar="SIZE",
               help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
+@click.option("--threads", type=click.IntRange(1, 256), metavar="N",
+              help="Decoding threads, each taking whole connections, beside the capture and the ordered stage; the result is the same for any N (default: the CPUs available; with --keys: 1).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
          xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None,
-         max_index_memory: int | None, keys: str | None, max_memory: int | None) -> int:
+         max_index_memory: int | None, keys: str | None, max_memory: int | None, threads: int | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -477,7 +479,7 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,
-                         assume_members=assume_members, keys=keys, max_memory=max_memory)
+                         assume_members=assume_members, keys=keys, max_memory=max_memory, threads=threads)
     for opt, out_path in (("--json", json_out), ("--csv", csv_out), ("--edges-csv", edges_csv_out),
                           ("--html", html_out)):
         if out_path is None or out_path == "-":

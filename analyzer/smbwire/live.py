@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from .engine import DEFAULT_TOP_N, DEFAULT_WINDOW_SECONDS, build_config, load_core
+from .engine import DEFAULT_TOP_N, DEFAULT_WINDOW_SECONDS, build_config, default_threads, load_core
 from .errors import SmbwireError, UserError
 from .topology import Topology
 
@@ -97,6 +97,7 @@ def start(
     assume_members: bool = False,
     keys: str | None = None,
     max_memory: int | None = None,
+    threads: int | None = None,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
     RoCEv1, with the eBPF program at `hook` (or AF_PACKET). `interval`: seconds between
@@ -125,7 +126,7 @@ def start(
         raise UserError("--user switches user as part of the privilege drop")
     config = build_config(topology=topology, window=window, top_n=top_n, interval=series_interval,
                           assume_members=assume_members, max_index_memory=max_index_memory, keys=keys,
-                          max_memory=max_memory)
+                          max_memory=max_memory, threads=default_threads() if threads is None else threads)
     options: dict[str, Any] = {
         "require_ebpf": require_ebpf or backend == "ebpf",
         "force_af_packet": backend == "af-packet",

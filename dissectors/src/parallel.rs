@@ -102,6 +102,8 @@ struct Batch {
 
 enum Job {
     Batch(Batch),
+    /// Hand back a copy of the counts (a live snapshot).
+    Counts,
     /// End of input at this time: close everything, hand back the counts.
     Finish(u64),
 }
@@ -110,9 +112,13 @@ enum Done {
     /// A batch's events, and its buffers for reuse.
     Batch(Vec<(Mark, Item)>, Batch),
     Finish(Vec<(Mark, Item)>, Box<Counts>),
+    Counts(Box<Counts>),
 }
 
-fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>) {
+fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Option<fn()>) {
+    if let Some(f) = start {
+        f();
+    }
     let mut p = Pipeline::with_sink(&config, Recorder { mark: Mark::default(), out: Vec::new() });
     p.shared.smb.journal = Some(Vec::new());
     let mut buffered = (0, 0);
@@ -146,6 +152,11 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>) {
                 b.data.clear();
                 let out = std::mem::take(&mut p.shared.dedupe.out);
                 if done.send(Done::Batch(out, b)).is_err() {
+                    return;
+                }
+            }
+            Job::Counts => {
+                if done.send(Done::Counts(Box::new(p.counts()))).is_err() {
                     return;
                 }
             }
@@ -222,6 +233,17 @@ pub struct Parallel {
 impl Parallel {
     /// `threads` workers (at least 2; one is `Pipeline`).
     pub fn new(config: &Config, threads: usize, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        Parallel::with_start(config, threads, evidence, None)
+    }
+
+    /// `new`, each worker thread first calling `start` (the live session drops the thread's
+    /// capabilities there).
+    pub fn with_start(
+        config: &Config,
+        threads: usize,
+        evidence: Option<Box<dyn std::io::Write + Send>>,
+        start: Option<fn()>,
+    ) -> Self {
         let n = threads.max(2);
         // Each worker holds its share of the bounds one pipeline has (flow table, reorder
         // buffers of all flows; `pipeline::flow_config`), and of a budget.
@@ -234,7 +256,7 @@ impl Parallel {
                 let c = wc.clone();
                 let handle = std::thread::Builder::new()
                     .name(format!("smbwire-worker-{i}"))
-                    .spawn(move || worker(c, jr, dt))
+                    .spawn(move || worker(c, jr, dt, start))
                     .expect("a worker thread can be started");
                 Worker {
                     jobs: jt,
@@ -314,7 +336,7 @@ impl Parallel {
                     wk.pending.extend(out);
                     wk.spare.push(b);
                 }
-                Done::Finish(..) => unreachable!("a worker finishes only when told"),
+                Done::Finish(..) | Done::Counts(..) => unreachable!("answers come in the order asked"),
             }
         }
         for o in order {
@@ -385,6 +407,36 @@ impl Parallel {
             }
             Item::Buffered(t, m) => self.workers[worker].buffered = (t, m),
         }
+    }
+
+    /// What the run has seen so far, for the live view: every frame handed out is replayed
+    /// first (so the workers are idle for a moment), then the workers' counts are summed.
+    pub fn view(&mut self) -> (crate::pipeline::PipelineView, crate::rdma::RdmaStats) {
+        if !self.order.is_empty() {
+            self.hand_out();
+        }
+        while !self.in_flight.is_empty() {
+            self.replay_oldest();
+        }
+        let mut counts: Option<Counts> = None;
+        for wk in self.workers.iter() {
+            wk.jobs.send(Job::Counts).expect("worker alive");
+        }
+        for wk in self.workers.iter() {
+            let Done::Counts(c) = wk.done.recv().expect("worker alive") else {
+                unreachable!("every batch was replayed")
+            };
+            match counts.as_mut() {
+                Some(all) => all.absorb(*c),
+                None => counts = Some(*c),
+            }
+        }
+        let mut counts = counts.expect("at least two workers");
+        counts.anomalies.absorb(&self.anomalies);
+        counts.flows.peak_buffered_bytes =
+            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
+        let rdma = counts.rdma.clone();
+        (crate::pipeline::PipelineView::of(&self.dedupe, &counts, &self.clock, self.window_ns), rdma)
     }
 
     /// End of input: every batch replayed, every worker closed in mark order, the result.
@@ -476,9 +528,14 @@ pub enum Engine {
 
 impl Engine {
     pub fn new(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        Engine::with_start(config, evidence, None)
+    }
+
+    /// `new`, each worker thread (if any) first calling `start`.
+    pub fn with_start(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>, start: Option<fn()>) -> Self {
         // Keys derive from a session's first channel: a worker could lack them (module doc).
         if config.threads > 1 && config.keys.is_none() {
-            Engine::Many(Box::new(Parallel::new(config, config.threads, evidence)))
+            Engine::Many(Box::new(Parallel::with_start(config, config.threads, evidence, start)))
         } else {
             Engine::One(Box::new(Pipeline::new(config, evidence)))
         }
@@ -504,6 +561,18 @@ impl Engine {
             Engine::One(p) => p.process(frame),
             Engine::Many(p) => p.process(frame),
         }
+    }
+
+    /// A live snapshot and the RDMA counters.
+    pub fn view(&mut self) -> (crate::pipeline::PipelineView, crate::rdma::RdmaStats) {
+        match self {
+            Engine::One(p) => (p.view(), p.shared.rdma.stats.clone()),
+            Engine::Many(p) => p.view(),
+        }
+    }
+
+    pub fn finish(self, inputs: Vec<InputFile>, container: Accounting, started: Instant) -> Results {
+        self.finish_recorded(inputs, container, started).0
     }
 
     #[allow(clippy::type_complexity)]

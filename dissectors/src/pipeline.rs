@@ -597,6 +597,21 @@ impl<D: PayloadSink> Pipeline<D> {
         s
     }
 
+    /// Everything counted so far but the sends (a copy: for a live snapshot).
+    pub fn counts(&self) -> Counts {
+        let mut anomalies = self.shared.anomalies.clone();
+        anomalies.absorb(self.flows.anomalies());
+        anomalies.absorb(self.mpa_flows.anomalies());
+        Counts {
+            anomalies,
+            accounting: self.shared.accounting.clone(),
+            smb2: self.shared.smb.stats(),
+            rdma: self.shared.rdma.stats.clone(),
+            flows: self.flow_stats(),
+            conns: self.conns_opened,
+        }
+    }
+
     /// Everything counted but the sends, taking the anomalies and accounting out.
     pub fn take_counts(&mut self) -> Counts {
         let mut anomalies = std::mem::take(&mut self.shared.anomalies);
@@ -769,6 +784,29 @@ pub struct PipelineView {
     pub last_ts_ns: u64,
     pub frames: u64,
     pub window_ns: u64,
+}
+
+impl PipelineView {
+    /// A snapshot from the ordered stage `dedupe`, the counts and the clock (`--threads`).
+    pub fn of(dedupe: &Dedupe, counts: &Counts, clock: &Clock, window_ns: u64) -> PipelineView {
+        let mut dedupe = dedupe.snapshot();
+        let mut anomalies: std::collections::BTreeMap<String, u64> =
+            counts.anomalies.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (k, v) in std::mem::take(&mut dedupe.anomalies) {
+            *anomalies.entry(k).or_insert(0) += v;
+        }
+        PipelineView {
+            dedupe,
+            accounting: counts.accounting.clone(),
+            anomalies,
+            tcp: TcpReport::from_stats(&counts.flows, counts.flows.mirror_duplicate_frames, counts.conns),
+            smb2: counts.smb2.clone(),
+            first_ts_ns: clock.first_ts,
+            last_ts_ns: clock.last_ts,
+            frames: clock.frames,
+            window_ns,
+        }
+    }
 }
 
 impl Pipeline {

@@ -161,7 +161,8 @@ def test_live_equals_truth_and_offline_analysis(ready, tmp_path, source):
             args += ["--require-ebpf", "--hook", hook, "--duration", "300"]
         else:
             # Long enough for the workloads on a busy 2-core machine; stopped by --duration.
-            args += ["--duration", "20"]
+            # One pipeline here; the eBPF cases decode on the default workers (the CPUs).
+            args += ["--duration", "20", "--threads", "1"]
         live = LiveProc(lab, tmp_path, *args)
         t0 = time.monotonic()
         if backend == "ebpf":
@@ -179,6 +180,7 @@ def test_live_equals_truth_and_offline_analysis(ready, tmp_path, source):
         capture = lab.stop_capture()
         result = live.result()
         assert result["live"]["backend"] == backend
+        assert result["analysis"]["threads"] == (1 if backend == "af-packet" else len(os.sched_getaffinity(0)))
         assert result["live"]["hook"] == (hook if backend == "ebpf" else None)
         assert result["live"]["privileges"]["dropped"] and result["live"]["privileges"]["threads_with_capabilities"] == 0
         assert result["live"]["errors"] == []

@@ -25,7 +25,8 @@ use super::privs::{self, Summary, User};
 use super::{Backend, HookInfo, LiveError, LiveOptions, LiveSource, LiveStats};
 use crate::accounting::Accounting;
 use crate::dedupe::Class;
-use crate::pipeline::{Config, Pipeline, PipelineView};
+use crate::parallel::Engine;
+use crate::pipeline::{Config, PipelineView};
 use crate::report::{self, InputFile};
 
 #[derive(Clone, Debug)]
@@ -268,6 +269,12 @@ impl LiveSession {
     }
 }
 
+/// A `--threads` worker's first step: no capability at all.
+fn worker_start() {
+    let _ = privs::limit_thread(false);
+    let _ = privs::set_thread_caps(0);
+}
+
 /// The starting thread's part of the drop: bounding and ambient sets, no_new_privs, the
 /// switch of user (all threads), then no capability at all.
 fn drop_own(user: Option<&User>, rotation_dir: Option<&std::path::Path>) -> Result<(), String> {
@@ -309,7 +316,8 @@ struct Capture {
     backend: Backend,
     fallback_reason: Option<String>,
     opts: SessionOptions,
-    pipeline: Option<Pipeline>,
+    /// One pipeline, or `--threads` workers and the ordered stage.
+    pipeline: Option<Engine>,
     writer: Option<RotatingPcapng>,
     started: Instant,
     started_wall: f64,
@@ -338,7 +346,9 @@ impl Capture {
             source,
             backend,
             fallback_reason,
-            pipeline: Some(Pipeline::new(&config, None)),
+            // Decoding workers start without any capability (the capture thread may keep
+            // CAP_BPF on kernels that check it for map reads; see `privs`).
+            pipeline: Some(Engine::with_start(&config, None, Some(worker_start))),
             writer,
             started: Instant::now(),
             started_wall: wall_now(),
@@ -444,12 +454,12 @@ impl Capture {
     }
 
     fn publish(&mut self, shared: &Shared) {
-        let Some(pipeline) = self.pipeline.as_ref() else {
+        let Some(pipeline) = self.pipeline.as_mut() else {
             return;
         };
-        let view = pipeline.view();
-        // RDMA counters (PSN gaps, unlinked transfers) for the capture health line.
-        let rdma = json!(pipeline.shared.rdma.stats);
+        // With RDMA counters (PSN gaps, unlinked transfers) for the capture health line.
+        let (view, rdma) = pipeline.view();
+        let rdma = json!(rdma);
         let stats = self.source.stats();
         self.sample(&view, &stats);
         let mut result = view_result(&view, self.input(), self.started);
