@@ -27,7 +27,7 @@
 //!   their budget shares) are divided among the workers, so the run holds what one pipeline
 //!   would; the SMB2 state maps and per-direction buffers keep their bounds per worker.
 //!   Results are one pipeline's while no bound is reached (each is reported when it is).
-//! - **Memory.** At most `DEPTH` batches per worker are in flight (frames copied once into a
+//! - **Memory.** At most `DEPTH` (3) batches per worker are in flight (frames copied once into a
 //!   batch buffer; buffers are reused).
 
 use std::collections::VecDeque;
@@ -53,10 +53,10 @@ use crate::smb2::state::SmbState;
 use crate::wire::{self, Transport};
 
 /// Batches in flight per worker before the reader waits for the oldest one's events.
-const DEPTH: usize = 4;
+const DEPTH: usize = 3;
 /// A batch is handed out at this many frames or bytes, whichever comes first.
-static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4096);
-const BATCH_BYTES: usize = 4 << 20;
+static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1024);
+const BATCH_BYTES: usize = 1 << 20;
 
 /// What a worker recorded, in order, with the mark it was recorded under.
 enum Item {
@@ -98,6 +98,14 @@ enum Step {
 struct Batch {
     data: Vec<u8>,
     steps: Vec<Step>,
+    /// What the worker recorded for it (empty on the way out; its capacity is reused).
+    out: Vec<(Mark, Item)>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch { data: Vec::new(), steps: Vec::new(), out: Vec::new() }
+    }
 }
 
 enum Job {
@@ -109,8 +117,8 @@ enum Job {
 }
 
 enum Done {
-    /// A batch's events, and its buffers for reuse.
-    Batch(Vec<(Mark, Item)>, Batch),
+    /// A batch with its events, its buffers for reuse.
+    Batch(Batch),
     Finish(Vec<(Mark, Item)>, Box<Counts>),
     Counts(Box<Counts>),
 }
@@ -150,8 +158,8 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Op
                 }
                 b.steps.clear();
                 b.data.clear();
-                let out = std::mem::take(&mut p.shared.dedupe.out);
-                if done.send(Done::Batch(out, b)).is_err() {
+                std::mem::swap(&mut p.shared.dedupe.out, &mut b.out);
+                if done.send(Done::Batch(b)).is_err() {
                     return;
                 }
             }
@@ -169,6 +177,21 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Op
                 return;
             }
         }
+    }
+}
+
+/// Records are allocated by the workers and freed by the ordered stage. With glibc's default
+/// of one malloc arena per thread, memory freed into a worker's arena from another thread
+/// is not given back as it is within one arena: a live run's resident set crept up by a few
+/// MiB per 100 MiB of traffic (tests/live/test_live_memory.py). One arena for the process
+/// stops that, at no measured cost (bench/run.py rows, `MALLOC_ARENA_MAX` 1, 2 and default:
+/// the same times within noise). Called when the Python module loads (before any thread of
+/// ours exists: arenas already made stay in use) and again here for other embedders.
+pub fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; M_ARENA_MAX limits arenas created later.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 
@@ -245,6 +268,7 @@ impl Parallel {
         start: Option<fn()>,
     ) -> Self {
         let n = threads.max(2);
+        one_malloc_arena();
         // Each worker holds its share of the bounds one pipeline has (flow table, reorder
         // buffers of all flows; `pipeline::flow_config`), and of a budget.
         let mut wc = config.clone();
@@ -263,7 +287,7 @@ impl Parallel {
                     done: dr,
                     handle: Some(handle),
                     pending: VecDeque::new(),
-                    batch: Batch { data: Vec::new(), steps: Vec::new() },
+                    batch: Batch::new(),
                     spare: Vec::new(),
                     buffered: (0, 0),
                 }
@@ -315,7 +339,7 @@ impl Parallel {
     /// Hand the batch being filled to the workers; replay the oldest when too many are out.
     fn hand_out(&mut self) {
         for wk in self.workers.iter_mut() {
-            let next = wk.spare.pop().unwrap_or(Batch { data: Vec::new(), steps: Vec::new() });
+            let next = wk.spare.pop().unwrap_or(Batch::new());
             let b = std::mem::replace(&mut wk.batch, next);
             // A worker only ends when its channel closes: it is alive while we hold `jobs`.
             wk.jobs.send(Job::Batch(b)).expect("worker alive");
@@ -332,8 +356,8 @@ impl Parallel {
         let Some(order) = self.in_flight.pop_front() else { return };
         for wk in self.workers.iter_mut() {
             match wk.done.recv().expect("worker alive") {
-                Done::Batch(out, b) => {
-                    wk.pending.extend(out);
+                Done::Batch(mut b) => {
+                    wk.pending.extend(b.out.drain(..));
                     wk.spare.push(b);
                 }
                 Done::Finish(..) | Done::Counts(..) => unreachable!("answers come in the order asked"),

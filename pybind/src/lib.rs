@@ -353,6 +353,8 @@ fn signal_pending() -> bool {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     smbwire_dissectors::capture::interrupt::set_check(signal_pending);
+    // Before any thread of ours exists (see the function).
+    smbwire_dissectors::parallel::one_malloc_arena();
     #[cfg(target_os = "linux")]
     m.add_class::<PyLiveSession>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
