@@ -943,6 +943,24 @@ mod tests {
         z
     }
 
+    /// A section with more Interface Description Blocks than `MAX_INTERFACES`: the extra ones
+    /// are not kept (`pcapng.too_many_interfaces`, their bytes `malformed`), and a packet
+    /// naming one of them is an unknown interface.
+    #[test]
+    fn pcapng_interfaces_are_capped() {
+        let mut ng = Ng::new(false);
+        ng.shb();
+        for _ in 0..pcapng::MAX_INTERFACES + 5 {
+            ng.idb(1, 0, &[]);
+        }
+        ng.epb(0, 1, &[1; 16], 16).epb(pcapng::MAX_INTERFACES as u32, 2, &[2; 16], 16);
+        let p = read_all(open_bytes(ng.out.clone()).unwrap());
+        assert_eq!(p.an.get("pcapng.too_many_interfaces"), 5);
+        assert_eq!(p.an.get("pcapng.unknown_interface"), 1);
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.covered(), ng.out.len() as u64);
+    }
+
     /// An xz stream declaring a 4 GiB dictionary (code 40) is not decoded: past
     /// `XZ_MEMLIMIT` the decoder refuses it instead of allocating what it declares. First in
     /// the file: the input is refused in one line; after a sound stream: the frames of the

@@ -469,4 +469,20 @@ mod tests {
         assert_eq!(r.c.unlinked_bytes, 100);
         assert_eq!(r.an.get("rdma.unlinked_data"), 100);
     }
+
+    /// Descriptors adding up to more than `MAX_TRANSFER_LEN` register nothing
+    /// (`rdma.transfer_too_long`); past `MAX_TRANSFERS` open transfers the oldest is ended
+    /// (`rdma.transfer_evicted`).
+    #[test]
+    fn transfers_are_bounded_in_length_and_number() {
+        let mut r = Rig::new();
+        r.register(1, u32::MAX);
+        assert_eq!((r.l.transfers.len(), r.an.get("rdma.transfer_too_long")), (0, 1));
+        for id in 1..=(MAX_TRANSFERS as u64 + 3) {
+            r.register(id, 4096);
+        }
+        assert_eq!(r.l.transfers.len(), MAX_TRANSFERS);
+        assert_eq!(r.an.get("rdma.transfer_evicted"), 3);
+        assert_eq!(r.l.transfers.front().unwrap().req.message_id, 4);
+    }
 }
