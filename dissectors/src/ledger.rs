@@ -86,6 +86,18 @@ const EV_ADVANCE: i32 = 2;
 
 /// Rows per row group: bounds the writer's buffer (about 100 bytes a row plus 16 per block).
 const ROW_GROUP_ROWS: usize = 32_768;
+/// Most rows of one row group the reader accepts: its columns are read whole, with room
+/// reserved from the footer's row count (about 400 bytes a row before the values' bytes),
+/// so a damaged or forged footer must not size them. Four times what the writer puts in one.
+pub const MAX_ROW_GROUP_ROWS: usize = 4 * ROW_GROUP_ROWS;
+
+/// The row count of a row group as the reader may allocate for it (see `MAX_ROW_GROUP_ROWS`).
+fn row_group_rows(path: &str, g: usize, num_rows: i64) -> Result<usize, LedgerError> {
+    match usize::try_from(num_rows) {
+        Ok(n) if n <= MAX_ROW_GROUP_ROWS => Ok(n),
+        _ => Err(err(path, format!("ledger row group {g} declares {num_rows} rows (at most {MAX_ROW_GROUP_ROWS})"))),
+    }
+}
 
 /// What the ordered stage receives, in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -470,7 +482,7 @@ impl LedgerReader {
         self.next_group += 1;
         let mut events = Vec::new();
         {
-        let n = meta.row_group(g).num_rows() as usize;
+        let n = row_group_rows(path, g, meta.row_group(g).num_rows())?;
         let rg = self.reader.get_row_group(g).map_err(|e| err(path, e))?;
         let (event, _) = read_col!(rg, 0, Int32ColumnReader, n, path);
         let (ts, _) = read_col!(rg, 1, Int64ColumnReader, n, path);
@@ -652,6 +664,43 @@ mod tests {
         assert!(e.0.contains("not a Parquet ledger"), "{e}");
         let e = read(dir.join("missing").to_str().unwrap()).err().expect("missing refused");
         assert!(e.0.contains("cannot read ledger"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A footer whose row group declares more rows than the reader allocates for (forged:
+    /// 2^62, negative, one past the cap) is refused with one line before any column is read;
+    /// the same file with its true count reads.
+    #[test]
+    fn refuses_a_row_group_count_past_the_cap() {
+        use parquet::file::metadata::ParquetMetaDataWriter;
+        let dir = std::env::temp_dir().join(format!("smbwire-ledger-rows-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("l.parquet");
+        let path = path.to_str().unwrap();
+        let mut w = LedgerWriter::create(path).unwrap();
+        for i in 0..3 {
+            w.push(1000 + i, &Event::Send(Box::new(send(i, b"abc", false, true)))).unwrap();
+        }
+        w.close("{}").unwrap();
+        let bytes = std::fs::read(path).unwrap();
+        let meta_len = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap()) as usize;
+        let body = &bytes[..bytes.len() - 8 - meta_len];
+        let meta = SerializedFileReader::new(File::open(path).unwrap()).unwrap().metadata().clone();
+        let forged = |rows: i64| -> String {
+            let groups = meta.row_groups().iter().map(|g| g.clone().into_builder().set_num_rows(rows).build().unwrap()).collect();
+            let m = meta.clone().into_builder().set_row_groups(groups).build();
+            let mut out = body.to_vec();
+            ParquetMetaDataWriter::new(&mut out, &m).finish().unwrap();
+            let p = dir.join(format!("rows{rows}.parquet"));
+            std::fs::write(&p, out).unwrap();
+            p.to_str().unwrap().to_string()
+        };
+        for rows in [1i64 << 62, -1, MAX_ROW_GROUP_ROWS as i64 + 1] {
+            let e = read(&forged(rows)).err().expect("forged row count refused");
+            assert!(e.0.contains(&format!("declares {rows} rows")), "{e}");
+        }
+        assert_eq!(read(&forged(3)).unwrap().events.len(), 3, "the rewritten footer itself is sound");
+        assert_eq!(row_group_rows("x", 0, MAX_ROW_GROUP_ROWS as i64).unwrap(), MAX_ROW_GROUP_ROWS);
         std::fs::remove_dir_all(&dir).ok();
     }
 

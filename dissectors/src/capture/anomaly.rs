@@ -5,6 +5,7 @@ crate::anomaly::anomalies! {
     /// What this stage can raise.
     pub enum Anomaly {
         ReadError = "capture.read_error",
+        DecompressMemoryLimit = "capture.decompress_memory_limit",
         Interrupted = "capture.interrupted",
         TruncatedRecord = "capture.truncated_record",
         SnaplenTruncatedFrame = "capture.snaplen_truncated_frame",

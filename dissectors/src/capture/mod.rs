@@ -108,6 +108,10 @@ fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Resul
     if got == 0 && !src.read_error {
         return Err(CaptureError::Empty { path: path.to_string() });
     }
+    if got < 4 && src.memory_limited {
+        let limit = source::XZ_MEMLIMIT >> 20;
+        return Err(CaptureError::Io { path: path.to_string(), reason: format!("its xz data needs more than {limit} MiB of memory to decode (a larger dictionary than xz -9's); not read") });
+    }
     if got < 4 && src.read_error {
         let what = src.compression.map_or("the file".to_string(), |c| format!("its {} data", c.name()));
         return Err(CaptureError::Io { path: path.to_string(), reason: format!("{what} could not be read (damaged or cut short)") });
@@ -908,6 +912,85 @@ mod tests {
         }
         // A stream that is only a compression header is not a capture.
         assert!(open_bytes(vec![0x1f, 0x8b]).is_err());
+    }
+
+    /// Where the LZMA2 dictionary size code of an xz stream's first block is (.xz file format
+    /// §3.1: the Block Header after the 12-byte Stream Header: size, flags, optional sizes,
+    /// Filter Flags (ID 0x21, one property byte), padding, CRC32).
+    fn xz_dictionary_at(z: &[u8]) -> usize {
+        let flags = z[13];
+        assert_eq!(flags & 0x03, 0, "one filter");
+        let mut at = 14;
+        for bit in [0x40, 0x80] {
+            if flags & bit != 0 {
+                while z[at] & 0x80 != 0 {
+                    at += 1;
+                }
+                at += 1;
+            }
+        }
+        assert_eq!(z[at..at + 2], [0x21, 0x01], "LZMA2 with one property byte");
+        at + 2
+    }
+
+    /// The xz stream with dictionary size code `code`, its Block Header's CRC32 made right.
+    fn xz_with_dictionary_code(mut z: Vec<u8>, code: u8) -> Vec<u8> {
+        let size = (usize::from(z[12]) + 1) * 4;
+        let at = xz_dictionary_at(&z);
+        z[at] = code;
+        let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(&z[12..12 + size - 4]);
+        z[12 + size - 4..12 + size].copy_from_slice(&crc.to_le_bytes());
+        z
+    }
+
+    /// A section with more Interface Description Blocks than `MAX_INTERFACES`: the extra ones
+    /// are not kept (`pcapng.too_many_interfaces`, their bytes `malformed`), and a packet
+    /// naming one of them is an unknown interface.
+    #[test]
+    fn pcapng_interfaces_are_capped() {
+        let mut ng = Ng::new(false);
+        ng.shb();
+        for _ in 0..pcapng::MAX_INTERFACES + 5 {
+            ng.idb(1, 0, &[]);
+        }
+        ng.epb(0, 1, &[1; 16], 16).epb(pcapng::MAX_INTERFACES as u32, 2, &[2; 16], 16);
+        let p = read_all(open_bytes(ng.out.clone()).unwrap());
+        assert_eq!(p.an.get("pcapng.too_many_interfaces"), 5);
+        assert_eq!(p.an.get("pcapng.unknown_interface"), 1);
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.covered(), ng.out.len() as u64);
+    }
+
+    /// An xz stream declaring a 4 GiB dictionary (code 40) is not decoded: past
+    /// `XZ_MEMLIMIT` the decoder refuses it instead of allocating what it declares. First in
+    /// the file: the input is refused in one line; after a sound stream: the frames of the
+    /// sound one, then `capture.decompress_memory_limit`. The same bytes with a sound code
+    /// (the encoder's) read whole, so the refusal is the declared size's.
+    #[test]
+    fn xz_streams_declaring_a_huge_dictionary_are_refused() {
+        // Larger than the read buffer, so the sound stream's frames come out before the
+        // decoder meets the next stream's header (an xz read that meets an error returns the
+        // error, not the bytes decoded in the same call).
+        let frames: Vec<Vec<u8>> = (0..3000u32).map(|i| (0..1400u32).map(|k| (i * 7 + k) as u8).collect()).collect();
+        let recs: Vec<(u32, u32, &[u8], u32)> = frames.iter().enumerate().map(|(i, d)| (1_700_000_000 + i as u32, 0, d.as_slice(), 1400)).collect();
+        let plain = pcap(false, false, 1, &recs);
+        let half = plain.len() / 2;
+        let tail = compressed(source::Compression::Xz, &plain[half..]);
+        let sound_code = tail[xz_dictionary_at(&tail)];
+        assert_eq!(xz_with_dictionary_code(tail.clone(), sound_code), tail);
+        let e = open_bytes(xz_with_dictionary_code(compressed(source::Compression::Xz, &plain), 40)).err().expect("refused");
+        assert!(matches!(e, CaptureError::Io { .. }) && e.to_string().contains("needs more than 256 MiB"), "{e}");
+        let mut two = compressed(source::Compression::Xz, &plain[..half]);
+        two.extend(xz_with_dictionary_code(tail.clone(), 40));
+        let p = read_all(open_bytes(two).unwrap());
+        assert_eq!(p.an.get("capture.decompress_memory_limit"), 1);
+        assert_eq!(p.an.get("capture.read_error"), 0);
+        let whole = read_all(open_bytes(plain.clone()).unwrap());
+        assert!(p.frames.len() > 1000 && p.frames.len() < whole.frames.len(), "{} frames", p.frames.len());
+        assert_eq!(p.frames[..], whole.frames[..p.frames.len()]);
+        let mut sound = compressed(source::Compression::Xz, &plain[..half]);
+        sound.extend(xz_with_dictionary_code(tail, sound_code));
+        assert_eq!(read_all(open_bytes(sound).unwrap()).frames, whole.frames);
     }
 
     #[test]

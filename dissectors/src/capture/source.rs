@@ -23,6 +23,11 @@ use std::sync::Arc;
 /// Initial buffer size; it only grows when a single record is larger (records are capped
 /// by the readers, so the buffer is bounded).
 pub const BUF_LEN: usize = 1 << 20;
+/// Memory the xz decoder may take (its dictionary, mostly; `xz -9` streams need 65 MiB). A
+/// stream declaring more is not decoded: at the start the input is refused in one line, later
+/// the rest is unread (anomaly `capture.decompress_memory_limit`). zstd's own default refuses
+/// frames needing a window beyond 128 MiB (`ZSTD_WINDOWLOG_LIMIT_DEFAULT`); gzip's is 32 KiB.
+pub const XZ_MEMLIMIT: u64 = 256 << 20;
 
 /// How a capture's bytes reach the reader (reported per input).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,6 +152,9 @@ pub struct Source {
     pub read_error: bool,
     /// Set when the user interrupted a wait for more bytes (Ctrl-C on a silent stream).
     pub interrupted: bool,
+    /// Set with `read_error` when the xz decoder refused a stream needing more than
+    /// `XZ_MEMLIMIT`.
+    pub memory_limited: bool,
     pub kind: InputKind,
     pub compression: Option<Compression>,
     /// Bytes read from the file or stream itself (before decompression).
@@ -229,6 +237,7 @@ impl Source {
             eof: true,
             read_error: false,
             interrupted: false,
+            memory_limited: false,
             kind: InputKind::File,
             compression: None,
             raw_read: count,
@@ -265,6 +274,7 @@ impl Source {
             eof: false,
             read_error: false,
             interrupted: false,
+            memory_limited: false,
             kind,
             compression: None,
             raw_read: count,
@@ -286,6 +296,7 @@ impl Source {
             eof: false,
             read_error: false,
             interrupted: false,
+            memory_limited: false,
             kind: InputKind::File,
             compression: None,
             raw_read: count,
@@ -320,7 +331,13 @@ impl Source {
         self.file = match c {
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
             Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw).map_err(io)?),
-            Compression::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(raw)),
+            Compression::Xz => {
+                // The decoder allocates what the stream's filter declares (an LZMA2 dictionary
+                // may be declared up to 4 GiB): the memory limit refuses more than XZ_MEMLIMIT.
+                let stream = liblzma::stream::Stream::new_stream_decoder(XZ_MEMLIMIT, liblzma::stream::CONCATENATED)
+                    .map_err(|e| io(e.into()))?;
+                Box::new(liblzma::read::XzDecoder::new_stream(raw, stream))
+            }
         };
         self.compression = Some(c);
         self.known_size = None;
@@ -349,6 +366,8 @@ impl Source {
     pub fn why_ended(&self, otherwise: super::Anomaly) -> super::Anomaly {
         if self.interrupted {
             super::Anomaly::Interrupted
+        } else if self.memory_limited {
+            super::Anomaly::DecompressMemoryLimit
         } else if self.read_error {
             super::Anomaly::ReadError
         } else {
@@ -400,9 +419,11 @@ impl Source {
                     self.interrupted = true;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => {
+                Err(e) => {
                     self.eof = true;
                     self.read_error = true;
+                    let inner = e.get_ref().and_then(|x| x.downcast_ref::<liblzma::stream::Error>());
+                    self.memory_limited = matches!(inner, Some(liblzma::stream::Error::MemLimit));
                 }
             }
         }

@@ -8,10 +8,12 @@ crate::anomaly::anomalies! {
     /// What this stage can raise.
     pub enum Anomaly {
         CmReplyWithoutRequest = "rdma.cm_reply_without_request",
+        ConnectionTableFull = "rdma.connection_table_full",
         DataOutsideMessage = "rdma.data_outside_message",
         DataWithoutConnection = "rdma.data_without_connection",
         QpTableFull = "rdma.qp_table_full",
         ReadResponseWithoutRequest = "rdma.read_response_without_request",
+        ReadTableFull = "rdma.read_table_full",
         SendIncomplete = "rdma.send_incomplete",
         SendOutOfSequence = "rdma.send_out_of_sequence",
         WriteWithoutFirst = "rdma.write_without_first",

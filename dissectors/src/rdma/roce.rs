@@ -33,8 +33,21 @@ use super::Anomaly;
 pub const MAX_QPS: usize = 65_536;
 /// RDMA Write / Read contexts kept per QP (IBTA limits outstanding reads to a few dozen).
 const MAX_CONTEXTS: usize = 128;
-/// Bytes of packets held while their context is unknown, per QP / address pair.
+/// Bytes of packets held while their context is unknown, per QP / address pair; each held
+/// packet is charged its payload and its record (`HELD_RECORD`), so a flood of one-byte
+/// packets cannot hold 70 bytes of records per byte of payload.
 const MAX_ORPHAN_BYTES: usize = 4 << 20;
+/// The same over all QPs and address pairs together.
+const MAX_ORPHAN_BYTES_TOTAL: usize = 64 << 20;
+/// What one held packet costs beside its payload.
+const HELD_RECORD: usize = std::mem::size_of::<Held>();
+/// Address pairs (requester, responder) with Read Requests or early Read Responses kept: the
+/// pair is taken from the packet's addresses, not from a QP, so it needs its own bound.
+const MAX_READ_PAIRS: usize = MAX_QPS;
+/// SMB Direct connections opened from RoCE/IB (a CM exchange or an inferred queue pair) while
+/// the run holds this many (`RdmaState::conns`, iWARP's included): past it a new connection is
+/// not analysed (its queue pairs count as another upper layer).
+const MAX_SMBD_CONNS: usize = MAX_QPS;
 /// The smallest IB PMTU: bounds how many PSNs one message can span.
 const MIN_PMTU: u64 = 256;
 /// RDMA CM ports that mean SMB Direct (MS-SMBD §1.9: 445 on IB/RoCE; 5445 is iWARP's).
@@ -94,6 +107,9 @@ pub struct Roce {
     /// Read Requests by (requester, responder) address.
     reads: HashMap<(IpAddr, IpAddr), VecDeque<Context>>,
     read_orphans: HashMap<(IpAddr, IpAddr), Orphans>,
+    /// Bytes charged by every `Orphans` of `qps` and `read_orphans` (at most
+    /// `MAX_ORPHAN_BYTES_TOTAL`).
+    orphan_bytes: usize,
     /// CM REQs awaiting their REP: (requester address, Local Communication ID) → (QPN, port).
     cm_pending: HashMap<(IpAddr, u32), (u32, Option<u16>)>,
     /// Inferred connections whose reverse QP is not known yet: (conn, known end, other address).
@@ -160,7 +176,11 @@ fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], ctx: &FrameCt
             };
             let smbd = port.is_some_and(|pt| SMBD_CM_PORTS.contains(&pt));
             let (client, server) = ((dst, req_qpn), (src, local_qpn));
-            if smbd {
+            if smbd && st.conns.len() >= MAX_SMBD_CONNS {
+                p.anomalies.raise(Anomaly::ConnectionTableFull);
+                set_ulp(roce, &mut st.stats.qps, client, Ulp::Other);
+                set_ulp(roce, &mut st.stats.qps, server, Ulp::Other);
+            } else if smbd {
                 let id = conn_id(roce, ctx);
                 st.stats.smbdirect_connections += 1;
                 st.stats.cm_connections += 1;
@@ -194,11 +214,14 @@ fn set_ulp(roce: &mut Roce, qps: &mut u64, key: (IpAddr, u32), ulp: Ulp) {
 }
 
 /// The first Send of an unknown QP that is SMB Direct: pair it with the reverse direction.
-fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32), ctx: &FrameCtx) -> Ulp {
+fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32), ctx: &FrameCtx, p: &mut Parts) -> Ulp {
     let roce = &mut st.roce;
     let ulp = if let Some(i) = roce.half_open.iter().rposition(|&(_, known, other)| known == src && other == key.0) {
         let (conn, _, _) = roce.half_open.remove(i);
         Ulp::Smbd { conn, side: 1 }
+    } else if st.conns.len() >= MAX_SMBD_CONNS {
+        p.anomalies.raise(Anomaly::ConnectionTableFull);
+        Ulp::Other
     } else {
         let id = conn_id(roce, ctx);
         st.stats.smbdirect_connections += 1;
@@ -229,14 +252,14 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
     }
     let mut ulp = st.roce.qps[&key].ulp;
     if ulp == Ulp::Unknown && matches!(r.kind, Kind::Send { first: true, .. }) && looks_like_smbdirect(r.payload) {
-        ulp = adopt(st, src, key, ctx);
+        ulp = adopt(st, src, key, ctx, p);
     } else if ulp == Ulp::Unknown
         && matches!(r.kind, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. })
         && st.roce.half_open.iter().any(|&(_, known, other)| known == src && other == dst)
     {
         // The reverse QP of a connection inferred from its first Send: the server's first RDMA
         // Read Request (or Write) for a WRITE (READ) reaches it before any Send does.
-        ulp = adopt(st, src, key, ctx);
+        ulp = adopt(st, src, key, ctx, p);
     }
     let Ulp::Smbd { conn, side } = ulp else {
         return account_all(p, cat::RDMA_OTHER_ULP, len);
@@ -271,13 +294,19 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
         Kind::ReadRequest => {
             let Some(reth) = r.reth else { return };
             let c = Context { psn0: r.psn, reth, conn, from: side, responder: key };
+            if !st.roce.reads.contains_key(&(src, dst)) && st.roce.reads.len() >= MAX_READ_PAIRS {
+                // Its responses will find no request: unlinked.
+                p.anomalies.raise(Anomaly::ReadTableFull);
+                return;
+            }
             let list = st.roce.reads.entry((src, dst)).or_default();
             if list.len() >= MAX_CONTEXTS {
                 list.pop_front();
             }
             list.push_back(c);
             // Responses that came first.
-            let held = st.roce.read_orphans.get_mut(&(src, dst)).map(std::mem::take).unwrap_or_default();
+            let held = st.roce.read_orphans.remove(&(src, dst)).unwrap_or_default();
+            st.roce.orphan_bytes -= held.bytes;
             for h in held.list {
                 read_response(st, src, dst, h.psn, h.kind, &h.bytes, &h.ctx, p);
             }
@@ -294,6 +323,7 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
                 qp.writes.push_back(c);
                 deliver(st, &c, r.psn, r.kind, r.payload, ctx, p);
                 let held = std::mem::take(&mut st.roce.qps.get_mut(&key).expect("present").orphans);
+                st.roce.orphan_bytes -= held.bytes;
                 for h in held.list {
                     write_packet(st, key, h.psn, h.kind, &h.bytes, &h.ctx, p);
                 }
@@ -404,21 +434,26 @@ fn unlinked(st: &mut RdmaState, n: usize, anomaly: impl crate::anomaly::AnomalyK
     }
 }
 
-fn hold(o: &mut Orphans, psn: u32, kind: Kind, bytes: &[u8], ctx: &FrameCtx) -> bool {
-    if o.bytes + bytes.len() > MAX_ORPHAN_BYTES {
+/// Holds a packet for a context not seen yet, within `MAX_ORPHAN_BYTES` for `o` and
+/// `MAX_ORPHAN_BYTES_TOTAL` for `total` (the run's `Roce::orphan_bytes`).
+fn hold(o: &mut Orphans, total: &mut usize, psn: u32, kind: Kind, bytes: &[u8], ctx: &FrameCtx) -> bool {
+    let charge = bytes.len() + HELD_RECORD;
+    if o.bytes + charge > MAX_ORPHAN_BYTES || *total + charge > MAX_ORPHAN_BYTES_TOTAL {
         return false;
     }
-    o.bytes += bytes.len();
+    o.bytes += charge;
+    *total += charge;
     o.list.push_back(Held { psn, kind, bytes: bytes.to_vec(), ctx: *ctx });
     true
 }
 
 fn write_packet(st: &mut RdmaState, key: (IpAddr, u32), psn: u32, kind: Kind, bytes: &[u8], ctx: &FrameCtx, p: &mut Parts) {
-    let qp = st.roce.qps.get_mut(&key).expect("present");
+    let Roce { qps, orphan_bytes, .. } = &mut st.roce;
+    let qp = qps.get_mut(&key).expect("present");
     match find(&qp.writes, psn, kind, bytes.len()) {
         Some((c, pos)) => deliver_at(st, &c, pos, bytes, ctx, p),
         None => {
-            if !hold(&mut qp.orphans, psn, kind, bytes, ctx) {
+            if !hold(&mut qp.orphans, orphan_bytes, psn, kind, bytes, ctx) {
                 unlinked(st, bytes.len(), Anomaly::WriteWithoutFirst, p);
             }
         }
@@ -438,8 +473,11 @@ fn read_response(st: &mut RdmaState, requester: IpAddr, responder: IpAddr, psn: 
             deliver_at(st, &c, pos, bytes, ctx, p)
         }
         None => {
-            let o = st.roce.read_orphans.entry((requester, responder)).or_default();
-            if !hold(o, psn, kind, bytes, ctx) {
+            let Roce { read_orphans, orphan_bytes, .. } = &mut st.roce;
+            let key = (requester, responder);
+            let held = (read_orphans.contains_key(&key) || read_orphans.len() < MAX_READ_PAIRS)
+                && hold(read_orphans.entry(key).or_default(), orphan_bytes, psn, kind, bytes, ctx);
+            if !held {
                 unlinked(st, bytes.len(), Anomaly::ReadResponseWithoutRequest, p);
             }
         }
@@ -462,9 +500,173 @@ pub fn finish(st: &mut RdmaState, p: &mut Parts) {
         leftover += o.list.iter().map(|h| h.bytes.len()).sum::<usize>();
         *o = Orphans::default();
     }
+    st.roce.read_orphans.clear();
+    st.roce.orphan_bytes = 0;
     unlinked(st, leftover, crate::smbdirect::Anomaly::RdmaUnlinkedData, p);
     if unparsed > 0 {
         p.anomalies.raise(Anomaly::SendIncomplete);
         p.accounting.add(cat::SMB_UNPARSED, unparsed as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::Accounting;
+    use crate::anomaly::Anomalies;
+    use crate::frame::FrameRef;
+    use crate::payload::send::SendRecord;
+    use crate::rdma::ib::{opcode, Deth};
+    use crate::smb2::state::SmbState;
+    use crate::smb2::PayloadSink;
+    use crate::smbdirect::records::NegotiateRequest;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    const C: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
+    const S: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+    const QP_S: u32 = 0x22;
+
+    struct Null;
+    impl PayloadSink for Null {
+        fn send(&mut self, _: SendRecord) {}
+        fn complete(&mut self, _: u64, _: u64, _: u64) {}
+    }
+
+    struct Rig {
+        st: RdmaState,
+        smb: SmbState,
+        an: Anomalies,
+        acct: Accounting,
+        fed: u64,
+        frames: u64,
+    }
+
+    impl Rig {
+        /// A run whose queue pair (S, QP_S) carries SMB Direct (adopted from its first Send).
+        fn new() -> Self {
+            let mut r = Rig { st: RdmaState::new(), smb: SmbState::new(), an: Anomalies::default(), acct: Accounting::default(), fed: 0, frames: 0 };
+            let neg = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 255, preferred_send_size: 1364, max_receive_size: 8192, max_fragmented_size: 1 << 20 };
+            r.feed(C, S, &ib::emit(opcode::SEND_ONLY, QP_S, 1, true, &[], &neg.emit()));
+            assert!(r.st.roce.carries_smbdirect(S, QP_S));
+            r
+        }
+
+        fn feed(&mut self, src: IpAddr, dst: IpAddr, bth: &[u8]) {
+            self.frames += 1;
+            self.fed += bth.len() as u64;
+            let ctx = FrameCtx { frame: FrameRef { file: 0, number: self.frames }, ts_ns: self.frames, seq: 0 };
+            let mut sink = Null;
+            let mut p = Parts { anomalies: &mut self.an, accounting: &mut self.acct, smb: &mut self.smb, sink: &mut sink };
+            self.st.roce(src, dst, bth, &ctx, &mut p);
+        }
+
+        fn finish(&mut self) {
+            let mut sink = Null;
+            let mut p = Parts { anomalies: &mut self.an, accounting: &mut self.acct, smb: &mut self.smb, sink: &mut sink };
+            self.st.finish(&FrameCtx::default(), &mut p);
+            assert_eq!(self.acct.total(), self.fed, "every byte accounted");
+        }
+
+        /// What the held packets of every QP and address pair charge, counted from the lists.
+        fn held_charge(&self) -> usize {
+            let roce = &self.st.roce;
+            let lists = roce.qps.values().map(|q| &q.orphans).chain(roce.read_orphans.values());
+            lists.flat_map(|o| o.list.iter()).map(|h| h.bytes.len() + HELD_RECORD).sum()
+        }
+    }
+
+    /// Address `i` of a flood of spoofed sources.
+    fn addr(i: u32) -> IpAddr {
+        IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i)))
+    }
+
+    /// Read Responses without their request, from ever new responders: each pair holds at most
+    /// `MAX_ORPHAN_BYTES`, all of them together at most `MAX_ORPHAN_BYTES_TOTAL` (without
+    /// the total, 30 pairs would hold 30 x 4 MiB); the rest is unlinked, every byte accounted.
+    #[test]
+    fn early_read_responses_are_held_within_both_bounds() {
+        let mut r = Rig::new();
+        let mut pkt = ib::emit(opcode::RDMA_READ_RESPONSE_ONLY, QP_S, 0, false, &[0; 4], &vec![0x5a; 256 << 10]);
+        let mut psn = 10u32;
+        for i in 0..30 {
+            for _ in 0..20 {
+                pkt[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+                psn += 1;
+                r.feed(addr(i), S, &pkt);
+                assert!(r.st.roce.orphan_bytes <= MAX_ORPHAN_BYTES_TOTAL);
+            }
+            let pair = &r.st.roce.read_orphans[&(S, addr(i))];
+            assert!(pair.bytes <= MAX_ORPHAN_BYTES, "pair {i}: {}", pair.bytes);
+        }
+        assert_eq!(r.st.roce.orphan_bytes, r.held_charge());
+        assert!(r.st.roce.orphan_bytes > MAX_ORPHAN_BYTES_TOTAL - (512 << 10), "the total is used up: {}", r.st.roce.orphan_bytes);
+        assert!(r.an.get("rdma.read_response_without_request") > 0);
+        r.finish();
+        assert_eq!(r.st.roce.orphan_bytes, 0);
+    }
+
+    /// One-byte RDMA Write Middles without their First: each is charged its record, so one QP
+    /// holds at most `MAX_ORPHAN_BYTES / (1 + HELD_RECORD)` of them, not four million.
+    #[test]
+    fn tiny_held_packets_are_charged_their_record() {
+        let mut r = Rig::new();
+        let mut pkt = ib::emit(opcode::RDMA_WRITE_MIDDLE, QP_S, 0, false, &[], &[7]);
+        let bound = MAX_ORPHAN_BYTES / (1 + HELD_RECORD);
+        for psn in 2..(bound as u32 + 1002) {
+            pkt[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+            r.feed(C, S, &pkt);
+        }
+        let held = r.st.roce.qps[&(S, QP_S)].orphans.list.len();
+        assert_eq!(held, bound, "record size {HELD_RECORD}");
+        assert_eq!(r.an.get("rdma.write_without_first"), 1000);
+        r.finish();
+    }
+
+    /// Read Requests from ever new source addresses to one SMB Direct queue pair: at most
+    /// `MAX_READ_PAIRS` pairs are remembered, the others counted (`rdma.read_table_full`); so
+    /// are early Read Responses' pairs.
+    #[test]
+    fn read_pairs_are_bounded() {
+        let mut r = Rig::new();
+        let mut reth = Vec::new();
+        Reth { va: 0x1000, r_key: 7, dma_length: 4096 }.emit(&mut reth);
+        let req = ib::emit(opcode::RDMA_READ_REQUEST, QP_S, 0, true, &reth, &[]);
+        let extra = 50;
+        for i in 0..(MAX_READ_PAIRS as u32 + extra) {
+            r.feed(addr(i), S, &req);
+        }
+        assert_eq!(r.st.roce.reads.len(), MAX_READ_PAIRS);
+        assert_eq!(r.an.get("rdma.read_table_full"), u64::from(extra));
+        let mut resp = ib::emit(opcode::RDMA_READ_RESPONSE_ONLY, QP_S, 0, false, &[0; 4], &[1; 8]);
+        for (k, i) in (0..(MAX_READ_PAIRS as u32 + extra)).enumerate() {
+            resp[9..12].copy_from_slice(&(k as u32 + 5).to_be_bytes()[1..]);
+            r.feed(addr(1 << 20 | i), S, &resp);
+        }
+        assert_eq!(r.st.roce.read_orphans.len(), MAX_READ_PAIRS);
+        assert_eq!(r.an.get("rdma.read_response_without_request"), u64::from(extra));
+        r.finish();
+    }
+
+    /// CM exchanges for SMB Direct (port 445) open connections while fewer than
+    /// `MAX_SMBD_CONNS` are tracked; past it a REP is counted (`rdma.connection_table_full`)
+    /// and opens none.
+    #[test]
+    fn cm_connections_are_bounded() {
+        let mut r = Rig::new();
+        let mut deth = Vec::new();
+        Deth { q_key: ib::GSI_Q_KEY, src_qp: ib::QP1 }.emit(&mut deth);
+        let extra = 20u32;
+        let open = r.st.conns.len() as u32;
+        for i in 0..(MAX_SMBD_CONNS as u32 - open + extra) {
+            let (c, s) = (addr(2 * i), addr(2 * i + 1));
+            let service_id = cm::SERVICE_ID_PS_TCP | 445;
+            let req = cm::emit(&cm::Message::Request { local_comm_id: i, service_id, local_qpn: 0x100, starting_psn: 0 });
+            r.feed(c, s, &ib::emit(opcode::UD_SEND_ONLY, ib::QP1, 0, false, &deth, &req));
+            let rep = cm::emit(&cm::Message::Reply { local_comm_id: i + 1, remote_comm_id: i, local_qpn: 0x200, starting_psn: 0 });
+            r.feed(s, c, &ib::emit(opcode::UD_SEND_ONLY, ib::QP1, 0, false, &deth, &rep));
+        }
+        assert_eq!(r.st.conns.len(), MAX_SMBD_CONNS);
+        assert_eq!(r.an.get("rdma.connection_table_full"), u64::from(extra));
+        r.finish();
     }
 }

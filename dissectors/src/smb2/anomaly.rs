@@ -12,6 +12,7 @@ crate::anomaly::anomalies! {
         Gap = "smb2.gap",
         GapInMessage = "smb2.gap_in_message",
         GapResync = "smb2.gap_resync",
+        MessageFramesCapped = "smb2.message_frames_capped",
         MessageOverCap = "smb2.message_over_cap",
         MessageTooLong = "smb2.message_too_long",
         NetbiosBadLength = "smb2.netbios_bad_length",

@@ -27,10 +27,20 @@ use super::Anomaly;
 
 /// Transfers kept per connection; the oldest is ended (incomplete) past this.
 pub const MAX_TRANSFERS: usize = 256;
-/// Out-of-order bytes held per transfer.
+/// Out-of-order bytes held per transfer, each held piece charged its bytes and its entry
+/// (`HELD_ENTRY`), so one-byte pieces cannot hold 50 bytes of map per byte.
 pub const MAX_HELD_PER_TRANSFER: usize = 8 << 20;
-/// Orphan data (no request yet) held per connection.
+/// The same over all transfers of a connection (`MAX_TRANSFERS` x `MAX_HELD_PER_TRANSFER`
+/// would be 2 GiB).
+pub const MAX_HELD_PER_CONNECTION: usize = 32 << 20;
+/// What one held piece costs beside its bytes: its key and `Vec` in the ordered map, and
+/// about as much again of the map's node.
+const HELD_ENTRY: usize = 2 * std::mem::size_of::<(u64, Vec<u8>)>();
+/// Orphan data (no request yet) held per connection, each orphan charged its bytes and its
+/// record.
 pub const MAX_ORPHAN_BYTES: usize = 4 << 20;
+/// What one orphan costs beside its bytes.
+const ORPHAN_RECORD: usize = std::mem::size_of::<Orphan>();
 /// Payload length accepted from descriptors (MaxReadWriteSize is at most a few MiB).
 pub const MAX_TRANSFER_LEN: u64 = 64 << 20;
 
@@ -59,6 +69,7 @@ struct Transfer {
     next: u64,
     hasher: Option<PayloadHasher>,
     held: BTreeMap<u64, Vec<u8>>,
+    /// What `held` is charged: its bytes and `HELD_ENTRY` per piece.
     held_bytes: usize,
     first: Option<(FrameRef, u64, Ends)>,
     last_frame: FrameRef,
@@ -154,8 +165,9 @@ impl Linker {
             t.req.descriptors.iter().any(|d| d.token == token && va >= d.offset && va < d.offset + u64::from(d.length))
         });
         let Some(i) = found else {
-            if self.orphan_bytes + bytes.len() <= MAX_ORPHAN_BYTES {
-                self.orphan_bytes += bytes.len();
+            let charge = bytes.len() + ORPHAN_RECORD;
+            if self.orphan_bytes + charge <= MAX_ORPHAN_BYTES {
+                self.orphan_bytes += charge;
                 self.orphans.push_back(Orphan { token, va, bytes: bytes.to_vec(), ctx: *ctx, ends });
             } else {
                 p.anomalies.raise(Anomaly::RdmaUnlinkedData);
@@ -164,7 +176,7 @@ impl Linker {
             }
             return;
         };
-        let t = &mut self.transfers[i];
+        let t = &self.transfers[i];
         // Place across descriptors: a packet never spans two registrations, but clip anyway.
         let (di, d) = match t.req.descriptors.iter().enumerate().find(|(_, d)| d.token == token && va >= d.offset && va < d.offset + u64::from(d.length)) {
             Some(x) => x,
@@ -179,18 +191,23 @@ impl Linker {
             p.accounting.add(cat::RDMA_UNLINKED, beyond.len() as u64);
         }
         let pos = t.starts[di] + within;
+        // Data ahead of the next byte is held, within the connection's bound too: what all its
+        // transfers hold (summed only then, off the in-order path).
+        let conn_held = if pos > t.next { self.transfers.iter().map(|t| t.held_bytes).sum() } else { 0 };
+        let t = &mut self.transfers[i];
         if t.first.is_none() {
             t.first = Some((ctx.frame, ctx.ts_ns, ends));
         }
         t.last_frame = ctx.frame;
-        Self::place(t, pos, inside, p, c);
+        Self::place(t, conn_held, pos, inside, p, c);
         if t.done() {
             let t = self.transfers.remove(i).expect("index in range");
             Self::finish(conn, t, p, c);
         }
     }
 
-    fn place(t: &mut Transfer, pos: u64, bytes: &[u8], p: &mut Parts, c: &mut Counters) {
+    /// `conn_held`: what the connection's transfers hold (for `MAX_HELD_PER_CONNECTION`).
+    fn place(t: &mut Transfer, conn_held: usize, pos: u64, bytes: &[u8], p: &mut Parts, c: &mut Counters) {
         let end = pos + bytes.len() as u64;
         if end <= t.next {
             c.retransmitted_bytes += bytes.len() as u64;
@@ -212,12 +229,13 @@ impl Linker {
                 return;
             }
             p.accounting.add(cat::RDMA_PAYLOAD, bytes.len() as u64);
-            if t.held_bytes + bytes.len() > MAX_HELD_PER_TRANSFER {
+            let charge = bytes.len() + HELD_ENTRY;
+            if t.held_bytes + charge > MAX_HELD_PER_TRANSFER || conn_held + charge > MAX_HELD_PER_CONNECTION {
                 p.anomalies.raise(Anomaly::RdmaReorderBufferFull);
                 t.hasher = None;
                 return;
             }
-            t.held_bytes += bytes.len();
+            t.held_bytes += charge;
             t.held.insert(pos, bytes.to_vec());
             return;
         }
@@ -232,7 +250,7 @@ impl Linker {
                 break;
             }
             let (hp, v) = t.held.pop_first().expect("non-empty");
-            t.held_bytes -= v.len();
+            t.held_bytes -= v.len() + HELD_ENTRY;
             let skip = (t.next - hp) as usize;
             if skip < v.len() {
                 if let Some(h) = t.hasher.as_mut() {
@@ -335,5 +353,136 @@ impl Linker {
             p.anomalies.raise(Anomaly::RdmaUnlinkedData);
         }
         self.orphan_bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accounting::Accounting;
+    use crate::anomaly::Anomalies;
+    use crate::smb2::state::SmbState;
+    use crate::smb2::PayloadSink;
+    use std::net::Ipv4Addr;
+
+    struct Null;
+    impl PayloadSink for Null {
+        fn send(&mut self, _: SendRecord) {}
+        fn complete(&mut self, _: u64, _: u64, _: u64) {}
+    }
+
+    const ENDS: Ends = ((IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), 0), (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 0), 0);
+
+    struct Rig {
+        l: Linker,
+        smb: SmbState,
+        an: Anomalies,
+        acct: Accounting,
+        c: Counters,
+        frames: u64,
+    }
+
+    impl Rig {
+        fn new() -> Self {
+            Rig { l: Linker::default(), smb: SmbState::new(), an: Anomalies::default(), acct: Accounting::default(), c: Counters::default(), frames: 0 }
+        }
+
+        /// A WRITE request (MessageId `id`) of one descriptor: `len` bytes at (token `id`, VA 0).
+        fn register(&mut self, id: u64, len: u32) {
+            let req = Request {
+                message_id: id,
+                kind: SendKind::Write,
+                session_id: 1,
+                tree_id: 1,
+                file_id: [0; 16],
+                offset: 0,
+                share: None,
+                file_name: None,
+                descriptors: vec![BufferDescriptorV1 { offset: 0, token: id as u32, length: len }],
+                frame: None,
+            };
+            let mut sink = Null;
+            let mut p = Parts { anomalies: &mut self.an, accounting: &mut self.acct, smb: &mut self.smb, sink: &mut sink };
+            self.l.register(7, req, &mut p, &mut self.c);
+        }
+
+        fn data(&mut self, token: u32, va: u64, bytes: &[u8]) {
+            self.frames += 1;
+            let ctx = FrameCtx { frame: FrameRef { file: 0, number: self.frames }, ts_ns: self.frames, seq: 0 };
+            let mut sink = Null;
+            let mut p = Parts { anomalies: &mut self.an, accounting: &mut self.acct, smb: &mut self.smb, sink: &mut sink };
+            self.l.data(7, token, va, bytes, &ctx, ENDS, &mut p, &mut self.c);
+        }
+
+        fn held(&self) -> usize {
+            self.l.transfers.iter().map(|t| t.held_bytes).sum()
+        }
+    }
+
+    /// Eight transfers whose first bytes never come, each sent 7 MiB after them: the
+    /// connection holds at most `MAX_HELD_PER_CONNECTION` (not 8 x 7 MiB), the rest ends the
+    /// transfers' hashing (`rdma.reorder_buffer_full`); every byte is accounted.
+    #[test]
+    fn held_data_is_bounded_per_connection() {
+        let mut r = Rig::new();
+        let chunk = vec![0x3c; 64 << 10];
+        let mut fed = 0u64;
+        for id in 1..=8u64 {
+            r.register(id, 8 << 20);
+            for k in 0..112u64 {
+                r.data(id as u32, 4096 + k * chunk.len() as u64, &chunk);
+                fed += chunk.len() as u64;
+                assert!(r.held() <= MAX_HELD_PER_CONNECTION, "transfer {id}: {} held", r.held());
+            }
+        }
+        assert!(r.held() > MAX_HELD_PER_CONNECTION - (1 << 20), "the bound is reached: {}", r.held());
+        assert!(r.an.get("rdma.reorder_buffer_full") > 0);
+        assert_eq!(r.acct.total(), fed);
+        let held_pieces: usize = r.l.transfers.iter().map(|t| t.held.values().map(|v| v.len() + HELD_ENTRY).sum::<usize>()).sum();
+        assert_eq!(held_pieces, r.held(), "the charge is what the maps hold");
+    }
+
+    /// One-byte pieces ahead of the next byte are charged their entry: a transfer holds at
+    /// most `MAX_HELD_PER_TRANSFER / (1 + HELD_ENTRY)` of them, not eight million.
+    #[test]
+    fn tiny_held_pieces_are_charged_their_entry() {
+        let mut r = Rig::new();
+        r.register(1, 8 << 20);
+        let bound = MAX_HELD_PER_TRANSFER / (1 + HELD_ENTRY);
+        for k in 0..(bound as u64 + 100) {
+            r.data(1, 2 + 2 * k, &[9]);
+        }
+        assert_eq!(r.l.transfers[0].held.len(), bound, "entry charge {HELD_ENTRY}");
+        assert_eq!(r.an.get("rdma.reorder_buffer_full"), 100);
+    }
+
+    /// One-byte orphans (data before any request) are charged their record: at most
+    /// `MAX_ORPHAN_BYTES / (1 + ORPHAN_RECORD)` of them, the rest unlinked at once.
+    #[test]
+    fn tiny_orphans_are_charged_their_record() {
+        let mut r = Rig::new();
+        let bound = MAX_ORPHAN_BYTES / (1 + ORPHAN_RECORD);
+        for k in 0..(bound as u64 + 100) {
+            r.data(99, k, &[9]);
+        }
+        assert_eq!(r.l.orphans.len(), bound, "record size {ORPHAN_RECORD}");
+        assert_eq!(r.c.unlinked_bytes, 100);
+        assert_eq!(r.an.get("rdma.unlinked_data"), 100);
+    }
+
+    /// Descriptors adding up to more than `MAX_TRANSFER_LEN` register nothing
+    /// (`rdma.transfer_too_long`); past `MAX_TRANSFERS` open transfers the oldest is ended
+    /// (`rdma.transfer_evicted`).
+    #[test]
+    fn transfers_are_bounded_in_length_and_number() {
+        let mut r = Rig::new();
+        r.register(1, u32::MAX);
+        assert_eq!((r.l.transfers.len(), r.an.get("rdma.transfer_too_long")), (0, 1));
+        for id in 1..=(MAX_TRANSFERS as u64 + 3) {
+            r.register(id, 4096);
+        }
+        assert_eq!(r.l.transfers.len(), MAX_TRANSFERS);
+        assert_eq!(r.an.get("rdma.transfer_evicted"), 3);
+        assert_eq!(r.l.transfers.front().unwrap().req.message_id, 4);
     }
 }

@@ -374,3 +374,25 @@ fn encrypted_requests_over_smb_direct_link_their_rdma_transfers_with_keys() {
     assert!(o.sends.is_empty());
     assert_eq!(o.rdma.linked_transfers, 0);
 }
+
+/// A data transfer message announcing more remaining data than `MAX_FRAGMENTED_SIZE` is not
+/// reassembled (`smbdirect.fragmented_too_large`): nothing is buffered for it, its bytes are
+/// `smb_unparsed`, and the next whole message still decodes.
+#[test]
+fn fragmented_message_past_the_cap_is_not_buffered() {
+    use super::{SmbdConn, MAX_FRAGMENTED_SIZE};
+    let mut smb = SmbState::new();
+    let (mut an, mut acct, mut sink) = (Anomalies::default(), Accounting::default(), Sink::default());
+    let mut c = crate::rdma::RdmaStats::default();
+    let mut conn = SmbdConn::new(1, [(C, 1), (S, 2)], Some(0));
+    let mut p = Parts { anomalies: &mut an, accounting: &mut acct, smb: &mut smb, sink: &mut sink };
+    let ctx = FrameCtx::default();
+    let head = smb2_header(9, false, 1);
+    let first = DataTransfer { credits_requested: 1, credits_granted: 1, flags: 0, remaining_data_length: MAX_FRAGMENTED_SIZE as u32, data_offset: 24, data_length: 0 }.emit(&head);
+    conn.on_send(0, &first, &ctx, &mut p, &mut c);
+    assert_eq!(p.anomalies.get("smbdirect.fragmented_too_large"), 1);
+    assert!(conn.dirs[0].reassembly.is_empty() && conn.dirs[0].reassembly.capacity() == 0);
+    assert_eq!(p.accounting.get(crate::accounting::cat::SMB_UNPARSED), head.len() as u64);
+    conn.on_send(1, &data_msg(&response(false, 5, 0)), &ctx, &mut p, &mut c);
+    assert_eq!(p.smb.stats.commands.get("WRITE.response"), Some(&1));
+}

@@ -432,3 +432,23 @@ fn rdma_read_write_requests_round_trip() {
     let m = p.emit(&HeaderRepr { flags: flags::SERVER_TO_REDIR, ..h });
     assert_eq!((m.len(), ReadResponse::parse(&m)), (64 + 17, Ok(p)));
 }
+
+/// Hostile counts in a NEGOTIATE request (DialectCount 65,535, a cipher list of 30,000, a
+/// NegotiateContextCount of 65,535): at most `MAX_LIST` entries of each are decoded.
+#[test]
+fn hostile_negotiate_counts_decode_at_most_max_list() {
+    let h = HeaderRepr::parse(&hex(NEGOTIATE_REQ)).unwrap();
+    let contexts = NegotiateContexts { types: vec![negotiate_context::ENCRYPTION_CAPABILITIES], ciphers: vec![2; 30_000], ..NegotiateContexts::default() };
+    let req = NegotiateRequest { security_mode: 1, capabilities: 0, client_guid: [7; 16], dialects: vec![0x0311; 65_535], contexts: Some(contexts) };
+    let mut m = req.emit(&h);
+    // 200 more (empty, unknown) contexts after the one emitted, and a count of 65,535.
+    m.resize(m.len().next_multiple_of(8), 0);
+    for _ in 0..200 {
+        m.extend_from_slice(&[0xff, 0x00, 0, 0, 0, 0, 0, 0]);
+    }
+    m[HEADER_LEN + 32..HEADER_LEN + 34].copy_from_slice(&u16::MAX.to_le_bytes());
+    let n = NegotiateRequest::parse(&m).unwrap();
+    assert_eq!(n.dialects.len(), MAX_LIST);
+    let c = n.contexts.unwrap();
+    assert_eq!((c.ciphers.len(), c.types.len()), (MAX_LIST, MAX_LIST));
+}

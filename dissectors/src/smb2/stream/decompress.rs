@@ -45,7 +45,7 @@ impl Smb2Stream {
     }
 
     pub(super) fn comp_bytes(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, p: &mut Parts) -> usize {
-        let Some((n, done)) = self.take_buffered(need, input, ctx, cat::SMB_COMPRESSED) else { return 0 };
+        let Some((n, done)) = self.take_buffered(need, input, ctx, cat::SMB_COMPRESSED, p) else { return 0 };
         if done {
             self.on_comp_buffered(p);
         }

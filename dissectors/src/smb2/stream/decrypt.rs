@@ -17,6 +17,12 @@ use crate::smb2::records::Error as RecError;
 use crate::smb2::transform::TransformHeader;
 use crate::smb2::{Anomaly, Parts};
 
+/// Frames noted for one buffered message (40 bytes each; a 16 MiB message in 1-byte
+/// segments would otherwise note 16 million). Past it the latest piece stands for every later
+/// frame: its start keeps its frame position, its frame becomes the newest (anomaly
+/// `smb2.message_frames_capped`). Ordinary messages span a few thousand frames.
+pub(super) const MAX_PIECES: usize = 1 << 16;
+
 /// An encrypted message being buffered.
 #[derive(Default)]
 pub(super) struct CryptBuf {
@@ -29,6 +35,8 @@ pub(super) struct CryptBuf {
     pub(super) lost_as: &'static str,
     /// Bytes of `SmbState::opening_bytes` this message holds (released when it is dropped).
     pub(super) reserved: u64,
+    /// `pieces` reached `MAX_PIECES` (the anomaly was raised).
+    pub(super) pieces_capped: bool,
 }
 
 impl CryptBuf {
@@ -63,7 +71,7 @@ impl Smb2Stream {
 
     pub(super) fn crypt_bytes(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, p: &mut Parts) -> usize {
         // `None` cannot happen: the state is entered with the buffer.
-        let Some((n, done)) = self.take_buffered(need, input, ctx, cat::SMB_ENCRYPTED) else { return 0 };
+        let Some((n, done)) = self.take_buffered(need, input, ctx, cat::SMB_ENCRYPTED, p) else { return 0 };
         if done {
             self.on_crypt_buffered(p);
         }
@@ -73,15 +81,25 @@ impl Smb2Stream {
     /// Appends the message's bytes to the transform buffer (up to `need` in all), noting the
     /// frame each piece came from; returns how many were taken and whether the buffered part is
     /// complete. Without a buffer the rest of the message goes to `lost_as`.
-    pub(super) fn take_buffered(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, lost_as: &'static str) -> Option<(usize, bool)> {
+    pub(super) fn take_buffered(&mut self, need: usize, input: &[u8], ctx: &FrameCtx, lost_as: &'static str, p: &mut Parts) -> Option<(usize, bool)> {
         let Some(cb) = self.crypt.as_mut() else {
             self.state = State::Skip(lost_as);
             return None;
         };
         let n = (need - cb.bytes.len()).min(input.len()).min(self.msg_left as usize);
         if cb.pieces.last().is_none_or(|(_, c)| c.frame != ctx.frame) {
-            let at = if cb.pieces.is_empty() { 0 } else { cb.bytes.len() };
-            cb.pieces.push((at, *ctx));
+            if cb.pieces.len() < MAX_PIECES {
+                let at = if cb.pieces.is_empty() { 0 } else { cb.bytes.len() };
+                cb.pieces.push((at, *ctx));
+            } else {
+                if !cb.pieces_capped {
+                    cb.pieces_capped = true;
+                    p.anomalies.raise(Anomaly::MessageFramesCapped);
+                }
+                if let Some(last) = cb.pieces.last_mut() {
+                    last.1 = *ctx;
+                }
+            }
         }
         cb.bytes.extend_from_slice(&input[..n]);
         self.msg_left -= n as u32;

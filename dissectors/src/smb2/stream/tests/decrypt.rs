@@ -219,3 +219,43 @@ fn gaps_and_hostile_transforms_are_counted_never_decrypted() {
     assert_eq!(h.smb.stats.decrypted_messages, 1);
     assert_eq!(smb_categories(&h), h.fed);
 }
+
+/// An encrypted WRITE delivered one byte a frame (100,000 frames): the frames noted while it
+/// is buffered stay within `MAX_PIECES` (40 bytes each, not one per byte), the message still
+/// decrypts to the plain WRITE's digest, its send names the frames the plain WRITE's send
+/// names (its first frame falls before the cap, its last one is the newest), and the cap is
+/// counted once.
+#[test]
+fn message_in_one_byte_frames_notes_at_most_max_pieces() {
+    use super::super::decrypt::MAX_PIECES;
+    let key = vec![7u8; 16];
+    let payload = data(100_000, 4);
+    let plain = pad8(write_req(6, [4; 16], 0, &payload, false, 0));
+    let wire = netbios(&transform(Cipher::Aes128Gcm, &key, &plain, 6));
+    assert!(wire.len() > MAX_PIECES + 1000);
+    let mut h = Harness { smb: directional(&key, &key), ..Harness::default() };
+    let mut s = Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445));
+    for (i, b) in wire.iter().enumerate() {
+        h.fed += 1;
+        s.on_message(std::slice::from_ref(b), &ctx(i as u64 + 1), &mut h.parts());
+        if let Some(cb) = s.crypt.as_ref() {
+            assert!(cb.pieces.len() <= MAX_PIECES, "frame {}: {} pieces", i + 1, cb.pieces.len());
+        }
+    }
+    assert_eq!(h.smb.stats.decrypted_messages, 1);
+    assert_eq!(h.anomalies.get("smb2.message_frames_capped"), 1);
+    assert_eq!(h.rec.sends.len(), 1);
+    let send = &h.rec.sends[0];
+    assert_eq!(send.digest, digest_of(&payload));
+    // The frames the plain message names when it is delivered the same way, 52 frames (the
+    // TRANSFORM header's bytes) later.
+    let mut plain_h = Harness::default();
+    let mut ps = Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445));
+    for (i, b) in netbios(&plain).iter().enumerate() {
+        ps.on_message(std::slice::from_ref(b), &ctx(i as u64 + 1), &mut plain_h.parts());
+    }
+    let want = &plain_h.rec.sends[0];
+    assert_eq!((send.first_frame.number, send.last_frame.number), (want.first_frame.number + 52, want.last_frame.number + 52));
+    assert_eq!(send.last_frame.number, wire.len() as u64, "the newest frame stands for the capped stretch");
+    assert_eq!(smb_categories(&h), h.fed);
+}
