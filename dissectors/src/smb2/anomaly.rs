@@ -32,6 +32,7 @@ crate::anomaly::anomalies! {
         UnknownCommand = "smb2.unknown_command",
         ReportFilesCapped = "smb2.report_files_capped",
         StateEvicted = "smb2.state_evicted",
+        NameTruncated = "smb2.name_truncated",
         DecryptFailed = "smb2.decrypt_failed",
         TransformBadSize = "smb2.transform_bad_size",
         OpenBudgetExceeded = "smb2.open_budget_exceeded",

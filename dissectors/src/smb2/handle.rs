@@ -4,7 +4,7 @@
 //! Framing and byte handling are in `stream`; layouts are in `records`.
 
 use super::records::{self as rec, command, status, HeaderRepr};
-use super::state::{ConnInfo, Pending, SmbState};
+use super::state::{kept_name, ConnInfo, Pending, SmbState};
 use crate::anomaly::Anomalies;
 use std::sync::Arc;
 use super::Anomaly;
@@ -110,7 +110,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
         }
         (command::LOGOFF, true) if ok => smb.logoff(conn, session_id),
         (command::TREE_CONNECT, false) => match rec::TreeConnectRequest::parse(msg) {
-            Ok(t) => smb.add_pending(conn, h.message_id, Pending::TreeConnect { path: Arc::from(t.path) }, an),
+            Ok(t) => smb.add_pending(conn, h.message_id, Pending::TreeConnect { path: kept_name(&t.path, an) }, an),
             Err(e) => an.raise(e),
         },
         (command::TREE_CONNECT, true) => {
@@ -130,7 +130,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
         (command::TREE_DISCONNECT, true) if ok => smb.tree_disconnected(conn, session_id, tree_id),
         (command::CREATE, false) => match rec::CreateRequest::parse(msg) {
             Ok(c) => {
-                let name: Arc<str> = Arc::from(c.name);
+                let name: Arc<str> = kept_name(&c.name, an);
                 smb.note_file_name(&name, an);
                 smb.add_pending(conn, h.message_id, Pending::Create { name: name.clone() }, an);
                 chain.create_name = Some(name);

@@ -34,6 +34,25 @@ impl Default for Limits {
     }
 }
 
+/// Longest share path or file name kept (UTF-8 bytes). The wire allows 64 KiB (a u16
+/// length of UTF-16); Windows paths stay far below (32,767 characters at the very most, 260
+/// usually). Every map of names holds at most this per entry (docs/memory-audit.md).
+pub const MAX_KEPT_NAME: usize = 1024;
+
+/// `name` as kept in the state maps and the report: longer ones are cut at a character
+/// boundary before `MAX_KEPT_NAME` bytes and end in "…" (anomaly `smb2.name_truncated`).
+pub fn kept_name(name: &str, an: &mut Anomalies) -> Arc<str> {
+    if name.len() <= MAX_KEPT_NAME {
+        return Arc::from(name);
+    }
+    an.raise(Anomaly::NameTruncated);
+    let mut end = MAX_KEPT_NAME - '…'.len_utf8();
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    Arc::from(format!("{}…", &name[..end]))
+}
+
 /// What a request left behind for its response (keyed by connection and MessageId).
 #[derive(Debug, Clone)]
 pub enum Pending {
@@ -663,5 +682,16 @@ mod tests {
         assert_eq!(o.share(1, 0x41, 1).as_deref(), Some("\\\\owner\\x"));
         assert_eq!(o.file_name(1, &[7; 16]), None);
         assert_eq!(an.iter().count(), 0);
+    }
+
+    #[test]
+    fn long_names_are_kept_cut() {
+        let mut an = Anomalies::default();
+        assert_eq!(&*kept_name("a\\b.vhdx", &mut an), "a\\b.vhdx");
+        assert_eq!(an.get("smb2.name_truncated"), 0);
+        let long = "é".repeat(40_000); // 80,000 bytes, 2 bytes a character
+        let k = kept_name(&long, &mut an);
+        assert!(k.len() <= MAX_KEPT_NAME && k.ends_with('…') && k.starts_with("éé"));
+        assert_eq!(an.get("smb2.name_truncated"), 1);
     }
 }

@@ -161,6 +161,10 @@ impl Smb2Stream {
         self.hdr = None;
         self.chain_next = false;
         self.buf.clear();
+        // An idle stream keeps no large buffer (a flow is counted at `FLOW_STATE_ESTIMATE`).
+        if self.buf.capacity() > 16 * 1024 {
+            self.buf = Vec::new();
+        }
     }
 
     /// The bytes held in `small` were not a valid NetBIOS/SMB2 start: drop the first byte
