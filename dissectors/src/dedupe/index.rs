@@ -235,7 +235,9 @@ pub struct Dedupe {
     /// run-wide number (`FrameCtx::seq`); here connections are numbered 1, 2, ... (RDMA ones
     /// from `ROCE_CONN_BASE`) in the order their first send arrives, the same for one
     /// pipeline, `--threads` and a ledger replay.
-    conn_numbers: FastMap<u64, u64>,
+    /// With each, its Community ID (the same for every send of a connection, either way):
+    /// worked out once, not per send.
+    conn_numbers: FastMap<u64, (u64, Option<crate::community::CommunityId>)>,
     next_conn_number: [u64; 2],
 }
 
@@ -315,26 +317,33 @@ impl Dedupe {
         self.blocks.len()
     }
 
-    /// The report's number of connection `conn` (see `conn_numbers`), given on first use.
-    fn conn_number(&mut self, conn: u64) -> u64 {
+    /// The report's number of the connection of `s` (see `conn_numbers`), given on first
+    /// use, and the connection's Community ID.
+    fn conn_number(&mut self, s: &SendRecord) -> (u64, Option<crate::community::CommunityId>) {
         use crate::payload::send::ROCE_CONN_BASE;
-        if let Some(n) = self.conn_numbers.get(&conn) {
+        if let Some(n) = self.conn_numbers.get(&s.conn) {
             return *n;
         }
+        let community = match s.ip_proto {
+            0 => None,
+            proto => crate::community::CommunityId::v1(0, s.src, s.src_port, s.dst, s.dst_port, proto),
+        };
+        let conn = s.conn;
         let rdma = usize::from(conn >= ROCE_CONN_BASE);
         let base = if rdma == 1 { ROCE_CONN_BASE } else { 0 };
         if self.conn_numbers.len() >= MAX_CONN_NUMBERS {
             self.anomalies.raise(Anomaly::ConnectionNumbersCapped);
-            return base + (1 << 39) + (conn - base);
+            return (base + (1 << 39) + (conn - base), community);
         }
         self.next_conn_number[rdma] += 1;
-        let n = base + self.next_conn_number[rdma];
+        let n = (base + self.next_conn_number[rdma], community);
         self.conn_numbers.insert(conn, n);
         n
     }
 
     pub fn send(&mut self, mut s: SendRecord) {
-        s.conn = self.conn_number(s.conn);
+        let (conn, community_id) = self.conn_number(&s);
+        s.conn = conn;
         if let Some(tap) = self.ledger.as_mut() {
             tap.push(&Event::Send(Box::new(s.clone())));
         }
@@ -401,10 +410,7 @@ impl Dedupe {
             dst: s.dst,
             src_port: (s.ip_proto != 0).then_some(s.src_port),
             dst_port: (s.ip_proto != 0).then_some(s.dst_port),
-            community_id: match s.ip_proto {
-                0 => None,
-                proto => crate::community::CommunityId::v1(0, s.src, s.src_port, s.dst, s.dst_port, proto),
-            },
+            community_id,
             src_node: self.node_names[src.0 as usize].clone(),
             dst_node: self.node_names[dst.0 as usize].clone(),
             kind: s.kind,
@@ -560,7 +566,7 @@ impl Dedupe {
     /// The response to (conn, MessageId) was seen at `ts_ns`: its send is no longer outstanding.
     pub fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
         // A connection without a send has nothing to complete.
-        let Some(&conn) = self.conn_numbers.get(&conn) else { return };
+        let Some(&(conn, _)) = self.conn_numbers.get(&conn) else { return };
         if let Some(tap) = self.ledger.as_mut() {
             tap.push(&Event::Complete { conn, message_id, ts_ns });
         }
