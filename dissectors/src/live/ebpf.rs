@@ -52,6 +52,9 @@ mod event {
 
 /// `struct smbwire_totals` (bpf/smbwire.h): seven u64 counters.
 const TOTALS_SIZE: usize = 56;
+/// `struct smbwire_flow_key` and `struct smbwire_flow_counters` (bpf/smbwire.h).
+const FLOW_KEY_SIZE: usize = std::mem::size_of::<FlowKey>();
+const FLOW_VALUE_SIZE: usize = 16;
 /// `SMBWIRE_MAX_PORTS`.
 const MAX_PORTS: usize = 64;
 
@@ -235,6 +238,9 @@ impl EbpfSource {
             handle("totals")?,
             handle("ring")?,
         );
+        if (flows.key_size() as usize, flows.value_size() as usize) != (FLOW_KEY_SIZE, FLOW_VALUE_SIZE) {
+            return Err(LiveError::Unsupported("eBPF map flows has unexpected key or value sizes".into()));
+        }
         for p in &opts.tcp_ports {
             ports
                 .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)
@@ -346,8 +352,68 @@ impl EbpfSource {
         })
     }
 
-    fn flow_stats(&self) -> Vec<FlowStat> {
-        let mut out = Vec::new();
+    /// Every flow of the kernel's table into `top`. Batched (`BPF_MAP_LOOKUP_BATCH`, Linux
+    /// 5.6+): a full table is 65,536 flows, read every snapshot; one key at a time that was
+    /// two system calls and two allocations a flow, most of the capture thread's system time
+    /// under a flood of new flows (issue 12). Key by key where the kernel has no batch.
+    fn flow_stats(&self, top: &mut flows::TopFlows) {
+        if self.flow_stats_batched(top).is_err() {
+            top.clear();
+            self.flow_stats_by_key(top);
+        }
+    }
+
+    fn flow_stats_batched(&self, top: &mut flows::TopFlows) -> io::Result<()> {
+        const BATCH: usize = 4096;
+        let fd = self.flows.as_fd().as_raw_fd();
+        let mut keys = vec![0u8; BATCH * FLOW_KEY_SIZE];
+        let mut values = vec![0u8; BATCH * FLOW_VALUE_SIZE];
+        // The position token (a bucket number for hash maps): `in_batch` null starts over.
+        let (mut token_in, mut token_out) = ([0u8; 8], [0u8; 8]);
+        let mut first = true;
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        loop {
+            let mut count = BATCH as u32;
+            // SAFETY: the buffers hold `count` keys and values of the map's sizes (checked
+            // at open), the tokens 8 bytes (a hash map's is 4).
+            let rc = unsafe {
+                libbpf_sys::bpf_map_lookup_batch(
+                    fd,
+                    if first { std::ptr::null_mut() } else { token_in.as_mut_ptr().cast() },
+                    token_out.as_mut_ptr().cast(),
+                    keys.as_mut_ptr().cast(),
+                    values.as_mut_ptr().cast(),
+                    &mut count,
+                    &opts,
+                )
+            };
+            let done = match rc {
+                0 => false,
+                e if e == -libc::ENOENT => true,
+                e => return Err(io::Error::from_raw_os_error(-e)),
+            };
+            let n = (count as usize).min(BATCH);
+            for (k, v) in keys.chunks_exact(FLOW_KEY_SIZE).zip(values.chunks_exact(FLOW_VALUE_SIZE)).take(n) {
+                if let Some(flow) = FlowKey::from_bytes(k) {
+                    top.push(FlowStat {
+                        flow,
+                        packets: u64::from_ne_bytes(rd(v, 0)),
+                        bytes: u64::from_ne_bytes(rd(v, 8)),
+                    });
+                }
+            }
+            if done {
+                return Ok(());
+            }
+            token_in = token_out;
+            first = false;
+        }
+    }
+
+    fn flow_stats_by_key(&self, top: &mut flows::TopFlows) {
         for k in self.flows.keys() {
             let (Some(flow), Ok(Some(v))) = (
                 FlowKey::from_bytes(&k),
@@ -355,15 +421,14 @@ impl EbpfSource {
             ) else {
                 continue;
             };
-            if v.len() >= 16 {
-                out.push(FlowStat {
+            if v.len() >= FLOW_VALUE_SIZE {
+                top.push(FlowStat {
                     flow,
                     packets: u64::from_ne_bytes(rd(&v, 0)),
                     bytes: u64::from_ne_bytes(rd(&v, 8)),
                 });
             }
         }
-        out
     }
 }
 
@@ -437,7 +502,8 @@ impl LiveSource for EbpfSource {
                 }
             }
         }
-        let all = self.flow_stats();
+        let mut top = flows::TopFlows::new(STATS_TOP_FLOWS);
+        self.flow_stats(&mut top);
         let interface_drops = self.if_drops.since_open();
         LiveStats {
             kernel_drops: interface_drops.unwrap_or(0),
@@ -450,8 +516,8 @@ impl LiveSource for EbpfSource {
             copy_errors: t[5] + self.consumer.bad_records,
             frames_matched: t[6],
             packets_delivered: self.consumer.delivered,
-            flow_count: all.len() as u64,
-            flows: flows::top(all, STATS_TOP_FLOWS),
+            flow_count: top.count,
+            flows: top.into_vec(),
         }
     }
 }
