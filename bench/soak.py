@@ -8,11 +8,17 @@ connection (the client port and the sequence numbers change, so every loop is ne
 not retransmissions), with one noise frame (a SYN to port 445 from a random address and port)
 every --noise-every storage frames; `smbwire live --plain` captures in namespace B with the
 capture's topology. Every --sample seconds: the process's VmRSS (/proc), and from its status
-line the matched packets, drops and the dedupe index's peak size.
+line the matched packets, drops and the dedupe index's peak size. RSS counts the eBPF ring
+buffer's pages once the kernel has written them: 32 MiB, which the kernel maps twice (so a
+record can wrap around), so up to 64 MiB of RSS; the anonymous part (RssAnon) is the process's
+own memory.
 
 Memory is flat when the RSS after warm-up (the first window plus a minute) stays within
 --flat-tolerance of its value at the end of warm-up. The result (bench/out/soak.json and a
 Markdown table on stdout) says so, and also whether any frame was lost (kernel or ring drops).
+
+The table on stdout has a row every --table-every seconds (all samples are in soak.json). The
+generated capture and its hex copy (about 0.4 GB) are removed at the end.
 
 Needs root. Usage: python bench/soak.py [--minutes 30] [--rate-mbps 400] [--sample 10]
 """
@@ -23,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import struct
 import subprocess
@@ -104,10 +111,10 @@ def teardown() -> None:
     sh("ip", "netns", "del", NS_B, check=False)
 
 
-def rss_bytes(pid: int) -> int | None:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         return None
@@ -137,6 +144,7 @@ def main() -> int:
     ap.add_argument("--noise-every", type=int, default=20, help="one noise SYN per N storage frames (0: none)")
     ap.add_argument("--window", type=float, default=60.0)
     ap.add_argument("--flat-tolerance", type=float, default=0.10)
+    ap.add_argument("--table-every", type=float, default=60.0, help="seconds between rows of the printed table")
     args = ap.parse_args()
     assert os.geteuid() == 0, "needs root (namespaces, BPF)"
     smbwire = [sys.executable, "-m", "smbwire"]
@@ -185,10 +193,10 @@ def main() -> int:
             rss = rss_bytes(live.pid)
             if rss is None:
                 break
-            samples.append({"t": round(time.monotonic() - t0), "rss": rss,
+            samples.append({"t": round(time.monotonic() - t0), "rss": rss, "rss_anon": rss_bytes(live.pid, "RssAnon") or 0,
                             "index_peak": int(last.get("index_peak_bytes", 0)), "pkts": int(last.get("pkts", 0)),
                             "kernel_drops": int(last.get("kernel_drops", 0)), "ring_drops": int(last.get("ring_drops", 0))})
-            print(f"t={samples[-1]['t']}s rss={rss >> 20} MiB index_peak={samples[-1]['index_peak'] >> 20} MiB "
+            print(f"t={samples[-1]['t']}s rss={rss >> 20} MiB anon={samples[-1]['rss_anon'] >> 20} MiB index_peak={samples[-1]['index_peak'] >> 20} MiB "
                   f"pkts={samples[-1]['pkts']} drops={samples[-1]['kernel_drops']}+{samples[-1]['ring_drops']}",
                   file=sys.stderr, flush=True)
         sender.kill()
@@ -199,6 +207,7 @@ def main() -> int:
             if p.poll() is None:
                 p.kill()
         teardown()
+        shutil.rmtree(work, ignore_errors=True)
     warm = args.window + 60
     after = [s for s in samples if s["t"] >= warm]
     base = after[0]["rss"] if after else None
@@ -213,10 +222,14 @@ def main() -> int:
         "payload_bytes": result["totals"]["payload_bytes"], "load": os.getloadavg(),
     }
     (OUT / "soak.json").write_text(json.dumps(summary, indent=2))
-    print(f"| t (s) | RSS (MiB) | index peak (MiB) | packets | drops |\n|---|---|---|---|---|")
-    for s in samples:
-        print(f"| {s['t']} | {s['rss'] / 2**20:.1f} | {s['index_peak'] / 2**20:.1f} | {s['pkts']} | "
-              f"{s['kernel_drops'] + s['ring_drops']} |")
+    print("| t (s) | RSS (MiB) | of it anonymous (MiB) | index peak (MiB) | packets | drops |\n|---|---|---|---|---|---|")
+    next_row = 0.0
+    for i, s in enumerate(samples):
+        if s["t"] < next_row and i != len(samples) - 1:
+            continue
+        next_row = s["t"] - s["t"] % args.table_every + args.table_every
+        print(f"| {s['t']} | {s['rss'] / 2**20:.1f} | {s['rss_anon'] / 2**20:.1f} | {s['index_peak'] / 2**20:.1f} | "
+              f"{s['pkts']:,} | {s['kernel_drops'] + s['ring_drops']} |")
     print(f"\nRSS flat after {warm:.0f} s warm-up (±{args.flat_tolerance:.0%}): {flat}; kernel drops "
           f"{stats['kernel_drops']}, ring drops {stats['ring_drops']}; analysed fraction "
           f"{summary['analysed_fraction']}; payload {result['totals']['payload_bytes'] / 2**30:.2f} GiB")

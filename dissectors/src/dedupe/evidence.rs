@@ -19,6 +19,11 @@ use super::Anomaly;
 pub const MAX_SENDS_PER_PAYLOAD: usize = 1000;
 /// Bound on send entries held across all open payloads.
 pub const MAX_STORED_SENDS: usize = 4_000_000;
+/// Sends listed per payload in a live snapshot's `top_duplicates` (`sends_total` counts them
+/// all; the final result lists up to `MAX_SENDS_PER_PAYLOAD`). A payload sent again and again
+/// never leaves a live window, so its list grows to `MAX_SENDS_PER_PAYLOAD`: copying and
+/// serialising all of it every second made each snapshot grow with the run (issue 12).
+pub const SNAPSHOT_SENDS_PER_PAYLOAD: usize = 16;
 
 /// Whole-payload identity: digest and length.
 pub type PayloadKey = ([u8; 32], u64);
@@ -112,6 +117,13 @@ pub struct DuplicatePayload {
     pub duplicate_bytes: u64,
     /// The first `MAX_SENDS_PER_PAYLOAD` sends in time order.
     pub sends: Vec<SendEvidence>,
+}
+
+impl DuplicatePayload {
+    /// Everything but the list of sends.
+    fn clone_head(&self) -> DuplicatePayload {
+        DuplicatePayload { sends: Vec::new(), ..*self }
+    }
 }
 
 struct Open {
@@ -281,7 +293,8 @@ impl Evidence {
     }
 
     /// The top list `finish` would give if every open payload closed now, without changing
-    /// anything and without writing evidence lines. Only the winners are copied.
+    /// anything and without writing evidence lines. Only the winners are copied, each with its
+    /// first `SNAPSHOT_SENDS_PER_PAYLOAD` sends.
     pub fn snapshot_top(&self) -> Vec<DuplicatePayload> {
         if self.top_n == 0 {
             return Vec::new();
@@ -298,7 +311,12 @@ impl Evidence {
             .collect();
         open.sort_by(|a, b| (b.0, b.1, b.2).cmp(&(a.0, a.1, a.2)));
         open.truncate(self.top_n);
-        let mut out: Vec<Ranked> = self.top.iter().map(|Reverse(r)| Ranked(r.0.clone())).collect();
+        let first = |sends: &[SendEvidence]| sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)].to_vec();
+        let mut out: Vec<Ranked> = self
+            .top
+            .iter()
+            .map(|Reverse(r)| Ranked(DuplicatePayload { sends: first(&r.0.sends), ..r.0.clone_head() }))
+            .collect();
         for (dup, _, _, key) in open {
             let o = &self.open[key];
             out.push(Ranked(DuplicatePayload {
@@ -306,7 +324,7 @@ impl Evidence {
                 size: key.1,
                 sends_total: o.sends_total,
                 duplicate_bytes: dup,
-                sends: o.sends.clone(),
+                sends: first(&o.sends),
             }));
         }
         out.sort_by(|a, b| b.cmp(a));

@@ -936,6 +936,34 @@ fn snapshot_does_not_change_the_index() {
     assert_eq!(second.totals.figures.payload_bytes, 8 * B);
 }
 
+/// A payload written again and again within the window never leaves it, so its list of sends
+/// grows with the run (up to `MAX_SENDS_PER_PAYLOAD`); a live snapshot, taken every second,
+/// lists its first `SNAPSHOT_SENDS_PER_PAYLOAD` and counts them all (issue 12: the snapshot
+/// grew 4 KB a second in the soak). The final result keeps the full list.
+#[test]
+fn snapshot_lists_the_first_sends_of_a_payload_however_often_it_is_sent() {
+    use super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD as N;
+    let cfg = DedupeConfig { window_ns: 10_000 * MS, top_n: 2, ..Default::default() };
+    let mut n = Net::with(cfg, json!({"assume_members": true}), None);
+    let a = data(1, 1);
+    let total = 3 * N as u64;
+    for i in 0..total {
+        n.write_done(1, 2, i, &a);
+    }
+    let snap = n.d.snapshot();
+    let d = &snap.top_duplicates[0];
+    assert_eq!(d.sends_total, total);
+    assert_eq!(d.sends.len(), N);
+    assert_eq!(d.sends.iter().map(|s| s.message_id).collect::<Vec<_>>(), (1..=N as u64).collect::<Vec<_>>());
+    assert_eq!(d.duplicate_bytes, (total - 1) * B);
+    // Closed (every send left the window): the same in the snapshot, all of them at the end.
+    n.d.advance(20_000 * MS);
+    let snap = n.d.snapshot();
+    assert_eq!((snap.top_duplicates[0].sends_total, snap.top_duplicates[0].sends.len()), (total, N));
+    let r = n.d.finish();
+    assert_eq!(r.top_duplicates[0].sends.len(), total as usize);
+}
+
 #[test]
 fn snapshot_of_an_empty_index() {
     let n = Net::new();

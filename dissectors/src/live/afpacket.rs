@@ -15,7 +15,7 @@ use std::ptr;
 use std::sync::atomic::{fence, Ordering};
 
 use super::classify::inspect;
-use super::flows::{self, FlowTable};
+use super::flows::FlowTable;
 use super::sys::{self, os_error, setsockopt, SOL_PACKET};
 use super::{LiveError, LiveOptions, LiveSource, LiveStats, STATS_TOP_FLOWS};
 use crate::capture::{linktype, FrameInfo, RawFrame};
@@ -396,7 +396,7 @@ impl LiveSource for AfPacketSource {
         s.interface_drops = self.if_drops.since_open();
         s.kernel_drops = self.kernel_drops.get() + s.interface_drops.unwrap_or(0);
         s.flow_count = self.flows.len() as u64;
-        s.flows = flows::top(self.flows.stats(), STATS_TOP_FLOWS);
+        s.flows = self.flows.top(STATS_TOP_FLOWS);
         s
     }
 }

@@ -52,6 +52,9 @@ mod event {
 
 /// `struct smbwire_totals` (bpf/smbwire.h): seven u64 counters.
 const TOTALS_SIZE: usize = 56;
+/// `struct smbwire_flow_key` and `struct smbwire_flow_counters` (bpf/smbwire.h).
+const FLOW_KEY_SIZE: usize = std::mem::size_of::<FlowKey>();
+const FLOW_VALUE_SIZE: usize = 16;
 /// `SMBWIRE_MAX_PORTS`.
 const MAX_PORTS: usize = 64;
 
@@ -235,6 +238,9 @@ impl EbpfSource {
             handle("totals")?,
             handle("ring")?,
         );
+        if (flows.key_size() as usize, flows.value_size() as usize) != (FLOW_KEY_SIZE, FLOW_VALUE_SIZE) {
+            return Err(LiveError::Unsupported("eBPF map flows has unexpected key or value sizes".into()));
+        }
         for p in &opts.tcp_ports {
             ports
                 .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)
@@ -346,24 +352,96 @@ impl EbpfSource {
         })
     }
 
-    fn flow_stats(&self) -> Vec<FlowStat> {
-        let mut out = Vec::new();
-        for k in self.flows.keys() {
-            let (Some(flow), Ok(Some(v))) = (
-                FlowKey::from_bytes(&k),
-                self.flows.lookup(&k, MapFlags::ANY),
-            ) else {
-                continue;
-            };
-            if v.len() >= 16 {
-                out.push(FlowStat {
+    /// Every flow of the kernel's table into `top` (`read_flows`).
+    fn flow_stats(&self, top: &mut flows::TopFlows) {
+        read_flows(&self.flows, top);
+    }
+}
+
+/// Every flow of the kernel's flow table `map` into `top`. Batched (`BPF_MAP_LOOKUP_BATCH`,
+/// Linux 5.6+): a full table is 65,536 flows, read every snapshot; one key at a time that was
+/// two system calls and two allocations a flow, most of the capture thread's system time
+/// under a flood of new flows (issue 12). Key by key where the kernel has no batch.
+#[cfg(smbwire_bpf)]
+fn read_flows(map: &MapHandle, top: &mut flows::TopFlows) {
+    if read_flows_batched(map, top).is_err() {
+        top.clear();
+        read_flows_by_key(map, top);
+    }
+}
+
+/// Flows read per `BPF_MAP_LOOKUP_BATCH` call.
+const FLOW_BATCH: usize = 4096;
+
+#[cfg(smbwire_bpf)]
+fn read_flows_batched(map: &MapHandle, top: &mut flows::TopFlows) -> io::Result<()> {
+    if (map.key_size() as usize, map.value_size() as usize) != (FLOW_KEY_SIZE, FLOW_VALUE_SIZE) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let fd = map.as_fd().as_raw_fd();
+    let mut keys = vec![0u8; FLOW_BATCH * FLOW_KEY_SIZE];
+    let mut values = vec![0u8; FLOW_BATCH * FLOW_VALUE_SIZE];
+    // Where the next call goes on (a bucket number for hash maps, 4 bytes); no `in_batch`
+    // starts at the beginning.
+    let (mut token_in, mut token_out) = ([0u8; 8], [0u8; 8]);
+    let mut first = true;
+    let opts = libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    loop {
+        let mut count = FLOW_BATCH as u32;
+        // SAFETY: the buffers hold `count` keys and values of the map's sizes (checked
+        // above), the tokens 8 bytes.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                fd,
+                if first { std::ptr::null_mut() } else { token_in.as_mut_ptr().cast() },
+                token_out.as_mut_ptr().cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        // ENOENT: the last batch (`count` of them are valid).
+        let done = match rc {
+            0 => false,
+            e if e == -libc::ENOENT => true,
+            e => return Err(io::Error::from_raw_os_error(-e)),
+        };
+        let n = (count as usize).min(FLOW_BATCH);
+        let entries = keys.chunks_exact(FLOW_KEY_SIZE).zip(values.chunks_exact(FLOW_VALUE_SIZE));
+        for (k, v) in entries.take(n) {
+            if let Some(flow) = FlowKey::from_bytes(k) {
+                top.push(FlowStat {
                     flow,
-                    packets: u64::from_ne_bytes(rd(&v, 0)),
-                    bytes: u64::from_ne_bytes(rd(&v, 8)),
+                    packets: u64::from_ne_bytes(rd(v, 0)),
+                    bytes: u64::from_ne_bytes(rd(v, 8)),
                 });
             }
         }
-        out
+        if done {
+            return Ok(());
+        }
+        token_in = token_out;
+        first = false;
+    }
+}
+
+#[cfg(smbwire_bpf)]
+fn read_flows_by_key(map: &MapHandle, top: &mut flows::TopFlows) {
+    for k in map.keys() {
+        let (Some(flow), Ok(Some(v))) = (FlowKey::from_bytes(&k), map.lookup(&k, MapFlags::ANY)) else {
+            continue;
+        };
+        if v.len() >= FLOW_VALUE_SIZE {
+            top.push(FlowStat {
+                flow,
+                packets: u64::from_ne_bytes(rd(&v, 0)),
+                bytes: u64::from_ne_bytes(rd(&v, 8)),
+            });
+        }
     }
 }
 
@@ -437,7 +515,8 @@ impl LiveSource for EbpfSource {
                 }
             }
         }
-        let all = self.flow_stats();
+        let mut top = flows::TopFlows::new(STATS_TOP_FLOWS);
+        self.flow_stats(&mut top);
         let interface_drops = self.if_drops.since_open();
         LiveStats {
             kernel_drops: interface_drops.unwrap_or(0),
@@ -450,8 +529,8 @@ impl LiveSource for EbpfSource {
             copy_errors: t[5] + self.consumer.bad_records,
             frames_matched: t[6],
             packets_delivered: self.consumer.delivered,
-            flow_count: all.len() as u64,
-            flows: flows::top(all, STATS_TOP_FLOWS),
+            flow_count: top.count,
+            flows: top.into_vec(),
         }
     }
 }
@@ -505,5 +584,67 @@ impl LiveSource for EbpfSource {
     }
     fn stats(&self) -> LiveStats {
         match self._never {}
+    }
+}
+
+#[cfg(all(test, smbwire_bpf))]
+mod tests {
+    use super::*;
+    use libbpf_rs::MapType;
+
+    /// A flow table of the kernel's layout with `n` flows, flow `i` with `i` packets and
+    /// `1000 * i` bytes.
+    fn table(n: u32) -> Option<MapHandle> {
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        let map = match MapHandle::create(MapType::LruHash, Some("smbwire_test"), FLOW_KEY_SIZE as u32, FLOW_VALUE_SIZE as u32, 65536, &opts) {
+            Ok(m) => m,
+            Err(e) => {
+                // Creating a map needs CAP_BPF (CI runs as root).
+                eprintln!("cannot create a BPF map ({e}): flow table test not run");
+                return None;
+            }
+        };
+        for i in 1..=n {
+            let mut key = [0u8; FLOW_KEY_SIZE];
+            key[0..4].copy_from_slice(&i.to_be_bytes());
+            key[16..20].copy_from_slice(&[198, 18, 0, 2]);
+            key[32..34].copy_from_slice(&50000u16.to_ne_bytes());
+            key[34..36].copy_from_slice(&445u16.to_ne_bytes());
+            key[36] = 6;
+            key[37] = flows::family::IPV4;
+            let mut value = [0u8; FLOW_VALUE_SIZE];
+            value[0..8].copy_from_slice(&u64::from(i).to_ne_bytes());
+            value[8..16].copy_from_slice(&(1000 * u64::from(i)).to_ne_bytes());
+            map.update(&key, &value, MapFlags::ANY).unwrap();
+        }
+        Some(map)
+    }
+
+    #[test]
+    fn flow_table_is_read_whole_in_batches_and_as_key_by_key() {
+        // More than one batch, and a last batch that is not full.
+        let n = 2 * FLOW_BATCH as u32 + 123;
+        let Some(map) = table(n) else { return };
+        let mut batched = flows::TopFlows::new(STATS_TOP_FLOWS);
+        read_flows_batched(&map, &mut batched).expect("batch lookup on this kernel");
+        let mut by_key = flows::TopFlows::new(STATS_TOP_FLOWS);
+        read_flows_by_key(&map, &mut by_key);
+        assert_eq!((batched.count, by_key.count), (u64::from(n), u64::from(n)));
+        let (batched, by_key) = (batched.into_vec(), by_key.into_vec());
+        assert_eq!(batched, by_key);
+        assert_eq!(batched.len(), STATS_TOP_FLOWS);
+        assert_eq!(batched[0].packets, u64::from(n));
+        assert_eq!(batched[0].bytes, 1000 * u64::from(n));
+        assert_eq!(batched[STATS_TOP_FLOWS - 1].packets, u64::from(n) - STATS_TOP_FLOWS as u64 + 1);
+        // An empty table, and exactly one full batch.
+        for n in [0, FLOW_BATCH as u32] {
+            let Some(map) = table(n) else { return };
+            let mut t = flows::TopFlows::new(STATS_TOP_FLOWS);
+            read_flows(&map, &mut t);
+            assert_eq!(t.count, u64::from(n));
+        }
     }
 }

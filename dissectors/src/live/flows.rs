@@ -105,9 +105,53 @@ pub struct FlowStat {
 
 /// Sorts by bytes (largest first) and keeps `n`.
 pub fn top(mut all: Vec<FlowStat>, n: usize) -> Vec<FlowStat> {
-    all.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.flow.cmp(&b.flow)));
+    all.sort_by(rank);
     all.truncate(n);
     all
+}
+
+/// Largest by bytes first; ties by flow, so the list is the same however it is built.
+fn rank(a: &FlowStat, b: &FlowStat) -> std::cmp::Ordering {
+    b.bytes.cmp(&a.bytes).then(a.flow.cmp(&b.flow))
+}
+
+/// The `n` largest flows of a stream of them, in memory for `2n` whatever the stream's
+/// length: the stats read every flow of a full table (65,536) every second, and collecting
+/// them all first allocated and sorted a 4 MB list each time (issue 12).
+pub struct TopFlows {
+    n: usize,
+    kept: Vec<FlowStat>,
+    /// Flows offered.
+    pub count: u64,
+}
+
+impl TopFlows {
+    pub fn new(n: usize) -> TopFlows {
+        TopFlows { n, kept: Vec::with_capacity(2 * n.max(1)), count: 0 }
+    }
+
+    pub fn push(&mut self, f: FlowStat) {
+        self.count += 1;
+        if self.n == 0 {
+            return;
+        }
+        self.kept.push(f);
+        if self.kept.len() >= 2 * self.n {
+            self.kept.select_nth_unstable_by(self.n - 1, rank);
+            self.kept.truncate(self.n);
+        }
+    }
+
+    /// Forgets what was offered (a read that failed half-way starts over).
+    pub fn clear(&mut self) {
+        self.kept.clear();
+        self.count = 0;
+    }
+
+    /// The kept flows, largest first (as `top` of all of them).
+    pub fn into_vec(self) -> Vec<FlowStat> {
+        top(self.kept, self.n)
+    }
 }
 
 /// User-space flow table (AF_PACKET backend), capped like the kernel's LRU map; flows past
@@ -158,6 +202,15 @@ impl FlowTable {
             })
             .collect()
     }
+
+    /// The `n` largest flows (as `top(self.stats(), n)`, without the full list).
+    pub fn top(&self, n: usize) -> Vec<FlowStat> {
+        let mut t = TopFlows::new(n);
+        for (k, &(packets, bytes)) in &self.map {
+            t.push(FlowStat { flow: *k, packets, bytes });
+        }
+        t.into_vec()
+    }
 }
 
 #[cfg(test)]
@@ -191,5 +244,28 @@ mod tests {
         let sum: u64 = t.stats().iter().map(|s| s.bytes).sum::<u64>() + t.overflow_bytes;
         assert_eq!(sum, (MAX_FLOWS as u64 + 10) * 100);
         assert_eq!(top(t.stats(), 5).len(), 5);
+        assert_eq!(t.top(5), top(t.stats(), 5));
+    }
+
+    #[test]
+    fn top_flows_keeps_the_largest_in_bounded_memory() {
+        let flow = |i: u32| {
+            let mut k = FlowKey::default();
+            k.saddr[..4].copy_from_slice(&i.to_be_bytes());
+            k
+        };
+        // Bytes repeat (ties are ordered by flow) and arrive in no order.
+        let all: Vec<FlowStat> = (0..10_000u32)
+            .map(|i| FlowStat { flow: flow(i), packets: 1, bytes: u64::from(i.wrapping_mul(7919) % 1000) })
+            .collect();
+        for n in [0, 1, 5, 32] {
+            let mut t = TopFlows::new(n);
+            for f in &all {
+                t.push(f.clone());
+                assert!(t.kept.len() < 2 * n.max(1), "holds at most 2n");
+            }
+            assert_eq!(t.count, 10_000);
+            assert_eq!(t.into_vec(), top(all.clone(), n), "n = {n}");
+        }
     }
 }

@@ -724,6 +724,10 @@ mod capture_tests {
         assert!(fin["series"]["rows"].is_array());
         let stats = &fin["live"]["stats"];
         assert!(stats["bytes_matched"].as_u64().unwrap() >= 100_000, "{stats}");
+        // The flow table was read (eBPF: in batches): the client's direction is the largest.
+        assert!(stats["flow_count"].as_u64().unwrap() >= 1, "{stats}");
+        assert!(stats["flows"][0]["bytes"].as_u64().unwrap() >= 100_000, "{stats}");
+        assert_eq!(stats["flows"][0]["flow"].as_str().unwrap().split(' ').nth(2), Some(format!("127.0.0.1:{port}").as_str()), "{stats}");
         let frames = fin["inputs"][0]["frames"].as_u64().unwrap();
         assert!(frames > 0);
         assert_eq!(fin["analysis"]["frames"].as_u64().unwrap(), frames);
