@@ -110,6 +110,12 @@ def workload_captures(io_bytes: int) -> dict[str, Path]:
         if not p.exists():
             make_spec_capture(p, {"scenario": "nested4", "bytes": io_bytes, "io_size": 1 << 20, "mss": mss})
         caps[f"nested4 1 MiB writes, MSS {mss}"] = p
+    # The same with SMB multichannel (4 TCP connections, as S2D uses between two nodes):
+    # `--threads` shards by connection, so one connection keeps one worker busy at most.
+    p = OUT / f"rows-nested4-1MiB-mss1448-4ch-{io_bytes >> 20}MiB.pcap"
+    if not p.exists():
+        make_spec_capture(p, {"scenario": "nested4", "bytes": io_bytes, "io_size": 1 << 20, "mss": 1448, "channels": 4})
+    caps["nested4 1 MiB writes, MSS 1448, 4 channels"] = p
     mix = OUT / f"rows-vmfleet-4KiB-70r30w-{io_bytes >> 20}MiB.pcap"
     if not mix.exists():
         reads, writes = OUT / "rows-part-reads.pcap", OUT / "rows-part-writes.pcap"

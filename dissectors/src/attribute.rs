@@ -100,14 +100,7 @@ pub fn attribute_files(
         sources.push(Source { reader, buf: VecDeque::new(), done: false, file_offset: offset });
         runs.push(run);
     }
-    let evidence: Option<Box<dyn std::io::Write + Send>> = match evidence_path {
-        Some(p) => {
-            let f = std::fs::File::create(p)
-                .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
-            Some(Box::new(std::io::BufWriter::new(f)))
-        }
-        None => None,
-    };
+    let evidence = crate::pipeline::open_evidence(evidence_path)?;
     let mut stage = Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence);
     let merged = sources.len() > 1;
     let mut conns = ConnIds::default();

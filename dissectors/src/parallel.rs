@@ -395,6 +395,17 @@ impl Parallel {
         }
     }
 
+    /// The workers' summed counts with the reader's own: its anomalies, and the peak of
+    /// out-of-order bytes. One pipeline's peak is that of its tables' totals: the workers'
+    /// summed at each frame, or one direction's own peak (each worker's figure), whichever is
+    /// larger.
+    fn with_own(&self, mut counts: Counts) -> Counts {
+        counts.anomalies.absorb(&self.anomalies);
+        counts.flows.peak_buffered_bytes =
+            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
+        counts
+    }
+
     fn buffered_sum(&self) -> (u64, u64) {
         self.workers.iter().fold((0, 0), |s, w| (s.0 + w.buffered.0, s.1 + w.buffered.1))
     }
@@ -455,10 +466,7 @@ impl Parallel {
                 None => counts = Some(*c),
             }
         }
-        let mut counts = counts.expect("at least two workers");
-        counts.anomalies.absorb(&self.anomalies);
-        counts.flows.peak_buffered_bytes =
-            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
+        let counts = self.with_own(counts.expect("at least two workers"));
         let rdma = counts.rdma.clone();
         (crate::pipeline::PipelineView::of(&self.dedupe, &counts, &self.clock, self.window_ns), rdma)
     }
@@ -500,12 +508,7 @@ impl Parallel {
             }
         }
         self.apply_group(group);
-        let mut counts = counts.expect("at least two workers");
-        counts.anomalies.absorb(&self.anomalies);
-        // One pipeline's peak is that of its tables' totals: the workers' summed at each
-        // frame, or one direction's own peak (each worker's figure), whichever is larger.
-        counts.flows.peak_buffered_bytes =
-            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
+        let counts = self.with_own(counts.expect("at least two workers"));
         let ledger = self.dedupe.take_ledger();
         let threads = self.workers.len();
         let run = Run {
@@ -629,14 +632,7 @@ pub fn analyze_files(
         CaptureError::Interrupted => AnalyzeError::Interrupted,
         e => AnalyzeError::Capture(e),
     })?;
-    let evidence: Option<Box<dyn std::io::Write + Send>> = match evidence_path {
-        Some(p) => {
-            let f = std::fs::File::create(p)
-                .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
-            Some(Box::new(std::io::BufWriter::new(f)))
-        }
-        None => None,
-    };
+    let evidence = crate::pipeline::open_evidence(evidence_path)?;
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
     let mut pipeline = Engine::new(config, evidence);

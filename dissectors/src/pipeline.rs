@@ -751,6 +751,14 @@ impl Run {
     }
 }
 
+/// The evidence file (`--evidence`), created now so an unwritable path fails before the run.
+pub fn open_evidence(path: Option<&str>) -> Result<Option<Box<dyn std::io::Write + Send>>, AnalyzeError> {
+    let Some(p) = path else { return Ok(None) };
+    let f = std::fs::File::create(p)
+        .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
+    Ok(Some(Box::new(std::io::BufWriter::new(f))))
+}
+
 #[derive(Debug)]
 pub enum AnalyzeError {
     Capture(CaptureError),
