@@ -36,18 +36,16 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::accounting::Accounting;
+use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
-use crate::capture::{FrameInfo, RawFrame};
+use crate::capture::merge::Merged;
+use crate::capture::{CaptureError, FrameInfo, RawFrame};
 use crate::context::{phase, Mark, NameOp, PayloadSink};
 use crate::dedupe::Dedupe;
 use crate::frame::FrameCtx;
 use crate::ledger::{LedgerError, LedgerWriter};
 use crate::payload::send::SendRecord;
-use crate::accounting::cat;
-use crate::capture::merge::Merged;
-use crate::capture::CaptureError;
-use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Pipeline, Run, ROCE_V2_PORT};
+use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Pipeline, Run};
 use crate::report::{InputFile, Results};
 use crate::smb2::state::SmbState;
 use crate::wire::{self, Transport};
@@ -207,7 +205,8 @@ fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
             let (x, y) = if x <= y { (x, y) } else { (y, x) };
             (x, y).hash(&mut h);
         }
-        Transport::Udp(u) if u.dst_port == ROCE_V2_PORT => (a, b).hash(&mut h),
+        // RoCEv2 (UDP 4791, any source port), RoCEv1, InfiniBand and IPoIB, and what
+        // carries no storage: by the address pair.
         _ => (a, b).hash(&mut h),
     }
     (h.finish() % n as u64) as usize
