@@ -1,0 +1,514 @@
+"""End-to-end live rate: the highest replay rate at which `smbwire live` gives exactly what
+`smbwire analyze` gives on the same file, with no frame lost (issue 7, "Benchmarks: Live").
+
+For each frame size (jumbo: TCP MSS 8948 on a 9000-byte MTU; wire-size: MSS 1448 on 1500) the
+script generates (once) a capture of known content with the synthesizer (`_core.synth`, as
+bench/run.py does: nested mirror, 4 copies, 1 MiB sequential writes, so every payload crosses
+the wire twice) and runs `smbwire analyze FILE --json` on it once: the reference. Then, for each
+`--threads N`, one step is:
+  1. `smbwire live -i VB --plain --json OUT --threads N --duration D` in namespace B (the script
+     waits for "capturing on" on its stderr);
+  2. `blast VA --pcap FILE --mbps R` in namespace A (dissectors/examples/blast.rs: every frame of
+     the file loaded into memory first, then sent once, in order, through an AF_PACKET socket with
+     sendmmsg, paced to R megabits of frame bytes per second; 0 = top speed);
+  3. SIGTERM to live one second after the send; live drains what is queued and writes OUT.
+A step passes when live's `edges` and `totals` equal analyze's, and
+`live.stats.kernel_drops == 0 and live.stats.ring_drops == 0`.
+Per (frame size, threads) the search runs top speed first; if that passes, the result is the
+generator's top speed (a lower bound of what live sustains); else it bisects the offered rate
+between 0 and the achieved top speed (--bisect steps) and confirms the best passing rate once
+(stepping down 10 % until a confirmation passes).
+
+CPU cost: the CPU seconds (user + system, every thread) of the smbwire process from the moment
+it printed "capturing on" until it exited (from /proc/PID/stat before the send and wait4() at
+the end), minus the same for an idle step of the same shape (no frame sent: start-up, polling,
+the final report), divided by the frames and by the payload bytes of the capture. The kernel's
+half of the capture (the TCX program and its ring buffer copy, in the receive softirq) is not in
+that figure: on a veth it runs on the sender's CPU, inside blast's sendmmsg, and is in blast's
+system time (reported too, with the generator alone for comparison). From the threads-1 steps of
+the two frame sizes (same payload, different frame counts) the script solves
+cpu = a * frames + b * payload_bytes for a (ns per frame) and b (ns per payload byte) and
+projects the cores smbwire needs for 25 and 100 Gbit/s of such traffic at each frame size.
+
+Needs root. Usage: python bench/live_e2e.py [--bytes 1GiB] [--threads 1,2] [--sizes jumbo,wire]
+    [--bisect 4] [--budget 1200] [--keep] [--no-build]
+Two namespaces joined by a veth (no addresses: the replayed frames carry their own, all in
+198.18.0.0/15, and are addressed to MACs that are not B's, as on a mirror port), named with this
+script's PID, removed on exit, SIGINT, SIGTERM and SIGHUP; only processes this script started
+are ended, by their PID. Captures go to bench/out/e2e/ (removed at the end unless --keep).
+Writes bench/out/live_e2e.json and bench/out/live_e2e.md and prints the Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+WORK = OUT / "e2e"
+BLAST = ROOT / "target" / "release" / "examples" / "blast"
+SMBWIRE = ROOT / ".venv" / "bin" / "smbwire"
+PID = os.getpid() % 100000
+NS_A, NS_B = f"swe{PID}a", f"swe{PID}b"
+VA, VB = NS_A + "v", NS_B + "v"
+# frame size name: (TCP MSS, veth MTU)
+SIZES = {"jumbo": (8948, 9000), "wire": (1448, 1500)}
+# A paced step counts as reaching its target when it achieved this share of it.
+REACHED = 0.97
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+DEADLINE = float("inf")
+# Children alive right now (ours), ended by PID on the way out.
+CHILDREN: list[subprocess.Popen] = []
+
+
+class OutOfTime(Exception):
+    pass
+
+
+def sh(*args, check=True, timeout=120, **kw):
+    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def setup(mtu: int) -> None:
+    teardown()
+    for ns in (NS_A, NS_B):
+        sh("ip", "netns", "add", ns)
+        sh("ip", "netns", "exec", ns, "sysctl", "-qw",
+           "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+    sh("ip", "link", "add", VA, "netns", NS_A, "type", "veth", "peer", "name", VB, "netns", NS_B)
+    for ns, dev in ((NS_A, VA), (NS_B, VB)):
+        sh("ip", "-n", ns, "link", "set", dev, "mtu", str(mtu))
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+
+
+def teardown() -> None:
+    sh("ip", "netns", "del", NS_A, check=False)
+    sh("ip", "netns", "del", NS_B, check=False)
+
+
+def veth_counters() -> dict:
+    b = json.loads(sh("ip", "-n", NS_B, "-j", "-s", "link", "show", VB).stdout)[0]["stats64"]
+    a = json.loads(sh("ip", "-n", NS_A, "-j", "-s", "link", "show", VA).stdout)[0]["stats64"]
+    return {"rx": b["rx"]["packets"], "rx_dropped": b["rx"]["dropped"], "tx_dropped": a["tx"]["dropped"]}
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of every thread of a live process so far."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / CLK_TCK  # fields 14 and 15 (utime, stime)
+
+
+def softirq_seconds() -> float:
+    """Softirq time of all CPUs so far (/proc/stat)."""
+    f = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(f[7]) / CLK_TCK
+
+
+def make_capture(name: str, nbytes: int) -> tuple[Path, dict]:
+    """The capture of one frame size and its `smbwire analyze --json` (made once)."""
+    mss, _ = SIZES[name]
+    cap = WORK / f"nested4-1MiB-mss{mss}-{nbytes >> 20}MiB.pcap"
+    ref = WORK / f"{cap.stem}.analyze.json"
+    if not cap.exists() or not ref.exists():
+        from smbwire import _core
+
+        spec = {"scenario": "nested4", "bytes": nbytes, "io_size": 1 << 20, "seed": 1,
+                "transport": "tcp", "mss": mss}
+        t0 = time.perf_counter()
+        _core.synth(json.dumps(spec), str(cap))
+        print(f"generated {cap.name}: {cap.stat().st_size / 2**20:.0f} MiB in "
+              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        sh(str(SMBWIRE), "analyze", str(cap), "--json", str(ref), timeout=900)
+    return cap, json.loads(ref.read_text())
+
+
+def by_edge(r: dict) -> dict:
+    return {(e["src"], e["dst"], e["class"]): e for e in r["edges"]}
+
+
+def compare(live: dict, ref: dict) -> list[str]:
+    """What differs between live's edges/totals and analyze's (empty: equal)."""
+    diffs = []
+    le, re_ = by_edge(live), by_edge(ref)
+    for k in sorted(set(le) | set(re_)):
+        if le.get(k) != re_.get(k):
+            a, b = le.get(k) or {}, re_.get(k) or {}
+            keys = sorted(x for x in set(a) | set(b) if a.get(x) != b.get(x))
+            diffs.append(f"edge {'/'.join(k)}: " + ", ".join(f"{x} {a.get(x)} != {b.get(x)}" for x in keys[:4]))
+    lt, rt = live.get("totals") or {}, ref["totals"]
+    for x in sorted(set(lt) | set(rt)):
+        if lt.get(x) != rt.get(x):
+            diffs.append(f"totals.{x} {lt.get(x)} != {rt.get(x)}")
+    return diffs
+
+
+class Live:
+    """`smbwire live` in namespace B; `ip netns exec` execs it, so the PID is smbwire's."""
+
+    def __init__(self, threads: int, duration: float, tag: str):
+        self.json = WORK / f"live-{tag}.json"
+        self.json.unlink(missing_ok=True)
+        self.stderr_path = WORK / f"live-{tag}.stderr"
+        self.stderr = open(self.stderr_path, "w+")
+        cmd = ["ip", "netns", "exec", NS_B, str(SMBWIRE), "live", "-i", VB, "--plain",
+               "--json", str(self.json), "--threads", str(threads), "--duration", f"{duration:.0f}"]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        CHILDREN.append(self.p)
+        deadline = time.monotonic() + 60
+        while "capturing on" not in self.err():
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"smbwire live did not start ({self.p.poll()}): {self.err()[-2000:]}")
+            time.sleep(0.05)
+        self.cpu0 = proc_cpu(self.p.pid)
+
+    def err(self) -> str:
+        return self.stderr_path.read_text()
+
+    def stop(self) -> tuple[dict, float]:
+        """SIGTERM, wait; the result and the CPU seconds since "capturing on"."""
+        self.p.send_signal(signal.SIGTERM)
+        _, status, usage = os.wait4(self.p.pid, 0)
+        self.p.returncode = os.waitstatus_to_exitcode(status)
+        CHILDREN.remove(self.p)
+        self.stderr.close()
+        if self.p.returncode != 0:
+            raise RuntimeError(f"smbwire live exited {self.p.returncode}: {self.err()[-2000:]}")
+        cpu = usage.ru_utime + usage.ru_stime - self.cpu0
+        return json.loads(self.json.read_text()), cpu
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()  # our own child, by its PID
+            self.p.wait()
+        if self.p in CHILDREN:
+            CHILDREN.remove(self.p)
+
+
+def blast_measured(cap: Path, mbps: float, timeout: float) -> tuple[dict, float]:
+    """As `blast`, with the CPU seconds (user + system) of the blast process from wait4()."""
+    cmd = ["ip", "netns", "exec", NS_A, str(BLAST), VA, "--pcap", str(cap), "--mbps", f"{mbps:.0f}"]
+    with open(WORK / "blast.out", "w+") as out, open(WORK / "blast.err", "w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        CHILDREN.append(p)
+        try:
+            t_end = time.monotonic() + timeout
+            while True:
+                pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() > t_end:
+                    p.kill()
+                    p.wait()
+                    raise RuntimeError(f"blast did not finish in {timeout:.0f} s")
+                time.sleep(0.02)
+            p.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            CHILDREN.remove(p)
+        out.seek(0)
+        err.seek(0)
+        if p.returncode != 0:
+            raise RuntimeError(f"blast exited {p.returncode}: {err.read().strip()[-1000:]}")
+        return json.loads(out.read()), usage.ru_utime + usage.ru_stime
+
+
+def step(name: str, cap: Path, ref: dict, threads: int, mbps: float, idle_cpu: float) -> dict:
+    if time.monotonic() > DEADLINE:
+        raise OutOfTime(f"--budget exhausted before a {name} threads={threads} step")
+    size = cap.stat().st_size
+    # Long enough for loading and the slowest send the search tries (>= 200 Mbit/s).
+    duration = 120 + size * 8 / 200e6
+    live = Live(threads, duration, f"{name}-t{threads}")
+    try:
+        before = veth_counters()
+        si0 = softirq_seconds()
+        gen, blast_cpu = blast_measured(cap, mbps, timeout=duration)
+        si1 = softirq_seconds()
+        after = veth_counters()
+        time.sleep(1.0)
+        r, cpu = live.stop()
+    finally:
+        live.kill()
+    lv = r.get("live") or {}
+    st = lv.get("stats") or {}
+    diffs = compare(r, ref)
+    tcp = r.get("tcp") or {}
+    row = {
+        "size": name,
+        "threads": threads,
+        "target_mbps": mbps,
+        "achieved_gbit_s": round(gen["gbit_s"], 3),
+        "achieved_pps": round(gen["pps"]),
+        "send_seconds": round(gen["seconds"], 3),
+        "sent": gen["sent"],
+        "frames": gen["frames"],
+        "bytes": gen["bytes"],
+        "enobufs": gen["enobufs"],
+        "veth_rx": after["rx"] - before["rx"],
+        "veth_dropped": (after["rx_dropped"] - before["rx_dropped"]) + (after["tx_dropped"] - before["tx_dropped"]),
+        "kernel_drops": st.get("kernel_drops"),
+        "interface_drops": st.get("interface_drops"),
+        "ring_drops": st.get("ring_drops"),
+        "copy_errors": st.get("copy_errors"),
+        "packets_matched": st.get("packets_matched"),
+        "packets_delivered": st.get("packets_delivered"),
+        "tcp_gaps": tcp.get("gaps"),
+        "tcp_gap_bytes": tcp.get("gap_bytes"),
+        "analysed_fraction": (lv.get("analysed") or {}).get("fraction"),
+        "equal": not diffs,
+        "diffs": diffs[:8],
+        "smbwire_cpu_s": round(cpu, 3),
+        "smbwire_cpu_s_net": round(cpu - idle_cpu, 3),
+        "blast_cpu_s": round(blast_cpu, 3),
+        "softirq_s": round(si1 - si0, 3),
+        "load_average": os.getloadavg()[0],
+    }
+    row["pass"] = (row["equal"] and row["kernel_drops"] == 0 and row["ring_drops"] == 0
+                   and gen["sent"] == gen["frames"])
+    row["reached"] = mbps == 0 or gen["gbit_s"] * 1000 >= REACHED * mbps
+    print(json.dumps({k: v for k, v in row.items() if k != "diffs"} | {"diffs": diffs[:2]}),
+          file=sys.stderr, flush=True)
+    return row
+
+
+def idle_step(threads: int, seconds: float) -> float:
+    """CPU seconds of a live run from "capturing on" to exit with no traffic for `seconds`."""
+    live = Live(threads, 600, f"idle-t{threads}")
+    try:
+        time.sleep(seconds)
+        _, cpu = live.stop()
+    finally:
+        live.kill()
+    return cpu
+
+
+def limit_of(r: dict) -> str:
+    if r["ring_drops"]:
+        return "ring drops (analysis behind)"
+    if r["kernel_drops"]:
+        return "kernel drops"
+    if r["tcp_gaps"]:
+        return "TCP gaps"
+    if not r["equal"]:
+        return "result differs"
+    if r["sent"] != r["frames"]:
+        return "generator did not send every frame"
+    return "none"
+
+
+def find_limit(name: str, cap: Path, ref: dict, threads: int, bisect: int, idle_cpu: float) -> dict:
+    top = step(name, cap, ref, threads, 0, idle_cpu)
+    runs = [top]
+    res = {"size": name, "threads": threads, "top": top, "runs": runs}
+    if top["pass"]:
+        res.update(limit="generator top speed", gbit_s=top["achieved_gbit_s"], best=top, at_least=True)
+        return res
+    lo, hi = 0.0, top["achieved_gbit_s"] * 1000
+    fails = [limit_of(top)]
+    for _ in range(bisect):
+        mid = (lo + hi) / 2
+        r = step(name, cap, ref, threads, mid, idle_cpu)
+        runs.append(r)
+        if r["pass"] and r["reached"]:
+            lo = mid
+        elif r["pass"]:  # the generator could not reach `mid` with live running
+            hi = r["achieved_gbit_s"] * 1000
+        else:
+            hi = mid
+            fails.append(limit_of(r))
+    rate, confirmed = lo, None
+    for _ in range(3):
+        if rate <= 0:
+            break
+        r = step(name, cap, ref, threads, rate, idle_cpu)
+        runs.append(r)
+        if r["pass"] and r["reached"]:
+            confirmed = r
+            break
+        fails.append(limit_of(r))
+        rate *= 0.9
+    # What stopped the faster steps: the most frequent failure above the best rate.
+    limit = max(set(fails), key=fails.count)
+    if confirmed is None:
+        res.update(limit=f"{limit} (no passing rate confirmed)", gbit_s=0.0, at_least=False)
+    else:
+        res.update(limit=limit, gbit_s=confirmed["achieved_gbit_s"], best=confirmed, at_least=False)
+    return res
+
+
+def cost_model(results: list[dict], refs: dict) -> dict:
+    """ns per frame and per payload byte from the threads-1 passing steps of both frame sizes."""
+    out = {}
+    for threads in sorted({r["threads"] for r in results}):
+        pts = []
+        for name in SIZES:
+            runs = [x for r in results if r["size"] == name and r["threads"] == threads
+                    for x in r["runs"] if x["pass"]]
+            if not runs:
+                continue
+            cpu = sorted(x["smbwire_cpu_s_net"] for x in runs)[len(runs) // 2]  # median
+            frames, payload = runs[0]["frames"], refs[name]["totals"]["payload_bytes"]
+            pts.append((name, cpu, frames, payload, runs[0]["bytes"]))
+        m = {"points": [{"size": n, "cpu_s": c, "frames": f, "payload_bytes": p, "frame_bytes": b}
+                        for n, c, f, p, b in pts]}
+        if len(pts) == 2:
+            (_, c1, f1, p1, _), (_, c2, f2, p2, _) = pts
+            det = f1 * p2 - f2 * p1
+            a = (c1 * p2 - c2 * p1) / det  # seconds per frame
+            b = (f1 * c2 - f2 * c1) / det  # seconds per payload byte
+            m.update(ns_per_frame=a * 1e9, ns_per_payload_byte=b * 1e9)
+            proj = {}
+            for n, c, f, p, fb in pts:
+                for gbit in (25, 100):
+                    fps = gbit * 1e9 / 8 / (fb / f)  # frames per second at this line rate
+                    pbs = gbit * 1e9 / 8 * (p / fb)  # payload bytes per second
+                    proj[f"{n}_{gbit}"] = {"frames_per_s": fps, "payload_bytes_per_s": pbs,
+                                           "cores_model": a * fps + b * pbs,
+                                           "cores_measured": c / fb * gbit * 1e9 / 8}
+            m["projection"] = proj
+        for n, c, f, p, fb in pts:
+            m.setdefault("per_size", {})[n] = {"ns_per_frame_all_in": c / f * 1e9,
+                                               "ns_per_payload_byte_all_in": c / p * 1e9}
+        out[threads] = m
+    return out
+
+
+def markdown(results, model, gen_alone, refs, meta) -> str:
+    md = ["| frames | `--threads` | highest exact rate | limited by | smbwire CPU s (net of idle) | "
+          "ns/frame (all in) | ns/payload byte (all in) | blast CPU s | at top speed |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        b = r.get("best")
+        ge = "≥ " if r["at_least"] else ""
+        mss, mtu = SIZES[r["size"]]
+        t = r["top"]
+        top = (f"{t['achieved_gbit_s']:.2f} Gbit/s: " + ("exact" if t["pass"] else
+               f"{limit_of(t)} (ring {t['ring_drops']:,}, kernel {t['kernel_drops']:,}, gaps {t['tcp_gaps']:,})"))
+        if b:
+            md.append(f"| {mtu} B MTU (MSS {mss}) | {r['threads']} | {ge}{r['gbit_s']:.2f} Gbit/s "
+                      f"({b['achieved_pps']:,} frames/s) | {r['limit']} | {b['smbwire_cpu_s_net']:.2f} "
+                      f"| {b['smbwire_cpu_s_net'] / b['frames'] * 1e9:,.0f} "
+                      f"| {b['smbwire_cpu_s_net'] / refs[r['size']]['totals']['payload_bytes'] * 1e9:.3f} "
+                      f"| {b['blast_cpu_s']:.2f} | {top} |")
+        else:
+            md.append(f"| {mtu} B MTU (MSS {mss}) | {r['threads']} | none | {r['limit']} | - | - | - | - | {top} |")
+    md.append("")
+    md.append("Generator alone (blast --pcap at top speed, nothing capturing): "
+              + "; ".join(f"{SIZES[n][1]} B MTU {g['gbit_s']:.2f} Gbit/s ({g['pps']:,.0f} frames/s, "
+                          f"{g['cpu_s']:.2f} CPU s)" for n, g in gen_alone.items()) + ".")
+    for threads, m in model.items():
+        if "ns_per_frame" not in m:
+            continue
+        md.append("")
+        md.append(f"Per-core cost, `--threads {threads}` (smbwire process, solved from both frame sizes: "
+                  f"cpu = a x frames + b x payload bytes): **a = {m['ns_per_frame']:,.0f} ns per frame, "
+                  f"b = {m['ns_per_payload_byte']:.3f} ns per payload byte**. Cores needed:")
+        md.append("")
+        md.append("| frames | 25 Gbit/s | 100 Gbit/s |")
+        md.append("|---|---|---|")
+        for n in SIZES:
+            p25, p100 = m["projection"].get(f"{n}_25"), m["projection"].get(f"{n}_100")
+            if p25:
+                md.append(f"| {SIZES[n][1]} B MTU | {p25['cores_model']:.1f} ({p25['frames_per_s'] / 1e6:.2f} M frames/s) "
+                          f"| {p100['cores_model']:.1f} ({p100['frames_per_s'] / 1e6:.2f} M frames/s) |")
+    md.append("")
+    md.append(f"({meta})")
+    return "\n".join(md) + "\n"
+
+
+def _on_signal(signum, frame):
+    raise SystemExit(f"live_e2e: {signal.Signals(signum).name}, tearing down")
+
+
+def parse_size(s: str) -> int:
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for u, m in units.items():
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * m)
+    return int(s)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bytes", default="1GiB", help="payload the scenario writes (the wire carries it twice)")
+    ap.add_argument("--threads", default="1,2", help="smbwire live --threads values to measure")
+    ap.add_argument("--sizes", default="jumbo,wire", help="frame sizes: jumbo (MSS 8948), wire (MSS 1448)")
+    ap.add_argument("--bisect", type=int, default=4, help="bisection steps when top speed fails")
+    ap.add_argument("--budget", type=float, default=1200, help="no new step after this many seconds")
+    ap.add_argument("--keep", action="store_true", help="keep the generated captures in bench/out/e2e/")
+    ap.add_argument("--no-build", action="store_true", help="use target/release/examples/blast as it is")
+    args = ap.parse_args()
+    global DEADLINE
+    if os.geteuid() != 0:
+        print("live_e2e: needs root (network namespaces, BPF)", file=sys.stderr)
+        return 1
+    nbytes = parse_size(args.bytes)
+    threads_list = [int(t) for t in args.threads.split(",")]
+    sizes = args.sizes.split(",")
+    WORK.mkdir(parents=True, exist_ok=True)
+    if not args.no_build:
+        sh("cargo", "build", "--quiet", "--release", "--example", "blast", cwd=ROOT, timeout=1800)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    load = os.getloadavg()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    t0 = time.monotonic()
+    results, refs, caps, gen_alone, idle = [], {}, {}, {}, {}
+    complete = False
+    try:
+        for name in sizes:
+            caps[name], refs[name] = make_capture(name, nbytes)
+        DEADLINE = time.monotonic() + args.budget
+        for name in sizes:
+            setup(SIZES[name][1])
+            # The generator alone: its top speed with nothing capturing.
+            g, c = blast_measured(caps[name], 0, timeout=600)
+            gen_alone[name] = {"gbit_s": g["gbit_s"], "pps": g["pps"], "cpu_s": c, "seconds": g["seconds"]}
+            print(json.dumps({"generator_alone": name} | gen_alone[name]), file=sys.stderr, flush=True)
+            for threads in threads_list:
+                if threads not in idle:
+                    idle[threads] = idle_step(threads, 2.0)
+                    print(json.dumps({"idle_cpu_s": idle[threads], "threads": threads}), file=sys.stderr, flush=True)
+                results.append(find_limit(name, caps[name], refs[name], threads, args.bisect, idle[threads]))
+            teardown()
+        complete = True
+    except OutOfTime as e:
+        print(f"live_e2e: {e}; partial results below", file=sys.stderr)
+    finally:
+        for p in list(CHILDREN):
+            if p.poll() is None:
+                p.kill()  # only our own children, by PID
+                p.wait()
+        teardown()
+        if not args.keep:
+            for f in WORK.glob("nested4-*"):
+                f.unlink()
+    elapsed = time.monotonic() - t0
+    model = cost_model(results, refs)
+    meta = (f"bench/live_e2e.py --bytes {args.bytes} --threads {args.threads}, {when}; "
+            f"{sum(len(r['runs']) for r in results)} steps, {elapsed:.0f} s; load average before {load[0]:.2f}; "
+            f"captures: nested4, 1 MiB writes, " + ", ".join(
+                f"{SIZES[n][0]} MSS {caps[n].stat().st_size / 2**20:.0f} MiB, {refs[n]['totals']['payload_bytes'] / 2**20:.0f} MiB payload"
+                for n in caps if caps[n].exists()) + "; Gbit/s count Ethernet frames without FCS")
+    text = markdown(results, model, gen_alone, refs, meta)
+    print(text)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "live_e2e.md").write_text(text)
+    (OUT / "live_e2e.json").write_text(json.dumps(
+        {"when": when, "bytes": nbytes, "threads": threads_list, "sizes": {n: SIZES[n] for n in sizes},
+         "load_average_before": load, "elapsed_seconds": elapsed, "complete": complete,
+         "idle_cpu_s": idle, "generator_alone": gen_alone,
+         "reference": {n: {"totals": refs[n]["totals"], "edges": refs[n]["edges"]} for n in refs},
+         "results": results, "cost_model": model}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
