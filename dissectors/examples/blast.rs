@@ -18,7 +18,8 @@
 //! unchanged), paced to `--mbps R` megabits of frame bytes per second (without FCS; 0 = top
 //! speed, the default). Record timestamps are ignored. The JSON then counts the frames and bytes
 //! really sent (`sent`, `bytes`), the frames in the file (`frames`), the seconds from the first
-//! send to the last (`seconds`) and the load time (`load_seconds`). A frame the interface
+//! send to the last (`seconds`), the load time (`load_seconds`) and the CPU seconds of the
+//! sending alone (`cpu_seconds`, user + system). A frame the interface
 //! refuses (larger than its MTU) stops the replay with an error: the capture on the other side
 //! would be incomplete. Frames are sent from memory only; nothing is written to disk.
 
@@ -201,6 +202,16 @@ fn load(path: &str) -> Result<Loaded, String> {
     Ok(out)
 }
 
+/// User + system CPU seconds of this process so far (the kernel's work inside `sendmmsg`,
+/// softirq included when it runs there, is system time).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 /// `--pcap`: send every frame of the file once, in order, paced to `mbps` (0: top speed).
 fn replay(iface: &str, path: &str, mbps: f64, batch: usize) {
     let t0 = Instant::now();
@@ -231,6 +242,7 @@ fn replay(iface: &str, path: &str, mbps: f64, batch: usize) {
     let mut sent_bytes = 0u64;
     let mut enobufs = 0u64;
     let mut sleeps = 0u64;
+    let cpu0 = cpu_seconds();
     let start = Instant::now();
     while next < n_frames {
         let mut want = batch.min(n_frames - next);
@@ -288,6 +300,7 @@ fn replay(iface: &str, path: &str, mbps: f64, batch: usize) {
         next += n as usize;
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     let out = serde_json::json!({
         "pcap": path,
         "frames": n_frames,
@@ -295,6 +308,7 @@ fn replay(iface: &str, path: &str, mbps: f64, batch: usize) {
         "bytes": sent_bytes,
         "seconds": secs,
         "load_seconds": load_seconds,
+        "cpu_seconds": cpu,
         "pps": next as f64 / secs,
         "gbit_s": sent_bytes as f64 * 8.0 / secs / 1e9,
         "target_mbps": mbps,
