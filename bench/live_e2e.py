@@ -38,6 +38,8 @@ projects the cores smbwire needs for 25 and 100 Gbit/s of such traffic at each f
 
 Needs root. Usage: python bench/live_e2e.py [--bytes 1GiB] [--threads 1,2] [--sizes jumbo,wire]
     [--placements shared,split] [--bisect 4] [--budget 1200] [--keep] [--no-build]
+    [--live-args "OPTIONS"]   (extra `smbwire live` options, for experiments)
+    python bench/live_e2e.py --render bench/out/live_e2e.json   (the tables of a saved run)
 Two namespaces joined by a veth (no addresses: the replayed frames carry their own, all in
 198.18.0.0/15, and are addressed to MACs that are not B's, as on a mirror port), named with this
 script's PID, removed on exit, SIGINT, SIGTERM and SIGHUP; only processes this script started
@@ -76,6 +78,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 DEADLINE = float("inf")
 # Children alive right now (ours), ended by PID on the way out.
 CHILDREN: list[subprocess.Popen] = []
+# Extra `smbwire live` options (--live-args), for experiments.
+LIVE_ARGS: list[str] = []
 
 
 class OutOfTime(Exception):
@@ -169,7 +173,7 @@ class Live:
         self.stderr = open(self.stderr_path, "w+")
         pin = ["taskset", "-c", cpus] if cpus else []  # taskset execs too: the PID stays smbwire's
         cmd = ["ip", "netns", "exec", NS_B, *pin, str(SMBWIRE), "live", "-i", VB, "--plain",
-               "--json", str(self.json), "--threads", str(threads), "--duration", f"{duration:.0f}"]
+               "--json", str(self.json), "--threads", str(threads), "--duration", f"{duration:.0f}", *LIVE_ARGS]
         self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
         CHILDREN.append(self.p)
         deadline = time.monotonic() + 60
@@ -378,7 +382,7 @@ def cost_model(results: list[dict], refs: dict, gen_alone: dict) -> dict:
     """Per placement and threads: ns per frame and per payload byte of the smbwire process,
     solved from the passing steps of both frame sizes (median CPU of each), the cores that
     projects for 25 and 100 Gbit/s, and the kernel's capture cost per frame (blast's CPU while
-    sending with live capturing minus blast's CPU alone)."""
+    sending at top speed with live capturing minus the same with nothing capturing)."""
     out = {}
     for placement, threads in sorted({(r["placement"], r["threads"]) for r in results}):
         pts = []
@@ -389,7 +393,9 @@ def cost_model(results: list[dict], refs: dict, gen_alone: dict) -> dict:
             if not runs:
                 continue
             cpu = sorted(x["smbwire_cpu_s_net"] for x in runs)[len(runs) // 2]
-            blast_cpu = sorted(x["blast_cpu_s"] for x in runs)[len(runs) // 2]
+            # Both unpaced: blast at top speed with live capturing and with nothing capturing.
+            top = next(r["top"] for r in results if r["size"] == name and r["threads"] == threads
+                       and r["placement"] == placement)
             frames, payload, fbytes = runs[0]["frames"], refs[name]["totals"]["payload_bytes"], runs[0]["bytes"]
             pts.append((name, cpu, frames, payload, fbytes))
             alone = gen_alone.get((placement, name))
@@ -397,7 +403,7 @@ def cost_model(results: list[dict], refs: dict, gen_alone: dict) -> dict:
                 "passing_steps": len(runs), "smbwire_cpu_s": cpu, "frames": frames,
                 "payload_bytes": payload, "frame_bytes": fbytes,
                 "ns_per_frame_all_in": cpu / frames * 1e9, "ns_per_payload_byte_all_in": cpu / payload * 1e9,
-                "kernel_capture_ns_per_frame": (blast_cpu - alone["cpu_s"]) / frames * 1e9 if alone else None,
+                "kernel_capture_ns_per_frame": (top["blast_cpu_s"] - alone["cpu_s"]) / frames * 1e9 if alone else None,
             }
         if len(pts) == 2:
             (_, c1, f1, p1, _), (_, c2, f2, p2, _) = pts
@@ -413,6 +419,7 @@ def cost_model(results: list[dict], refs: dict, gen_alone: dict) -> dict:
                     kern = m["per_size"][n]["kernel_capture_ns_per_frame"]
                     proj[f"{n}_{gbit}"] = {"frames_per_s": fps, "payload_bytes_per_s": pbs,
                                            "cores_model": a * fps + b * pbs,
+                                           "cores_measured": c / fb * gbit * 1e9 / 8,
                                            "cores_kernel_capture": kern * 1e-9 * fps if kern is not None else None}
             m["projection"] = proj
         out[f"{placement}/t{threads}"] = m
@@ -450,11 +457,12 @@ def markdown(results, model, gen_alone, refs, meta) -> str:
         md.append("")
         md.append(f"Per-core cost, {where[m['placement']]} CPUs, `--threads {m['threads']}` (smbwire process; "
                   f"cpu = a x frames + b x payload bytes solved from both frame sizes): "
-                  f"**a = {m['ns_per_frame']:,.0f} ns per frame, b = {m['ns_per_payload_byte']:.3f} ns per payload "
-                  f"byte**; kernel capture (TCX program and ring copy, in blast's CPU): "
+                  f"a = {m['ns_per_frame']:,.0f} ns per frame, b = {m['ns_per_payload_byte']:.3f} ns per payload "
+                  f"byte; kernel capture (TCX program and ring copy, in blast's CPU): "
                   + ", ".join(f"{SIZES[n][1]} B MTU {v['kernel_capture_ns_per_frame']:,.0f} ns per frame"
                               for n, v in m["per_size"].items() if v["kernel_capture_ns_per_frame"] is not None)
-                  + ". Cores needed (smbwire + kernel capture):")
+                  + ". Cores needed, smbwire (its CPU per frame byte measured at that frame size; the a/b "
+                  "model goes through both points) + kernel capture:")
         md.append("")
         md.append("| frames | 25 Gbit/s | 100 Gbit/s |")
         md.append("|---|---|---|")
@@ -464,7 +472,7 @@ def markdown(results, model, gen_alone, refs, meta) -> str:
                 p = m["projection"].get(f"{n}_{g}")
                 if p:
                     k = p["cores_kernel_capture"]
-                    cells.append(f"{p['cores_model']:.1f}" + (f" + {k:.1f}" if k is not None else "")
+                    cells.append(f"{p['cores_measured']:.1f}" + (f" + {k:.1f}" if k is not None else "")
                                  + f" ({p['frames_per_s'] / 1e6:.2f} M frames/s)")
             if cells:
                 md.append(f"| {SIZES[n][1]} B MTU | " + " | ".join(cells) + " |")
@@ -494,10 +502,19 @@ def main() -> int:
                     help="shared: unpinned; split: blast on CPU 0, smbwire on CPU 1 (threads 1 only)")
     ap.add_argument("--bisect", type=int, default=4, help="bisection steps when top speed fails")
     ap.add_argument("--budget", type=float, default=1200, help="no new step after this many seconds")
+    ap.add_argument("--live-args", default="", help="extra smbwire live options (experiments)")
     ap.add_argument("--keep", action="store_true", help="keep the generated captures in bench/out/e2e/")
     ap.add_argument("--no-build", action="store_true", help="use target/release/examples/blast as it is")
+    ap.add_argument("--render", metavar="JSON", help="print the tables of a saved live_e2e.json again (no run)")
     args = ap.parse_args()
     global DEADLINE
+    if args.render:
+        d = json.loads(Path(args.render).read_text())
+        gen = {tuple(k.split("/")): v for k, v in d["generator_alone"].items()}
+        refs = d["reference"]
+        model = cost_model(d["results"], refs, gen)
+        print(markdown(d["results"], model, gen, refs, d.get("meta", "")))
+        return 0
     if os.geteuid() != 0:
         print("live_e2e: needs root (network namespaces, BPF)", file=sys.stderr)
         return 1
@@ -505,6 +522,7 @@ def main() -> int:
     threads_list = [int(t) for t in args.threads.split(",")]
     sizes = args.sizes.split(",")
     placements = args.placements.split(",")
+    LIVE_ARGS[:] = args.live_args.split()
     WORK.mkdir(parents=True, exist_ok=True)
     if not args.no_build:
         sh("cargo", "build", "--quiet", "--release", "--example", "blast", cwd=ROOT, timeout=1800)
@@ -570,7 +588,7 @@ def main() -> int:
          "idle_cpu_s": {f"{p}/t{t}": v for (p, t), v in idle.items()},
          "generator_alone": {f"{p}/{n}": v for (p, n), v in gen_alone.items()},
          "reference": {n: {"totals": refs[n]["totals"], "edges": refs[n]["edges"]} for n in refs},
-         "results": results, "cost_model": model}, indent=1))
+         "results": results, "cost_model": model, "meta": meta}, indent=1))
     return 0
 
 
