@@ -4,12 +4,24 @@
 //!
 //! blast IFACE --dst-mac M [--src-mac M] [--size N] [--pps R] [--seconds S] [--batch N]
 //!             [--flows N]
+//! blast IFACE --pcap FILE [--mbps R] [--batch N]
 //! Frames alternate over `--flows` flows from 198.18.0.1 to 198.18.0.2 (RFC 2544 benchmark
 //! range): even flows are RoCEv2 (UDP to 4791, BTH RDMA WRITE Only), odd flows SMB over TCP
 //! (to port 445, ACK|PSH). Every frame is `--size` bytes without FCS (60..=1514).
 //! `--pps 0` sends at top speed. Payloads are zero bytes; nothing is read or written to disk.
 //! Addresses are fixed inside 198.18.0.0/15; run it only on a link inside namespaces the
 //! caller made.
+//!
+//! With `--pcap FILE` (pcap or pcapng, Ethernet link type, read with the engine's capture
+//! reader) it replays a capture instead, like `tcpreplay`: every frame is loaded into memory
+//! first, then each is sent exactly once, in file order, as recorded (addresses and MACs
+//! unchanged), paced to `--mbps R` megabits of frame bytes per second (without FCS; 0 = top
+//! speed, the default). Record timestamps are ignored. The JSON then counts the frames and bytes
+//! really sent (`sent`, `bytes`), the frames in the file (`frames`), the seconds from the first
+//! send to the last (`seconds`), the load time (`load_seconds`) and the CPU seconds of the
+//! sending alone (`cpu_seconds`, user + system). A frame the interface
+//! refuses (larger than its MTU) stops the replay with an error: the capture on the other side
+//! would be incomplete. Frames are sent from memory only; nothing is written to disk.
 
 use std::io;
 use std::mem;
@@ -27,6 +39,7 @@ const BTH_OPCODE_RC_RDMA_WRITE_ONLY: u8 = 0x0a;
 
 fn usage() -> ! {
     eprintln!("usage: blast IFACE --dst-mac M [--src-mac M] [--size N] [--pps R] [--seconds S] [--batch N] [--flows N]");
+    eprintln!("       blast IFACE --pcap FILE [--mbps R] [--batch N]");
     std::process::exit(2);
 }
 
@@ -147,6 +160,166 @@ fn open(iface: &str) -> io::Result<libc::c_int> {
     }
 }
 
+/// Every frame of an Ethernet capture, back to back in one buffer.
+struct Loaded {
+    data: Vec<u8>,
+    /// (offset in `data`, length) per frame, in file order.
+    frames: Vec<(usize, usize)>,
+    /// Frames whose captured length is shorter than on the wire (snaplen): sent as captured.
+    cut: u64,
+}
+
+fn load(path: &str) -> Result<Loaded, String> {
+    use smbwire_dissectors::{accounting::Accounting, anomaly::Anomalies, capture};
+    let mut r = capture::open(path, 0).map_err(|e| e.to_string())?;
+    let mut acct = Accounting::default();
+    let mut an = Anomalies::default();
+    let mut out = Loaded {
+        data: Vec::with_capacity(r.file_size() as usize),
+        frames: Vec::new(),
+        cut: 0,
+    };
+    while r.advance(&mut acct, &mut an) {
+        let Some(f) = r.current() else { continue };
+        if f.info.linktype != capture::linktype::ETHERNET {
+            return Err(format!(
+                "{path}: frame {}: link type {}, not Ethernet",
+                out.frames.len() + 1,
+                f.info.linktype
+            ));
+        }
+        if (f.info.orig_len as usize) > f.data.len() {
+            out.cut += 1;
+        }
+        out.frames.push((out.data.len(), f.data.len()));
+        out.data.extend_from_slice(f.data);
+    }
+    // The file's own damage (cut record, bad block) would make the replay differ from it.
+    let damage: Vec<String> = an.iter().map(|(n, c)| format!("{n}={c}")).collect();
+    if !damage.is_empty() {
+        return Err(format!("{path}: damaged capture ({})", damage.join(", ")));
+    }
+    Ok(out)
+}
+
+/// User + system CPU seconds of this process so far (the kernel's work inside `sendmmsg`,
+/// softirq included when it runs there, is system time).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// `--pcap`: send every frame of the file once, in order, paced to `mbps` (0: top speed).
+fn replay(iface: &str, path: &str, mbps: f64, batch: usize) {
+    let t0 = Instant::now();
+    let cap = load(path).unwrap_or_else(|e| {
+        eprintln!("blast: {e}");
+        std::process::exit(1);
+    });
+    let load_seconds = t0.elapsed().as_secs_f64();
+    let fd = open(iface).unwrap_or_else(|e| {
+        eprintln!("blast: {iface}: {e}");
+        std::process::exit(1);
+    });
+    let mut iov: Vec<libc::iovec> = (0..batch)
+        .map(|_| libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        })
+        .collect();
+    // SAFETY: mmsghdr is plain data; zero is a valid empty header.
+    let mut msgs: Vec<libc::mmsghdr> = (0..batch).map(|_| unsafe { mem::zeroed() }).collect();
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let bytes_per_s = mbps * 1e6 / 8.0;
+    let n_frames = cap.frames.len();
+    let mut next = 0usize; // index of the next frame to send
+    let mut sent_bytes = 0u64;
+    let mut enobufs = 0u64;
+    let mut sleeps = 0u64;
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    while next < n_frames {
+        let mut want = batch.min(n_frames - next);
+        if bytes_per_s > 0.0 {
+            // Pace against the ideal schedule: the frames due by now, at least one, never
+            // more than one batch.
+            let due = ((start.elapsed().as_secs_f64()) * bytes_per_s) as u64;
+            if due <= sent_bytes {
+                let ahead = (sent_bytes + 1 - due) as f64 / bytes_per_s;
+                sleeps += 1;
+                std::thread::sleep(Duration::from_secs_f64(ahead.min(0.001)));
+                continue;
+            }
+            let mut budget = due - sent_bytes;
+            let mut k = 0;
+            while k < want {
+                let len = cap.frames[next + k].1 as u64;
+                if k > 0 && len > budget {
+                    break;
+                }
+                budget = budget.saturating_sub(len);
+                k += 1;
+            }
+            want = k;
+        }
+        for (j, v) in iov.iter_mut().enumerate().take(want) {
+            let (off, len) = cap.frames[next + j];
+            v.iov_base = cap.data[off..].as_ptr() as *mut libc::c_void;
+            v.iov_len = len;
+        }
+        // SAFETY: msgs[..want] point at iovecs over `cap.data`, alive for the whole loop.
+        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), want as u32, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::ENOBUFS) | Some(libc::EAGAIN) => {
+                    enobufs += 1;
+                    std::thread::yield_now();
+                    continue;
+                }
+                Some(libc::EINTR) => continue,
+                _ => {
+                    eprintln!(
+                        "blast: sendmmsg: frame {} of {path} ({} bytes): {e}",
+                        next + 1,
+                        cap.frames[next].1
+                    );
+                    std::process::exit(1);
+                }
+            }
+        }
+        for j in 0..n as usize {
+            sent_bytes += cap.frames[next + j].1 as u64;
+        }
+        next += n as usize;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let out = serde_json::json!({
+        "pcap": path,
+        "frames": n_frames,
+        "sent": next,
+        "bytes": sent_bytes,
+        "seconds": secs,
+        "load_seconds": load_seconds,
+        "cpu_seconds": cpu,
+        "pps": next as f64 / secs,
+        "gbit_s": sent_bytes as f64 * 8.0 / secs / 1e9,
+        "target_mbps": mbps,
+        "batch": batch,
+        "enobufs": enobufs,
+        "sleeps": sleeps,
+        "cut_frames": cap.cut,
+    });
+    println!("{out}");
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let iface = args.next().unwrap_or_else(|| usage());
@@ -157,6 +330,8 @@ fn main() {
     let mut seconds = 3f64;
     let mut batch = 64usize;
     let mut flows = 4u16;
+    let mut pcap = None;
+    let mut mbps = 0f64;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -167,12 +342,19 @@ fn main() {
             "--seconds" => seconds = val().parse().unwrap_or_else(|_| usage()),
             "--batch" => batch = val().parse().unwrap_or_else(|_| usage()),
             "--flows" => flows = val().parse().unwrap_or_else(|_| usage()),
+            "--pcap" => pcap = Some(val()),
+            "--mbps" => mbps = val().parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
+    if let Some(path) = pcap {
+        if !(1..=1024).contains(&batch) || !(mbps >= 0.0 && mbps.is_finite()) {
+            usage();
+        }
+        return replay(&iface, &path, mbps, batch);
+    }
     let dst = dst.unwrap_or_else(|| usage());
-    if !(60..=1514).contains(&size) || !(1..=1024).contains(&batch) || !(1..=256).contains(&flows)
-    {
+    if !(60..=1514).contains(&size) || !(1..=1024).contains(&batch) || !(1..=256).contains(&flows) {
         usage();
     }
     let fd = open(&iface).unwrap_or_else(|e| {
