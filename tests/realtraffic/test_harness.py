@@ -139,3 +139,14 @@ def test_lab_names_are_per_run():
             s = lab.run_client("n1", "n2", [{"op": "write", "file": "x.bin", "offset": 0, "length": 4096,
                                              "data_hex_pattern": "5a"}])
             assert s["write_bytes"] == 4096
+
+
+def test_checksum_zero_has_two_forms():
+    """0x0000 and 0xffff are the same one's complement zero (RFC 1624 §3): a segment whose
+    checksum is zero, sent as 0xffff, is good (tshark 4.0 says bad); any other mismatch is bad."""
+    from realtraffic.capture_check import _ones_complement_zero
+
+    assert _ones_complement_zero("0xffff", "0x0000") and _ones_complement_zero("0x0000", "0xffff")
+    assert not _ones_complement_zero("0x1234", "0x0000")
+    assert not _ones_complement_zero("0xffff", "0xfffe")
+    assert not _ones_complement_zero("", "0x0000")
