@@ -58,14 +58,18 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vethpair import VethPair  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 WORK = OUT / "e2e"
 BLAST = ROOT / "target" / "release" / "examples" / "blast"
 SMBWIRE = ROOT / ".venv" / "bin" / "smbwire"
 PID = os.getpid() % 100000
-NS_A, NS_B = f"swe{PID}a", f"swe{PID}b"
-VA, VB = NS_A + "v", NS_B + "v"
+LAB = VethPair("swe")
+NS_A, NS_B = LAB.ns_a, LAB.ns_b
+VA, VB = LAB.va, LAB.vb
 # frame size name: (TCP MSS, veth MTU)
 SIZES = {"jumbo": (8948, 9000), "wire": (1448, 1500)}
 # placement: (taskset CPU list for blast, for smbwire live), None = not pinned.
@@ -90,27 +94,9 @@ def sh(*args, check=True, timeout=120, **kw):
     return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def setup(mtu: int) -> None:
-    teardown()
-    for ns in (NS_A, NS_B):
-        sh("ip", "netns", "add", ns)
-        sh("ip", "netns", "exec", ns, "sysctl", "-qw",
-           "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-    sh("ip", "link", "add", VA, "netns", NS_A, "type", "veth", "peer", "name", VB, "netns", NS_B)
-    for ns, dev in ((NS_A, VA), (NS_B, VB)):
-        sh("ip", "-n", ns, "link", "set", dev, "mtu", str(mtu))
-        sh("ip", "-n", ns, "link", "set", dev, "up")
-
-
-def teardown() -> None:
-    sh("ip", "netns", "del", NS_A, check=False)
-    sh("ip", "netns", "del", NS_B, check=False)
-
-
-def veth_counters() -> dict:
-    b = json.loads(sh("ip", "-n", NS_B, "-j", "-s", "link", "show", VB).stdout)[0]["stats64"]
-    a = json.loads(sh("ip", "-n", NS_A, "-j", "-s", "link", "show", VA).stdout)[0]["stats64"]
-    return {"rx": b["rx"]["packets"], "rx_dropped": b["rx"]["dropped"], "tx_dropped": a["tx"]["dropped"]}
+setup = LAB.setup
+teardown = LAB.teardown
+veth_counters = LAB.counters
 
 
 def proc_cpu(pid: int) -> float:

@@ -58,11 +58,15 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vethpair import VethPair  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "target" / "release" / "examples"
 LIVECAT, BLAST = EXAMPLES / "livecat", EXAMPLES / "blast"
-NS_A, NS_B = f"swr{os.getpid() % 100000}a", f"swr{os.getpid() % 100000}b"
-VA, VB = NS_A + "v", NS_B + "v"
+LAB = VethPair("swr")
+NS_A, NS_B = LAB.ns_a, LAB.ns_b
+VA, VB = LAB.va, LAB.vb
 # Locally administered, not B's: B receives in promiscuous mode, as on a mirror port.
 SPAN_DST_MAC = "02:00:5e:c6:12:02"
 BACKENDS = {"ebpf": "--require-ebpf", "af-packet": "--af-packet"}
@@ -84,26 +88,9 @@ def sh(*args, check=True, timeout=60, **kw):
     return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def setup() -> None:
-    for ns in (NS_A, NS_B):
-        sh("ip", "netns", "add", ns)
-        sh("ip", "netns", "exec", ns, "sysctl", "-qw",
-           "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-    sh("ip", "link", "add", VA, "netns", NS_A, "type", "veth", "peer", "name", VB, "netns", NS_B)
-    for ns, dev in ((NS_A, VA), (NS_B, VB)):
-        sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1", check=False)
-        sh("ip", "-n", ns, "link", "set", dev, "up")
-
-
-def teardown() -> None:
-    sh("ip", "netns", "del", NS_A, check=False)
-    sh("ip", "netns", "del", NS_B, check=False)
-
-
-def veth_counters() -> dict:
-    b = json.loads(sh("ip", "-n", NS_B, "-j", "-s", "link", "show", VB).stdout)[0]["stats64"]
-    a = json.loads(sh("ip", "-n", NS_A, "-j", "-s", "link", "show", VA).stdout)[0]["stats64"]
-    return {"rx": b["rx"]["packets"], "rx_dropped": b["rx"]["dropped"], "tx_dropped": a["tx"]["dropped"]}
+setup = LAB.setup
+teardown = LAB.teardown
+veth_counters = LAB.counters
 
 
 class Capture:

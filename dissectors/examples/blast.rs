@@ -37,6 +37,28 @@ const SMB_TCP_PORT: u16 = 445;
 /// IBTA vol.1 9.2 Table 38: RC RDMA WRITE Only.
 const BTH_OPCODE_RC_RDMA_WRITE_ONLY: u8 = 0x0a;
 
+/// One sendmmsg of `msgs[..want]`: the frames sent, `None` to try again (the interface's
+/// queue is full, counted in `enobufs`, or a signal came), or the error.
+///
+/// # Safety
+/// `msgs[..want]` must point at valid iovecs over memory alive for the call.
+unsafe fn send_batch(fd: libc::c_int, msgs: &mut [libc::mmsghdr], want: usize, enobufs: &mut u64) -> io::Result<Option<usize>> {
+    let n = libc::sendmmsg(fd, msgs.as_mut_ptr(), want as u32, 0);
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOBUFS) | Some(libc::EAGAIN) => {
+            *enobufs += 1;
+            std::thread::yield_now();
+            Ok(None)
+        }
+        Some(libc::EINTR) => Ok(None),
+        _ => Err(e),
+    }
+}
+
 fn usage() -> ! {
     eprintln!("usage: blast IFACE --dst-mac M [--src-mac M] [--size N] [--pps R] [--seconds S] [--batch N] [--flows N]");
     eprintln!("       blast IFACE --pcap FILE [--mbps R] [--batch N]");
@@ -274,30 +296,18 @@ fn replay(iface: &str, path: &str, mbps: f64, batch: usize) {
             v.iov_len = len;
         }
         // SAFETY: msgs[..want] point at iovecs over `cap.data`, alive for the whole loop.
-        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), want as u32, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::ENOBUFS) | Some(libc::EAGAIN) => {
-                    enobufs += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                Some(libc::EINTR) => continue,
-                _ => {
-                    eprintln!(
-                        "blast: sendmmsg: frame {} of {path} ({} bytes): {e}",
-                        next + 1,
-                        cap.frames[next].1
-                    );
-                    std::process::exit(1);
-                }
+        let n = match unsafe { send_batch(fd, &mut msgs, want, &mut enobufs) } {
+            Ok(Some(n)) => n,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("blast: sendmmsg: frame {} of {path} ({} bytes): {e}", next + 1, cap.frames[next].1);
+                std::process::exit(1);
             }
-        }
-        for j in 0..n as usize {
+        };
+        for j in 0..n {
             sent_bytes += cap.frames[next + j].1 as u64;
         }
-        next += n as usize;
+        next += n;
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
@@ -403,26 +413,18 @@ fn main() {
             v.iov_base = frames[(off + j) % flows as usize].as_ptr() as *mut libc::c_void;
         }
         // SAFETY: msgs[..want] point at iovecs and frames that live for the whole loop.
-        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), want as u32, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::ENOBUFS) | Some(libc::EAGAIN) => {
-                    enobufs += 1;
-                    std::thread::yield_now();
-                    continue;
-                }
-                Some(libc::EINTR) => continue,
-                _ => {
-                    eprintln!("blast: sendmmsg: {e}");
-                    std::process::exit(1);
-                }
+        let n = match unsafe { send_batch(fd, &mut msgs, want as usize, &mut enobufs) } {
+            Ok(Some(n)) => n,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("blast: sendmmsg: {e}");
+                std::process::exit(1);
             }
-        }
-        for j in 0..n as usize {
+        };
+        for j in 0..n {
             per_flow[(off + j) % flows as usize] += 1;
         }
-        next_flow = (off + n as usize) % flows as usize;
+        next_flow = (off + n) % flows as usize;
         sent += n as u64;
     }
     let secs = start.elapsed().as_secs_f64();
