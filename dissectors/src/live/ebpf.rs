@@ -602,8 +602,8 @@ mod tests {
         let map = match MapHandle::create(MapType::LruHash, Some("smbwire_test"), FLOW_KEY_SIZE as u32, FLOW_VALUE_SIZE as u32, 65536, &opts) {
             Ok(m) => m,
             Err(e) => {
-                // Creating a map needs CAP_BPF (CI runs as root).
-                eprintln!("cannot create a BPF map ({e}): flow table test not run");
+                // Creating a map needs CAP_BPF.
+                super::super::privileged_test_runs("flow table test", Some(format!("cannot create a BPF map ({e})")));
                 return None;
             }
         };

@@ -345,8 +345,8 @@ mod tests {
     #[test]
     fn a_thread_drops_its_own_capabilities_only() {
         // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("not root: capability drop test not run");
+        let root = unsafe { libc::geteuid() } == 0;
+        if !crate::live::privileged_test_runs("capability drop test", (!root).then(|| "not root".to_string())) {
             return;
         }
         let before = status_field("/proc/thread-self/status", "CapEff:").unwrap();

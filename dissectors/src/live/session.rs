@@ -675,8 +675,7 @@ mod capture_tests {
     }
 
     fn run_on_lo(force_af_packet: bool) {
-        if !is_root() {
-            eprintln!("not root: live capture test not run");
+        if !crate::live::privileged_test_runs("live capture test", (!is_root()).then(|| "not root".to_string())) {
             return;
         }
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
