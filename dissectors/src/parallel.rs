@@ -43,9 +43,9 @@ use crate::capture::{CaptureError, FrameInfo, RawFrame};
 use crate::context::{phase, Mark, NameOp, PayloadSink};
 use crate::dedupe::Dedupe;
 use crate::frame::FrameCtx;
-use crate::ledger::{LedgerError, LedgerWriter};
+use crate::ledger::LedgerWriter;
 use crate::payload::send::SendRecord;
-use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Pipeline, Run};
+use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Finished, Pipeline, Run};
 use crate::report::{InputFile, Results};
 use crate::smb2::state::SmbState;
 use crate::wire::{self, Transport};
@@ -476,7 +476,7 @@ impl Parallel {
         inputs: Vec<InputFile>,
         container: Accounting,
         started: Instant,
-    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
+    ) -> Finished {
         if !self.order.is_empty() || self.workers.iter().any(|w| !w.batch.steps.is_empty()) {
             self.hand_out();
         }
@@ -601,13 +601,12 @@ impl Engine {
         self.finish_recorded(inputs, container, started).0
     }
 
-    #[allow(clippy::type_complexity)]
     pub fn finish_recorded(
         self,
         inputs: Vec<InputFile>,
         container: Accounting,
         started: Instant,
-    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
+    ) -> Finished {
         match self {
             Engine::One(p) => p.finish_recorded(inputs, container, started),
             Engine::Many(p) => p.finish_recorded(inputs, container, started),
@@ -652,11 +651,7 @@ pub fn analyze_files(
     }
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
-    loop {
-        let frame = match merged.next_frame(&mut container, pipeline.inputs().1) {
-            Some(f) => f,
-            None => break,
-        };
+    while let Some(frame) = merged.next_frame(&mut container, pipeline.inputs().1) {
         if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
             *n += 1;
         }

@@ -656,7 +656,7 @@ impl Pipeline<Dedupe> {
         inputs: Vec<InputFile>,
         container: Accounting,
         started: Instant,
-    ) -> (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>) {
+    ) -> Finished {
         self.shared.dedupe.note_time(crate::ledger::AT_END);
         self.close_all(self.clock.last_ts);
         let counts = self.take_counts();
@@ -672,6 +672,10 @@ impl Pipeline<Dedupe> {
         (results, ledger, input_findings)
     }
 }
+
+/// What finishing a run gives: the result, the send ledger being recorded (with its first
+/// write error), and the findings about the inputs (for the ledger's run metadata).
+pub type Finished = (Results, Option<(LedgerWriter, Option<LedgerError>)>, Vec<crate::findings::Finding>);
 
 /// A finished run's parts, before the ordered stage's report is folded in.
 pub struct Run {
@@ -818,32 +822,11 @@ impl PipelineView {
 }
 
 impl Pipeline {
+    /// The live snapshot: the same parts as a `--threads` run's (`PipelineView::of`).
     pub fn view(&self) -> PipelineView {
-        let flow_stats = self.flow_stats();
-        let mut dedupe = self.shared.dedupe.snapshot();
-        let mut anomalies: std::collections::BTreeMap<String, u64> =
-            self.shared.anomalies.iter().map(|(k, v)| (k.to_string(), v)).collect();
-        for (k, v) in self.flows.anomalies().iter() {
-            *anomalies.entry(k.to_string()).or_insert(0) += v;
-        }
-        for (k, v) in std::mem::take(&mut dedupe.anomalies) {
-            *anomalies.entry(k).or_insert(0) += v;
-        }
-        PipelineView {
-            dedupe,
-            accounting: self.shared.accounting.clone(),
-            anomalies,
-            tcp: TcpReport::from_stats(&flow_stats, flow_stats.mirror_duplicate_frames, self.conns_opened),
-            smb2: self.shared.smb.stats(),
-            first_ts_ns: self.clock.first_ts,
-            last_ts_ns: self.clock.last_ts,
-            frames: self.clock.frames,
-            window_ns: self.window_ns,
-        }
+        PipelineView::of(&self.shared.dedupe, &self.counts(), &self.clock, self.window_ns)
     }
 }
-
-
 
 #[cfg(test)]
 mod tests {
