@@ -187,3 +187,55 @@ fn counts_survive_the_part_metadata() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The merge applies a sweep's and the end's closes of several parts in mark order (not part
+/// by part): parts written by hand, with the metadata of real shard tasks.
+#[test]
+fn the_merge_orders_closes_of_several_parts_by_mark() {
+    use crate::frame::FrameRef;
+    use crate::payload::send::{SendKind, SendRecord, Transport as Via};
+    let dir = tmp("marks");
+    let cap = strings(&captures()[..1]);
+    let real = shard_all(&cap, &Config::default(), 2, &dir);
+    let payload: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
+    let send = |conn: u64, src: u8| SendRecord {
+        conn,
+        message_id: conn,
+        kind: SendKind::Write,
+        transport: Via::Tcp,
+        src: std::net::IpAddr::from([198, 18, 0, src]),
+        dst: std::net::IpAddr::from([198, 18, 0, 9]),
+        src_port: 50000,
+        dst_port: 445,
+        ip_proto: 6,
+        session_id: 1,
+        tree_id: 1,
+        file_id: [1; 16],
+        share: None,
+        file_name: None,
+        offset: 0,
+        first_frame: FrameRef { file: 0, number: conn },
+        last_frame: FrameRef { file: 0, number: conn },
+        header_frame: None,
+        ts_ns: 1_000,
+        digest: crate::payload::hash::digest_of(&payload),
+    };
+    for step in [part_step::SWEEP_CLOSES, part_step::FINISH] {
+        let pos = if step == part_step::FINISH { AT_END } else { 1 };
+        let mut parts = Vec::new();
+        for (k, (mark, conn)) in [(5u64, 500u64), (3, 300)].into_iter().enumerate() {
+            let meta = LedgerReader::open_part(&real[k]).unwrap().run;
+            let p = dir.join(format!("hand-{step}-{k}.parquet")).to_string_lossy().into_owned();
+            let mut w = LedgerWriter::create_part(&p).unwrap();
+            let key = PartKey { pos, step, mark: Mark { phase: crate::context::phase::FINISH_TCP, a: mark, b: 0 } };
+            w.push_part(key, 1_000, &PartItem::Event(Event::Send(Box::new(send(conn, k as u8 + 1))))).unwrap();
+            w.close(&meta).unwrap();
+            parts.push(p);
+        }
+        let r = serde_json::to_value(merge_parts(&parts, &Config::default(), None, &mut |_, _| true).unwrap()).unwrap();
+        let sends = r["top_duplicates"][0]["sends"].as_array().unwrap_or_else(|| panic!("{}", r.to_string().chars().take(3000).collect::<String>()));
+        let order: Vec<_> = sends.iter().map(|s| s["message_id"].as_u64().unwrap()).collect();
+        assert_eq!(order, vec![300, 500], "step {step}: mark 3 (part 1) before mark 5 (part 0)");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

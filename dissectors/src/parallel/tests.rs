@@ -119,3 +119,46 @@ fn workers_share_one_pipelines_bounds() {
     assert_eq!(f4.max_flows, f1.max_flows / 4);
     assert_eq!(f4.max_total_buffered_bytes, f1.max_total_buffered_bytes / 4);
 }
+
+/// The closes of several workers reach Dedupe in the order of their marks, whichever worker
+/// recorded them and in whatever order they were gathered: the first send of a payload is
+/// the one with the lower mark (its connection is numbered 1 in the report).
+#[test]
+fn closes_of_several_workers_apply_in_mark_order() {
+    use crate::frame::FrameRef;
+    use crate::payload::send::{SendKind, SendRecord, Transport as Via};
+    let payload: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
+    let send = |conn: u64, src: u8| SendRecord {
+        conn,
+        message_id: conn,
+        kind: SendKind::Write,
+        transport: Via::Tcp,
+        src: std::net::IpAddr::from([198, 18, 0, src]),
+        dst: std::net::IpAddr::from([198, 18, 0, 9]),
+        src_port: 50000,
+        dst_port: 445,
+        ip_proto: 6,
+        session_id: 1,
+        tree_id: 1,
+        file_id: [1; 16],
+        share: None,
+        file_name: None,
+        offset: 0,
+        first_frame: FrameRef { file: 0, number: conn },
+        last_frame: FrameRef { file: 0, number: conn },
+        header_frame: None,
+        ts_ns: 1_000,
+        digest: crate::payload::hash::digest_of(&payload),
+    };
+    let finish = |m: u64| Mark { phase: phase::FINISH_TCP, a: m, b: 0 };
+    let mut o = Ordered::new(&Config::default(), 2, None);
+    // Gathered worker by worker: worker 0's close (mark 5) before worker 1's (mark 3).
+    o.apply_group(vec![
+        (finish(5), 0, Item::Send(Box::new(send(500, 1)))),
+        (finish(3), 1, Item::Send(Box::new(send(300, 2)))),
+    ]);
+    let r = serde_json::to_value(o.dedupe.finish()).unwrap();
+    let sends = r["top_duplicates"][0]["sends"].as_array().expect("one duplicated payload");
+    let order: Vec<_> = sends.iter().map(|s| (s["message_id"].as_u64().unwrap(), s["conn"].as_u64().unwrap())).collect();
+    assert_eq!(order, vec![(300, 1), (500, 2)], "mark 3 first: {r}");
+}
