@@ -189,6 +189,52 @@ pub mod testutil {
         out
     }
 
+    /// Every bundled (`captures/`) and public (`captures/public/`) capture, sorted.
+    pub fn all_captures() -> Vec<PathBuf> {
+        let bundled = public_dir().parent().expect("captures/").to_path_buf();
+        let mut all: Vec<PathBuf> = Vec::new();
+        for dir in [bundled, public_dir()] {
+            for e in std::fs::read_dir(&dir).expect("captures directory") {
+                let p = e.expect("entry").path();
+                let name = p.file_name().unwrap().to_string_lossy().to_string();
+                if name.ends_with(".pcap") || name.ends_with(".pcapng") {
+                    all.push(p);
+                }
+            }
+        }
+        all.sort();
+        assert!(all.len() >= 30, "bundled and public captures: {}", all.len());
+        all
+    }
+
+    /// A TCP WRITE send of `payload` on connection `conn` (MessageId `conn`) from 198.18.0.`src`
+    /// to 198.18.0.9, at 1 us.
+    pub fn write_send(conn: u64, src: u8, payload: &[u8]) -> crate::payload::send::SendRecord {
+        use crate::payload::send::{SendKind, SendRecord, Transport};
+        SendRecord {
+            conn,
+            message_id: conn,
+            kind: SendKind::Write,
+            transport: Transport::Tcp,
+            src: std::net::IpAddr::from([198, 18, 0, src]),
+            dst: std::net::IpAddr::from([198, 18, 0, 9]),
+            src_port: 50000,
+            dst_port: 445,
+            ip_proto: 6,
+            session_id: 1,
+            tree_id: 1,
+            file_id: [1; 16],
+            share: None,
+            file_name: None,
+            offset: 0,
+            first_frame: crate::frame::FrameRef { file: 0, number: conn },
+            last_frame: crate::frame::FrameRef { file: 0, number: conn },
+            header_frame: None,
+            ts_ns: 1_000,
+            digest: crate::payload::hash::digest_of(payload),
+        }
+    }
+
     pub fn open_bytes(data: Vec<u8>) -> Result<Box<dyn FrameReader>, CaptureError> {
         let n = data.len() as u64;
         open_reader(Box::new(std::io::Cursor::new(data)), n, "<mem>", 0)

@@ -2,25 +2,11 @@
 //! and the same evidence, on every bundled and public capture, with 1, 2 and 3 shards.
 
 use super::*;
-use crate::capture::testutil::public_dir;
 use crate::parallel::analyze_files;
 use std::path::{Path, PathBuf};
 
 fn captures() -> Vec<PathBuf> {
-    let bundled = public_dir().parent().expect("captures/").to_path_buf();
-    let mut all: Vec<PathBuf> = Vec::new();
-    for dir in [bundled, public_dir()] {
-        for e in std::fs::read_dir(&dir).expect("captures directory") {
-            let p = e.expect("entry").path();
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if name.ends_with(".pcap") || name.ends_with(".pcapng") {
-                all.push(p);
-            }
-        }
-    }
-    all.sort();
-    assert!(all.len() >= 30, "bundled and public captures: {}", all.len());
-    all
+    crate::capture::testutil::all_captures()
 }
 
 fn strings(paths: &[PathBuf]) -> Vec<String> {
@@ -192,34 +178,11 @@ fn counts_survive_the_part_metadata() {
 /// by part): parts written by hand, with the metadata of real shard tasks.
 #[test]
 fn the_merge_orders_closes_of_several_parts_by_mark() {
-    use crate::frame::FrameRef;
-    use crate::payload::send::{SendKind, SendRecord, Transport as Via};
     let dir = tmp("marks");
     let cap = strings(&captures()[..1]);
     let real = shard_all(&cap, &Config::default(), 2, &dir);
     let payload: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
-    let send = |conn: u64, src: u8| SendRecord {
-        conn,
-        message_id: conn,
-        kind: SendKind::Write,
-        transport: Via::Tcp,
-        src: std::net::IpAddr::from([198, 18, 0, src]),
-        dst: std::net::IpAddr::from([198, 18, 0, 9]),
-        src_port: 50000,
-        dst_port: 445,
-        ip_proto: 6,
-        session_id: 1,
-        tree_id: 1,
-        file_id: [1; 16],
-        share: None,
-        file_name: None,
-        offset: 0,
-        first_frame: FrameRef { file: 0, number: conn },
-        last_frame: FrameRef { file: 0, number: conn },
-        header_frame: None,
-        ts_ns: 1_000,
-        digest: crate::payload::hash::digest_of(&payload),
-    };
+    let send = |conn: u64, src: u8| crate::capture::testutil::write_send(conn, src, &payload);
     for step in [part_step::SWEEP_CLOSES, part_step::FINISH] {
         let pos = if step == part_step::FINISH { AT_END } else { 1 };
         let mut parts = Vec::new();

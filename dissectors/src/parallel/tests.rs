@@ -2,25 +2,11 @@
 //! bundled and public capture, with 2 and 3 workers, with small batches and several sweeps.
 
 use super::*;
-use crate::capture::testutil::public_dir;
 use serde_json::Value;
 use std::path::PathBuf;
 
 fn captures() -> Vec<PathBuf> {
-    let bundled = public_dir().parent().expect("captures/").to_path_buf();
-    let mut all: Vec<PathBuf> = Vec::new();
-    for dir in [bundled, public_dir()] {
-        for e in std::fs::read_dir(&dir).expect("captures directory") {
-            let p = e.expect("entry").path();
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if name.ends_with(".pcap") || name.ends_with(".pcapng") {
-                all.push(p);
-            }
-        }
-    }
-    all.sort();
-    assert!(all.len() >= 30, "bundled and public captures: {}", all.len());
-    all
+    crate::capture::testutil::all_captures()
 }
 
 /// The result without the run's own figures (timing, threads), and the evidence lines.
@@ -125,31 +111,8 @@ fn workers_share_one_pipelines_bounds() {
 /// the one with the lower mark (its connection is numbered 1 in the report).
 #[test]
 fn closes_of_several_workers_apply_in_mark_order() {
-    use crate::frame::FrameRef;
-    use crate::payload::send::{SendKind, SendRecord, Transport as Via};
     let payload: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
-    let send = |conn: u64, src: u8| SendRecord {
-        conn,
-        message_id: conn,
-        kind: SendKind::Write,
-        transport: Via::Tcp,
-        src: std::net::IpAddr::from([198, 18, 0, src]),
-        dst: std::net::IpAddr::from([198, 18, 0, 9]),
-        src_port: 50000,
-        dst_port: 445,
-        ip_proto: 6,
-        session_id: 1,
-        tree_id: 1,
-        file_id: [1; 16],
-        share: None,
-        file_name: None,
-        offset: 0,
-        first_frame: FrameRef { file: 0, number: conn },
-        last_frame: FrameRef { file: 0, number: conn },
-        header_frame: None,
-        ts_ns: 1_000,
-        digest: crate::payload::hash::digest_of(&payload),
-    };
+    let send = |conn: u64, src: u8| crate::capture::testutil::write_send(conn, src, &payload);
     let finish = |m: u64| Mark { phase: phase::FINISH_TCP, a: m, b: 0 };
     let mut o = Ordered::new(&Config::default(), 2, None);
     // Gathered worker by worker: worker 0's close (mark 5) before worker 1's (mark 3).
