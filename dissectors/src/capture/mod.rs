@@ -207,6 +207,20 @@ pub mod testutil {
         all
     }
 
+    /// Fails with the top-level keys where two results differ (and their values, cut short).
+    pub fn assert_same_json(what: &str, want: &serde_json::Value, got: &serde_json::Value) {
+        if want == got {
+            return;
+        }
+        let (a, b) = (want.as_object().expect("an object"), got.as_object().expect("an object"));
+        let diff: Vec<_> = a.keys().chain(b.keys()).filter(|k| a.get(*k) != b.get(*k)).collect();
+        let show = |o: &serde_json::Map<String, serde_json::Value>| {
+            let t = serde_json::to_string(&diff.iter().map(|k| o.get(*k)).collect::<Vec<_>>()).unwrap();
+            t.chars().take(1500).collect::<String>()
+        };
+        panic!("{what} differs in {diff:?}:\n{}\n{}", show(a), show(b));
+    }
+
     /// A TCP WRITE send of `payload` on connection `conn` (MessageId `conn`) from 198.18.0.`src`
     /// to 198.18.0.9, at 1 us.
     pub fn write_send(conn: u64, src: u8, payload: &[u8]) -> crate::payload::send::SendRecord {

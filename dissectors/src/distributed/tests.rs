@@ -51,15 +51,7 @@ fn same(paths: &[PathBuf], config: &Config) {
         let ev = dir.join(format!("ev-d{n}"));
         let got = merge_parts(&parts, config, ev.to_str(), &mut |_, _| true).expect("merge");
         assert_eq!(got.analysis.threads, n);
-        let got_v = without_analysis(&got);
-        if got_v != want {
-            let (a, b) = (want.as_object().unwrap(), got_v.as_object().unwrap());
-            let diff: Vec<_> = a.keys().filter(|k| a.get(*k) != b.get(*k)).collect();
-            let show = |o: &serde_json::Map<String, Value>| {
-                serde_json::to_string(&diff.iter().map(|k| &o[*k]).collect::<Vec<_>>()).unwrap().chars().take(1500).collect::<String>()
-            };
-            panic!("{paths:?} with {n} shards differs in {diff:?}:\n{}\n{}", show(a), show(b));
-        }
+        crate::capture::testutil::assert_same_json(&format!("{paths:?} with {n} shards"), &want, &without_analysis(&got));
         assert!(std::fs::read_to_string(&ev).unwrap() == want_ev, "{paths:?}: evidence with {n} shards differs");
     }
     std::fs::remove_dir_all(&dir).ok();

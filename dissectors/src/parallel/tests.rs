@@ -28,15 +28,7 @@ fn same(paths: &[PathBuf], config: &Config) {
     let one = run(paths, &Config { threads: 1, ..config.clone() }, &dir);
     for n in [2, 3] {
         let many = run(paths, &Config { threads: n, ..config.clone() }, &dir);
-        if many.0 != one.0 {
-            let (a, b) = (one.0.as_object().unwrap(), many.0.as_object().unwrap());
-            let diff: Vec<_> = a.keys().filter(|k| a.get(*k) != b.get(*k)).collect();
-            let show = |o: &serde_json::Map<String, Value>| {
-                let t = serde_json::to_string(&diff.iter().map(|k| &o[*k]).collect::<Vec<_>>()).unwrap();
-                t.chars().take(1500).collect::<String>()
-            };
-            panic!("{paths:?} with {n} threads differs in {diff:?}:\n{}\n{}", show(a), show(b));
-        }
+        crate::capture::testutil::assert_same_json(&format!("{paths:?} with {n} threads"), &one.0, &many.0);
         if many.1 != one.1 {
             let d = one.1.lines().zip(many.1.lines()).position(|(a, b)| a != b);
             let line = |t: &str| d.and_then(|i| t.lines().nth(i)).map(|l| l.chars().take(600).collect::<String>());
