@@ -27,12 +27,15 @@
 //!   their budget shares) are divided among the workers, so the run holds what one pipeline
 //!   would; the SMB2 state maps and per-direction buffers keep their bounds per worker.
 //!   Results are one pipeline's while no bound is reached (each is reported when it is).
-//! - **Memory.** At most `DEPTH` (3) batches per worker are in flight (frames copied once into a
-//!   batch buffer; buffers are reused).
+//! - **Memory.** At most `DEPTH` (3) batches per worker are in flight. A frame of a mapped
+//!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
+//!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
+//!   buffer. Buffers are reused.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -92,15 +95,24 @@ impl PayloadSink for Recorder {
     }
 }
 
+/// The mapped input files (`Merged::maps`): a frame inside one is handed to its worker as a
+/// place in it, not copied.
+type Maps = Arc<Vec<Arc<memmap2::Mmap>>>;
+
+/// `Step::Frame::map` of a frame copied into the batch's buffer.
+const COPIED: u32 = u32::MAX;
+
 enum Step {
-    /// A frame: its context and its bytes in the batch's buffer.
-    Frame { info: FrameInfo, ctx: FrameCtx, start: usize, len: usize },
+    /// A frame: its context and its bytes, at `start..start + len` of mapping `map` of the
+    /// batch's `maps`, or of the batch's buffer (`COPIED`: live rings, compressed inputs).
+    Frame { info: FrameInfo, ctx: FrameCtx, map: u32, start: usize, len: usize },
     /// Close the flows idle at this time.
     Sweep(u64),
 }
 
 struct Batch {
     data: Vec<u8>,
+    maps: Maps,
     steps: Vec<Step>,
     /// What the worker recorded for it (empty on the way out; its capacity is reused).
     out: Vec<(Mark, Item)>,
@@ -108,7 +120,7 @@ struct Batch {
 
 impl Batch {
     fn new() -> Batch {
-        Batch { data: Vec::new(), steps: Vec::new(), out: Vec::new() }
+        Batch { data: Vec::new(), maps: Maps::default(), steps: Vec::new(), out: Vec::new() }
     }
 }
 
@@ -191,8 +203,12 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Op
             Job::Batch(mut b) => {
                 for step in b.steps.iter() {
                     match *step {
-                        Step::Frame { info, ctx, start, len } => {
-                            d.frame(&RawFrame { info, data: &b.data[start..start + len] }, &ctx);
+                        Step::Frame { info, ctx, map, start, len } => {
+                            let bytes = match b.maps.get(map as usize) {
+                                Some(m) => &m[start..start + len],
+                                None => &b.data[start..start + len],
+                            };
+                            d.frame(&RawFrame { info, data: bytes }, &ctx);
                         }
                         Step::Sweep(now) => d.sweep(now),
                     }
@@ -360,6 +376,11 @@ pub struct Parallel {
     window_ns: u64,
     pub input_findings: Vec<crate::findings::Finding>,
     pub unusable_input_bytes: u64,
+    /// The mapped inputs, and each one's address range (first byte, length).
+    maps: Maps,
+    ranges: Vec<(usize, usize)>,
+    /// Frames handed out as places in a mapping, and copied (tests).
+    pub handed: (u64, u64),
 }
 
 impl Parallel {
@@ -413,7 +434,25 @@ impl Parallel {
             window_ns: config.dedupe.window_ns,
             input_findings: Vec::new(),
             unusable_input_bytes: 0,
+            maps: Maps::default(),
+            ranges: Vec::new(),
+            handed: (0, 0),
         }
+    }
+
+    /// The inputs' mappings: frames inside them reach the workers without a copy.
+    pub fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
+        self.ranges = maps.iter().map(|m| (m.as_ptr() as usize, m.len())).collect();
+        self.maps = Arc::new(maps);
+        for wk in self.workers.iter_mut() {
+            wk.batch.maps = self.maps.clone();
+        }
+    }
+
+    /// The mapping `data` lies in, and its offset there.
+    fn place(&self, data: &[u8]) -> Option<(u32, usize)> {
+        let p = data.as_ptr() as usize;
+        self.ranges.iter().position(|&(s, n)| p >= s && p + data.len() <= s + n).map(|i| (i as u32, p - self.ranges[i].0))
     }
 
     pub fn threads(&self) -> usize {
@@ -424,10 +463,21 @@ impl Parallel {
     pub fn process(&mut self, frame: &RawFrame<'_>) {
         let ctx = self.clock.frame(frame, &mut self.anomalies);
         let w = shard(&frame.info, frame.data, self.workers.len());
+        let place = self.place(frame.data);
         let b = &mut self.workers[w].batch;
-        let start = b.data.len();
-        b.data.extend_from_slice(frame.data);
-        b.steps.push(Step::Frame { info: frame.info, ctx, start, len: frame.data.len() });
+        let len = frame.data.len();
+        match place {
+            Some((map, start)) => {
+                self.handed.0 += 1;
+                b.steps.push(Step::Frame { info: frame.info, ctx, map, start, len });
+            }
+            None => {
+                self.handed.1 += 1;
+                let start = b.data.len();
+                b.data.extend_from_slice(frame.data);
+                b.steps.push(Step::Frame { info: frame.info, ctx, map: COPIED, start, len });
+            }
+        }
         self.order.push(Order::Frame { worker: w, seq: ctx.seq, ts_ns: frame.info.ts_ns });
         self.frames_in_batch += 1;
         self.bytes_in_batch += frame.data.len();
@@ -445,7 +495,8 @@ impl Parallel {
     /// Hand the batch being filled to the workers; replay the oldest when too many are out.
     fn hand_out(&mut self) {
         for wk in self.workers.iter_mut() {
-            let next = wk.spare.pop().unwrap_or(Batch::new());
+            let mut next = wk.spare.pop().unwrap_or(Batch::new());
+            next.maps = self.maps.clone();
             let b = std::mem::replace(&mut wk.batch, next);
             // A worker only ends when its channel closes: it is alive while we hold `jobs`.
             wk.jobs.send(Job::Batch(b)).expect("worker alive");
@@ -679,6 +730,8 @@ pub(crate) trait FrameSink {
     /// Where unusable inputs are counted: their bytes, the reader's anomalies, the findings.
     fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>);
     fn process(&mut self, frame: &RawFrame<'_>);
+    /// The inputs' mappings (frames read from them are slices of them).
+    fn use_maps(&mut self, _maps: Vec<Arc<memmap2::Mmap>>) {}
 }
 
 impl FrameSink for Engine {
@@ -687,6 +740,11 @@ impl FrameSink for Engine {
     }
     fn process(&mut self, frame: &RawFrame<'_>) {
         Engine::process(self, frame)
+    }
+    fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
+        if let Engine::Many(p) = self {
+            p.use_maps(maps);
+        }
     }
 }
 
@@ -710,6 +768,7 @@ pub(crate) fn read_inputs(
 ) -> Result<(Vec<InputFile>, Accounting), AnalyzeError> {
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
+    sink.use_maps(merged.maps());
     let mut container = Accounting::default();
     for (i, e) in &merged.skipped {
         // Its bytes are accounted too (every input byte in one category), as far as they can

@@ -91,6 +91,11 @@ impl Merged {
         self.readers[i].source()
     }
 
+    /// The mappings frames are read from (regular, uncompressed files).
+    pub fn maps(&self) -> Vec<std::sync::Arc<memmap2::Mmap>> {
+        self.readers.iter().filter_map(|r| r.source().shared_map()).collect()
+    }
+
     pub fn total_size(&self) -> u64 {
         self.readers.iter().map(|r| r.file_size()).sum()
     }

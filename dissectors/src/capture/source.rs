@@ -131,10 +131,20 @@ impl Read for Polled {
     }
 }
 
+/// A shared mapping read as bytes (a compressed file's stream reads its mapping).
+struct MapBytes(Arc<memmap2::Mmap>);
+
+impl AsRef<[u8]> for MapBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..]
+    }
+}
+
 pub struct Source {
     file: Box<dyn Read + Send>,
-    /// The whole file, when mapped: it stands for `buf`, with `end` its length.
-    map: Option<memmap2::Mmap>,
+    /// The whole file, when mapped: it stands for `buf`, with `end` its length. Shared with
+    /// `--threads` workers, which read the frames where they are (`shared_map`).
+    map: Option<Arc<memmap2::Mmap>>,
     /// Mapped bytes before this offset were handed back to the kernel (`consume`), so a
     /// long capture's pages do not pile up in the process's resident set.
     released: usize,
@@ -230,7 +240,7 @@ impl Source {
             buf: Vec::new(),
             start: 0,
             end: map.len(),
-            map: Some(map),
+            map: Some(Arc::new(map)),
             released: 0,
             consumed: 0,
             known_size: Some(size),
@@ -317,7 +327,7 @@ impl Source {
             Some(map) => {
                 self.raw_read.store(0, Ordering::Relaxed);
                 self.buf = vec![0; BUF_LEN];
-                let mut cur = std::io::Cursor::new(map);
+                let mut cur = std::io::Cursor::new(MapBytes(map));
                 cur.set_position(self.start as u64);
                 Box::new(Counting { inner: cur, count: self.raw_read.clone() })
             }
@@ -428,6 +438,12 @@ impl Source {
             }
         }
         self.end - self.start
+    }
+
+    /// The file's mapping, when its frames are read from one (a regular, uncompressed file):
+    /// frames handed out are slices of it.
+    pub fn shared_map(&self) -> Option<Arc<memmap2::Mmap>> {
+        self.map.clone()
     }
 
     /// The unconsumed bytes currently buffered.

@@ -117,3 +117,41 @@ fn closes_of_several_workers_apply_in_mark_order() {
     let order: Vec<_> = sends.iter().map(|s| (s["message_id"].as_u64().unwrap(), s["conn"].as_u64().unwrap())).collect();
     assert_eq!(order, vec![(300, 1), (500, 2)], "mark 3 first: {r}");
 }
+
+/// Frames of a mapped capture reach the workers as places in the mapping (no copy); those of
+/// a compressed capture (decompressed into a buffer) are copied. Both give the same result.
+#[test]
+fn mapped_frames_are_not_copied() {
+    use std::io::Write;
+    let caps = captures();
+    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
+    let dir = std::env::temp_dir().join(format!("smbwire-par-map-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let gz = dir.join("c.pcap.gz");
+    let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::fast());
+    enc.write_all(&std::fs::read(cap).unwrap()).unwrap();
+    enc.finish().unwrap();
+    let mut results = Vec::new();
+    for (path, mapped) in [(cap.clone(), true), (gz, false)] {
+        let paths = vec![path.to_string_lossy().into_owned()];
+        let merged = Merged::open(&paths).unwrap();
+        assert_eq!(merged.maps().len(), usize::from(mapped));
+        let mut engine = Engine::Many(Box::new(Parallel::new(&Config::default(), 2, None)));
+        let (inputs, container) = read_inputs(&paths, merged, &Config::default(), &mut engine, &mut |_, _| true).unwrap();
+        let Engine::Many(many) = &engine else { unreachable!() };
+        let (frames, copied) = many.handed;
+        assert!(frames + copied > 1000, "{frames} + {copied}");
+        if mapped {
+            assert_eq!(copied, 0, "a mapped capture's frames are not copied");
+        } else {
+            assert_eq!(frames, 0, "a decompressed capture's frames are copied");
+        }
+        let mut v = serde_json::to_value(engine.finish(inputs, container, Instant::now())).unwrap();
+        for k in ["analysis", "inputs"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        results.push(v);
+    }
+    crate::capture::testutil::assert_same_json("mapped and compressed capture", &results[0], &results[1]);
+    std::fs::remove_dir_all(&dir).ok();
+}
