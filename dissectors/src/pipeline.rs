@@ -238,35 +238,60 @@ impl Budget {
     }
 }
 
-/// The stream consumer a TCP direction gets, by service port.
+/// The stream consumer a TCP direction gets, by service port. A stream's state (about 300
+/// bytes) is made at the direction's first byte, gap or close: a flow that never carries a
+/// byte (a SYN flood's) holds only what makes it (issue 12: per-flow state small and lazy).
 pub enum Consumer {
-    Smb2(Smb2Stream),
-    Iwarp(IwarpStream),
+    /// An SMB2 direction before its first byte: `Smb2Stream::new`'s arguments.
+    Smb2Idle { conn: u64, to_server: bool, src: (IpAddr, u16), dst: (IpAddr, u16) },
+    Smb2(Box<Smb2Stream>),
+    Iwarp(Box<IwarpStream>),
+}
+
+impl Consumer {
+    fn smb2(conn: u64, to_server: bool, src: (IpAddr, u16), dst: (IpAddr, u16)) -> Consumer {
+        Consumer::Smb2Idle { conn, to_server, src, dst }
+    }
+
+    /// Makes the stream of an idle direction.
+    fn wake(&mut self) {
+        if let Consumer::Smb2Idle { conn, to_server, src, dst } = *self {
+            *self = Consumer::Smb2(Box::new(Smb2Stream::new(conn, to_server, src, dst)));
+        }
+    }
 }
 
 impl<D: PayloadSink> StreamConsumer<SharedOf<D>> for Consumer {
     fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut SharedOf<D>) {
+        self.wake();
         match self {
             Consumer::Smb2(s) => s.data(bytes, ctx, shared),
             Consumer::Iwarp(s) => s.data(bytes, ctx, shared),
+            Consumer::Smb2Idle { .. } => unreachable!("woken"),
         }
     }
     fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut SharedOf<D>) {
+        self.wake();
         match self {
             Consumer::Smb2(s) => s.gap(missing, ctx, shared),
             Consumer::Iwarp(s) => s.gap(missing, ctx, shared),
+            Consumer::Smb2Idle { .. } => unreachable!("woken"),
         }
     }
     fn close(&mut self, ctx: &FrameCtx, shared: &mut SharedOf<D>) {
+        self.wake();
         match self {
             Consumer::Smb2(s) => s.close(ctx, shared),
             Consumer::Iwarp(s) => s.close(ctx, shared),
+            Consumer::Smb2Idle { .. } => unreachable!("woken"),
         }
     }
     fn carries_storage(&self) -> bool {
         match self {
-            Consumer::Smb2(s) => StreamConsumer::<SharedOf<D>>::carries_storage(s),
-            Consumer::Iwarp(s) => StreamConsumer::<SharedOf<D>>::carries_storage(s),
+            Consumer::Smb2(s) => StreamConsumer::<SharedOf<D>>::carries_storage(s.as_ref()),
+            Consumer::Iwarp(s) => StreamConsumer::<SharedOf<D>>::carries_storage(s.as_ref()),
+            // A stream not yet made has carried nothing.
+            Consumer::Smb2Idle { .. } => false,
         }
     }
 }
@@ -486,21 +511,21 @@ impl<D: PayloadSink> Pipeline<D> {
                         // Side 0 is the initiator (client) of the iWARP connection.
                         let ends = if from_is_server { [to, from] } else { [from, to] };
                         return Some((
-                            Consumer::Iwarp(IwarpStream::new(conn, c_side, ends, smbd)),
-                            Consumer::Iwarp(IwarpStream::new(conn, s_side, ends, smbd)),
+                            Consumer::Iwarp(Box::new(IwarpStream::new(conn, c_side, ends, smbd))),
+                            Consumer::Iwarp(Box::new(IwarpStream::new(conn, s_side, ends, smbd))),
                         ));
                     }
                     if smb_ports.contains(&to.1) {
                         *conns_opened += 1;
                         Some((
-                            Consumer::Smb2(Smb2Stream::new(conn, true, from, to)),
-                            Consumer::Smb2(Smb2Stream::new(conn, false, to, from)),
+                            Consumer::smb2(conn, true, from, to),
+                            Consumer::smb2(conn, false, to, from),
                         ))
                     } else if smb_ports.contains(&from.1) {
                         *conns_opened += 1;
                         Some((
-                            Consumer::Smb2(Smb2Stream::new(conn, false, from, to)),
-                            Consumer::Smb2(Smb2Stream::new(conn, true, to, from)),
+                            Consumer::smb2(conn, false, from, to),
+                            Consumer::smb2(conn, true, to, from),
                         ))
                     } else {
                         None
@@ -831,6 +856,26 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A direction that never carried a byte holds only the arguments of its stream (the
+    /// stream itself is made at the first byte, gap or close); then it behaves as a made one.
+    #[test]
+    fn a_stream_is_made_at_its_first_byte() {
+        assert!(std::mem::size_of::<Consumer>() <= 64, "{}", std::mem::size_of::<Consumer>());
+        assert!(std::mem::size_of::<Smb2Stream>() > 4 * std::mem::size_of::<Consumer>());
+        let a = (IpAddr::from([198, 18, 0, 1]), 50000);
+        let b = (IpAddr::from([198, 18, 0, 2]), 445);
+        let mut c = Consumer::smb2(7, true, a, b);
+        let mut p = Pipeline::new(&Config::default(), None);
+        assert!(!StreamConsumer::<Shared>::carries_storage(&c));
+        let ctx = FrameCtx::default();
+        StreamConsumer::<Shared>::data(&mut c, &[0, 0, 0, 4, 0xfe, b'S', b'M', b'B'], &ctx, &mut p.shared);
+        let Consumer::Smb2(s) = &c else { panic!("made at the first byte") };
+        assert!(StreamConsumer::<Shared>::carries_storage(s.as_ref()) == StreamConsumer::<Shared>::carries_storage(&c));
+        let mut idle = Consumer::smb2(8, false, b, a);
+        StreamConsumer::<Shared>::close(&mut idle, &ctx, &mut p.shared);
+        assert!(matches!(idle, Consumer::Smb2(_)), "made to be closed");
+    }
 
     #[test]
     fn a_memory_budget_bounds_every_part_that_grows() {
