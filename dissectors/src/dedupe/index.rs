@@ -123,10 +123,39 @@ fn full_pos(front_pos: u64, p: u32) -> u64 {
     front_pos + u64::from(p.wrapping_sub(front_pos as u32))
 }
 
-/// Index in `sends` of the send holding block position `pos` (which must be live).
+/// Index in `sends` of the send holding block position `pos` (which must be live), the live
+/// blocks starting at `front` and numbering `live`.
 #[inline]
-fn send_at(sends: &VecDeque<LiveSend>, pos: u64) -> usize {
-    sends.partition_point(|s| s.first_pos + u64::from(s.n_blocks) <= pos)
+fn send_at(sends: &VecDeque<LiveSend>, front: u64, live: usize, pos: u64) -> usize {
+    locate(sends.len(), |i| (sends[i].first_pos, sends[i].n_blocks), front, live, pos)
+}
+
+/// Of `n` consecutive spans (first position, length) starting at `front` and covering `live`
+/// positions, the one holding `pos`. The span where `pos` would be if all spans were as long
+/// is tried first: sends of one I/O size (4 KiB random I/O: one block each) are found at
+/// once (the binary search was 8% of the ordered stage's time there); others by bisection.
+#[inline]
+fn locate(n: usize, span: impl Fn(usize) -> (u64, u32), front: u64, live: usize, pos: u64) -> usize {
+    let ends_before = |i: usize| {
+        let (first, len) = span(i);
+        first + u64::from(len) <= pos
+    };
+    if n > 0 && live > 0 {
+        let guess = (((pos - front) as u128 * n as u128) / live as u128).min(n as u128 - 1) as usize;
+        if span(guess).0 <= pos && !ends_before(guess) {
+            return guess;
+        }
+    }
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if ends_before(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 const HK0: u64 = 0xa076_1d64_78bd_642f;
@@ -475,7 +504,7 @@ impl Dedupe {
                 }
             }
             // Per edge: the latest earlier instance on this edge says what kind of duplicate.
-            let edge_of = |p: u32| sends[send_at(sends, full_pos(front, p))].edge;
+            let edge_of = |p: u32| sends[send_at(sends, front, ring.len(), full_pos(front, p))].edge;
             let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |&p| at(p).hash == hash && edge_of(p) == edge) {
                 Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
                 None => {
@@ -488,7 +517,7 @@ impl Dedupe {
             let mut forward_of = s.kind == SendKind::Write
                 && prev.is_some_and(|p| blocks.get((p - front) as usize).is_some_and(|b| b.forward_of()));
             if let Some(prev) = prev {
-                let e = &sends[send_at(sends, prev)];
+                let e = &sends[send_at(sends, front, blocks.len(), prev)];
                 let repeated = if prev >= first_pos {
                     Repeated { same_send: true, same_payload: true, outstanding: true, consecutive: true }
                 } else {
@@ -501,7 +530,7 @@ impl Dedupe {
                 };
                 dup = dup_kind(&repeated);
             }
-            let dst_of = |p: u32| sends[send_at(sends, full_pos(front, p))].dst;
+            let dst_of = |p: u32| sends[send_at(sends, front, ring.len(), full_pos(front, p))].dst;
             let mut head = None;
             if s.kind == SendKind::Write && src != dst {
                 // `src` writes the block on: every earlier WRITE of it into `src` was forwarded.
@@ -968,5 +997,31 @@ fn kind_slot(kind: SendKind) -> usize {
     match kind {
         SendKind::Write => 0,
         SendKind::Read => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::locate;
+
+    /// `locate` finds every position's span, whatever the span lengths (one size: found by
+    /// the guess; mixed, and empty spans: by bisection).
+    #[test]
+    fn locate_finds_the_span_of_every_position() {
+        for lens in [vec![1u32; 50], vec![256; 7], vec![1, 256, 1, 1, 3, 0, 256, 2, 1, 0, 1], vec![5]] {
+            let front = 1_000_000u64;
+            let mut spans = Vec::new();
+            let mut p = front;
+            for l in &lens {
+                spans.push((p, *l));
+                p += u64::from(*l);
+            }
+            let live = (p - front) as usize;
+            for pos in front..p {
+                let i = locate(spans.len(), |i| spans[i], front, live, pos);
+                let (first, len) = spans[i];
+                assert!(first <= pos && pos < first + u64::from(len), "{lens:?}: {pos} in span {i} {:?}", spans[i]);
+            }
+        }
     }
 }
