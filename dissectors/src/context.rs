@@ -36,6 +36,11 @@ pub enum NameOp {
     Tree(u64, u64, u32, Option<Arc<str>>),
     /// On connection `0`, FileId opened with this name, or closed (`None`).
     File(u64, [u8; 16], Option<Arc<str>>),
+    /// On connection `0`, SessionId `1` was established (`2`: as a channel binding). Sessions
+    /// are per server and span connections: the ordered stage counts them as one pipeline.
+    Session(u64, u64, bool),
+    /// On connection `0`, SessionId `1` logged off.
+    Logoff(u64, u64),
 }
 
 /// The origin of a sink's next events: `phase`, then two numbers ordered within it.

@@ -90,6 +90,8 @@ const EV_NAME_GUID: i32 = 4;
 const EV_NAME_TREE: i32 = 5;
 const EV_NAME_FILE: i32 = 6;
 const EV_BUFFERED: i32 = 7;
+const EV_NAME_SESSION: i32 = 8;
+const EV_NAME_LOGOFF: i32 = 9;
 
 /// Version of a ledger part (`smbwire analyze --dask`, docs/ledger.md "Ledger parts"): what
 /// one decoding task of a distributed run hands the ordered stage. Its columns are the
@@ -359,6 +361,8 @@ impl Columns {
                     NameOp::ServerGuid(c, _) => (EV_NAME_GUID, *c),
                     NameOp::Tree(c, ..) => (EV_NAME_TREE, *c),
                     NameOp::File(c, ..) => (EV_NAME_FILE, *c),
+                    NameOp::Session(c, ..) => (EV_NAME_SESSION, *c),
+                    NameOp::Logoff(c, _) => (EV_NAME_LOGOFF, *c),
                 };
                 self.at_ns.push(at_ns.min(AT_END) as i64);
                 self.push_common(code, 0, conn, 0);
@@ -375,6 +379,11 @@ impl Columns {
                         set(&mut self.file_id, fid.to_vec());
                         name(&mut self.file_name, file);
                     }
+                    NameOp::Session(_, session, binding) => {
+                        *self.session_id.last_mut().expect("row pushed") = *session as i64;
+                        *self.kind.last_mut().expect("row pushed") = i32::from(*binding);
+                    }
+                    NameOp::Logoff(_, session) => *self.session_id.last_mut().expect("row pushed") = *session as i64,
                 }
             }
             PartItem::Buffered(tcp, mpa) => {
@@ -691,7 +700,7 @@ impl Group {
                 Event::Complete { conn: self.conn[i] as u64, message_id: self.mid[i] as u64, ts_ns: self.ts[i] as u64 }
             }
             EV_ADVANCE => Event::Advance { ts_ns: self.ts[i] as u64 },
-            EV_NAME_SERVER..=EV_BUFFERED => return Ok(None),
+            EV_NAME_SERVER..=EV_NAME_LOGOFF => return Ok(None),
             e => return Err(err(path, format!("ledger event type {e}"))),
         }))
     }
@@ -718,6 +727,8 @@ impl Group {
             EV_NAME_FILE => {
                 PartItem::Name(NameOp::File(conn, self.file_id16(path, i)?, Group::text(path, &self.fname[i])?))
             }
+            EV_NAME_SESSION => PartItem::Name(NameOp::Session(conn, self.session[i] as u64, self.kind[i] != 0)),
+            EV_NAME_LOGOFF => PartItem::Name(NameOp::Logoff(conn, self.session[i] as u64)),
             _ => PartItem::Buffered(self.offset[i] as u64, self.length[i] as u64),
         })
     }

@@ -304,6 +304,8 @@ impl Ordered {
     /// larger.
     pub(crate) fn with_own(&self, mut counts: Counts, reader: &Anomalies) -> Counts {
         counts.anomalies.absorb(reader);
+        // Sessions are per server, not per connection: counted here, from the journals.
+        counts.smb2.sessions = self.names.stats.sessions;
         counts.flows.peak_buffered_bytes =
             counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
         counts

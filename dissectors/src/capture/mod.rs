@@ -213,7 +213,8 @@ pub mod testutil {
             return;
         }
         let (a, b) = (want.as_object().expect("an object"), got.as_object().expect("an object"));
-        let diff: Vec<_> = a.keys().chain(b.keys()).filter(|k| a.get(*k) != b.get(*k)).collect();
+        let diff: Vec<_> =
+            a.keys().chain(b.keys()).filter(|k| a.get(*k) != b.get(*k)).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         let show = |o: &serde_json::Map<String, serde_json::Value>| {
             let t = serde_json::to_string(&diff.iter().map(|k| o.get(*k)).collect::<Vec<_>>()).unwrap();
             t.chars().take(1500).collect::<String>()

@@ -78,6 +78,13 @@ fn shards_give_one_pipelines_result_with_a_short_window_and_merged_files() {
         all.iter().filter(|p| p.to_string_lossy().contains("smb3") && !p.to_string_lossy().contains("aes")).cloned().collect();
     assert!(smb.len() >= 5);
     same(&smb, &Config::default());
+    // Generated captures of the same servers, with the same SessionIds at the same time, on
+    // connections of different workers: one pipeline counts each server's session once.
+    let same_servers: Vec<PathBuf> = ["nested4-1MiB.pcap", "redirect4-1MiB.pcap", "mirror2-1MiB.pcap"]
+        .iter()
+        .map(|n| all.iter().find(|p| p.file_name().unwrap() == *n).unwrap().clone())
+        .collect();
+    same(&same_servers, &Config::default());
 }
 
 /// The merge writes the send ledger one analysis writes (`--ledger`): the same events.

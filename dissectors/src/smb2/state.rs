@@ -453,6 +453,15 @@ impl SmbState {
         if binding {
             self.stats.session_bindings += 1;
         }
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Session(conn, session_id, binding));
+        }
+        self.establish(conn, session_id, binding, an);
+    }
+
+    /// Session `session_id` is up on `conn` (a new session unless it is known on this server,
+    /// or `binding`): `sessions` counts new ones.
+    fn establish(&mut self, conn: u64, session_id: u64, binding: bool, an: &mut Anomalies) {
         let key = (self.scope(conn), session_id);
         if let Some(s) = self.sessions.get_mut(&key) {
             if !s.channels.contains(&conn) && s.channels.len() < 64 {
@@ -476,6 +485,9 @@ impl SmbState {
     }
 
     pub fn logoff(&mut self, conn: u64, session_id: u64) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Logoff(conn, session_id));
+        }
         self.sessions.remove(&(self.scope(conn), session_id));
     }
 
@@ -551,6 +563,8 @@ impl SmbState {
                 Self::evicted(an, e);
             }
             NameOp::File(c, f, None) => self.file_closed(c, &f),
+            NameOp::Session(c, s, binding) => self.establish(c, s, binding, an),
+            NameOp::Logoff(c, s) => self.logoff(c, s),
         }
     }
 
@@ -687,11 +701,20 @@ mod tests {
         w.tree_connected(1, 0x41, 1, Arc::from("\\\\owner\\x"), &mut an);
         w.file_opened(1, [7; 16], Arc::from("a.vhdx"), &mut an);
         w.file_closed(1, &[7; 16]);
+        // Sessions: one established on two connections of one server counts once; after a
+        // logoff the same SessionId is a new session.
+        w.note_server(2, a(1), &mut an);
+        w.session_established(1, 5, 0x41, &mut an);
+        w.session_established(2, 5, 0x41, &mut an);
+        w.logoff(2, 0x41);
+        w.session_established(2, 6, 0x41, &mut an);
+        assert_eq!(w.stats.sessions, 2);
         let mut o = SmbState::new();
         for op in w.journal.take().unwrap() {
             o.apply(op, &mut an);
         }
         assert_eq!(o.share(1, 0x41, 1).as_deref(), Some("\\\\owner\\x"));
+        assert_eq!(o.stats.sessions, 2, "the ordered stage counts sessions as the worker did");
         assert_eq!(o.file_name(1, &[7; 16]), None);
         assert_eq!(an.iter().count(), 0);
     }
