@@ -12,5 +12,6 @@ crate::anomaly::anomalies! {
         EvidenceCap = "dedupe.evidence_cap",
         EvidenceWriteError = "dedupe.evidence_write_error",
         ConnectionNumbersCapped = "dedupe.connection_numbers_capped",
+        EdgeCap = "dedupe.edge_cap",
     }
 }

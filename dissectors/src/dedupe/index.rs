@@ -158,6 +158,9 @@ fn locate(n: usize, span: impl Fn(usize) -> (u64, u32), front: u64, live: usize,
     lo
 }
 
+/// Default bound on node-to-node edges (`DedupeConfig::max_edges`).
+pub const DEFAULT_MAX_EDGES: usize = 65_536;
+
 const HK0: u64 = 0xa076_1d64_78bd_642f;
 const HK1: u64 = 0xe703_7ed1_a0b4_28db;
 const HK2: u64 = 0x8ebc_6af0_9c88_c6e3;
@@ -399,8 +402,13 @@ impl Dedupe {
             return;
         }
 
-        let src = self.topo.node_of(s.src);
-        let dst = self.topo.node_of(s.dst);
+        let (mut src, mut dst) = (self.topo.node_of(s.src), self.topo.node_of(s.dst));
+        if self.edges.len() >= self.cfg.max_edges && !self.edge_ids.contains_key(&(src, dst)) {
+            // Hostile traffic between many spoofed addresses must not grow the run's edges.
+            self.anomalies.raise(Anomaly::EdgeCap);
+            let other = self.topo.overflow_node();
+            (src, dst) = (other, other);
+        }
         self.sync_node_names();
         let edge = self.edge_id(src, dst);
         let ends = Ends {

@@ -73,6 +73,9 @@ pub struct DedupeConfig {
     /// `max_live_blocks` bound it). Past it the oldest sends leave early (anomaly
     /// `dedupe.index_memory_cap`), as for `max_live_blocks`.
     pub max_index_bytes: Option<u64>,
+    /// Bound on node-to-node edges (each holds its figures, about 800 bytes, for the run):
+    /// sends of further node pairs count on `other` → `other` (anomaly `dedupe.edge_cap`).
+    pub max_edges: usize,
 }
 
 impl Default for DedupeConfig {
@@ -83,6 +86,7 @@ impl Default for DedupeConfig {
             max_live_blocks: index::DEFAULT_MAX_LIVE_BLOCKS,
             series_interval_ns: series::DEFAULT_INTERVAL_NS,
             max_index_bytes: None,
+            max_edges: index::DEFAULT_MAX_EDGES,
         }
     }
 }

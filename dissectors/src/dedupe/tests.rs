@@ -1028,3 +1028,26 @@ fn series_of_steady_nested_writes_has_per_copy_equal_to_unique_per_interval() {
         assert_eq!(row.figures.nontrivial_bytes, 40 * B, "{row:?}");
     }
 }
+
+/// Past the bound on edges, sends of new node pairs count on `other` → `other` (one
+/// `dedupe.edge_cap` each); pairs already known keep their edge; every send is counted once.
+#[test]
+fn edges_past_their_bound_count_on_other() {
+    let cfg = DedupeConfig { max_edges: 3, ..Default::default() };
+    let mut n = Net::with(cfg, json!({"assume_members": true}), None);
+    for (i, (s, d)) in [(1, 2), (1, 3), (2, 3), (3, 4), (4, 5), (1, 2), (5, 6)].into_iter().enumerate() {
+        n.write_done(s, d, i as u64, &data(10 + i as u64, 1));
+    }
+    let r = n.finish();
+    check_invariants(&r);
+    assert_eq!(r.totals.figures.sends, 7);
+    let pairs: std::collections::BTreeMap<(String, String), u64> =
+        r.edges.iter().fold(Default::default(), |mut m, e| {
+            *m.entry((e.src.to_string(), e.dst.to_string())).or_insert(0) += e.figures.sends;
+            m
+        });
+    assert_eq!(pairs.get(&("other".into(), "other".into())), Some(&3), "{pairs:?}");
+    assert_eq!(pairs.get(&(ip(1).to_string(), ip(2).to_string())), Some(&2));
+    assert_eq!(pairs.len(), 4, "three edges and other -> other: {pairs:?}");
+    assert_eq!(r.anomalies.get("dedupe.edge_cap"), Some(&3));
+}

@@ -169,6 +169,18 @@ impl Topology {
         }
     }
 
+    /// The node `other` that absorbs what is past a bound (automatic nodes, edges), made at
+    /// its first use.
+    pub fn overflow_node(&mut self) -> NodeIdx {
+        if let Some(idx) = self.overflow {
+            return idx;
+        }
+        let member = !self.listed && self.assume_members;
+        let idx = self.push_node(Node { name: OVERFLOW_NODE.to_string(), addresses: Vec::new(), ranges: Vec::new(), member });
+        self.overflow = Some(idx);
+        idx
+    }
+
     /// The node an address belongs to: a listed address, else the longest listed range that
     /// holds it; an unlisted address becomes a node named by its text (a client when the
     /// topology lists nodes; else a member with `--assume-members`, of unknown membership
@@ -184,17 +196,7 @@ impl Topology {
         let member = !self.listed && self.assume_members;
         if self.auto_nodes >= self.auto_node_cap {
             self.overflow_lookups += 1;
-            if let Some(idx) = self.overflow {
-                return idx;
-            }
-            let idx = self.push_node(Node {
-                name: OVERFLOW_NODE.to_string(),
-                addresses: Vec::new(),
-                ranges: Vec::new(),
-                member,
-            });
-            self.overflow = Some(idx);
-            return idx;
+            return self.overflow_node();
         }
         self.auto_nodes += 1;
         let idx = self.push_node(Node {
