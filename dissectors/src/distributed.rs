@@ -19,8 +19,9 @@
 //!   each frame's events, then at a sweep the window's advance and every task's closes in
 //!   mark order, then the end's closes in mark order. So the result is one pipeline's.
 //! - **Cost.** Every task reads (and frames) all inputs; it decodes, reassembles and hashes
-//!   only its connections. Reading a frame header is a small part of the work per byte
-//!   (README "Distributed"), which is why this is exact without a pre-pass.
+//!   only its connections. Framing every frame costs about a third of one pipeline's CPU on
+//!   MSS 1448 frames (docs/architecture.md "Distributed"): the price of exactness without a
+//!   pre-pass.
 //! - **What else a part holds** (footer metadata `smbwire.run`): the task's counters, and the
 //!   reader's (clock, inputs, container accounting, input findings), which every task has
 //!   alike: the merge takes shard 0's and checks the others agree (same inputs, same frames).
