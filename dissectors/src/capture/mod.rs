@@ -130,6 +130,21 @@ fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Resul
     Err(CaptureError::NotACapture { path: path.to_string() })
 }
 
+/// Hints the CPU to load `bytes`' first and last cache lines (no effect where unsupported).
+#[inline]
+pub(crate) fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(first), Some(last)) = (bytes.first(), bytes.last()) {
+        // SAFETY: prefetching is a hint: it reads no memory architecturally and cannot fault;
+        // the addresses are those of live slices anyway.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(first as *const u8 as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(last as *const u8 as *const i8);
+        }
+    }
+}
+
 pub mod source;
 
 /// Ctrl-C while the engine waits on a silent stream. The engine cannot see the embedding

@@ -168,6 +168,12 @@ impl FrameReader for PcapReader {
             self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
             return false;
         }
+        // The next record's header (and the start of its frame) is read right after this
+        // frame is handled: ask for its cache lines now, so a mapped capture's reader does not
+        // wait on memory for every record.
+        if let Some(next) = self.src.peek().get(need..need + 128) {
+            super::prefetch(next);
+        }
         if (!self.nanos && frac >= 1_000_000) || (self.nanos && frac >= 1_000_000_000) {
             an.raise(Anomaly::PcapBadTimestampFraction);
         }

@@ -260,6 +260,10 @@ impl FrameReader for PcapngReader {
                 self.abandon(acct, an, Anomaly::TruncatedRecord, cat::TRUNCATED_TAIL);
                 return false;
             }
+            // The next block's header and frame start: loaded while this one is handled.
+            if let Some(next) = self.src.peek().get(total..total + 128) {
+                super::prefetch(next);
+            }
             let b = &self.src.peek()[..total];
             if self.u32_at(b, total - 4) as usize != total {
                 an.raise(Anomaly::PcapngBlockLengthMismatch);
