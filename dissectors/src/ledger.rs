@@ -92,6 +92,7 @@ const EV_NAME_FILE: i32 = 6;
 const EV_BUFFERED: i32 = 7;
 const EV_NAME_SESSION: i32 = 8;
 const EV_NAME_LOGOFF: i32 = 9;
+const EV_NAME_LOOKUP: i32 = 10;
 
 /// Version of a ledger part (`smbwire analyze --dask`, docs/ledger.md "Ledger parts"): what
 /// one decoding task of a distributed run hands the ordered stage. Its columns are the
@@ -363,6 +364,7 @@ impl Columns {
                     NameOp::File(c, ..) => (EV_NAME_FILE, *c),
                     NameOp::Session(c, ..) => (EV_NAME_SESSION, *c),
                     NameOp::Logoff(c, _) => (EV_NAME_LOGOFF, *c),
+                    NameOp::Lookup(c, ..) => (EV_NAME_LOOKUP, *c),
                 };
                 self.at_ns.push(at_ns.min(AT_END) as i64);
                 self.push_common(code, 0, conn, 0);
@@ -384,6 +386,13 @@ impl Columns {
                         *self.kind.last_mut().expect("row pushed") = i32::from(*binding);
                     }
                     NameOp::Logoff(_, session) => *self.session_id.last_mut().expect("row pushed") = *session as i64,
+                    NameOp::Lookup(_, mid, read, session, tree, fid) => {
+                        *self.message_id.last_mut().expect("row pushed") = *mid as i64;
+                        *self.kind.last_mut().expect("row pushed") = i32::from(*read);
+                        *self.session_id.last_mut().expect("row pushed") = *session as i64;
+                        *self.tree_id.last_mut().expect("row pushed") = *tree as i32;
+                        set(&mut self.file_id, fid.to_vec());
+                    }
                 }
             }
             PartItem::Buffered(tcp, mpa) => {
@@ -700,7 +709,7 @@ impl Group {
                 Event::Complete { conn: self.conn[i] as u64, message_id: self.mid[i] as u64, ts_ns: self.ts[i] as u64 }
             }
             EV_ADVANCE => Event::Advance { ts_ns: self.ts[i] as u64 },
-            EV_NAME_SERVER..=EV_NAME_LOGOFF => return Ok(None),
+            EV_NAME_SERVER..=EV_NAME_LOOKUP => return Ok(None),
             e => return Err(err(path, format!("ledger event type {e}"))),
         }))
     }
@@ -729,6 +738,14 @@ impl Group {
             }
             EV_NAME_SESSION => PartItem::Name(NameOp::Session(conn, self.session[i] as u64, self.kind[i] != 0)),
             EV_NAME_LOGOFF => PartItem::Name(NameOp::Logoff(conn, self.session[i] as u64)),
+            EV_NAME_LOOKUP => PartItem::Name(NameOp::Lookup(
+                conn,
+                self.mid[i] as u64,
+                self.kind[i] != 0,
+                self.session[i] as u64,
+                self.tree[i] as u32,
+                self.file_id16(path, i)?,
+            )),
             _ => PartItem::Buffered(self.offset[i] as u64, self.length[i] as u64),
         })
     }

@@ -44,6 +44,7 @@ use crate::anomaly::Anomalies;
 use crate::capture::merge::Merged;
 use crate::capture::{CaptureError, FrameInfo, RawFrame};
 use crate::context::{phase, Mark, NameOp, PayloadSink};
+use crate::smb2::bounded::BoundedMap;
 use crate::dedupe::Dedupe;
 use crate::frame::FrameCtx;
 use crate::ledger::LedgerWriter;
@@ -52,6 +53,10 @@ use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Finished, Pipeline, R
 use crate::report::{InputFile, Results};
 use crate::smb2::state::SmbState;
 use crate::wire::{self, Transport};
+
+/// Payload names the ordered stage keeps for sends still to come (`Ordered::looked_up`): as
+/// many as SMB2 pending requests one pipeline keeps.
+const LOOKUPS_KEPT: usize = 1 << 18;
 
 /// Batches in flight per worker before the reader waits for the oldest one's events.
 const DEPTH: usize = 3;
@@ -276,6 +281,9 @@ pub struct Ordered {
     pub dedupe: Dedupe,
     /// Shares and files by the workers' journals (`NameOp`), to name sends.
     names: SmbState,
+    /// Names the ordered stage gave payloads whose worker lacked one, at the point the worker
+    /// looked them up (`NameOp::Lookup`), by (connection, MessageId, READ): taken by the send.
+    looked_up: BoundedMap<(u64, u64, bool), (Option<Arc<str>>, Option<Arc<str>>)>,
     /// Each worker's out-of-order bytes (TCP, MPA tables) as last reported.
     buffered: Vec<(u64, u64)>,
     /// Peak of the summed out-of-order bytes, at frame ends.
@@ -287,6 +295,7 @@ impl Ordered {
         Ordered {
             dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
             names: SmbState::new(),
+            looked_up: BoundedMap::new(LOOKUPS_KEPT),
             buffered: vec![(0, 0); workers],
             peak_buffered: (0, 0),
         }
@@ -323,14 +332,14 @@ impl Ordered {
     pub(crate) fn apply(&mut self, worker: usize, item: Item) {
         match item {
             Item::Send(mut s) => {
-                // The ordered stage's names are those one pipeline has: its own when it has
-                // one (the worker may lack another connection's), else the worker's (a name
-                // from the same compound, not in any map).
-                if let Some(n) = self.names.share(s.conn, s.session_id, s.tree_id) {
-                    s.share = Some(n);
-                }
-                if let Some(n) = self.names.file_name(s.conn, &s.file_id) {
-                    s.file_name = Some(n);
+                // A send's names are those one pipeline gives it: what the ordered stage found
+                // from every connection's names at the point its worker named the payload
+                // (a file opened on one channel and written on another), else the worker's (a
+                // name from the same compound, in no map).
+                let key = (s.conn, s.message_id, s.kind == crate::payload::send::SendKind::Read);
+                if let Some((share, file)) = self.looked_up.remove(&key) {
+                    s.share = share.or(s.share);
+                    s.file_name = file.or(s.file_name);
                 }
                 self.dedupe.send(*s);
             }
@@ -338,7 +347,12 @@ impl Ordered {
             Item::Names(ops) => {
                 let mut scratch = Anomalies::default();
                 for op in ops {
-                    self.names.apply(op, &mut scratch);
+                    if let NameOp::Lookup(conn, message_id, read, session, tree, file_id) = op {
+                        let names = (self.names.share(conn, session, tree), self.names.file_name(conn, &file_id));
+                        self.looked_up.insert((conn, message_id, read), names);
+                    } else {
+                        self.names.apply(op, &mut scratch);
+                    }
                 }
             }
             Item::Buffered(t, m) => self.buffered[worker] = (t, m),

@@ -366,11 +366,7 @@ pub struct Pipeline<D: PayloadSink = Dedupe> {
 /// Marks the sink's next events as coming from `m`, first handing it the names the SMB2
 /// state journaled since the last mark (they belong to the events before).
 fn mark<D: PayloadSink>(shared: &mut SharedOf<D>, m: Mark) {
-    if let Some(j) = shared.smb.journal.as_mut() {
-        if !j.is_empty() {
-            shared.dedupe.names(std::mem::take(j));
-        }
-    }
+    shared.smb.hand_over(&mut shared.dedupe);
     shared.dedupe.mark(m);
 }
 

@@ -191,14 +191,15 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                     }
                 };
                 if data.is_some() {
+                    let (share, file_name) = smb.payload_names(conn, h.message_id, true, session_id, rtree, &file_id);
                     act.payload = Some(PayloadMeta {
                         message_id: h.message_id,
                         session_id,
                         tree_id: rtree,
                         file_id,
                         offset,
-                        share: smb.share(conn, session_id, rtree),
-                        file_name: smb.file_name(conn, &file_id),
+                        share,
+                        file_name,
                     });
                 }
                 act.completes = Some(h.message_id);
@@ -211,14 +212,15 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let raw = w.file_id;
                 let file_id = resolve(chain, raw);
                 chain.file_id = Some(file_id);
-                let file_name = smb.file_name(conn, &file_id).or_else(|| if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None });
+                let (share, file_name) = smb.payload_names(conn, h.message_id, false, session_id, tree_id, &file_id);
+                let file_name = file_name.or_else(|| if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None });
                 act.payload = Some(PayloadMeta {
                     message_id: h.message_id,
                     session_id,
                     tree_id,
                     file_id,
                     offset: w.offset,
-                    share: smb.share(conn, session_id, tree_id),
+                    share,
                     file_name,
                 });
             }

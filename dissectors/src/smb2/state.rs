@@ -480,6 +480,37 @@ impl SmbState {
         self.bindings.remove(&(conn, message_id));
     }
 
+    /// Hands `sink` the names journaled since the last hand-over (a `--threads` worker's:
+    /// before each send and at each mark, so the ordered stage applies them in the order they
+    /// happened relative to the sends).
+    pub fn hand_over(&mut self, sink: &mut dyn crate::context::PayloadSink) {
+        if let Some(j) = self.journal.as_mut() {
+            if !j.is_empty() {
+                sink.names(std::mem::take(j));
+            }
+        }
+    }
+
+    /// The share and file name a payload of (conn, message_id) is reported with: as they are
+    /// now. A `--threads` worker journals the lookup (`NameOp::Lookup`): its names are only its
+    /// connections', so the ordered stage names the payload at this same point from every
+    /// connection's names (a file opened on one channel and written on another).
+    #[allow(clippy::too_many_arguments)]
+    pub fn payload_names(
+        &mut self,
+        conn: u64,
+        message_id: u64,
+        read: bool,
+        session_id: u64,
+        tree_id: u32,
+        file_id: &[u8; 16],
+    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Lookup(conn, message_id, read, session_id, tree_id, *file_id));
+        }
+        (self.share(conn, session_id, tree_id), self.file_name(conn, file_id))
+    }
+
     pub fn session(&self, conn: u64, session_id: u64) -> Option<&Session> {
         self.sessions.get(&(self.scope(conn), session_id))
     }
@@ -565,6 +596,8 @@ impl SmbState {
             NameOp::File(c, f, None) => self.file_closed(c, &f),
             NameOp::Session(c, s, binding) => self.establish(c, s, binding, an),
             NameOp::Logoff(c, s) => self.logoff(c, s),
+            // Resolved by the ordered stage (`parallel::Ordered`), which keeps the answer.
+            NameOp::Lookup(..) => {}
         }
     }
 

@@ -297,6 +297,7 @@ impl Linker {
         p.smb.stats.payloads_sent += 1;
         p.smb.stats.payload_bytes_sent += digest.len;
         let r = t.req;
+        p.smb.hand_over(p.sink);
         p.sink.send(SendRecord {
             conn,
             message_id: r.message_id,

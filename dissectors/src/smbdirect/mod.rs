@@ -259,6 +259,8 @@ impl SmbdConn {
         c: &mut Counters,
     ) {
         let tree_id = h.tree_id.unwrap_or(0);
+        let read = kind == SendKind::Read;
+        let (share, file_name) = p.smb.payload_names(self.id, h.message_id, read, h.session_id, tree_id, &file_id);
         let req = link::Request {
             message_id: h.message_id,
             kind,
@@ -266,8 +268,8 @@ impl SmbdConn {
             tree_id,
             file_id,
             offset,
-            share: p.smb.share(self.id, h.session_id, tree_id),
-            file_name: p.smb.file_name(self.id, &file_id),
+            share,
+            file_name,
             descriptors,
             frame: Some(ctx.frame),
         };

@@ -66,6 +66,7 @@ impl Smb2Stream {
                     p.smb.stats.payloads_sent += 1;
                     p.smb.stats.payload_bytes_sent += pl.length as u64;
                     let m = pl.meta;
+                    p.smb.hand_over(p.sink);
                     p.sink.send(SendRecord {
                         conn: self.conn,
                         message_id: m.message_id,
