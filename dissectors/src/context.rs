@@ -42,9 +42,10 @@ pub enum NameOp {
     /// On connection `0`, SessionId `1` logged off.
     Logoff(u64, u64),
     /// The payload of (connection `0`, MessageId `1`, a READ when `2`) was named here with
-    /// (SessionId, TreeId, FileId) `3`..`5`: the ordered stage names it from every
-    /// connection's names as they are at this point.
-    Lookup(u64, u64, bool, u64, u32, [u8; 16]),
+    /// (SessionId, TreeId, FileId) `3`..`5`, or file name `6` when no map has one (a name from
+    /// the same compound): the ordered stage names it from every connection's names as they
+    /// are at this point.
+    Lookup(u64, u64, bool, u64, u32, [u8; 16], Option<Arc<str>>),
 }
 
 /// The origin of a sink's next events: `phase`, then two numbers ordered within it.

@@ -386,12 +386,13 @@ impl Columns {
                         *self.kind.last_mut().expect("row pushed") = i32::from(*binding);
                     }
                     NameOp::Logoff(_, session) => *self.session_id.last_mut().expect("row pushed") = *session as i64,
-                    NameOp::Lookup(_, mid, read, session, tree, fid) => {
+                    NameOp::Lookup(_, mid, read, session, tree, fid, fallback) => {
                         *self.message_id.last_mut().expect("row pushed") = *mid as i64;
                         *self.kind.last_mut().expect("row pushed") = i32::from(*read);
                         *self.session_id.last_mut().expect("row pushed") = *session as i64;
                         *self.tree_id.last_mut().expect("row pushed") = *tree as i32;
                         set(&mut self.file_id, fid.to_vec());
+                        name(&mut self.file_name, fallback);
                     }
                 }
             }
@@ -745,6 +746,7 @@ impl Group {
                 self.session[i] as u64,
                 self.tree[i] as u32,
                 self.file_id16(path, i)?,
+                Group::text(path, &self.fname[i])?,
             )),
             _ => PartItem::Buffered(self.offset[i] as u64, self.length[i] as u64),
         })

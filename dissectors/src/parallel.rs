@@ -333,13 +333,12 @@ impl Ordered {
         match item {
             Item::Send(mut s) => {
                 // A send's names are those one pipeline gives it: what the ordered stage found
-                // from every connection's names at the point its worker named the payload
-                // (a file opened on one channel and written on another), else the worker's (a
-                // name from the same compound, in no map).
+                // from every connection's names at the point its worker named the payload (a
+                // file opened on one channel and written on another).
                 let key = (s.conn, s.message_id, s.kind == crate::payload::send::SendKind::Read);
                 if let Some((share, file)) = self.looked_up.remove(&key) {
-                    s.share = share.or(s.share);
-                    s.file_name = file.or(s.file_name);
+                    s.share = share;
+                    s.file_name = file;
                 }
                 self.dedupe.send(*s);
             }
@@ -347,8 +346,8 @@ impl Ordered {
             Item::Names(ops) => {
                 let mut scratch = Anomalies::default();
                 for op in ops {
-                    if let NameOp::Lookup(conn, message_id, read, session, tree, file_id) = op {
-                        let names = (self.names.share(conn, session, tree), self.names.file_name(conn, &file_id));
+                    if let NameOp::Lookup(conn, message_id, read, session, tree, file_id, fallback) = op {
+                        let names = (self.names.share(conn, session, tree), self.names.file_name(conn, &file_id).or(fallback));
                         self.looked_up.insert((conn, message_id, read), names);
                     } else {
                         self.names.apply(op, &mut scratch);

@@ -94,3 +94,20 @@ def test_the_default_is_the_cpus_available(tmp_path):
     out = tmp_path / "r.json"
     run("analyze", CAPTURES / "mirror2-1MiB.pcap", "--json", out, "-q")
     assert json.loads(out.read_text())["analysis"]["threads"] == len(os.sched_getaffinity(0))
+
+
+def test_captures_of_one_server_with_colliding_ids_give_the_same_result(tmp_path):
+    """Two generated captures of the same server addresses, RoCEv2 and iWARP, starting at the
+    same time with the same SessionIds, TreeIds and FileIds (independent runs analysed
+    together): a worker knows only its connections' names and sessions; sends are named and
+    sessions counted as one pipeline does (the ordered stage answers from every connection's)."""
+    caps = []
+    for scenario, transport in (("redirect4", "rocev2"), ("mirror2", "iwarp")):
+        cap = tmp_path / f"{transport}.pcap"
+        spec = {"scenario": scenario, "bytes": 4 * MiB, "io_size": 256 << 10, "seed": 3, "transport": transport}
+        _core.synth(json.dumps(spec), str(cap))
+        caps.append(cap)
+    r = assert_same_for_any_threads(tmp_path, caps)
+    assert r["smb2"]["sessions"] == 2
+    named = [s for t in r["top_duplicates"] for s in t["sends"] if s["file_name"]]
+    assert named, "some sends are named"

@@ -191,7 +191,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                     }
                 };
                 if data.is_some() {
-                    let (share, file_name) = smb.payload_names(conn, h.message_id, true, session_id, rtree, &file_id);
+                    let (share, file_name) = smb.payload_names(conn, h.message_id, true, session_id, rtree, &file_id, None);
                     act.payload = Some(PayloadMeta {
                         message_id: h.message_id,
                         session_id,
@@ -212,8 +212,8 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let raw = w.file_id;
                 let file_id = resolve(chain, raw);
                 chain.file_id = Some(file_id);
-                let (share, file_name) = smb.payload_names(conn, h.message_id, false, session_id, tree_id, &file_id);
-                let file_name = file_name.or_else(|| if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None });
+                let related = if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None };
+                let (share, file_name) = smb.payload_names(conn, h.message_id, false, session_id, tree_id, &file_id, related);
                 act.payload = Some(PayloadMeta {
                     message_id: h.message_id,
                     session_id,

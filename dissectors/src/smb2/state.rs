@@ -492,7 +492,7 @@ impl SmbState {
     }
 
     /// The share and file name a payload of (conn, message_id) is reported with: as they are
-    /// now. A `--threads` worker journals the lookup (`NameOp::Lookup`): its names are only its
+    /// now (the file's: `fallback` when no map names it). A `--threads` worker journals the lookup (`NameOp::Lookup`): its names are only its
     /// connections', so the ordered stage names the payload at this same point from every
     /// connection's names (a file opened on one channel and written on another).
     #[allow(clippy::too_many_arguments)]
@@ -504,11 +504,13 @@ impl SmbState {
         session_id: u64,
         tree_id: u32,
         file_id: &[u8; 16],
+        fallback: Option<Arc<str>>,
     ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        let file = self.file_name(conn, file_id).or_else(|| fallback.clone());
         if let Some(j) = self.journal.as_mut() {
-            j.push(NameOp::Lookup(conn, message_id, read, session_id, tree_id, *file_id));
+            j.push(NameOp::Lookup(conn, message_id, read, session_id, tree_id, *file_id, fallback));
         }
-        (self.share(conn, session_id, tree_id), self.file_name(conn, file_id))
+        (self.share(conn, session_id, tree_id), file)
     }
 
     pub fn session(&self, conn: u64, session_id: u64) -> Option<&Session> {

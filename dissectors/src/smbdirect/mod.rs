@@ -260,7 +260,7 @@ impl SmbdConn {
     ) {
         let tree_id = h.tree_id.unwrap_or(0);
         let read = kind == SendKind::Read;
-        let (share, file_name) = p.smb.payload_names(self.id, h.message_id, read, h.session_id, tree_id, &file_id);
+        let (share, file_name) = p.smb.payload_names(self.id, h.message_id, read, h.session_id, tree_id, &file_id, None);
         let req = link::Request {
             message_id: h.message_id,
             kind,
