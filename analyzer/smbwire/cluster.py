@@ -211,7 +211,10 @@ def run_shard(files: list[str], config_json: str, shard: int, shards: int, part_
     worker = get_worker()
     addr = str(worker.address)
     topic = _topic(run_id)
-    cancel = Event(_cancel_name(run_id))
+    try:
+        cancel: Any = Event(_cancel_name(run_id))
+    except Exception:  # noqa: BLE001 - without the flag the task runs to its end
+        cancel = None
     last = {"sent": 0.0, "checked": time.monotonic()}
 
     def tick(done: int, total: int) -> None:
@@ -219,9 +222,13 @@ def run_shard(files: list[str], config_json: str, shard: int, shards: int, part_
         if now - last["sent"] >= PROGRESS_INTERVAL:
             last["sent"] = now
             worker.log_event(topic, {"shard": shard, "worker": addr, "done": int(done), "total": int(total)})
-        if now - last["checked"] >= CANCEL_CHECK_INTERVAL:
+        if cancel is not None and now - last["checked"] >= CANCEL_CHECK_INTERVAL:
             last["checked"] = now
-            if cancel.is_set():
+            try:
+                stop = cancel.is_set()
+            except Exception:  # noqa: BLE001 - the scheduler is busy or gone: go on
+                stop = False
+            if stop:
                 raise _Cancelled(f"shard {shard} cancelled")
         # The engine holds the GIL between these calls: give the worker's event loop (heartbeats,
         # the events above) its turn.
@@ -392,7 +399,9 @@ def _task_error(distributed: Any, future: Any, client: Any) -> BaseException:
     exc = future.exception()
     killed = getattr(distributed, "KilledWorker", None)
     if killed is not None and isinstance(exc, killed):
-        return UserError(f"shard {shard}: worker died while running it, on every retry ({engine._one_line(exc)})")
+        last = getattr(getattr(exc, "last_worker", None), "address", None) or "?"
+        return UserError(f"shard {shard}: worker died while running it, on every try (the last: {last}); "
+                         "see that worker's log")
     if isinstance(exc, ValueError):
         return InputError(engine._one_line(exc))
     if isinstance(exc, _Cancelled):

@@ -306,3 +306,23 @@ def test_standard_input_is_refused(tmp_path):
 def test_without_dask_the_cli_does_not_import_it():
     code = "import sys; import smbwire.cli; assert 'distributed' not in sys.modules and 'dask' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_worker_that_died_on_every_try_is_one_line_naming_the_shard():
+    """Dask reruns a task whose worker died; after its allowed failures it gives KilledWorker."""
+    from types import SimpleNamespace
+
+    from distributed import KilledWorker
+
+    class Died:
+        key = "smbwire-shard-2-of-4-abcdef"
+        status = "error"
+
+        def exception(self):
+            return KilledWorker(self.key, SimpleNamespace(address="tcp://10.0.0.7:4000"), 3)
+
+    import distributed
+
+    e = cluster._task_error(distributed, Died(), None)
+    assert isinstance(e, cluster.UserError)
+    assert str(e).startswith("shard 2: worker died while running it") and "tcp://10.0.0.7:4000" in str(e)
