@@ -319,17 +319,23 @@ def _analyze_dask(paths: list[str], address: str, work_dir: str | None, timeout:
                   show_progress: bool, **options: Any) -> dict[str, Any]:
     from . import cluster
 
+    console = Console(stderr=True) if show_progress else None
+
     def on_dashboard(link: str) -> None:
-        if not quiet:
+        if quiet:
+            return
+        if console is not None:  # above the progress bar
+            console.print(f"smbwire: dask dashboard: {link}", markup=False, highlight=False, soft_wrap=True)
+        else:
             click.echo(f"smbwire: dask dashboard: {link}", err=True)
 
     def run(progress: Any) -> dict[str, Any]:
         return cluster.analyze_dask(paths, address=None if address == "local" else address, work_dir=work_dir,
                                     connect_timeout=timeout, progress=progress, on_dashboard=on_dashboard, **options)
 
-    if not show_progress:
+    if console is None:
         return run(None)
-    return _with_dask_progress(Console(stderr=True), run)
+    return _with_dask_progress(console, run)
 
 
 def _with_dask_progress(console: Any, run: Any) -> dict[str, Any]:
