@@ -222,6 +222,14 @@ def test_relative_paths_are_named_as_given_and_the_ledger_replays(tmp_path, sche
     analysis = got.pop("analysis")
     assert "threads" in analysis
     want = json.loads((tmp_path / "dask.json").read_text())
+    from io import StringIO
+
+    from rich.console import Console
+    from smbwire.report import render_report
+
+    text = StringIO()
+    render_report(want, Console(file=text, width=200), top=3)
+    assert f"2 tasks on 2 workers of Dask scheduler {scheduler['address']}" in text.getvalue()
     assert want.pop("analysis")["threads"] == 2
     assert {k for k in want if want[k] != got.get(k)} <= {"inputs"}  # the ledger keeps absolute paths
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "dask.jsonl").read_bytes()
