@@ -334,3 +334,9 @@ def test_a_worker_that_died_on_every_try_is_one_line_naming_the_shard():
     e = cluster._task_error(distributed, Died(), None)
     assert isinstance(e, cluster.UserError)
     assert str(e).startswith("shard 2: worker died while running it") and "tcp://10.0.0.7:4000" in str(e)
+
+
+def test_without_distributed_installed_it_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # `import distributed` raises ImportError
+    r = CliRunner().invoke(cli, ["analyze", str(CAPTURES / "mirror2-1MiB.pcap"), "--dask", "-q"])
+    assert_one_line_error(r, 2, "pip install 'smbwire[dask]'")
