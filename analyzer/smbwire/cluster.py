@@ -161,6 +161,11 @@ def analyze_dask(
         _close(client, cluster)
         client = cluster = None
 
+        mine = str(core.version())
+        for d in done:
+            if d.get("engine") != mine:
+                raise UserError(f"worker {d['worker']} runs engine {d.get('engine')}, this machine {mine}: "
+                                "install the same smbwire on every worker")
         for part in parts:
             if not os.path.exists(part):
                 raise UserError(f"{part}: not found here, though a worker wrote it: --work-dir must be one "
@@ -244,7 +249,7 @@ def run_shard(files: list[str], config_json: str, shard: int, shards: int, part_
     stats = json.loads(text)
     total = int(stats.get("input_bytes", 0))
     worker.log_event(topic, {"shard": shard, "worker": addr, "done": total, "total": total})
-    return {"stats": stats, "worker": addr, "seconds": seconds}
+    return {"stats": stats, "worker": addr, "seconds": seconds, "engine": str(core.version())}
 
 
 class _Cancelled(Exception):
@@ -404,6 +409,9 @@ def _task_error(distributed: Any, future: Any, client: Any) -> BaseException:
                          "see that worker's log")
     if isinstance(exc, ValueError):
         return InputError(engine._one_line(exc))
+    if isinstance(exc, ImportError):
+        return UserError(f"shard {shard}: a worker cannot run smbwire ({engine._one_line(exc)}): "
+                         "install the same smbwire, with its engine, on every worker")
     if isinstance(exc, _Cancelled):
         return SmbwireError(f"shard {shard}: cancelled")
     return SmbwireError(f"shard {shard} failed: {type(exc).__name__}: {engine._one_line(exc)}")
