@@ -19,6 +19,18 @@ def attribute(paths: list[str], config_json: str, evidence_path: str | None = No
     """Rerun dedupe and attribution from send ledgers; returns the result JSON (schema
     "smbwire/1"). Raises ValueError (one line) for a file that is not a ledger."""
 
+def analyze_shard(paths: list[str], config_json: str, shard: int, shards: int, part_path: str,
+                  progress: Callable[[int, int], object] | None = None) -> str:
+    """One decoding task of `analyze --dask`: reads every input, decodes shard `shard` of
+    `shards` (by connection), writes its ledger part to `part_path`. Returns JSON {shard,
+    shards, frames, shard_frames, shard_bytes, input_bytes, rows}. ValueError (one line) for
+    an unreadable input, a stream, or a part that cannot be written."""
+
+def merge_parts(parts: list[str], config_json: str, evidence_path: str | None = None) -> str:
+    """The ordered stage of `analyze --dask` over every shard's part: the result JSON that
+    `analyze` gives on the same inputs and options. ValueError (one line) for missing,
+    foreign or damaged parts."""
+
 def synth_scenarios() -> str:
     """The synthesizer's scenarios: JSON `[{"name", "description"}]`."""
     ...

@@ -58,6 +58,12 @@ impl Anomalies {
             *self.counts.entry(k).or_insert(0) += v;
         }
     }
+    /// Adds `n` under a name the engine raises (`crate::all_anomaly_names`): counts read back.
+    pub fn add_named(&mut self, name: &'static str, n: u64) {
+        if n > 0 {
+            *self.counts.entry(name).or_insert(0) += n;
+        }
+    }
     pub fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)
     }

@@ -32,6 +32,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
+use crate::context::{Mark, NameOp};
 use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::FrameRef;
 use crate::payload::{BlockDigest, PayloadDigest, BLOCK_SIZE};
@@ -83,6 +84,64 @@ pub const AT_END: u64 = i64::MAX as u64;
 const EV_SEND: i32 = 0;
 const EV_COMPLETE: i32 = 1;
 const EV_ADVANCE: i32 = 2;
+// Ledger parts only (`PART_FORMAT`): a decoding task's name changes and buffered bytes.
+const EV_NAME_SERVER: i32 = 3;
+const EV_NAME_GUID: i32 = 4;
+const EV_NAME_TREE: i32 = 5;
+const EV_NAME_FILE: i32 = 6;
+const EV_BUFFERED: i32 = 7;
+
+/// Version of a ledger part (`smbwire analyze --dask`, docs/ledger.md "Ledger parts"): what
+/// one decoding task of a distributed run hands the ordered stage. Its columns are the
+/// ledger's, then `PART_KEY_COLUMNS`.
+pub const PART_FORMAT: &str = "smbwire-ledger-part/1";
+
+/// The columns a part adds: where its row goes in the ordered stage's replay.
+const PART_KEY_COLUMNS: &str = "
+  required int64 pos;
+  required int32 step;
+  required int32 mark_phase;
+  required int64 mark_a;
+  required int64 mark_b;
+";
+
+/// The part schema: the ledger's columns, then the key columns.
+fn part_schema() -> String {
+    let body = SCHEMA.trim_end().strip_suffix('}').expect("schema ends with a brace");
+    format!("{body}{PART_KEY_COLUMNS}}}\n").replace("message smbwire_ledger", "message smbwire_ledger_part")
+}
+
+/// Where a part's row goes in the replay: frame `pos` (its run-wide number) and the `step`
+/// within it (`part_step`), and the mark the decoding task recorded it under (it orders the
+/// closes of several tasks at a sweep and at the end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PartKey {
+    pub pos: u64,
+    pub step: u8,
+    pub mark: Mark,
+}
+
+/// The steps of a `PartKey`, in replay order at one position.
+pub mod part_step {
+    /// Events of the frame `pos` itself.
+    pub const FRAME: u8 = 0;
+    /// The sweep due after frame `pos` (an `Advance` row: the window moves), then what the
+    /// sweep closed in each task.
+    pub const SWEEP: u8 = 1;
+    pub const SWEEP_CLOSES: u8 = 2;
+    /// The end of input (`pos` is `AT_END`): what closing everything produced.
+    pub const FINISH: u8 = 3;
+}
+
+/// One row of a part.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PartItem {
+    Event(Event),
+    /// A change of the names that cross connections (`context::NameOp`).
+    Name(NameOp),
+    /// The task's out-of-order bytes now (TCP, MPA tables).
+    Buffered(u64, u64),
+}
 
 /// Rows per row group: bounds the writer's buffer (about 100 bytes a row plus 16 per block).
 const ROW_GROUP_ROWS: usize = 32_768;
@@ -154,6 +213,12 @@ struct Columns {
     block_hashes: Vec<ByteArray>,
     block_trivial: Vec<ByteArray>,
     at_ns: Vec<i64>,
+    // Parts only (`PART_KEY_COLUMNS`).
+    pos: Vec<i64>,
+    step: Vec<i32>,
+    mark_phase: Vec<i32>,
+    mark_a: Vec<i64>,
+    mark_b: Vec<i64>,
 }
 
 fn ip_bytes(ip: IpAddr) -> ByteArray {
@@ -275,6 +340,60 @@ impl Columns {
         self.block_hashes.push(empty());
         self.block_trivial.push(empty());
     }
+
+    /// A part's row that is not a ledger event: a name change or buffered bytes, in the
+    /// ledger's columns (docs/ledger.md "Ledger parts").
+    fn push_part_item(&mut self, at_ns: u64, item: &PartItem) {
+        let set = |col: &mut Vec<ByteArray>, v: Vec<u8>| *col.last_mut().expect("row pushed") = ByteArray::from(v);
+        let name = |col: &mut (Vec<ByteArray>, Vec<i16>), v: &Option<Arc<str>>| {
+            if let Some(v) = v {
+                col.0.push(ByteArray::from(v.as_bytes().to_vec()));
+                *col.1.last_mut().expect("row pushed") = 1;
+            }
+        };
+        match item {
+            PartItem::Event(e) => return self.push(at_ns, e),
+            PartItem::Name(op) => {
+                let (code, conn) = match op {
+                    NameOp::Server(c, _) => (EV_NAME_SERVER, *c),
+                    NameOp::ServerGuid(c, _) => (EV_NAME_GUID, *c),
+                    NameOp::Tree(c, ..) => (EV_NAME_TREE, *c),
+                    NameOp::File(c, ..) => (EV_NAME_FILE, *c),
+                };
+                self.at_ns.push(at_ns.min(AT_END) as i64);
+                self.push_common(code, 0, conn, 0);
+                self.push_empty_send_fields();
+                match op {
+                    NameOp::Server(_, ip) => *self.src_ip.last_mut().expect("row pushed") = ip_bytes(*ip),
+                    NameOp::ServerGuid(_, g) => set(&mut self.file_id, g.to_vec()),
+                    NameOp::Tree(_, session, tree, share) => {
+                        *self.session_id.last_mut().expect("row pushed") = *session as i64;
+                        *self.tree_id.last_mut().expect("row pushed") = *tree as i32;
+                        name(&mut self.share, share);
+                    }
+                    NameOp::File(_, fid, file) => {
+                        set(&mut self.file_id, fid.to_vec());
+                        name(&mut self.file_name, file);
+                    }
+                }
+            }
+            PartItem::Buffered(tcp, mpa) => {
+                self.at_ns.push(at_ns.min(AT_END) as i64);
+                self.push_common(EV_BUFFERED, 0, 0, 0);
+                self.push_empty_send_fields();
+                *self.offset.last_mut().expect("row pushed") = *tcp as i64;
+                *self.length.last_mut().expect("row pushed") = *mpa as i64;
+            }
+        }
+    }
+
+    fn push_key(&mut self, k: PartKey) {
+        self.pos.push(k.pos as i64);
+        self.step.push(i32::from(k.step));
+        self.mark_phase.push(i32::from(k.mark.phase));
+        self.mark_a.push(k.mark.a as i64);
+        self.mark_b.push(k.mark.b as i64);
+    }
 }
 
 /// Writes events to a ledger file as they come; `close` writes the footer with the run
@@ -284,18 +403,41 @@ pub struct LedgerWriter {
     writer: Option<SerializedFileWriter<File>>,
     cols: Columns,
     rows: u64,
+    /// `LEDGER_FORMAT`, or `PART_FORMAT` (then every row has its key).
+    format: &'static str,
 }
 
 impl LedgerWriter {
     pub fn create(path: &str) -> Result<Self, LedgerError> {
-        let schema = Arc::new(parse_message_type(SCHEMA).map_err(|e| err(path, e))?);
+        LedgerWriter::create_as(path, SCHEMA, LEDGER_FORMAT)
+    }
+
+    /// A ledger part (`PART_FORMAT`): rows are pushed with `push_part`.
+    pub fn create_part(path: &str) -> Result<Self, LedgerError> {
+        LedgerWriter::create_as(path, &part_schema(), PART_FORMAT)
+    }
+
+    fn create_as(path: &str, schema: &str, format: &'static str) -> Result<Self, LedgerError> {
+        let schema = Arc::new(parse_message_type(schema).map_err(|e| err(path, e))?);
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_created_by(format!("smbwire {}", env!("CARGO_PKG_VERSION")))
             .build();
         let file = File::create(path).map_err(|e| err(path, format!("cannot write ledger: {e}")))?;
         let writer = SerializedFileWriter::new(file, schema, Arc::new(props)).map_err(|e| err(path, e))?;
-        Ok(LedgerWriter { path: path.to_string(), writer: Some(writer), cols: Columns::default(), rows: 0 })
+        Ok(LedgerWriter { path: path.to_string(), writer: Some(writer), cols: Columns::default(), rows: 0, format })
+    }
+
+    /// Appends one row of a part, with its key.
+    pub fn push_part(&mut self, key: PartKey, at_ns: u64, item: &PartItem) -> Result<(), LedgerError> {
+        debug_assert_eq!(self.format, PART_FORMAT);
+        self.cols.push_key(key);
+        self.cols.push_part_item(at_ns, item);
+        self.rows += 1;
+        if self.cols.len() >= ROW_GROUP_ROWS {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Appends one event, received by the ordered stage while the frame of capture time
@@ -357,6 +499,11 @@ impl LedgerWriter {
                 (24, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.block_hashes, None, None),
                 (25, ColumnWriter::ByteArrayColumnWriter(w)) => w.write_batch(&cols.block_trivial, None, None),
                 (26, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.at_ns, None, None),
+                (27, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.pos, None, None),
+                (28, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.step, None, None),
+                (29, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.mark_phase, None, None),
+                (30, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.mark_a, None, None),
+                (31, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.mark_b, None, None),
                 _ => return Err(err(&path, format!("ledger schema column {i} has an unexpected type"))),
             };
             r.map_err(|e| err(&path, e))?;
@@ -373,7 +520,7 @@ impl LedgerWriter {
         self.flush()?;
         let path = self.path.clone();
         let mut w = self.writer.take().expect("writer open until close");
-        w.append_key_value_metadata(KeyValue::new(KEY_FORMAT.to_string(), LEDGER_FORMAT.to_string()));
+        w.append_key_value_metadata(KeyValue::new(KEY_FORMAT.to_string(), self.format.to_string()));
         w.append_key_value_metadata(KeyValue::new(KEY_RUN.to_string(), run.to_string()));
         w.close().map_err(|e| err(&path, e))?;
         Ok(self.rows)
@@ -450,29 +597,165 @@ pub struct LedgerReader {
     pub run: String,
 }
 
+/// The columns of one row group, optional ones unpacked.
+struct Group {
+    n: usize,
+    event: Vec<i32>,
+    ts: Vec<i64>,
+    conn: Vec<i64>,
+    mid: Vec<i64>,
+    kind: Vec<i32>,
+    transport: Vec<i32>,
+    src_ip: Vec<ByteArray>,
+    dst_ip: Vec<ByteArray>,
+    src_port: Vec<i32>,
+    dst_port: Vec<i32>,
+    session: Vec<i64>,
+    tree: Vec<i32>,
+    file_id: Vec<ByteArray>,
+    share: Vec<Option<ByteArray>>,
+    fname: Vec<Option<ByteArray>>,
+    offset: Vec<i64>,
+    length: Vec<i64>,
+    ff: Vec<i32>,
+    fnum: Vec<i64>,
+    lf: Vec<i32>,
+    lnum: Vec<i64>,
+    hf: Vec<Option<i32>>,
+    hnum: Vec<Option<i64>>,
+    digest: Vec<ByteArray>,
+    bh: Vec<ByteArray>,
+    bt: Vec<ByteArray>,
+    at: Vec<i64>,
+}
+
+impl Group {
+    fn text(path: &str, b: &Option<ByteArray>) -> Result<Option<Arc<str>>, LedgerError> {
+        b.as_ref().map(|b| std::str::from_utf8(b.data()).map(Arc::from).map_err(|e| err(path, e))).transpose()
+    }
+
+    fn at(&self, path: &str, i: usize) -> Result<u64, LedgerError> {
+        if self.at[i] < 0 {
+            return Err(err(path, format!("ledger event time {} is negative", self.at[i])));
+        }
+        Ok(self.at[i] as u64)
+    }
+
+    /// Row `i` as a ledger event; None for the rows only parts have.
+    fn event(&self, path: &str, i: usize) -> Result<Option<Event>, LedgerError> {
+        Ok(Some(match self.event[i] {
+            EV_SEND => {
+                let len = self.length[i] as u64;
+                let d: [u8; 32] =
+                    self.digest[i].data().try_into().map_err(|_| err(path, "ledger payload digest is not 32 bytes"))?;
+                Event::Send(Box::new(SendRecord {
+                    conn: self.conn[i] as u64,
+                    message_id: self.mid[i] as u64,
+                    kind: match self.kind[i] {
+                        0 => SendKind::Write,
+                        1 => SendKind::Read,
+                        k => return Err(err(path, format!("ledger send kind {k}"))),
+                    },
+                    transport: match self.transport[i] {
+                        0 => Transport::Tcp,
+                        1 => Transport::Rdma,
+                        2 => Transport::SmbDirect,
+                        t => return Err(err(path, format!("ledger transport {t}"))),
+                    },
+                    src: ip_of(path, &self.src_ip[i])?,
+                    dst: ip_of(path, &self.dst_ip[i])?,
+                    src_port: self.src_port[i] as u16,
+                    dst_port: self.dst_port[i] as u16,
+                    ip_proto: (self.src_port[i] >> 16) as u8,
+                    session_id: self.session[i] as u64,
+                    tree_id: self.tree[i] as u32,
+                    file_id: self.file_id16(path, i)?,
+                    share: Group::text(path, &self.share[i])?,
+                    file_name: Group::text(path, &self.fname[i])?,
+                    offset: self.offset[i] as u64,
+                    first_frame: FrameRef { file: self.ff[i] as u16, number: self.fnum[i] as u64 },
+                    last_frame: FrameRef { file: self.lf[i] as u16, number: self.lnum[i] as u64 },
+                    header_frame: match (self.hf[i], self.hnum[i]) {
+                        (Some(f), Some(n)) => Some(FrameRef { file: f as u16, number: n as u64 }),
+                        _ => None,
+                    },
+                    ts_ns: self.ts[i] as u64,
+                    digest: PayloadDigest {
+                        len,
+                        digest: d,
+                        blocks: blocks_of(path, len, self.bh[i].data(), self.bt[i].data())?,
+                    },
+                }))
+            }
+            EV_COMPLETE => {
+                Event::Complete { conn: self.conn[i] as u64, message_id: self.mid[i] as u64, ts_ns: self.ts[i] as u64 }
+            }
+            EV_ADVANCE => Event::Advance { ts_ns: self.ts[i] as u64 },
+            EV_NAME_SERVER..=EV_BUFFERED => return Ok(None),
+            e => return Err(err(path, format!("ledger event type {e}"))),
+        }))
+    }
+
+    fn file_id16(&self, path: &str, i: usize) -> Result<[u8; 16], LedgerError> {
+        self.file_id[i].data().try_into().map_err(|_| err(path, "ledger FileId is not 16 bytes"))
+    }
+
+    /// Row `i` of a part.
+    fn part_item(&self, path: &str, i: usize) -> Result<PartItem, LedgerError> {
+        if let Some(e) = self.event(path, i)? {
+            return Ok(PartItem::Event(e));
+        }
+        let conn = self.conn[i] as u64;
+        Ok(match self.event[i] {
+            EV_NAME_SERVER => PartItem::Name(NameOp::Server(conn, ip_of(path, &self.src_ip[i])?)),
+            EV_NAME_GUID => PartItem::Name(NameOp::ServerGuid(conn, self.file_id16(path, i)?)),
+            EV_NAME_TREE => PartItem::Name(NameOp::Tree(
+                conn,
+                self.session[i] as u64,
+                self.tree[i] as u32,
+                Group::text(path, &self.share[i])?,
+            )),
+            EV_NAME_FILE => {
+                PartItem::Name(NameOp::File(conn, self.file_id16(path, i)?, Group::text(path, &self.fname[i])?))
+            }
+            _ => PartItem::Buffered(self.offset[i] as u64, self.length[i] as u64),
+        })
+    }
+}
+
 impl LedgerReader {
     /// Opens a ledger. Refuses a file that is not a ledger of this format with one line.
     pub fn open(path: &str) -> Result<Self, LedgerError> {
+        LedgerReader::open_as(path, SCHEMA, LEDGER_FORMAT)
+    }
+
+    /// Opens a ledger part (`PART_FORMAT`); its metadata is in `run`.
+    pub fn open_part(path: &str) -> Result<Self, LedgerError> {
+        LedgerReader::open_as(path, &part_schema(), PART_FORMAT)
+    }
+
+    fn open_as(path: &str, schema: &str, format: &str) -> Result<Self, LedgerError> {
         let file = File::open(path).map_err(|e| err(path, format!("cannot read ledger: {e}")))?;
         let reader = SerializedFileReader::new(file).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
         let meta = reader.metadata();
         let kv = meta.file_metadata().key_value_metadata().cloned().unwrap_or_default();
         let get = |k: &str| kv.iter().find(|x| x.key == k).and_then(|x| x.value.clone());
         match get(KEY_FORMAT) {
-            Some(f) if f == LEDGER_FORMAT => {}
-            Some(f) => return Err(err(path, format!("ledger format {f} is not {LEDGER_FORMAT}"))),
+            Some(f) if f == format => {}
+            Some(f) => return Err(err(path, format!("ledger format {f} is not {format}"))),
             None => return Err(err(path, "not an smbwire ledger (no smbwire.ledger metadata)")),
         }
         let run = get(KEY_RUN).ok_or_else(|| err(path, "ledger without its run metadata"))?;
-        let expected = parse_message_type(SCHEMA).map_err(|e| err(path, e))?;
+        let expected = parse_message_type(schema).map_err(|e| err(path, e))?;
         if meta.file_metadata().schema() != &expected {
-            return Err(err(path, "ledger columns differ from smbwire-ledger/1"));
+            return Err(err(path, format!("ledger columns differ from {format}")));
         }
         Ok(LedgerReader { path: path.to_string(), reader, next_group: 0, run })
     }
 
-    /// The events of the next row group with their `at_ns`, or None at the end.
-    pub fn next_group(&mut self) -> Result<Option<Vec<(u64, Event)>>, LedgerError> {
+    /// The next row group's columns (and the part key columns when `part`), or None at the end.
+    #[allow(clippy::type_complexity)]
+    fn read_group(&mut self, part: bool) -> Result<Option<(Group, Option<Vec<PartKey>>)>, LedgerError> {
         let path = self.path.as_str();
         let meta = self.reader.metadata();
         let g = self.next_group;
@@ -480,100 +763,87 @@ impl LedgerReader {
             return Ok(None);
         }
         self.next_group += 1;
-        let mut events = Vec::new();
-        {
         let n = row_group_rows(path, g, meta.row_group(g).num_rows())?;
         let rg = self.reader.get_row_group(g).map_err(|e| err(path, e))?;
-        let (event, _) = read_col!(rg, 0, Int32ColumnReader, n, path);
-        let (ts, _) = read_col!(rg, 1, Int64ColumnReader, n, path);
-        let (conn, _) = read_col!(rg, 2, Int64ColumnReader, n, path);
-        let (mid, _) = read_col!(rg, 3, Int64ColumnReader, n, path);
-        let (kind, _) = read_col!(rg, 4, Int32ColumnReader, n, path);
-        let (transport, _) = read_col!(rg, 5, Int32ColumnReader, n, path);
-        let (src_ip, _) = read_col!(rg, 6, ByteArrayColumnReader, n, path);
-        let (dst_ip, _) = read_col!(rg, 7, ByteArrayColumnReader, n, path);
-        let (src_port, _) = read_col!(rg, 8, Int32ColumnReader, n, path);
-        let (dst_port, _) = read_col!(rg, 9, Int32ColumnReader, n, path);
-        let (session, _) = read_col!(rg, 10, Int64ColumnReader, n, path);
-        let (tree, _) = read_col!(rg, 11, Int32ColumnReader, n, path);
-        let (file_id, _) = read_col!(rg, 12, ByteArrayColumnReader, n, path);
         let (share, share_d) = read_col!(rg, 13, ByteArrayColumnReader, n, path);
         let (fname, fname_d) = read_col!(rg, 14, ByteArrayColumnReader, n, path);
-        let (offset, _) = read_col!(rg, 15, Int64ColumnReader, n, path);
-        let (length, _) = read_col!(rg, 16, Int64ColumnReader, n, path);
-        let (ff, _) = read_col!(rg, 17, Int32ColumnReader, n, path);
-        let (fnum, _) = read_col!(rg, 18, Int64ColumnReader, n, path);
-        let (lf, _) = read_col!(rg, 19, Int32ColumnReader, n, path);
-        let (lnum, _) = read_col!(rg, 20, Int64ColumnReader, n, path);
         let (hf, hf_d) = read_col!(rg, 21, Int32ColumnReader, n, path);
         let (hnum, hnum_d) = read_col!(rg, 22, Int64ColumnReader, n, path);
-        let (digest, _) = read_col!(rg, 23, ByteArrayColumnReader, n, path);
-        let (bh, _) = read_col!(rg, 24, ByteArrayColumnReader, n, path);
-        let (bt, _) = read_col!(rg, 25, ByteArrayColumnReader, n, path);
-        let (at, _) = read_col!(rg, 26, Int64ColumnReader, n, path);
-        let share = unpack(share, &share_d);
-        let fname = unpack(fname, &fname_d);
-        let hf = unpack(hf, &hf_d);
-        let hnum = unpack(hnum, &hnum_d);
-        for i in 0..n {
-            let ev = match event[i] {
-                EV_SEND => {
-                    let text = |b: &Option<ByteArray>| -> Result<Option<Arc<str>>, LedgerError> {
-                        b.as_ref()
-                            .map(|b| std::str::from_utf8(b.data()).map(Arc::from).map_err(|e| err(path, e)))
-                            .transpose()
-                    };
-                    let len = length[i] as u64;
-                    let d: [u8; 32] =
-                        digest[i].data().try_into().map_err(|_| err(path, "ledger payload digest is not 32 bytes"))?;
-                    let fid: [u8; 16] =
-                        file_id[i].data().try_into().map_err(|_| err(path, "ledger FileId is not 16 bytes"))?;
-                    Event::Send(Box::new(SendRecord {
-                        conn: conn[i] as u64,
-                        message_id: mid[i] as u64,
-                        kind: match kind[i] {
-                            0 => SendKind::Write,
-                            1 => SendKind::Read,
-                            k => return Err(err(path, format!("ledger send kind {k}"))),
-                        },
-                        transport: match transport[i] {
-                            0 => Transport::Tcp,
-                            1 => Transport::Rdma,
-                            2 => Transport::SmbDirect,
-                            t => return Err(err(path, format!("ledger transport {t}"))),
-                        },
-                        src: ip_of(path, &src_ip[i])?,
-                        dst: ip_of(path, &dst_ip[i])?,
-                        src_port: src_port[i] as u16,
-                        dst_port: dst_port[i] as u16,
-                        ip_proto: (src_port[i] >> 16) as u8,
-                        session_id: session[i] as u64,
-                        tree_id: tree[i] as u32,
-                        file_id: fid,
-                        share: text(&share[i])?,
-                        file_name: text(&fname[i])?,
-                        offset: offset[i] as u64,
-                        first_frame: FrameRef { file: ff[i] as u16, number: fnum[i] as u64 },
-                        last_frame: FrameRef { file: lf[i] as u16, number: lnum[i] as u64 },
-                        header_frame: match (hf[i], hnum[i]) {
-                            (Some(f), Some(n)) => Some(FrameRef { file: f as u16, number: n as u64 }),
-                            _ => None,
-                        },
-                        ts_ns: ts[i] as u64,
-                        digest: PayloadDigest { len, digest: d, blocks: blocks_of(path, len, bh[i].data(), bt[i].data())? },
-                    }))
-                }
-                EV_COMPLETE => Event::Complete { conn: conn[i] as u64, message_id: mid[i] as u64, ts_ns: ts[i] as u64 },
-                EV_ADVANCE => Event::Advance { ts_ns: ts[i] as u64 },
-                e => return Err(err(path, format!("ledger event type {e}"))),
-            };
-            if at[i] < 0 {
-                return Err(err(path, format!("ledger event time {} is negative", at[i])));
-            }
-            events.push((at[i] as u64, ev));
+        let group = Group {
+            n,
+            event: read_col!(rg, 0, Int32ColumnReader, n, path).0,
+            ts: read_col!(rg, 1, Int64ColumnReader, n, path).0,
+            conn: read_col!(rg, 2, Int64ColumnReader, n, path).0,
+            mid: read_col!(rg, 3, Int64ColumnReader, n, path).0,
+            kind: read_col!(rg, 4, Int32ColumnReader, n, path).0,
+            transport: read_col!(rg, 5, Int32ColumnReader, n, path).0,
+            src_ip: read_col!(rg, 6, ByteArrayColumnReader, n, path).0,
+            dst_ip: read_col!(rg, 7, ByteArrayColumnReader, n, path).0,
+            src_port: read_col!(rg, 8, Int32ColumnReader, n, path).0,
+            dst_port: read_col!(rg, 9, Int32ColumnReader, n, path).0,
+            session: read_col!(rg, 10, Int64ColumnReader, n, path).0,
+            tree: read_col!(rg, 11, Int32ColumnReader, n, path).0,
+            file_id: read_col!(rg, 12, ByteArrayColumnReader, n, path).0,
+            share: unpack(share, &share_d),
+            fname: unpack(fname, &fname_d),
+            offset: read_col!(rg, 15, Int64ColumnReader, n, path).0,
+            length: read_col!(rg, 16, Int64ColumnReader, n, path).0,
+            ff: read_col!(rg, 17, Int32ColumnReader, n, path).0,
+            fnum: read_col!(rg, 18, Int64ColumnReader, n, path).0,
+            lf: read_col!(rg, 19, Int32ColumnReader, n, path).0,
+            lnum: read_col!(rg, 20, Int64ColumnReader, n, path).0,
+            hf: unpack(hf, &hf_d),
+            hnum: unpack(hnum, &hnum_d),
+            digest: read_col!(rg, 23, ByteArrayColumnReader, n, path).0,
+            bh: read_col!(rg, 24, ByteArrayColumnReader, n, path).0,
+            bt: read_col!(rg, 25, ByteArrayColumnReader, n, path).0,
+            at: read_col!(rg, 26, Int64ColumnReader, n, path).0,
+        };
+        if !part {
+            return Ok(Some((group, None)));
         }
+        let pos = read_col!(rg, 27, Int64ColumnReader, n, path).0;
+        let step = read_col!(rg, 28, Int32ColumnReader, n, path).0;
+        let phase = read_col!(rg, 29, Int32ColumnReader, n, path).0;
+        let a = read_col!(rg, 30, Int64ColumnReader, n, path).0;
+        let b = read_col!(rg, 31, Int64ColumnReader, n, path).0;
+        let mut keys = Vec::with_capacity(n);
+        for i in 0..n {
+            let (Ok(st), Ok(ph)) = (u8::try_from(step[i]), u8::try_from(phase[i])) else {
+                return Err(err(path, format!("ledger part key step {} phase {}", step[i], phase[i])));
+            };
+            if st > part_step::FINISH {
+                return Err(err(path, format!("ledger part key step {st}")));
+            }
+            keys.push(PartKey { pos: pos[i] as u64, step: st, mark: Mark { phase: ph, a: a[i] as u64, b: b[i] as u64 } });
+        }
+        Ok(Some((group, Some(keys))))
+    }
+
+    /// The events of the next row group with their `at_ns`, or None at the end.
+    pub fn next_group(&mut self) -> Result<Option<Vec<(u64, Event)>>, LedgerError> {
+        let Some((g, _)) = self.read_group(false)? else { return Ok(None) };
+        let path = self.path.as_str();
+        let mut events = Vec::with_capacity(g.n);
+        for i in 0..g.n {
+            let Some(ev) = g.event(path, i)? else {
+                return Err(err(path, format!("ledger event type {} (a part's, not a ledger's)", g.event[i])));
+            };
+            events.push((g.at(path, i)?, ev));
         }
         Ok(Some(events))
+    }
+
+    /// The rows of a part's next row group: key, `at_ns`, item.
+    pub fn next_part_group(&mut self) -> Result<Option<Vec<(PartKey, u64, PartItem)>>, LedgerError> {
+        let Some((g, keys)) = self.read_group(true)? else { return Ok(None) };
+        let path = self.path.as_str();
+        let keys = keys.expect("part keys read");
+        let mut rows = Vec::with_capacity(g.n);
+        for (i, k) in keys.into_iter().enumerate() {
+            rows.push((k, g.at(path, i)?, g.part_item(path, i)?));
+        }
+        Ok(Some(rows))
     }
 }
 

@@ -19,6 +19,7 @@ pub mod capture;
 pub mod community;
 pub mod context;
 pub mod dedupe;
+pub mod distributed;
 pub mod fasthash;
 pub mod findings;
 pub mod frame;
@@ -35,24 +36,8 @@ pub mod tcp;
 pub mod wire;
 
 
-/// Every anomaly name the engine can raise (the keys of the JSON `"anomalies"` object), from
-/// the stages' `Anomaly` enums and the record parsers' error types, by stage.
-pub fn all_anomaly_names() -> impl Iterator<Item = &'static str> {
-    fn names<A: anomaly::AnomalyKind>(all: &'static [A]) -> impl Iterator<Item = &'static str> {
-        all.iter().map(|a| a.name())
-    }
-    names(capture::Anomaly::ALL)
-        .chain(names(wire::Anomaly::ALL))
-        .chain(names(tcp::Anomaly::ALL))
-        .chain(names(smb2::Anomaly::ALL))
-        .chain(smb2::anomaly::record_errors().into_iter().map(|e| e.name()))
-        .chain(names(smb2::xca::XcaError::ALL))
-        .chain(names(smbdirect::Anomaly::ALL))
-        .chain(smbdirect::anomaly::record_errors().into_iter().map(|e| e.name()))
-        .chain(names(rdma::Anomaly::ALL))
-        .chain(rdma::anomaly::record_error_names())
-        .chain(names(dedupe::Anomaly::ALL))
-}
+/// Every anomaly name the engine can raise (`report::all_anomaly_names`).
+pub use report::all_anomaly_names;
 
 /// The allowed dependency order, lowest first: a module may use only modules of an earlier
 /// entry (modules within one entry use none of each other).
@@ -72,6 +57,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["report"],
     &["pipeline"],
     &["attribute", "annotate", "parallel"],
+    &["distributed"],
     &["live"],
 ];
 

@@ -57,7 +57,7 @@ static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 const BATCH_BYTES: usize = 1 << 20;
 
 /// What a worker recorded, in order, with the mark it was recorded under.
-enum Item {
+pub(crate) enum Item {
     Send(Box<SendRecord>),
     Complete { conn: u64, message_id: u64, ts_ns: u64 },
     Names(Vec<NameOp>),
@@ -66,9 +66,15 @@ enum Item {
 }
 
 /// A worker's payload sink: records everything, with its mark.
-struct Recorder {
+pub(crate) struct Recorder {
     mark: Mark,
-    out: Vec<(Mark, Item)>,
+    pub(crate) out: Vec<(Mark, Item)>,
+}
+
+impl Recorder {
+    pub(crate) fn new() -> Recorder {
+        Recorder { mark: Mark::default(), out: Vec::new() }
+    }
 }
 
 impl PayloadSink for Recorder {
@@ -121,56 +127,91 @@ enum Done {
     Counts(Box<Counts>),
 }
 
+/// One decoding worker's pipeline (a `--threads` worker thread, a `--dask` shard task): it
+/// decodes the frames of its connections and records what it hands the ordered stage, each
+/// event under the mark that orders it.
+pub(crate) struct Decoder {
+    p: Pipeline<Recorder>,
+    /// Out-of-order bytes (TCP, MPA tables) last recorded.
+    buffered: (u64, u64),
+}
+
+impl Decoder {
+    /// `config.workers` says how many decoders share the bounds.
+    pub(crate) fn new(config: &Config) -> Decoder {
+        let mut p = Pipeline::with_sink(config, Recorder::new());
+        p.shared.smb.journal = Some(Vec::new());
+        Decoder { p, buffered: (0, 0) }
+    }
+
+    fn note_buffered(&mut self, m: Mark) {
+        let now = self.p.buffered_bytes();
+        if now != self.buffered {
+            self.buffered = now;
+            self.p.shared.dedupe.out.push((m, Item::Buffered(now.0, now.1)));
+        }
+    }
+
+    /// One frame of this decoder's connections, numbered by the reader (`ctx.seq`).
+    pub(crate) fn frame(&mut self, frame: &RawFrame<'_>, ctx: &FrameCtx) {
+        let m = Mark { phase: phase::FRAME, a: ctx.seq, b: 0 };
+        self.p.mark(m);
+        self.p.decode(frame, ctx);
+        // Hands over the names of this frame (marked with it).
+        self.p.mark(Mark { phase: phase::FRAME, a: ctx.seq, b: 1 });
+        self.note_buffered(m);
+    }
+
+    /// A sweep: close the flows idle at `now`.
+    pub(crate) fn sweep(&mut self, now: u64) {
+        self.p.expire_idle(now);
+        self.note_buffered(Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX });
+    }
+
+    /// The end of input at `end_ts`: close everything; the counts.
+    pub(crate) fn finish(&mut self, end_ts: u64) -> Counts {
+        self.p.close_all(end_ts);
+        self.note_buffered(Mark { phase: phase::FINISH_RDMA, a: u64::MAX, b: u64::MAX });
+        self.p.take_counts()
+    }
+
+    /// What was recorded since it was last taken.
+    pub(crate) fn out(&mut self) -> &mut Vec<(Mark, Item)> {
+        &mut self.p.shared.dedupe.out
+    }
+}
+
 fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Option<fn()>) {
     if let Some(f) = start {
         f();
     }
-    let mut p = Pipeline::with_sink(&config, Recorder { mark: Mark::default(), out: Vec::new() });
-    p.shared.smb.journal = Some(Vec::new());
-    let mut buffered = (0, 0);
-    let mut note_buffered = |p: &mut Pipeline<Recorder>, m: Mark| {
-        let now = p.buffered_bytes();
-        if now != buffered {
-            buffered = now;
-            p.shared.dedupe.out.push((m, Item::Buffered(now.0, now.1)));
-        }
-    };
+    let mut d = Decoder::new(&config);
     for job in jobs {
         match job {
             Job::Batch(mut b) => {
                 for step in b.steps.iter() {
                     match *step {
                         Step::Frame { info, ctx, start, len } => {
-                            let m = Mark { phase: phase::FRAME, a: ctx.seq, b: 0 };
-                            p.mark(m);
-                            p.decode(&RawFrame { info, data: &b.data[start..start + len] }, &ctx);
-                            // Hands over the names of this frame (marked with it).
-                            p.mark(Mark { phase: phase::FRAME, a: ctx.seq, b: 1 });
-                            note_buffered(&mut p, m);
+                            d.frame(&RawFrame { info, data: &b.data[start..start + len] }, &ctx);
                         }
-                        Step::Sweep(now) => {
-                            p.expire_idle(now);
-                            note_buffered(&mut p, Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX });
-                        }
+                        Step::Sweep(now) => d.sweep(now),
                     }
                 }
                 b.steps.clear();
                 b.data.clear();
-                std::mem::swap(&mut p.shared.dedupe.out, &mut b.out);
+                std::mem::swap(d.out(), &mut b.out);
                 if done.send(Done::Batch(b)).is_err() {
                     return;
                 }
             }
             Job::Counts => {
-                if done.send(Done::Counts(Box::new(p.counts()))).is_err() {
+                if done.send(Done::Counts(Box::new(d.p.counts()))).is_err() {
                     return;
                 }
             }
             Job::Finish(end_ts) => {
-                p.close_all(end_ts);
-                note_buffered(&mut p, Mark { phase: phase::FINISH_RDMA, a: u64::MAX, b: u64::MAX });
-                let out = std::mem::take(&mut p.shared.dedupe.out);
-                let counts = p.take_counts();
+                let counts = d.finish(end_ts);
+                let out = std::mem::take(d.out());
                 let _ = done.send(Done::Finish(out, Box::new(counts)));
                 return;
             }
@@ -195,7 +236,7 @@ pub fn one_malloc_arena() {
 
 /// The worker a frame belongs to: a hash of its connection's unordered address (and port)
 /// pair, so both directions meet. Frames that do not decode go to worker 0.
-fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
+pub(crate) fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
     let Ok(d) = wire::decode(info.linktype, data) else { return 0 };
     let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
     let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
@@ -212,6 +253,81 @@ fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
     (h.finish() % n as u64) as usize
 }
 
+/// The ordered stage of `--threads` (and of `--dask`, over ledger parts): Dedupe fed in the
+/// order one pipeline feeds it, the names that cross connections, and the decoding workers'
+/// out-of-order bytes.
+pub struct Ordered {
+    pub dedupe: Dedupe,
+    /// Shares and files by the workers' journals (`NameOp`), to name sends.
+    names: SmbState,
+    /// Each worker's out-of-order bytes (TCP, MPA tables) as last reported.
+    buffered: Vec<(u64, u64)>,
+    /// Peak of the summed out-of-order bytes, at frame ends.
+    peak_buffered: (u64, u64),
+}
+
+impl Ordered {
+    pub(crate) fn new(config: &Config, workers: usize, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
+        Ordered {
+            dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
+            names: SmbState::new(),
+            buffered: vec![(0, 0); workers],
+            peak_buffered: (0, 0),
+        }
+    }
+
+    /// After a frame's events: the peak of the workers' summed buffered bytes.
+    pub(crate) fn frame_done(&mut self) {
+        let sum = self.buffered.iter().fold((0, 0), |s, w| (s.0 + w.0, s.1 + w.1));
+        self.peak_buffered = (self.peak_buffered.0.max(sum.0), self.peak_buffered.1.max(sum.1));
+    }
+
+    /// The workers' summed counts with the reader's own: its anomalies, and the peak of
+    /// out-of-order bytes. One pipeline's peak is that of its tables' totals: the workers'
+    /// summed at each frame, or one direction's own peak (each worker's figure), whichever is
+    /// larger.
+    pub(crate) fn with_own(&self, mut counts: Counts, reader: &Anomalies) -> Counts {
+        counts.anomalies.absorb(reader);
+        counts.flows.peak_buffered_bytes =
+            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
+        counts
+    }
+
+    /// Closes of several workers in the order of their marks (a stable sort keeps each
+    /// close's own order).
+    pub(crate) fn apply_group(&mut self, mut group: Vec<(Mark, usize, Item)>) {
+        group.sort_by_key(|(m, _, _)| *m);
+        for (_, w, item) in group {
+            self.apply(w, item);
+        }
+    }
+
+    pub(crate) fn apply(&mut self, worker: usize, item: Item) {
+        match item {
+            Item::Send(mut s) => {
+                // The ordered stage's names are those one pipeline has: its own when it has
+                // one (the worker may lack another connection's), else the worker's (a name
+                // from the same compound, not in any map).
+                if let Some(n) = self.names.share(s.conn, s.session_id, s.tree_id) {
+                    s.share = Some(n);
+                }
+                if let Some(n) = self.names.file_name(s.conn, &s.file_id) {
+                    s.file_name = Some(n);
+                }
+                self.dedupe.send(*s);
+            }
+            Item::Complete { conn, message_id, ts_ns } => self.dedupe.complete(conn, message_id, ts_ns),
+            Item::Names(ops) => {
+                let mut scratch = Anomalies::default();
+                for op in ops {
+                    self.names.apply(op, &mut scratch);
+                }
+            }
+            Item::Buffered(t, m) => self.buffered[worker] = (t, m),
+        }
+    }
+}
+
 struct Worker {
     jobs: SyncSender<Job>,
     done: Receiver<Done>,
@@ -221,8 +337,6 @@ struct Worker {
     /// The batch being filled, and emptied buffers to fill next.
     batch: Batch,
     spare: Vec<Batch>,
-    /// Its out-of-order bytes (TCP, MPA tables) as last reported.
-    buffered: (u64, u64),
 }
 
 /// What the reader did with one batch, in order: what the ordered stage replays.
@@ -234,9 +348,7 @@ enum Order {
 /// N workers and the ordered stage; `process` one frame at a time like `Pipeline`.
 pub struct Parallel {
     workers: Vec<Worker>,
-    pub dedupe: Dedupe,
-    /// Shares and files by the workers' journals (`NameOp`), to name sends.
-    names: SmbState,
+    pub ordered: Ordered,
     pub clock: Clock,
     /// The reader's own anomalies (time stepping back; the capture readers').
     pub anomalies: Anomalies,
@@ -246,8 +358,6 @@ pub struct Parallel {
     frames_in_batch: usize,
     bytes_in_batch: usize,
     window_ns: u64,
-    /// Peak of the summed out-of-order bytes (TCP, MPA tables), at frame ends.
-    peak_buffered: (u64, u64),
     pub input_findings: Vec<crate::findings::Finding>,
     pub unusable_input_bytes: u64,
 }
@@ -288,14 +398,12 @@ impl Parallel {
                     pending: VecDeque::new(),
                     batch: Batch::new(),
                     spare: Vec::new(),
-                    buffered: (0, 0),
                 }
             })
             .collect();
         Parallel {
             workers,
-            dedupe: Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence),
-            names: SmbState::new(),
+            ordered: Ordered::new(config, n, evidence),
             clock: Clock::default(),
             anomalies: Anomalies::default(),
             in_flight: VecDeque::new(),
@@ -303,7 +411,6 @@ impl Parallel {
             frames_in_batch: 0,
             bytes_in_batch: 0,
             window_ns: config.dedupe.window_ns,
-            peak_buffered: (0, 0),
             input_findings: Vec::new(),
             unusable_input_bytes: 0,
         }
@@ -365,19 +472,18 @@ impl Parallel {
         for o in order {
             match o {
                 Order::Frame { worker, seq, ts_ns } => {
-                    self.dedupe.note_time(ts_ns);
+                    self.ordered.dedupe.note_time(ts_ns);
                     while let Some((m, _)) = self.workers[worker].pending.front() {
                         if m.phase != phase::FRAME || m.a != seq {
                             break;
                         }
                         let (_, item) = self.workers[worker].pending.pop_front().expect("front");
-                        self.apply(worker, item);
+                        self.ordered.apply(worker, item);
                     }
-                    let sum = self.buffered_sum();
-                    self.peak_buffered = (self.peak_buffered.0.max(sum.0), self.peak_buffered.1.max(sum.1));
+                    self.ordered.frame_done();
                 }
                 Order::Sweep(now) => {
-                    self.dedupe.advance(now);
+                    self.ordered.dedupe.advance(now);
                     let mut group = Vec::new();
                     for (i, wk) in self.workers.iter_mut().enumerate() {
                         while let Some((m, _)) = wk.pending.front() {
@@ -388,58 +494,9 @@ impl Parallel {
                             group.push((m, i, item));
                         }
                     }
-                    self.apply_group(group);
+                    self.ordered.apply_group(group);
                 }
             }
-        }
-    }
-
-    /// The workers' summed counts with the reader's own: its anomalies, and the peak of
-    /// out-of-order bytes. One pipeline's peak is that of its tables' totals: the workers'
-    /// summed at each frame, or one direction's own peak (each worker's figure), whichever is
-    /// larger.
-    fn with_own(&self, mut counts: Counts) -> Counts {
-        counts.anomalies.absorb(&self.anomalies);
-        counts.flows.peak_buffered_bytes =
-            counts.flows.peak_buffered_bytes.max(self.peak_buffered.0).max(self.peak_buffered.1);
-        counts
-    }
-
-    fn buffered_sum(&self) -> (u64, u64) {
-        self.workers.iter().fold((0, 0), |s, w| (s.0 + w.buffered.0, s.1 + w.buffered.1))
-    }
-
-    /// Closes of several workers in the order of their marks (a stable sort keeps each
-    /// close's own order).
-    fn apply_group(&mut self, mut group: Vec<(Mark, usize, Item)>) {
-        group.sort_by_key(|(m, _, _)| *m);
-        for (_, w, item) in group {
-            self.apply(w, item);
-        }
-    }
-
-    fn apply(&mut self, worker: usize, item: Item) {
-        match item {
-            Item::Send(mut s) => {
-                // The ordered stage's names are those one pipeline has: its own when it has
-                // one (the worker may lack another connection's), else the worker's (a name
-                // from the same compound, not in any map).
-                if let Some(n) = self.names.share(s.conn, s.session_id, s.tree_id) {
-                    s.share = Some(n);
-                }
-                if let Some(n) = self.names.file_name(s.conn, &s.file_id) {
-                    s.file_name = Some(n);
-                }
-                self.dedupe.send(*s);
-            }
-            Item::Complete { conn, message_id, ts_ns } => self.dedupe.complete(conn, message_id, ts_ns),
-            Item::Names(ops) => {
-                let mut scratch = Anomalies::default();
-                for op in ops {
-                    self.names.apply(op, &mut scratch);
-                }
-            }
-            Item::Buffered(t, m) => self.workers[worker].buffered = (t, m),
         }
     }
 
@@ -465,9 +522,9 @@ impl Parallel {
                 None => counts = Some(*c),
             }
         }
-        let counts = self.with_own(counts.expect("at least two workers"));
+        let counts = self.ordered.with_own(counts.expect("at least two workers"), &self.anomalies);
         let rdma = counts.rdma.clone();
-        (crate::pipeline::PipelineView::of(&self.dedupe, &counts, &self.clock, self.window_ns), rdma)
+        (crate::pipeline::PipelineView::of(&self.ordered.dedupe, &counts, &self.clock, self.window_ns), rdma)
     }
 
     /// End of input: every batch replayed, every worker closed in mark order, the result.
@@ -483,7 +540,7 @@ impl Parallel {
         while !self.in_flight.is_empty() {
             self.replay_oldest();
         }
-        self.dedupe.note_time(crate::ledger::AT_END);
+        self.ordered.dedupe.note_time(crate::ledger::AT_END);
         let end = self.clock.last_ts;
         for wk in self.workers.iter() {
             wk.jobs.send(Job::Finish(end)).expect("worker alive");
@@ -506,9 +563,9 @@ impl Parallel {
                 None => counts = Some(*c),
             }
         }
-        self.apply_group(group);
-        let counts = self.with_own(counts.expect("at least two workers"));
-        let ledger = self.dedupe.take_ledger();
+        self.ordered.apply_group(group);
+        let counts = self.ordered.with_own(counts.expect("at least two workers"), &self.anomalies);
+        let ledger = self.ordered.dedupe.take_ledger();
         let threads = self.workers.len();
         let run = Run {
             counts,
@@ -518,7 +575,7 @@ impl Parallel {
             unusable_input_bytes: self.unusable_input_bytes,
         };
         let dedupe = std::mem::replace(
-            &mut self.dedupe,
+            &mut self.ordered.dedupe,
             Dedupe::new(Default::default(), Default::default(), None),
         );
         let (mut results, input_findings) = run.results(dedupe, inputs, container, started);
@@ -570,7 +627,7 @@ impl Engine {
     pub fn dedupe(&mut self) -> &mut Dedupe {
         match self {
             Engine::One(p) => &mut p.shared.dedupe,
-            Engine::Many(p) => &mut p.dedupe,
+            Engine::Many(p) => &mut p.ordered.dedupe,
         }
     }
 
@@ -617,33 +674,49 @@ impl Engine {
 /// Progress is reported about every this many input bytes.
 const PROGRESS_EVERY: u64 = 8 << 20;
 
-/// Analyse capture files end to end. `tick(done, total)` is called every few MiB; returning
-/// false stops the analysis (Ctrl-C).
-pub fn analyze_files(
-    paths: &[String],
-    config: &Config,
-    evidence_path: Option<&str>,
-    tick: &mut dyn FnMut(u64, u64) -> bool,
-) -> Result<Results, AnalyzeError> {
-    let started = Instant::now();
-    let mut merged = Merged::open(paths).map_err(|e| match e {
+/// What reads the inputs frame by frame: a pipeline, the `--threads` engine, a `--dask` shard.
+pub(crate) trait FrameSink {
+    /// Where unusable inputs are counted: their bytes, the reader's anomalies, the findings.
+    fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>);
+    fn process(&mut self, frame: &RawFrame<'_>);
+}
+
+impl FrameSink for Engine {
+    fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>) {
+        Engine::inputs(self)
+    }
+    fn process(&mut self, frame: &RawFrame<'_>) {
+        Engine::process(self, frame)
+    }
+}
+
+/// Opens the inputs of an analysis (merged in time order).
+pub(crate) fn open_inputs(paths: &[String]) -> Result<Merged, AnalyzeError> {
+    Merged::open(paths).map_err(|e| match e {
         CaptureError::Interrupted => AnalyzeError::Interrupted,
         e => AnalyzeError::Capture(e),
-    })?;
-    let evidence = crate::pipeline::open_evidence(evidence_path)?;
+    })
+}
+
+/// Reads every frame of the opened inputs into `sink` (skipped inputs counted, frames outside
+/// `--from`/`--to` accounted), ticking `tick(done, total)` every few MiB; the inputs as the
+/// report lists them and the container's byte accounting.
+pub(crate) fn read_inputs(
+    paths: &[String],
+    mut merged: Merged,
+    config: &Config,
+    sink: &mut dyn FrameSink,
+    tick: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<(Vec<InputFile>, Accounting), AnalyzeError> {
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
-    let mut pipeline = Engine::new(config, evidence);
-    if let Some(p) = &config.ledger {
-        pipeline.dedupe().record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
-    }
     let mut container = Accounting::default();
     for (i, e) in &merged.skipped {
         // Its bytes are accounted too (every input byte in one category), as far as they can
         // be known: a regular file's size; nothing for a missing file or a stream.
         let bytes = std::fs::metadata(&paths[*i]).ok().filter(|m| m.is_file()).map_or(0, |m| m.len());
         container.add(cat::UNUSABLE_INPUT, bytes);
-        let (unusable, anomalies, findings) = pipeline.inputs();
+        let (unusable, anomalies, findings) = sink.inputs();
         *unusable += bytes;
         anomalies.raise(crate::capture::Anomaly::UnusableInput);
         let path = paths.get(*i).map_or("", String::as_str);
@@ -651,7 +724,7 @@ pub fn analyze_files(
     }
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
-    while let Some(frame) = merged.next_frame(&mut container, pipeline.inputs().1) {
+    while let Some(frame) = merged.next_frame(&mut container, sink.inputs().1) {
         if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
             *n += 1;
         }
@@ -660,7 +733,7 @@ pub fn analyze_files(
             container.add(cat::OUTSIDE_TIME_BOUNDS, frame.data.len() as u64);
             continue;
         }
-        pipeline.process(&frame);
+        sink.process(&frame);
         let pos = merged.position();
         if pos >= next_tick {
             next_tick = pos + PROGRESS_EVERY;
@@ -691,15 +764,45 @@ pub fn analyze_files(
             }
         })
         .collect();
-    let (results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
+    Ok((inputs, container))
+}
+
+/// Writes the footer of the send ledger a run recorded (`--ledger`): the result and the
+/// findings about its inputs are its run metadata.
+pub(crate) fn close_ledger(
+    results: &Results,
+    ledger: Option<(LedgerWriter, Option<crate::ledger::LedgerError>)>,
+    input_findings: Vec<crate::findings::Finding>,
+) -> Result<(), AnalyzeError> {
     if let Some((writer, error)) = ledger {
         if let Some(e) = error {
             return Err(AnalyzeError::Ledger(e.to_string()));
         }
-        let run = serde_json::json!({ "results": &results, "input_findings": input_findings });
+        let run = serde_json::json!({ "results": results, "input_findings": input_findings });
         let run = serde_json::to_string(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
         writer.close(&run).map_err(|e| AnalyzeError::Ledger(e.to_string()))?;
     }
+    Ok(())
+}
+
+/// Analyse capture files end to end. `tick(done, total)` is called every few MiB; returning
+/// false stops the analysis (Ctrl-C).
+pub fn analyze_files(
+    paths: &[String],
+    config: &Config,
+    evidence_path: Option<&str>,
+    tick: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<Results, AnalyzeError> {
+    let started = Instant::now();
+    let merged = open_inputs(paths)?;
+    let evidence = crate::pipeline::open_evidence(evidence_path)?;
+    let mut pipeline = Engine::new(config, evidence);
+    if let Some(p) = &config.ledger {
+        pipeline.dedupe().record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
+    }
+    let (inputs, container) = read_inputs(paths, merged, config, &mut pipeline, tick)?;
+    let (results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
+    close_ledger(&results, ledger, input_findings)?;
     Ok(results)
 }
 

@@ -277,7 +277,7 @@ const SWEEP_INTERVAL_NS: u64 = 1_000_000_000;
 /// The time of a run: frames counted, the first and latest capture time (time never steps
 /// back: merged mirror ports may be slightly out of order), and when the next sweep is due.
 /// One per run: the pipeline's, or the ordered stage's under `--threads`.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Clock {
     pub frames: u64,
     pub first_ts: Option<u64>,

@@ -117,3 +117,23 @@ impl TcpReport {
         }
     }
 }
+
+/// Every anomaly name the engine can raise (the keys of the JSON `"anomalies"` object), from
+/// the stages' `Anomaly` enums and the record parsers' error types, by stage.
+pub fn all_anomaly_names() -> impl Iterator<Item = &'static str> {
+    fn names<A: crate::anomaly::AnomalyKind>(all: &'static [A]) -> impl Iterator<Item = &'static str> {
+        all.iter().map(|a| a.name())
+    }
+    names(crate::capture::Anomaly::ALL)
+        .chain(names(crate::wire::Anomaly::ALL))
+        .chain(names(crate::tcp::Anomaly::ALL))
+        .chain(names(crate::smb2::Anomaly::ALL))
+        .chain(crate::smb2::anomaly::record_errors().into_iter().map(|e| e.name()))
+        .chain(names(crate::smb2::xca::XcaError::ALL))
+        .chain(names(crate::smbdirect::Anomaly::ALL))
+        .chain(crate::smbdirect::anomaly::record_errors().into_iter().map(|e| e.name()))
+        .chain(names(crate::rdma::Anomaly::ALL))
+        .chain(crate::rdma::anomaly::record_error_names())
+        .chain(names(crate::dedupe::Anomaly::ALL))
+}
+

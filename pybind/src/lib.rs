@@ -8,19 +8,13 @@ use smbwire_dissectors::dedupe::topology::{self, Topology};
 
 use smbwire_dissectors::pipeline::{AnalyzeError, Config};
 
-/// Analyse capture files; returns the result as a JSON string (schema "smbwire/1").
-/// `progress(done_bytes, total_bytes)` is called every few MiB of input.
-/// Raises ValueError with one clear line when nothing can be analysed.
-#[pyfunction]
-#[pyo3(signature = (paths, config_json, evidence_path=None, progress=None))]
-fn analyze(
+/// Runs `f` with a progress tick that honours Ctrl-C and calls `progress(done, total)`;
+/// the engine's errors as Python exceptions (one line each).
+fn with_tick<T>(
     py: Python<'_>,
-    paths: Vec<String>,
-    config_json: &str,
-    evidence_path: Option<String>,
     progress: Option<PyObject>,
-) -> PyResult<String> {
-    let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+    f: impl FnOnce(&mut dyn FnMut(u64, u64) -> bool) -> Result<T, AnalyzeError>,
+) -> PyResult<T> {
     let mut cb_err: Option<PyErr> = None;
     let mut tick = |done: u64, total: u64| -> bool {
         if let Err(e) = py.check_signals() {
@@ -35,16 +29,38 @@ fn analyze(
         }
         true
     };
-    let result = smbwire_dissectors::parallel::analyze_files(&paths, &config, evidence_path.as_deref(), &mut tick);
+    let result = f(&mut tick);
     if let Some(e) = cb_err {
         return Err(e);
     }
     match result {
-        Ok(results) => serde_json::to_string(&results)
-            .map_err(|e| PyValueError::new_err(format!("cannot serialise result: {e}"))),
+        Ok(v) => Ok(v),
         Err(AnalyzeError::Interrupted) => Err(PyKeyboardInterrupt::new_err("interrupted")),
         Err(e) => Err(PyValueError::new_err(e.to_string())),
     }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> PyResult<String> {
+    serde_json::to_string(v).map_err(|e| PyValueError::new_err(format!("cannot serialise result: {e}")))
+}
+
+/// Analyse capture files; returns the result as a JSON string (schema "smbwire/1").
+/// `progress(done_bytes, total_bytes)` is called every few MiB of input.
+/// Raises ValueError with one clear line when nothing can be analysed.
+#[pyfunction]
+#[pyo3(signature = (paths, config_json, evidence_path=None, progress=None))]
+fn analyze(
+    py: Python<'_>,
+    paths: Vec<String>,
+    config_json: &str,
+    evidence_path: Option<String>,
+    progress: Option<PyObject>,
+) -> PyResult<String> {
+    let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+    let r = with_tick(py, progress, |tick| {
+        smbwire_dissectors::parallel::analyze_files(&paths, &config, evidence_path.as_deref(), tick)
+    })?;
+    to_json(&r)
 }
 
 /// Rerun dedupe and attribution from send ledgers (`analyze --ledger`) under the config's
@@ -53,23 +69,44 @@ fn analyze(
 #[pyo3(signature = (paths, config_json, evidence_path=None))]
 fn attribute(py: Python<'_>, paths: Vec<String>, config_json: &str, evidence_path: Option<String>) -> PyResult<String> {
     let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
-    let mut interrupted: Option<PyErr> = None;
-    let mut tick = |_: u64, _: u64| -> bool {
-        if let Err(e) = py.check_signals() {
-            interrupted = Some(e);
-            return false;
-        }
-        true
-    };
-    let result = smbwire_dissectors::attribute::attribute_files(&paths, &config, evidence_path.as_deref(), &mut tick);
-    if let Some(e) = interrupted {
-        return Err(e);
-    }
-    match result {
-        Ok(v) => serde_json::to_string(&v).map_err(|e| PyValueError::new_err(format!("cannot serialise result: {e}"))),
-        Err(AnalyzeError::Interrupted) => Err(PyKeyboardInterrupt::new_err("interrupted")),
-        Err(e) => Err(PyValueError::new_err(e.to_string())),
-    }
+    let r = with_tick(py, None, |tick| {
+        smbwire_dissectors::attribute::attribute_files(&paths, &config, evidence_path.as_deref(), tick)
+    })?;
+    to_json(&r)
+}
+
+/// One decoding task of `analyze --dask`: shard `shard` of `shards` of `paths` (every input
+/// read, the shard's connections decoded), its ledger part written to `part_path`. Returns the
+/// task's figures as JSON (docs/ledger.md "Ledger parts").
+#[pyfunction]
+#[pyo3(signature = (paths, config_json, shard, shards, part_path, progress=None))]
+fn analyze_shard(
+    py: Python<'_>,
+    paths: Vec<String>,
+    config_json: &str,
+    shard: usize,
+    shards: usize,
+    part_path: &str,
+    progress: Option<PyObject>,
+) -> PyResult<String> {
+    let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+    let tag = smbwire_dissectors::distributed::config_tag(config_json);
+    let r = with_tick(py, progress, |tick| {
+        smbwire_dissectors::distributed::analyze_shard(&paths, &config, shard, shards, &tag, part_path, tick)
+    })?;
+    to_json(&r)
+}
+
+/// The ordered stage of `analyze --dask` over every shard's part: the result JSON `analyze`
+/// gives on the same inputs and options.
+#[pyfunction]
+#[pyo3(signature = (parts, config_json, evidence_path=None))]
+fn merge_parts(py: Python<'_>, parts: Vec<String>, config_json: &str, evidence_path: Option<String>) -> PyResult<String> {
+    let config = Config::from_json(config_json).map_err(PyValueError::new_err)?;
+    let r = with_tick(py, None, |tick| {
+        smbwire_dissectors::distributed::merge_parts(&parts, &config, evidence_path.as_deref(), tick)
+    })?;
+    to_json(&r)
 }
 
 /// `analyze --annotate`: write `out` (pcapng) with every frame of `paths` (the analysed inputs,
@@ -359,6 +396,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLiveSession>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(attribute, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze_shard, m)?)?;
+    m.add_function(wrap_pyfunction!(merge_parts, m)?)?;
     m.add_function(wrap_pyfunction!(annotate, m)?)?;
     m.add_function(wrap_pyfunction!(synth, m)?)?;
     m.add_function(wrap_pyfunction!(synth_scenarios, m)?)?;

@@ -128,6 +128,11 @@ pub mod command {
         NAMES.get(cmd as usize).copied()
     }
     /// `"WRITE.request"` / `"WRITE.response"`, the key used in the `commands` counters.
+    /// The counter name equal to `name` (a result read back: `--dask` parts), if it is one.
+    pub fn counter_name_of(name: &str) -> Option<&'static str> {
+        REQUEST.iter().chain(RESPONSE.iter()).chain(["UNKNOWN.request", "UNKNOWN.response"].iter()).copied().find(|n| *n == name)
+    }
+
     pub fn counter_name(cmd: u16, response: bool) -> &'static str {
         let t = if response { &RESPONSE } else { &REQUEST };
         t.get(cmd as usize).copied().unwrap_or(if response { "UNKNOWN.response" } else { "UNKNOWN.request" })

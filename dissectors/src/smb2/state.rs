@@ -11,7 +11,7 @@ use super::bounded::BoundedMap;
 use super::crypto::{preauth_update, KeyTable, SessionKeys};
 use super::records::command;
 use crate::anomaly::Anomalies;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use super::Anomaly;
@@ -96,10 +96,22 @@ pub struct Session {
     pub channels: Vec<u64>,
 }
 
+/// The command counters read back (`--dask` parts): names are the engine's own.
+fn command_counters<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<&'static str, u64>, D::Error> {
+    let m = BTreeMap::<String, u64>::deserialize(d)?;
+    m.into_iter()
+        .map(|(k, v)| match command::counter_name_of(&k) {
+            Some(n) => Ok((n, v)),
+            None => Err(serde::de::Error::custom(format!("unknown SMB2 command counter {k:?}"))),
+        })
+        .collect()
+}
+
 /// The SMB2 counters of the report.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Smb2Stats {
     /// `"WRITE.request"` → messages, MS-SMB2 command names (compound elements counted).
+    #[serde(deserialize_with = "command_counters")]
     pub commands: BTreeMap<&'static str, u64>,
     pub write_req_pdus: u64,
     /// Sum of WRITE request Length (tshark `smb2.write_length`).

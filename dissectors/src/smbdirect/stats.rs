@@ -3,10 +3,10 @@
 //! iWARP, InfiniBand, queue pairs); it is defined here, in the lowest stage that counts into it,
 //! so that dependencies run one way (rdma → smbdirect). `crate::rdma` re-exports it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct SmbDirectStats {
     pub negotiate_requests: u64,
     pub negotiate_responses: u64,
@@ -18,7 +18,7 @@ pub struct SmbDirectStats {
     pub credits_requested: u64,
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct IwarpStats {
     /// RDMAP opcode ("0x03") → DDP segments.
     pub opcodes: BTreeMap<String, u64>,
@@ -33,7 +33,7 @@ pub struct IwarpStats {
     pub resyncs: u64,
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct InfinibandStats {
     /// BTH opcode (decimal, like tshark's infiniband.bth.opcode) → packets.
     pub bth_opcodes: BTreeMap<String, u64>,
@@ -46,7 +46,7 @@ pub struct InfinibandStats {
 }
 
 /// The `"rdma"` section of the report.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct RdmaStats {
     pub smbdirect: SmbDirectStats,
     pub iwarp: IwarpStats,

@@ -40,7 +40,7 @@ pub trait StreamConsumer<S> {
 }
 
 /// Counters reassembly keeps (summed into the report).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReassemblyStats {
     pub segments: u64,
     /// Payload bytes of segments that were already delivered (retransmission/overlap).
