@@ -27,7 +27,7 @@ from smbwire import _core, cluster, engine
 from smbwire.cli import cli
 from smbwire.errors import InputError
 from cli.test_cli_errors import assert_one_line_error
-from paths import CAPTURES
+from paths import CAPTURES, PUBLIC
 
 MiB = 1 << 20
 TOPOLOGY = CAPTURES / "s2d-two-node.toml"
@@ -86,6 +86,28 @@ def span_copies(src: Path, prefix: Path, start: float, end: float, parts: int) -
     return out
 
 
+def retimed(src: Path, dst: Path, start: float) -> Path:
+    """SRC with every frame moved by the same amount so that the first is at START (epoch
+    seconds): a capture of other hosts interleaved with a generated one."""
+    head, frames = read_pcap(src)
+    nano = head[:4] == b"\x4d\x3c\xb2\xa1"
+    sec, frac = struct.unpack_from("<II", frames[0][0])
+    first = sec * 10**9 + frac * (1 if nano else 1000)
+    delta = int(start * 10**9) - first
+    out = []
+    for rec, f in frames:
+        sec, frac, incl, orig = struct.unpack("<IIII", rec)
+        t = sec * 10**9 + frac * (1 if nano else 1000) + delta
+        out.append((struct.pack("<IIII", t // 10**9, t % 10**9 // (1 if nano else 1000), incl, orig), f))
+    return write_pcap(dst, head, out)
+
+
+def first_time(path: Path) -> float:
+    head, frames = read_pcap(path)
+    sec, frac = struct.unpack_from("<II", frames[0][0])
+    return sec + frac / (1e9 if head[:4] == b"\x4d\x3c\xb2\xa1" else 1e6)
+
+
 def synth(tmp: Path, name: str, **spec) -> Path:
     path = tmp / f"{name}.pcap"
     _core.synth(json.dumps({"seed": 3, "io_size": 256 << 10, **spec}), str(path))
@@ -97,14 +119,19 @@ def inputs(tmp_path_factory) -> dict[str, list[Path]]:
     tmp = tmp_path_factory.mktemp("dask-inputs")
     tcp = synth(tmp, "tcp", scenario="nested4", bytes=4 * MiB, channels=2, retransmit=0.01, reorder=0.01)
     roce = synth(tmp, "roce", scenario="redirect4", bytes=2 * MiB, transport="rocev2", channels=2)
-    iwarp = synth(tmp, "iwarp", scenario="mirror2", bytes=MiB, transport="iwarp")
     port_a = rotate(tcp, tmp / "porta", 3)
     port_b = span_copies(tcp, tmp / "portb", 0.3, 0.7, 2)
+    # Other hosts' traffic moved into the RoCE capture's time span: SMB 3.0.2 over TCP (Windows)
+    # and iWARP. (Two generated captures would reuse one server's SessionIds and TreeIds at once,
+    # which no server does.)
+    start = first_time(roce)
+    smb = retimed(PUBLIC / "smb302-reads-writes.pcap", tmp / "smb302.pcap", start)
+    iwarp = retimed(PUBLIC / "rdma-iwarp-read-write-long-run-markers.pcap", tmp / "iwarp.pcap", start + 0.0005)
     return {
         # Port A rotated 3 times, port B (SPAN copies of the middle 40 % of A) twice.
         "rotated-span": port_a + port_b,
-        # RoCEv2 rotated twice, iWARP and SMB over TCP beside it.
-        "rdma-tcp": rotate(roce, tmp / "roce", 2) + rotate(iwarp, tmp / "iwarp", 2) + port_a[:1],
+        # RoCEv2 rotated twice, SMB over TCP rotated twice and iWARP, interleaved in time.
+        "rdma-tcp": rotate(roce, tmp / "roce", 2) + rotate(smb, tmp / "smb", 2) + [iwarp],
     }
 
 
@@ -202,6 +229,9 @@ def test_a_scheduler_with_two_worker_processes_gives_the_one_process_result(tmp_
     assert list(work.iterdir()) == []  # the run directory is removed
     assert r["totals"]["payload_bytes"] > 0 and r["totals"]["dup_ratio"] > 1
     assert [i["path"] for i in r["inputs"]] == [str(f) for f in files]
+    if case == "rdma-tcp":  # both transports carried payload
+        assert r["rdma"]["linked_transfers"] > 0 and r["tcp"]["flows"] > 0
+        assert {e["src"] for e in r["edges"] if e["payload_bytes"] > 0} >= {"owner", "127.0.0.1"}
 
 
 def test_relative_paths_are_named_as_given_and_the_ledger_replays(tmp_path, scheduler, inputs, monkeypatch):
