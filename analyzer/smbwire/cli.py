@@ -230,7 +230,7 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--dask", "dask_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Decode and hash on a Dask cluster, one task per shard of the connections, then dedupe here: the same result. "
                    "ADDRESS: a scheduler (tcp://HOST:8786), whose workers run this smbwire and read the FILEs at the same paths; "
-                   "without it (or 'local'): a local cluster, one worker process per CPU. Needs pip install 'smbwire[dask]'; not with --keys or '-'.")
+                   "without it (or 'local'): a local cluster, one worker process per CPU. Put it after the FILEs (or write --dask=local). Needs pip install 'smbwire[dask]'; not with --keys or '-'.")
 @click.option("--work-dir", metavar="DIR",
               help="With --dask: where the tasks write their ledger parts (a run directory, removed afterwards); one directory every worker and this machine reach at the same path. Required with a scheduler ADDRESS (default: a temporary directory).")
 @click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True, metavar="SECONDS",
