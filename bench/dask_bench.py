@@ -216,7 +216,7 @@ def main() -> None:
     print(f"{FILES} files, {size / 2**20:.0f} MiB in all (smallest {min(f.stat().st_size for f in files) / 2**20:.0f} MiB), "
           f"nested4 1 MiB writes, MSS 1448, {args.channels} connections; medians of {args.repeat}")
     print()
-    print("| run | seconds | MB/s | shards | tasks s (each) | merge s | start + connect s | parts |")
+    print("| run | seconds | MB/s | shards | tasks s (each task, first run) | merge s | start + connect s | parts |")
     print("|---|---|---|---|---|---|---|---|")
     labels = {"one": "one process `--threads 2`", "local": "`--dask` (LocalCluster, 2 worker processes)",
               "cluster": "`--dask tcp://...` (scheduler + 2 `dask worker` processes)"}
