@@ -226,15 +226,34 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--annotate", metavar="OUT.pcapng",
               help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
 @click.option("--threads", type=click.IntRange(1, 256), metavar="N",
-              help="Decoding threads, each taking whole connections; one more thread reads and runs dedupe in capture order. The result is the same for any N (default: the CPUs available; with --keys: 1).")
+              help="Decoding threads, each taking whole connections; one more thread reads and runs dedupe in capture order. The result is the same for any N (default: the CPUs available; with --keys: 1). With --dask: the shards (tasks; default: the cluster's worker threads).")
+@click.option("--dask", "dask_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Decode and hash on a Dask cluster, one task per shard of the connections, then dedupe here: the same result. "
+                   "ADDRESS: a scheduler (tcp://HOST:8786), whose workers run this smbwire and read the FILEs at the same paths; "
+                   "without it (or 'local'): a local cluster, one worker process per CPU. Put it after the FILEs (or write --dask=local). Needs pip install 'smbwire[dask]'; not with --keys or '-'.")
+@click.option("--work-dir", metavar="DIR",
+              help="With --dask: where the tasks write their ledger parts (a run directory, removed afterwards); one directory every worker and this machine reach at the same path. Required with a scheduler ADDRESS (default: a temporary directory).")
+@click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True, metavar="SECONDS",
+              help="With --dask ADDRESS: how long to wait for the scheduler to answer and for a worker to join it.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
             reorder_buffer: int | None, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
             html_out: str | None, quiet: bool, assume_members: bool, annotate: str | None,
-            max_index_memory: int | None, keys: str | None, max_memory: int | None, threads: int | None) -> int:
+            max_index_memory: int | None, keys: str | None, max_memory: int | None, threads: int | None,
+            dask_address: str | None, work_dir: str | None, dask_timeout: float) -> int:
     """Analyse capture files (pcap/pcapng, also gzip/zstd/xz compressed) together and report
     duplicate payload per edge. FILE '-' reads a capture from standard input
-    (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written."""
+    (`tcpdump -w - | smbwire analyze -`); a FIFO is read as it is written.
+
+    With --dask the work runs on a Dask cluster (README, "Distributed"); the result is the
+    same."""
+    if dask_address is None:
+        if work_dir is not None:
+            raise UserError("--work-dir is for --dask (where the tasks write their ledger parts)")
+    else:
+        from . import cluster
+
+        cluster.check_address(dask_address)
     paths = engine.check_inputs(files)
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
@@ -250,7 +269,14 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     report_to_stderr = json_out == "-" or evidence_to_stdout
     show_progress = not quiet and sys.stderr.isatty()
     try:
-        if show_progress:
+        if dask_address is not None:
+            result = _analyze_dask(paths, dask_address, work_dir, dask_timeout, quiet, show_progress,
+                                   topology=topo, window=window, evidence=evidence, top_n=top, ledger=ledger,
+                                   from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer,
+                                   interval=series_interval, assume_members=assume_members,
+                                   max_index_memory=max_index_memory, keys=keys, max_memory=max_memory,
+                                   shards=threads)
+        elif show_progress:
             result = _with_progress(Console(stderr=True), lambda cb: engine.analyze(
                 paths, topology=topo, window=window, evidence=evidence, progress=cb, top_n=top, ledger=ledger,
                 from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=series_interval,
@@ -287,6 +313,59 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
         console = Console(stderr=True) if report_to_stderr else Console()
         render_report(result, console, top=top)
     return 0
+
+
+def _analyze_dask(paths: list[str], address: str, work_dir: str | None, timeout: float, quiet: bool,
+                  show_progress: bool, **options: Any) -> dict[str, Any]:
+    from . import cluster
+
+    console = Console(stderr=True) if show_progress else None
+
+    def on_dashboard(link: str) -> None:
+        if quiet:
+            return
+        if console is not None:  # above the progress bar
+            console.print(f"smbwire: dask dashboard: {link}", markup=False, highlight=False, soft_wrap=True)
+        else:
+            click.echo(f"smbwire: dask dashboard: {link}", err=True)
+
+    def run(progress: Any) -> dict[str, Any]:
+        return cluster.analyze_dask(paths, address=None if address == "local" else address, work_dir=work_dir,
+                                    connect_timeout=timeout, progress=progress, on_dashboard=on_dashboard, **options)
+
+    if console is None:
+        return run(None)
+    return _with_dask_progress(console, run)
+
+
+def _with_dask_progress(console: Any, run: Any) -> dict[str, Any]:
+    """Tasks done, bytes read by all tasks (every task reads every input), and per worker."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .units import fmt_bytes
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[figures]}"),
+                  TimeElapsedColumn(), console=console, transient=True, refresh_per_second=5) as bar:
+        tasks = bar.add_task("shards", total=None, figures="starting the cluster")
+        read = bar.add_task("read", total=None, figures="")
+        rows: dict[str, Any] = {}
+
+        def on_progress(state: dict[str, Any]) -> None:
+            n, k = state["shards"], state["shards_done"]
+            if state["stage"] == "merge":
+                bar.update(tasks, total=n, completed=n, figures=f"{n}/{n} tasks; merging the parts (dedupe in capture order)")
+                bar.update(read, total=1, completed=1)
+                return
+            bar.update(tasks, total=n, completed=k, figures=f"{k}/{n} tasks")
+            total, done = state["total_bytes"], state["read_bytes"]
+            bar.update(read, total=total or None, completed=done,
+                       figures=f"{fmt_bytes(done)} of {fmt_bytes(total)}" if total else "")
+            for worker, b in sorted(state["workers"].items()):
+                if worker not in rows:
+                    rows[worker] = bar.add_task(f"  {worker}", total=None, figures="")
+                bar.update(rows[worker], figures=fmt_bytes(b))
+
+        return run(on_progress)
 
 
 def _evidence_target(evidence: str | None, json_out: str | None) -> tuple[str | None, bool]:

@@ -496,11 +496,18 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = [Text("")]
     a, idx = section(r, "analysis"), section(r, "index")
     if a:
+        dask = a.get("dask") if isinstance(a.get("dask"), dict) else None
+        if dask:
+            where = "a local Dask cluster" if dask.get("scheduler") == "local" else f"Dask scheduler {dask.get('scheduler')}"
+            how = (f", {fmt_count(dask.get('shards'))} tasks on {fmt_count(dask.get('workers'))} workers of {where};"
+                   f" merge {fmt_seconds(dask.get('merge_seconds'))}")
+        elif is_number(a.get("threads")) and a["threads"] > 1:
+            how = f", {a['threads']} decoding threads"
+        else:
+            how = ""
         out.append(Text(
             f"Analysed {fmt_count(a.get('frames'))} frames in {fmt_seconds(a.get('elapsed_seconds'))}"
-            f" ({fmt_bytes(a.get('bytes_per_second'))}/s"
-            + (f", {a['threads']} decoding threads" if is_number(a.get("threads")) and a["threads"] > 1 else "")
-            + ")",
+            f" ({fmt_bytes(a.get('bytes_per_second'))}/s" + how + ")",
             style="dim",
         ))
     if idx:
