@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from realtraffic.analyzer_cli import analyze, analyzer_command, edge_sum
+from realtraffic.capture_check import frame_health
 from realtraffic.netlab import Lab, check_prerequisites
 from realtraffic.workloads import CHUNKS, REDIRECTION, REPLICATION, W, copies, redirect
 
@@ -189,6 +190,13 @@ def test_live_equals_truth_and_offline_analysis(ready, tmp_path, source):
         assert result["tcp"]["gap_bytes"] == 0
         assert result["accounting"]["reconciled"] is True
         check_truth(result)
+        # The reference must hold every frame the span port received before figures are
+        # compared: a tcpdump that lost frames (a loaded machine) is the harness failing.
+        health = frame_health(capture.path)
+        assert capture.packets_dropped == 0 and health.lost_segments == 0, (
+            f"the reference capture missed frames ({capture.packets_dropped} dropped by tcpdump, "
+            f"{health.lost_segments} TCP segments missing, {capture.backlog_drops} kernel backlog drops): "
+            "not comparable")
         offline = analyze(capture.path, topo, tmp_path / "offline.json")
         compare_with_analyze(result, offline)
         # The --write files are a faithful copy: analysed offline they give the same figures.
