@@ -20,6 +20,26 @@ fn hash3(b: &[u8]) -> usize {
     (v.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize
 }
 
+/// How many leading bytes `a` and `b` (of equal length) share: eight bytes a step, then the
+/// first differing byte from the lowest set bit of the XOR (the same length a byte loop gives,
+/// in an eighth of the steps: the compressors spend most of their time here on repetitive data).
+#[inline]
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut l = 0;
+    while l + 8 <= n {
+        let x = u64::from_le_bytes(a[l..l + 8].try_into().unwrap()) ^ u64::from_le_bytes(b[l..l + 8].try_into().unwrap());
+        if x != 0 {
+            return l + (x.trailing_zeros() / 8) as usize;
+        }
+        l += 8;
+    }
+    while l < n && a[l] == b[l] {
+        l += 1;
+    }
+    l
+}
+
 impl<'a> Matcher<'a> {
     pub(super) fn new(data: &'a [u8]) -> Matcher<'a> {
         Matcher { data, head: vec![NONE; 1 << HASH_BITS], prev: vec![NONE; data.len()], inserted: 0 }
@@ -58,10 +78,7 @@ impl<'a> Matcher<'a> {
                 break;
             }
             if data[c + best_len.min(max_len - 1)] == data[pos + best_len.min(max_len - 1)] {
-                let mut l = 0;
-                while l < max_len && data[c + l] == data[pos + l] {
-                    l += 1;
-                }
+                let l = common_prefix(&data[c..c + max_len], &data[pos..pos + max_len]);
                 if l > best_len {
                     best_len = l;
                     best_off = pos - c;
@@ -77,6 +94,40 @@ impl<'a> Matcher<'a> {
             (best_len, best_off)
         } else {
             (0, 0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_prefix;
+
+    fn bytewise(a: &[u8], b: &[u8]) -> usize {
+        a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    }
+
+    #[test]
+    fn common_prefix_is_the_bytewise_length() {
+        // Every length 0..40 and every position of the first difference (or none).
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for len in 0..40usize {
+            let a: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            assert_eq!(common_prefix(&a, &a), len);
+            for d in 0..len {
+                for flip in [1u8, 0x80, 0xff] {
+                    let mut b = a.clone();
+                    b[d] ^= flip;
+                    assert_eq!(common_prefix(&a, &b), d, "len {len} diff at {d}");
+                    assert_eq!(common_prefix(&a, &b), bytewise(&a, &b));
+                }
+            }
         }
     }
 }
