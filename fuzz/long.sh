@@ -40,6 +40,8 @@ HOST="$(nproc)cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^
 
 pids=()
 stop=0
+crashes=0
+rm -f "$OUT/stopped"
 trap 'stop=1; for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done' INT TERM
 
 executed_so_far() {
@@ -86,7 +88,10 @@ for t in $TARGETS; do
             [ "$code" -ne 0 ] && [ $stop -eq 0 ] && cp "$log" "$OUT/$t.crash.$start.w$i.log"
         done
         # A crash ends this target's campaign (the input is in artifacts/<target>/): fix first.
-        [ $crashed -eq 1 ] && { echo "$t: crash, see $OUT/artifacts/$t/" >>"$OUT/$t.log"; break; }
+        [ $crashed -eq 1 ] && { echo "$t: crash, see $OUT/artifacts/$t/" >>"$OUT/$t.log"; crashes=$((crashes + 1)); break; }
     done
     [ $stop -eq 1 ] && break
 done
+# Stopped: a marker (so a script chaining campaigns stops too), exit 130. A crash: exit 1.
+[ $stop -eq 1 ] && { date -u +%FT%TZ >"$OUT/stopped"; exit 130; }
+[ $crashes -eq 0 ]
