@@ -8,14 +8,15 @@ const CHAIN_DEPTH: usize = 24;
 
 pub(super) struct Matcher<'a> {
     data: &'a [u8],
-    head: Vec<u32>,
+    /// A fixed-size table: `hash3` is below its length by construction (no index check).
+    head: Box<[u32; 1 << HASH_BITS]>,
     prev: Vec<u32>,
     /// Positions below this are in the tables.
     inserted: usize,
 }
 
 #[inline]
-fn hash3(b: &[u8]) -> usize {
+fn hash3(b: &[u8; 3]) -> usize {
     let v = (b[0] as u32) | (b[1] as u32) << 8 | (b[2] as u32) << 16;
     (v.wrapping_mul(0x9E37_79B1) >> (32 - HASH_BITS)) as usize
 }
@@ -42,20 +43,28 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
 
 impl<'a> Matcher<'a> {
     pub(super) fn new(data: &'a [u8]) -> Matcher<'a> {
-        Matcher { data, head: vec![NONE; 1 << HASH_BITS], prev: vec![NONE; data.len()], inserted: 0 }
+        let head = vec![NONE; 1 << HASH_BITS].into_boxed_slice().try_into().expect("1 << HASH_BITS entries");
+        Matcher { data, head, prev: vec![NONE; data.len()], inserted: 0 }
     }
 
-    /// Adds every position before `end` to the tables.
+    /// Adds every position before `end` to the tables (those with 3 bytes from them: the rest
+    /// start no match). One pass over 3-byte windows: no per-position index checks, the
+    /// compressors' hottest loop.
     pub(super) fn insert_to(&mut self, end: usize) {
-        while self.inserted < end {
-            let p = self.inserted;
-            if p + 3 <= self.data.len() {
-                let h = hash3(&self.data[p..]);
-                self.prev[p] = self.head[h];
-                self.head[h] = p as u32;
-            }
-            self.inserted += 1;
+        let from = self.inserted;
+        if from >= end {
+            return;
         }
+        let stop = end.min(self.data.len().saturating_sub(2));
+        if from < stop {
+            let windows = self.data[from..stop + 2].windows(3);
+            for ((slot, w), p) in self.prev[from..stop].iter_mut().zip(windows).zip(from as u32..) {
+                let h = hash3(w.try_into().expect("3-byte window"));
+                *slot = self.head[h];
+                self.head[h] = p;
+            }
+        }
+        self.inserted = end;
     }
 
     /// The longest match (length, offset) for `pos` with offset at most `max_offset`, not
@@ -69,7 +78,7 @@ impl<'a> Matcher<'a> {
             return (0, 0);
         }
         let lowest = pos.saturating_sub(max_offset).max(min_pos);
-        let mut cand = self.head[hash3(&data[pos..])];
+        let mut cand = self.head[hash3(data[pos..pos + 3].try_into().expect("3 bytes"))];
         let (mut best_len, mut best_off) = (0usize, 0usize);
         let mut depth = 0;
         while cand != NONE && depth < CHAIN_DEPTH {
