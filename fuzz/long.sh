@@ -16,6 +16,8 @@
 # target and sanitizer. A session is FUZZ_SESSION_RUNS executions per worker (so an interrupted
 # campaign loses at most one session's count); SIGTERM/SIGINT to this script ends the running
 # session cleanly (libFuzzer prints its final stats on SIGINT, and they are recorded).
+# The per-input timeout is 60 s of wall time (libFuzzer's timer is not CPU time): at nice 19 on
+# a busy machine an input can wait seconds for a core; the slowest seen take well under 1 s.
 set -u
 cd "$(dirname "$0")"
 RUNS=${FUZZ_RUNS:-100000000}
@@ -59,7 +61,7 @@ for t in $TARGETS; do
         pids=()
         for i in $(seq 0 $((WORKERS - 1))); do
             nice -n 19 "$OUT/bin/$SAN/$t" "$OUT/corpus/$t" "$OUT/seeds/$t" -runs="$per" \
-                -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=10 \
+                -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=60 \
                 -print_final_stats=1 >"$OUT/$t.w$i.log" 2>&1 &
             pids+=($!)
         done
