@@ -31,13 +31,20 @@ RESULTS=$OUT/results.tsv
 [ -f "$RESULTS" ] || printf 'start_utc\tend_utc\ttarget\tsanitizer\tworker\truns_asked\texecuted\texit\tseconds\tpeak_rss_mb\tcommit\thost\n' >"$RESULTS"
 
 # Build once, copy the binaries and the seeds out of the repository (a campaign outlives
-# rebuilds and checkouts of it).
-nice -n 19 cargo +nightly fuzz build -O -s "$SAN" --target-dir "$OUT/target-$SAN" || exit 1
-for t in $TARGETS; do
-    cp "$OUT/target-$SAN/x86_64-unknown-linux-gnu/release/$t" "$OUT/bin/$SAN/$t" || exit 1
-    mkdir -p "$OUT/seeds/$t" && cp corpus/$t/* "$OUT/seeds/$t/" || exit 1
-done
-COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ../dissectors fuzz_targets || echo +dirty)
+# rebuilds and checkouts of it). FUZZ_PREBUILT=1: use what an earlier run copied there (the
+# repository is then not needed at all: the script may run from a copy).
+if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+    for t in $TARGETS; do [ -x "$OUT/bin/$SAN/$t" ] && [ -d "$OUT/seeds/$t" ] || { echo "no $OUT/bin/$SAN/$t or seeds"; exit 1; }; done
+    COMMIT=$(cat "$OUT/bin/$SAN/COMMIT")
+else
+    nice -n 19 cargo +nightly fuzz build -O -s "$SAN" --target-dir "$OUT/target-$SAN" || exit 1
+    for t in $TARGETS; do
+        cp "$OUT/target-$SAN/x86_64-unknown-linux-gnu/release/$t" "$OUT/bin/$SAN/$t" || exit 1
+        mkdir -p "$OUT/seeds/$t" && cp corpus/$t/* "$OUT/seeds/$t/" || exit 1
+    done
+    COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ../dissectors fuzz_targets || echo +dirty)
+    echo "$COMMIT" >"$OUT/bin/$SAN/COMMIT"
+fi
 HOST="$(nproc)cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/  */ /g')"
 
 pids=()
