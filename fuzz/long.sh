@@ -57,6 +57,24 @@ executed_so_far() {
     awk -F'\t' -v t="$1" -v s="$SAN" 'NR > 1 && $3 == t && $4 == s { n += $7 } END { print n + 0 }' "$RESULTS"
 }
 
+# After a target's campaign without a sanitizer reaches FUZZ_RUNS: its whole corpus once through
+# the ASan build (bin/address/<target>, when there), so the inputs found without ASan are checked
+# with it. One line per target in asan-replay.tsv (target, time, inputs, exit code).
+asan_replay() {
+    local t=$1 bin="$OUT/bin/address/$1" rec="$OUT/asan-replay.tsv"
+    [ "$SAN" = none ] && [ -x "$bin" ] || return 0
+    grep -q "^$t"$'\t' "$rec" 2>/dev/null && return 0
+    local n code
+    n=$(ls "$OUT/corpus/$t" | wc -l)
+    nice -n 19 "$bin" -runs=0 -rss_limit_mb=2048 -timeout=60 -artifact_prefix="$OUT/artifacts/$t/asan-replay-" \
+        "$OUT/corpus/$t" >"$OUT/$t.asan-replay.log" 2>&1
+    code=$?
+    [ $stop -eq 1 ] && return 0
+    printf '%s\t%s\t%s\t%s\n' "$t" "$(date -u +%FT%TZ)" "$n" "$code" >>"$rec"
+    echo "== ASan replay of the corpus ($n inputs): exit $code" >>"$OUT/$t.log"
+    [ "$code" -eq 0 ] || crashes=$((crashes + 1))
+}
+
 for t in $TARGETS; do
     mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
     while [ $stop -eq 0 ]; do
@@ -99,6 +117,8 @@ for t in $TARGETS; do
         # A crash ends this target's campaign (the input is in artifacts/<target>/): fix first.
         [ $crashed -eq 1 ] && { echo "$t: crash, see $OUT/artifacts/$t/" >>"$OUT/$t.log"; crashes=$((crashes + 1)); break; }
     done
+    [ $stop -eq 1 ] && break
+    [ "$(executed_so_far "$t")" -ge "$RUNS" ] && asan_replay "$t"
     [ $stop -eq 1 ] && break
 done
 # Stopped: a marker (so a script chaining campaigns stops too), exit 130. A crash: exit 1.
