@@ -11,7 +11,7 @@ APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
-.PHONY: setup apt venv build demo test test-rust test-python fuzz fuzz-smoke bench bench-live clean
+.PHONY: setup apt venv build demo test test-rust test-python fuzz fuzz-smoke fuzz-long fuzz-long-table bench bench-live clean
 
 setup: apt build
 
@@ -67,6 +67,31 @@ fuzz:
 	     | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|panicked|SUMMARY' | sed "s/^/$$t: /"; \
 	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done
+
+# The long run (README "Fuzzing"): each target to FUZZ_RUNS executions as libFuzzer counts them
+# (stat::number_of_executed_units, summed over sessions and workers), one target at a time in
+# FUZZ_LONG_ORDER (fastest first), FUZZ_WORKERS processes at nice 19 (idle CPU only). Corpus,
+# crashes, logs and results.tsv in FUZZ_LONG_DIR, outside the repository; stopping and starting
+# again resumes from results.tsv. FUZZ_SANITIZER=none (default: 2-10x the executions, see the
+# README for what that leaves out) or address (the ASan campaign, FUZZ_ASAN_TARGETS).
+FUZZ_RUNS ?= 100000000
+FUZZ_WORKERS ?= 2
+FUZZ_SANITIZER ?= none
+FUZZ_SESSION_RUNS ?= 2000000
+FUZZ_LONG_DIR ?= $(HOME)/smbwire-fuzzlong
+FUZZ_LONG_ORDER := xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip
+FUZZ_ASAN_TARGETS := capture_reader wire_decode pipeline_roce pipeline_tcp
+fuzz-long:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
+	FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_SANITIZER=$(FUZZ_SANITIZER) \
+	  FUZZ_SESSION_RUNS=$(FUZZ_SESSION_RUNS) FUZZ_LONG_DIR=$(FUZZ_LONG_DIR) \
+	  FUZZ_TARGETS="$(if $(filter address,$(FUZZ_SANITIZER)),$(FUZZ_ASAN_TARGETS),$(FUZZ_LONG_ORDER))" \
+	  bash fuzz/long.sh
+
+# The README table from the long run's results file.
+fuzz-long-table:
+	@python3 fuzz/long_table.py $(FUZZ_LONG_DIR)/results.tsv --goal $(FUZZ_RUNS)
 
 bench: setup
 	$(PY) bench/run.py

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The long fuzzing run (`make fuzz-long`): every target, one at a time in the order given, to
+# FUZZ_RUNS executions as counted by libFuzzer itself (stat::number_of_executed_units, summed
+# over sessions and workers), at `nice -n 19` so it only takes idle CPU.
+#
+# Everything lives in FUZZ_LONG_DIR, outside the repository:
+#   bin/<sanitizer>/<target>   the binaries of this run (copied, so rebuilding the repo does not
+#                              change a running campaign)
+#   corpus/<target>/           the growing corpus; seeds/<target>/: fuzz/corpus/<target>, read only
+#   artifacts/<target>/        crashing, leaking or timing-out inputs
+#   <target>.log               per session: the worker logs' last progress line and final stats
+#   <target>.w<i>.log          the running session's full libFuzzer output, worker i
+#   results.tsv                one line per worker-session; `fuzz/long_table.py` makes the
+#                              README table from it
+# A campaign is resumable: it starts from the executions results.tsv already holds for the
+# target and sanitizer. A session is FUZZ_SESSION_RUNS executions per worker (so an interrupted
+# campaign loses at most one session's count); SIGTERM/SIGINT to this script ends the running
+# session cleanly (libFuzzer prints its final stats on SIGINT, and they are recorded).
+# The per-input timeout is 60 s of wall time (libFuzzer's timer is not CPU time): at nice 19 on
+# a busy machine an input can wait seconds for a core; the slowest seen take well under 1 s.
+set -u
+cd "$(dirname "$0")"
+RUNS=${FUZZ_RUNS:-100000000}
+SESSION=${FUZZ_SESSION_RUNS:-2000000}
+WORKERS=${FUZZ_WORKERS:-2}
+SAN=${FUZZ_SANITIZER:-none}
+OUT=${FUZZ_LONG_DIR:?set FUZZ_LONG_DIR to a directory outside the repository}
+TARGETS=${FUZZ_TARGETS:?set FUZZ_TARGETS (the order is the order of the run)}
+mkdir -p "$OUT/bin/$SAN" "$OUT/target-$SAN"
+RESULTS=$OUT/results.tsv
+[ -f "$RESULTS" ] || printf 'start_utc\tend_utc\ttarget\tsanitizer\tworker\truns_asked\texecuted\texit\tseconds\tpeak_rss_mb\tcommit\thost\n' >"$RESULTS"
+
+# Build once, copy the binaries and the seeds out of the repository (a campaign outlives
+# rebuilds and checkouts of it). FUZZ_PREBUILT=1: use what an earlier run copied there (the
+# repository is then not needed at all: the script may run from a copy).
+if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+    for t in $TARGETS; do [ -x "$OUT/bin/$SAN/$t" ] && [ -d "$OUT/seeds/$t" ] || { echo "no $OUT/bin/$SAN/$t or seeds"; exit 1; }; done
+    COMMIT=$(cat "$OUT/bin/$SAN/COMMIT")
+else
+    nice -n 19 cargo +nightly fuzz build -O -s "$SAN" --target-dir "$OUT/target-$SAN" || exit 1
+    for t in $TARGETS; do
+        cp "$OUT/target-$SAN/x86_64-unknown-linux-gnu/release/$t" "$OUT/bin/$SAN/$t" || exit 1
+        mkdir -p "$OUT/seeds/$t" && cp corpus/$t/* "$OUT/seeds/$t/" || exit 1
+    done
+    COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ../dissectors fuzz_targets || echo +dirty)
+    echo "$COMMIT" >"$OUT/bin/$SAN/COMMIT"
+fi
+HOST="$(nproc)cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/  */ /g')"
+
+pids=()
+stop=0
+crashes=0
+rm -f "$OUT/stopped"
+trap 'stop=1; for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done' INT TERM
+
+executed_so_far() {
+    awk -F'\t' -v t="$1" -v s="$SAN" 'NR > 1 && $3 == t && $4 == s { n += $7 } END { print n + 0 }' "$RESULTS"
+}
+
+# After a target's campaign without a sanitizer reaches FUZZ_RUNS: its whole corpus once through
+# the ASan build (bin/address/<target>, when there), so the inputs found without ASan are checked
+# with it. One line per target in asan-replay.tsv (target, time, inputs, exit code).
+asan_replay() {
+    local t=$1 bin="$OUT/bin/address/$1" rec="$OUT/asan-replay.tsv"
+    [ "$SAN" = none ] && [ -x "$bin" ] || return 0
+    grep -q "^$t"$'\t' "$rec" 2>/dev/null && return 0
+    local n code
+    n=$(ls "$OUT/corpus/$t" | wc -l)
+    nice -n 19 "$bin" -runs=0 -rss_limit_mb=2048 -timeout=60 -artifact_prefix="$OUT/artifacts/$t/asan-replay-" \
+        "$OUT/corpus/$t" >"$OUT/$t.asan-replay.log" 2>&1
+    code=$?
+    [ $stop -eq 1 ] && return 0
+    printf '%s\t%s\t%s\t%s\n' "$t" "$(date -u +%FT%TZ)" "$n" "$code" >>"$rec"
+    echo "== ASan replay of the corpus ($n inputs): exit $code" >>"$OUT/$t.log"
+    [ "$code" -eq 0 ] || crashes=$((crashes + 1))
+}
+
+for t in $TARGETS; do
+    mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
+    while [ $stop -eq 0 ]; do
+        done_=$(executed_so_far "$t")
+        [ "$done_" -ge "$RUNS" ] && break
+        left=$(( (RUNS - done_ + WORKERS - 1) / WORKERS ))
+        per=$(( left < SESSION ? left : SESSION ))
+        start=$(date -u +%FT%TZ); t0=$(date +%s)
+        pids=()
+        for i in $(seq 0 $((WORKERS - 1))); do
+            nice -n 19 "$OUT/bin/$SAN/$t" "$OUT/corpus/$t" "$OUT/seeds/$t" -runs="$per" \
+                -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=60 \
+                -print_final_stats=1 >"$OUT/$t.w$i.log" 2>&1 &
+            pids+=($!)
+        done
+        codes=()
+        for p in "${pids[@]}"; do
+            # `wait` returns early when a trapped signal arrives: wait again for the exit.
+            while :; do wait "$p"; c=$?; kill -0 "$p" 2>/dev/null || break; done
+            codes+=("$c")
+        done
+        pids=()
+        secs=$(( $(date +%s) - t0 )); end=$(date -u +%FT%TZ)
+        crashed=0
+        for i in $(seq 0 $((WORKERS - 1))); do
+            log=$OUT/$t.w$i.log
+            n=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
+            rss=$(grep -m1 '^stat::peak_rss_mb' "$log" | awk '{print $2}')
+            code=${codes[$i]}
+            # After `stop`, a non-zero code is libFuzzer's interrupt exit (72), not a finding.
+            if [ "$code" -ne 0 ] && [ $stop -eq 0 ]; then crashed=1; fi
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$t" "$SAN" "$i" "$per" "${n:-0}" "$code" "$secs" "${rss:-}" "$COMMIT" "$HOST" >>"$RESULTS"
+            {
+                echo "== $start .. $end $t sanitizer=$SAN worker=$i runs=$per exit=$code"
+                grep -E '^#[0-9]+' "$log" | tail -1
+                grep -E '^stat::|ERROR|panicked|SUMMARY|Test unit written' "$log"
+            } >>"$OUT/$t.log"
+            [ "$code" -ne 0 ] && [ $stop -eq 0 ] && cp "$log" "$OUT/$t.crash.$start.w$i.log"
+        done
+        # A crash ends this target's campaign (the input is in artifacts/<target>/): fix first.
+        [ $crashed -eq 1 ] && { echo "$t: crash, see $OUT/artifacts/$t/" >>"$OUT/$t.log"; crashes=$((crashes + 1)); break; }
+    done
+    [ $stop -eq 1 ] && break
+    [ "$(executed_so_far "$t")" -ge "$RUNS" ] && asan_replay "$t"
+    [ $stop -eq 1 ] && break
+done
+# Stopped: a marker (so a script chaining campaigns stops too), exit 130. A crash: exit 1.
+[ $stop -eq 1 ] && { date -u +%FT%TZ >"$OUT/stopped"; exit 130; }
+[ $crashes -eq 0 ]

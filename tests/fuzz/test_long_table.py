@@ -1,0 +1,51 @@
+"""fuzz/long_table.py, the README's long-run table: executions summed over sessions and workers,
+libFuzzer's interrupt exit (72) not counted as a crash, a session's wall time counted once."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("long_table", ROOT / "fuzz" / "long_table.py")
+long_table = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(long_table)
+
+HEADER = "start_utc\tend_utc\ttarget\tsanitizer\tworker\truns_asked\texecuted\texit\tseconds\tpeak_rss_mb\tcommit\thost\n"
+
+
+def line(start, target, san, worker, executed, code, secs, commit="abc1234"):
+    return f"{start}\t{start}\t{target}\t{san}\t{worker}\t1000\t{executed}\t{code}\t{secs}\t30\t{commit}\thost\n"
+
+
+def rows(tmp_path, lines, goal):
+    p = tmp_path / "results.tsv"
+    p.write_text(HEADER + "".join(lines))
+    out = long_table.table(str(p), goal).splitlines()
+    return {r.split("|")[1].strip() + "/" + r.split("|")[2].strip(): [c.strip() for c in r.split("|")[1:-1]] for r in out[2:]}
+
+
+def test_sums_workers_and_sessions_and_counts_time_once(tmp_path):
+    r = rows(tmp_path, [
+        line("2026-01-01T00:00:00Z", "a", "none", 0, 1000, 0, 10),
+        line("2026-01-01T00:00:00Z", "a", "none", 1, 1000, 0, 10),
+        line("2026-01-01T00:00:10Z", "a", "none", 0, 300, 72, 5, commit="def5678"),
+        line("2026-01-01T00:00:10Z", "a", "none", 1, 200, 72, 5, commit="def5678"),
+    ], goal=2500)
+    # target, sanitizer, executions, goal reached, crashes, exec/s, dates, commits
+    assert r["a/none"][2] == "2,500"
+    assert r["a/none"][3] == "yes"
+    assert r["a/none"][4] == "0"  # 72 is the interrupt exit of a stopped campaign
+    assert r["a/none"][5] == "167"  # 2,500 executions over 15 s of wall time, not 30
+    assert r["a/none"][7] == "abc1234, def5678"
+
+
+def test_crash_counted_and_goal_not_reached(tmp_path):
+    r = rows(tmp_path, [
+        line("2026-01-01T00:00:00Z", "b", "address", 0, 40, 77, 2),
+        line("2026-01-01T00:00:00Z", "b", "none", 0, 50, 0, 2),
+    ], goal=100)
+    assert r["b/address"][4] == "1"
+    assert r["b/address"][3] == "no (40.0%)"
+    assert r["b/none"][3] == "no (50.0%)"
+    assert r["b/none"][4] == "0"
