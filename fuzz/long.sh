@@ -20,6 +20,10 @@
 # a busy machine an input can wait seconds for a core; the slowest seen take well under 1 s.
 set -u
 cd "$(dirname "$0")"
+# `nice` only orders processes within one scheduler autogroup (Linux, CONFIG_SCHED_AUTOGROUP:
+# one per session): a campaign started in its own session would otherwise take half the
+# machine from the user's session whatever its nice value. Nice its autogroup too.
+if [ -w /proc/self/autogroup ]; then echo 19 > /proc/self/autogroup 2>/dev/null || true; fi
 RUNS=${FUZZ_RUNS:-100000000}
 SESSION=${FUZZ_SESSION_RUNS:-2000000}
 WORKERS=${FUZZ_WORKERS:-2}
