@@ -70,7 +70,6 @@ fn ledger_err(e: impl std::fmt::Display) -> AnalyzeError {
 /// connections, writer of its part.
 struct ShardRun {
     shard: usize,
-    shards: usize,
     clock: Clock,
     anomalies: Anomalies,
     unusable_input_bytes: u64,
@@ -79,6 +78,7 @@ struct ShardRun {
     part: LedgerWriter,
     error: Option<crate::ledger::LedgerError>,
     stats: ShardStats,
+    sharder: parallel::Sharder,
 }
 
 impl ShardRun {
@@ -119,7 +119,7 @@ impl FrameSink for ShardRun {
     fn process(&mut self, frame: &RawFrame<'_>) {
         let ctx = self.clock.frame(frame, &mut self.anomalies);
         self.stats.frames += 1;
-        if parallel::shard(&frame.info, frame.data, self.shards) == self.shard {
+        if self.sharder.pick(&frame.info, frame.data) == self.shard {
             self.stats.shard_frames += 1;
             self.stats.shard_bytes += frame.data.len() as u64;
             self.decoder.frame(frame, &ctx);
@@ -179,7 +179,6 @@ pub fn analyze_shard(
     wc.workers = shards;
     let mut run = ShardRun {
         shard,
-        shards,
         clock: Clock::default(),
         anomalies: Anomalies::default(),
         unusable_input_bytes: 0,
@@ -188,6 +187,7 @@ pub fn analyze_shard(
         part: LedgerWriter::create_part(part_path).map_err(ledger_err)?,
         error: None,
         stats: ShardStats { shard, shards, ..Default::default() },
+        sharder: parallel::Sharder::new(shards),
     };
     let (inputs, container) = parallel::read_inputs(paths, merged, config, &mut run, tick)?;
     let counts = run.decoder.finish(run.clock.last_ts);

@@ -97,7 +97,7 @@ const EV_NAME_LOOKUP: i32 = 10;
 /// Version of a ledger part (`smbwire analyze --dask`, docs/ledger.md "Ledger parts"): what
 /// one decoding task of a distributed run hands the ordered stage. Its columns are the
 /// ledger's, then `PART_KEY_COLUMNS`.
-pub const PART_FORMAT: &str = "smbwire-ledger-part/1";
+pub const PART_FORMAT: &str = "smbwire-ledger-part/2";
 
 /// The columns a part adds: where its row goes in the ordered stage's replay.
 const PART_KEY_COLUMNS: &str = "

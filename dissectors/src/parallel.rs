@@ -1,13 +1,14 @@
 //! `--threads N`: N decoding workers and one ordered stage, with the result of one pipeline.
 //!
 //! ```text
-//!  reader (this thread) ──frames of connection c──▶ worker hash(c) % N: Pipeline<Recorder>
+//!  reader (this thread) ──frames of connection c──▶ worker of c: Pipeline<Recorder>
 //!     clock, sweeps                                   wire, TCP/RDMA, SMB2, SMB Direct, BLAKE3
 //!        │                                                         │ marked events
 //!        └── ordered stage (this thread): Dedupe ◀── merge by frame number / mark ──┘
 //! ```
 //!
-//! - **Sharding.** A frame goes to the worker of its connection: both directions of a TCP
+//! - **Sharding.** A frame goes to the worker of its connection (`Sharder`: a new connection
+//!   to the worker handed the fewest bytes so far): both directions of a TCP
 //!   connection (its address and port pair), every RDMA packet between two addresses (RoCE
 //!   queue pairs, their CM exchange, InfiniBand and IPoIB between two ports), so every piece
 //!   of per-connection state (reassembly, framing, pending requests, SMB Direct links,
@@ -244,9 +245,13 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Op
 /// of one malloc arena per thread, memory freed into a worker's arena from another thread
 /// is not given back as it is within one arena: a live run's resident set crept up by a few
 /// MiB per 100 MiB of traffic (tests/live/test_live_memory.py). One arena for the process
-/// stops that, at no measured cost (bench/run.py rows, `MALLOC_ARENA_MAX` 1, 2 and default:
-/// the same times within noise). Called when the Python module loads (before any thread of
-/// ours exists: arenas already made stay in use) and again here for other embedders.
+/// stops that, but then every thread takes the one arena's lock: on 4 KiB I/O with
+/// `--threads 2`, about 15% of the ordered stage's time was waiting for it (perf: futex waits
+/// under `malloc`/`_int_free`). The Python extension therefore allocates with mimalloc
+/// (pybind's `#[global_allocator]`), which frees another thread's blocks without a lock;
+/// this setting remains for C libraries' allocations and for embedders of this crate that
+/// keep glibc's allocator. Called when the Python module loads (before any thread of ours
+/// exists: arenas already made stay in use) and again here for other embedders.
 pub fn one_malloc_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; M_ARENA_MAX limits arenas created later.
@@ -255,10 +260,10 @@ pub fn one_malloc_arena() {
     }
 }
 
-/// The worker a frame belongs to: a hash of its connection's unordered address (and port)
-/// pair, so both directions meet. Frames that do not decode go to worker 0.
-pub(crate) fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
-    let Ok(d) = wire::decode(info.linktype, data) else { return 0 };
+/// A frame's connection as a 64-bit key: a hash of its unordered address (and port) pair, so
+/// both directions meet. `None` for frames that do not decode.
+fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
+    let d = wire::decode(info.linktype, data).ok()?;
     let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
     let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
     match d.transport {
@@ -271,7 +276,54 @@ pub(crate) fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
         // carries no storage: by the address pair.
         _ => (a, b).hash(&mut h),
     }
-    (h.finish() % n as u64) as usize
+    Some(h.finish())
+}
+
+/// The worker a frame belongs to by its connection's hash alone (frames that do not decode:
+/// worker 0): what `Sharder` falls back to once its table is full (tests).
+#[cfg(test)]
+pub(crate) fn shard(info: &FrameInfo, data: &[u8], n: usize) -> usize {
+    connection_key(info, data).map_or(0, |k| (k % n as u64) as usize)
+}
+
+/// Connections `Sharder` places by load before falling back to the hash.
+const SHARDER_CONNECTIONS: usize = 1 << 16;
+
+/// Assigns each connection to a worker when its first frame is seen: the worker that was
+/// handed the fewest frame bytes so far (ties: the lowest), then keeps it there. A hash alone
+/// put both connections of a two-connection capture on one worker half of the time (the
+/// 4 KiB bench capture: one busy worker of two). The assignment is a function of the frames
+/// in order, so every `--dask` task, which reads every frame in the same order, makes the
+/// same one. Past `SHARDER_CONNECTIONS` assigned connections, new ones go by hash (bounded
+/// memory under a flood of one-packet flows; still one worker per connection).
+pub(crate) struct Sharder {
+    n: usize,
+    assigned: crate::fasthash::FastMap<u64, u32>,
+    load: Vec<u64>,
+}
+
+impl Sharder {
+    pub(crate) fn new(n: usize) -> Self {
+        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)] }
+    }
+
+    /// The worker of this frame (frames that do not decode: worker 0).
+    pub(crate) fn pick(&mut self, info: &FrameInfo, data: &[u8]) -> usize {
+        let w = match connection_key(info, data) {
+            None => 0,
+            Some(k) => match self.assigned.get(&k) {
+                Some(&w) => w as usize,
+                None if self.assigned.len() >= SHARDER_CONNECTIONS => (k % self.n as u64) as usize,
+                None => {
+                    let w = (0..self.n).min_by_key(|&i| (self.load[i], i)).unwrap_or(0);
+                    self.assigned.insert(k, w as u32);
+                    w
+                }
+            },
+        };
+        self.load[w] += data.len() as u64;
+        w
+    }
 }
 
 /// The ordered stage of `--threads` (and of `--dask`, over ledger parts): Dedupe fed in the
@@ -396,6 +448,7 @@ pub struct Parallel {
     ranges: Vec<(usize, usize)>,
     /// Frames handed out as places in a mapping, and copied (tests).
     pub handed: (u64, u64),
+    sharder: Sharder,
 }
 
 impl Parallel {
@@ -452,6 +505,7 @@ impl Parallel {
             maps: Maps::default(),
             ranges: Vec::new(),
             handed: (0, 0),
+            sharder: Sharder::new(n),
         }
     }
 
@@ -477,7 +531,7 @@ impl Parallel {
     /// Process one captured frame (its events reach the ordered stage a few batches later).
     pub fn process(&mut self, frame: &RawFrame<'_>) {
         let ctx = self.clock.frame(frame, &mut self.anomalies);
-        let w = shard(&frame.info, frame.data, self.workers.len());
+        let w = self.sharder.pick(&frame.info, frame.data);
         let place = self.place(frame.data);
         let b = &mut self.workers[w].batch;
         let len = frame.data.len();

@@ -128,7 +128,7 @@ fn the_merge_refuses_missing_foreign_and_damaged_parts() {
     let mut c = Config::default();
     c.ledger = Some(ledger.clone());
     analyze_files(&paths, &c, None, &mut |_, _| true).unwrap();
-    assert!(merge(&[ledger]).contains("is not smbwire-ledger-part/1"));
+    assert!(merge(&[ledger]).contains("is not smbwire-ledger-part/2"));
     let junk = odir.join("junk.parquet");
     std::fs::write(&junk, b"PAR1 junk").unwrap();
     assert!(merge(&[junk.to_string_lossy().into_owned()]).contains("not a Parquet ledger"));

@@ -76,22 +76,49 @@ fn threads_give_one_pipelines_result_with_a_short_window_and_merged_files() {
 fn shard_keeps_both_directions_of_a_connection_together() {
     let caps = captures();
     let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
-    let mut m = Merged::open(&[cap.to_string_lossy().into_owned()]).unwrap();
-    let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
-    let mut by_conn: std::collections::HashMap<((std::net::IpAddr, u16), (std::net::IpAddr, u16)), usize> = Default::default();
-    let mut workers_used = std::collections::BTreeSet::new();
-    while let Some(f) = m.next_frame(&mut acct, &mut an) {
-        let d = wire::decode(f.info.linktype, f.data).unwrap();
-        let Transport::Tcp(seg) = d.transport else { continue };
-        let (x, y) = ((d.src, seg.src_port), (d.dst, seg.dst_port));
-        let key = if x <= y { (x, y) } else { (y, x) };
-        let w = shard(&f.info, f.data, 3);
-        assert_eq!(*by_conn.entry(key).or_insert(w), w);
-        workers_used.insert(w);
+    for n in [2, 3] {
+        let mut m = Merged::open(&[cap.to_string_lossy().into_owned()]).unwrap();
+        let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+        let mut by_conn: std::collections::HashMap<((std::net::IpAddr, u16), (std::net::IpAddr, u16)), usize> = Default::default();
+        let mut first_seen = Vec::new();
+        let mut sharder = Sharder::new(n);
+        while let Some(f) = m.next_frame(&mut acct, &mut an) {
+            let w = sharder.pick(&f.info, f.data);
+            let d = wire::decode(f.info.linktype, f.data).unwrap();
+            let Transport::Tcp(seg) = d.transport else { continue };
+            let (x, y) = ((d.src, seg.src_port), (d.dst, seg.dst_port));
+            let key = if x <= y { (x, y) } else { (y, x) };
+            if !by_conn.contains_key(&key) {
+                first_seen.push(w);
+            }
+            assert_eq!(*by_conn.entry(key).or_insert(w), w);
+        }
+        // Placed by load: the first connections (up to n; the capture opens them before
+        // any payload) each get a worker of their own, which a hash did only by chance.
+        let k = n.min(by_conn.len());
+        assert!(k >= 2, "{} connections", by_conn.len());
+        let mut firsts = first_seen[..k].to_vec();
+        firsts.sort();
+        assert_eq!(firsts, (0..k).collect::<Vec<_>>(), "first connections on {first_seen:?}");
     }
-    assert!(by_conn.len() >= 2 && workers_used.len() >= 2, "{} connections on {:?}", by_conn.len(), workers_used);
 }
 
+#[test]
+fn sharder_falls_back_to_the_hash_past_its_bound() {
+    let caps = captures();
+    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
+    let mut m = Merged::open(&[cap.to_string_lossy().into_owned()]).unwrap();
+    let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+    let mut sharder = Sharder::new(3);
+    // A full table: every connection not placed yet goes where its hash says, and stays.
+    for k in 0..SHARDER_CONNECTIONS as u64 {
+        sharder.assigned.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1 << 63, 0);
+    }
+    while let Some(f) = m.next_frame(&mut acct, &mut an) {
+        assert_eq!(sharder.pick(&f.info, f.data), shard(&f.info, f.data, 3));
+    }
+    assert_eq!(sharder.assigned.len(), SHARDER_CONNECTIONS);
+}
 
 #[test]
 fn workers_share_one_pipelines_bounds() {
