@@ -109,8 +109,10 @@ struct Half<C> {
     reasm: Reassembler,
     /// `None` once closed (or for an ignored flow).
     consumer: Option<C>,
-    /// (duplicate signature, capture time) of recent frames, oldest first.
-    recent: VecDeque<(u64, u64)>,
+    /// Capture times of recent frames, oldest first, and their duplicate signatures (apart,
+    /// so signatures are compared as one array).
+    recent: VecDeque<u64>,
+    recent_sigs: VecDeque<u64>,
     syn_seq: Option<u32>,
     seen_payload: bool,
     /// FIN or RST seen.
@@ -119,7 +121,7 @@ struct Half<C> {
 
 impl<C> Half<C> {
     fn new(cfg: ReassemblyConfig, consumer: Option<C>) -> Self {
-        Half { reasm: Reassembler::new(cfg), consumer, recent: VecDeque::new(), syn_seq: None, seen_payload: false, ended: false }
+        Half { reasm: Reassembler::new(cfg), consumer, recent: VecDeque::new(), recent_sigs: VecDeque::new(), syn_seq: None, seen_payload: false, ended: false }
     }
 
     /// Is this frame a mirror copy of a recent one? If not, remember it.
@@ -127,16 +129,27 @@ impl<C> Half<C> {
         if cfg.dup_window_entries == 0 {
             return false;
         }
-        while self.recent.front().is_some_and(|&(_, t)| t.saturating_add(cfg.dup_window_ns) < ts_ns) {
+        while self.recent.front().is_some_and(|&t| t.saturating_add(cfg.dup_window_ns) < ts_ns) {
             self.recent.pop_front();
+            self.recent_sigs.pop_front();
         }
-        if self.recent.iter().any(|&(s, t)| s == sig && t.abs_diff(ts_ns) <= cfg.dup_window_ns) {
-            return true;
+        // Signatures are compared branch-free, several per instruction, and times only on a
+        // match: an early-exit scan of (signature, time) pairs over 64 entries was 5% of a
+        // `--threads 2` run on MSS 1448 frames, where nearly every frame is new.
+        let (a, b) = self.recent_sigs.as_slices();
+        let seen = |found: bool, &s: &u64| found | (s == sig);
+        if a.iter().fold(false, seen) | b.iter().fold(false, seen) {
+            let w = cfg.dup_window_ns;
+            if self.recent_sigs.iter().zip(&self.recent).any(|(&s, &t)| s == sig && t.abs_diff(ts_ns) <= w) {
+                return true;
+            }
         }
         if self.recent.len() >= cfg.dup_window_entries {
             self.recent.pop_front();
+            self.recent_sigs.pop_front();
         }
-        self.recent.push_back((sig, ts_ns));
+        self.recent.push_back(ts_ns);
+        self.recent_sigs.push_back(sig);
         false
     }
 }
