@@ -126,9 +126,163 @@ impl DuplicatePayload {
     }
 }
 
+/// One send while its payload is open: the per-send fields of `SendEvidence`; what it shares
+/// with other sends of its connection and file is in `Contexts` (64 bytes instead of 248:
+/// on 4 KiB I/O, where every block is a send, one `SendEvidence` per send was most of the
+/// index's memory).
+#[derive(Clone, Copy)]
+struct StoredSend {
+    frames: [u64; 2],
+    /// `u64::MAX`: none.
+    header_frame: u64,
+    time_ns: u64,
+    offset: u64,
+    message_id: u64,
+    n: u64,
+    ctx: u32,
+    file: u16,
+    class: Option<Class>,
+    dup_kind: Option<SendDupKind>,
+}
+
+/// The fields of `SendEvidence` a connection's sends to one file share. Interned by content
+/// (not by the identity of its strings: a ledger's replay has a string per row, and the
+/// index's figures must not depend on where the sends came from).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct SendContext {
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: Option<u16>,
+    dst_port: Option<u16>,
+    community_id: Option<crate::community::CommunityId>,
+    src_node: Arc<str>,
+    dst_node: Arc<str>,
+    kind: SendKind,
+    session: u64,
+    tree: u32,
+    file_id: [u8; 16],
+    file_name: Option<Arc<str>>,
+    share: Option<Arc<str>>,
+    transport: Transport,
+    conn: u64,
+}
+
+/// Interned `SendContext`s with the number of stored sends using each.
+#[derive(Default)]
+struct Contexts {
+    ids: crate::fasthash::FastMap<SendContext, u32>,
+    slots: Vec<Option<(SendContext, u64)>>,
+    free: Vec<u32>,
+}
+
+impl Contexts {
+    fn intern(&mut self, c: SendContext) -> u32 {
+        if let Some(&id) = self.ids.get(&c) {
+            if let Some((_, refs)) = self.slots[id as usize].as_mut() {
+                *refs += 1;
+            }
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some((c.clone(), 1));
+                id
+            }
+            None => {
+                self.slots.push(Some((c.clone(), 1)));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.ids.insert(c, id);
+        id
+    }
+
+    fn get(&self, id: u32) -> &SendContext {
+        &self.slots[id as usize].as_ref().expect("a stored send's context is interned").0
+    }
+
+    fn release(&mut self, id: u32) {
+        let slot = &mut self.slots[id as usize];
+        let Some((c, refs)) = slot.as_mut() else { return };
+        *refs -= 1;
+        if *refs == 0 {
+            self.ids.remove(c);
+            *slot = None;
+            self.free.push(id);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+}
+
+fn split(ev: SendEvidence) -> (SendContext, StoredSend) {
+    let c = SendContext {
+        src: ev.src,
+        dst: ev.dst,
+        src_port: ev.src_port,
+        dst_port: ev.dst_port,
+        community_id: ev.community_id,
+        src_node: ev.src_node,
+        dst_node: ev.dst_node,
+        kind: ev.kind,
+        session: ev.session,
+        tree: ev.tree,
+        file_id: ev.file_id,
+        file_name: ev.file_name,
+        share: ev.share,
+        transport: ev.transport,
+        conn: ev.conn,
+    };
+    let s = StoredSend {
+        frames: ev.frames,
+        header_frame: ev.header_frame.unwrap_or(u64::MAX),
+        time_ns: ev.time_ns,
+        offset: ev.offset,
+        message_id: ev.message_id,
+        n: ev.n,
+        ctx: 0,
+        file: ev.file,
+        class: ev.class,
+        dup_kind: ev.dup_kind,
+    };
+    (c, s)
+}
+
+fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
+    SendEvidence {
+        file: s.file,
+        frames: s.frames,
+        header_frame: (s.header_frame != u64::MAX).then_some(s.header_frame),
+        time: s.time_ns as f64 / 1e9,
+        time_ns: s.time_ns,
+        src: c.src,
+        dst: c.dst,
+        src_port: c.src_port,
+        dst_port: c.dst_port,
+        community_id: c.community_id,
+        src_node: c.src_node.clone(),
+        dst_node: c.dst_node.clone(),
+        kind: c.kind,
+        session: c.session,
+        tree: c.tree,
+        file_id: c.file_id,
+        file_name: c.file_name.clone(),
+        share: c.share.clone(),
+        offset: s.offset,
+        transport: c.transport,
+        conn: c.conn,
+        message_id: s.message_id,
+        class: s.class,
+        dup_kind: s.dup_kind,
+        n: s.n,
+    }
+}
+
 struct Open {
     nontrivial_len: u64,
-    sends: Vec<SendEvidence>,
+    sends: Vec<StoredSend>,
     sends_total: u64,
     live: u64,
     /// Sends of it that left the window so far.
@@ -172,6 +326,7 @@ impl Ord for Ranked {
 pub struct Evidence {
     writer: Option<Box<dyn Write + Send>>,
     open: DigestMap<PayloadKey, Open>,
+    contexts: Contexts,
     stored_sends: usize,
     top_n: usize,
     /// Min-heap of the best `top_n` so far.
@@ -186,6 +341,7 @@ impl Evidence {
         Evidence {
             writer,
             open: Default::default(),
+            contexts: Contexts::default(),
             stored_sends: 0,
             top_n,
             top: BinaryHeap::new(),
@@ -219,13 +375,15 @@ impl Evidence {
             live: 0,
             folded: 0,
         });
-        let mut ev = ev;
-        ev.n = open.sends_total;
+        let n = open.sends_total;
         open.sends_total += 1;
         open.live += 1;
         if open.sends.len() < MAX_SENDS_PER_PAYLOAD {
             if self.stored_sends < MAX_STORED_SENDS {
-                open.sends.push(ev);
+                let (c, mut stored) = split(ev);
+                stored.n = n;
+                stored.ctx = self.contexts.intern(c);
+                open.sends.push(stored);
                 self.stored_sends += 1;
             } else {
                 anomalies.raise(Anomaly::EvidenceCap);
@@ -254,6 +412,14 @@ impl Evidence {
         }
         let open = self.open.remove(key).expect("present");
         self.stored_sends -= open.sends.len();
+        let sends: Vec<SendEvidence> = if open.sends_total < 2 {
+            Vec::new()
+        } else {
+            open.sends.iter().map(|s| join(self.contexts.get(s.ctx), s)).collect()
+        };
+        for s in &open.sends {
+            self.contexts.release(s.ctx);
+        }
         if open.sends_total < 2 {
             return;
         }
@@ -263,7 +429,7 @@ impl Evidence {
             size: key.1,
             sends_total: open.sends_total,
             duplicate_bytes: open.nontrivial_len.saturating_mul(open.sends_total - 1),
-            sends: open.sends,
+            sends,
         };
         if let Some(w) = self.writer.as_mut() {
             let ok = serde_json::to_writer(&mut *w, &dup).is_ok() && w.write_all(b"\n").is_ok();
@@ -312,6 +478,12 @@ impl Evidence {
         open.sort_by(|a, b| (b.0, b.1, b.2).cmp(&(a.0, a.1, a.2)));
         open.truncate(self.top_n);
         let first = |sends: &[SendEvidence]| sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)].to_vec();
+        let first_stored = |sends: &[StoredSend]| {
+            sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)]
+                .iter()
+                .map(|s| join(self.contexts.get(s.ctx), s))
+                .collect::<Vec<_>>()
+        };
         let mut out: Vec<Ranked> = self
             .top
             .iter()
@@ -324,7 +496,7 @@ impl Evidence {
                 size: key.1,
                 sends_total: o.sends_total,
                 duplicate_bytes: dup,
-                sends: first(&o.sends),
+                sends: first_stored(&o.sends),
             }));
         }
         out.sort_by(|a, b| b.cmp(a));
@@ -335,6 +507,15 @@ impl Evidence {
     /// Payloads with a send in the window, and send entries held for them.
     pub fn open_counts(&self) -> (usize, usize) {
         (self.open.len(), self.stored_sends)
+    }
+
+    /// Bytes of the send entries held for open payloads and of their shared contexts (the
+    /// contexts' table as hashbrown sizes it: 8/7 buckets per entry, a control byte each).
+    pub fn stored_bytes(&self) -> u64 {
+        let contexts = self.contexts.len() as u64;
+        (self.stored_sends * std::mem::size_of::<StoredSend>()) as u64
+            + contexts * std::mem::size_of::<Option<(SendContext, u64)>>() as u64
+            + contexts * 8 / 7 * (std::mem::size_of::<(SendContext, u32)>() as u64 + 1)
     }
 
     /// The top list, most duplicate bytes first. Call after every send has left.
@@ -378,4 +559,73 @@ pub fn hex(bytes: &[u8]) -> String {
 
 fn hex_bytes<S: Serializer, const N: usize>(v: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_send_is_a_quarter_of_its_evidence() {
+        assert!(std::mem::size_of::<StoredSend>() <= 64, "{}", std::mem::size_of::<StoredSend>());
+        assert!(std::mem::size_of::<SendEvidence>() >= 4 * std::mem::size_of::<StoredSend>() - 16);
+    }
+
+    fn send(conn: u64, message_id: u64, file_name: &Arc<str>, node: &Arc<str>) -> SendEvidence {
+        SendEvidence {
+            file: 1,
+            frames: [message_id * 3 + 1, message_id * 3 + 2],
+            header_frame: (message_id % 2 == 0).then_some(message_id * 3),
+            time: message_id as f64 / 1e9,
+            time_ns: message_id,
+            src: "198.18.0.1".parse().unwrap(),
+            dst: "198.18.0.2".parse().unwrap(),
+            src_port: Some(49152),
+            dst_port: Some(445),
+            community_id: None,
+            src_node: node.clone(),
+            dst_node: node.clone(),
+            kind: SendKind::Write,
+            session: 7,
+            tree: 1,
+            file_id: [3; 16],
+            file_name: Some(file_name.clone()),
+            share: None,
+            offset: message_id * 4096,
+            transport: Transport::Tcp,
+            conn,
+            message_id,
+            class: None,
+            dup_kind: None,
+            n: 0,
+        }
+    }
+
+    #[test]
+    fn sends_share_their_context_and_come_back_whole() {
+        let mut ev = Evidence::new(None, 10);
+        let mut an = Anomalies::default();
+        let (name, node): (Arc<str>, Arc<str>) = ("a.vhdx".into(), "n1".into());
+        // Payload 1 sent twice (message 1 and 2), payload 2 once, on two connections.
+        let sends = [(1, 1, ([1; 32], 4096)), (2, 2, ([1; 32], 4096)), (1, 3, ([2; 32], 4096))];
+        for &(conn, m, key) in &sends {
+            ev.on_send(key, 4096, send(conn, m, &name, &node), &mut an);
+        }
+        assert_eq!(ev.contexts.len(), 2, "one context per connection");
+        assert_eq!(ev.open_counts(), (2, 3));
+        for &(_, _, key) in &sends {
+            ev.on_leave(&key, (Class::Client, SendDupKind::PerCopy), &mut an);
+        }
+        assert_eq!(ev.contexts.len(), 0, "released with the payloads");
+        assert_eq!(ev.contexts.free.len(), 2);
+        let top = ev.finish(&mut an);
+        assert_eq!(top.len(), 1);
+        let got = serde_json::to_value(&top[0].sends).unwrap();
+        let mut want = vec![send(1, 1, &name, &node), send(2, 2, &name, &node)];
+        for w in &mut want {
+            w.class = Some(Class::Client);
+            w.dup_kind = Some(SendDupKind::PerCopy);
+        }
+        assert_eq!(got, serde_json::to_value(&want).unwrap());
+    }
 }

@@ -866,7 +866,7 @@ impl Dedupe {
         fn table(len: usize, entry: usize) -> u64 {
             (len as u64 * 8 / 7) * (entry as u64 + 1)
         }
-        let (open_payloads, stored_sends) = self.evidence.open_counts();
+        let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
             + table(self.messages.len(), std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
@@ -874,7 +874,7 @@ impl Dedupe {
             + table(self.global_blocks.len(), 4)
             + table(self.inbound.len(), 4)
             + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
-            + (stored_sends * std::mem::size_of::<SendEvidence>()) as u64
+            + self.evidence.stored_bytes()
     }
 
     /// Memory held by the window, from the structures' capacities (not their lengths): the
@@ -891,7 +891,7 @@ impl Dedupe {
             0 => 0,
             n => ((n * 8 / 7).max(4)).next_power_of_two() * 7 / 8,
         };
-        let (open_payloads, stored_sends) = self.evidence.open_counts();
+        let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
             + table(messages_cap, std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
@@ -899,7 +899,7 @@ impl Dedupe {
             + table(self.global_blocks.capacity(), 4)
             + table(self.inbound.capacity(), 4)
             + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
-            + (stored_sends * std::mem::size_of::<SendEvidence>()) as u64
+            + self.evidence.stored_bytes()
     }
 }
 
