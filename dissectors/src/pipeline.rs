@@ -532,7 +532,7 @@ impl<D: PayloadSink> Pipeline<D> {
                     decoded.src,
                     decoded.dst,
                     &seg,
-                    decoded.dup_signature,
+                    decoded.dup_signature(),
                     &ctx,
                     &mut self.shared,
                     &mut make,

@@ -289,7 +289,7 @@ fn sends_through_stages(frames: &[Vec<u8>]) -> (Vec<Key>, Tap) {
         for (i, f) in frames.iter().enumerate() {
             let d = wire::decode(linktype::ETHERNET, f).expect("synthetic frame decodes");
             let Transport::Tcp(seg) = d.transport else { panic!("not TCP") };
-            table.segment(d.src, d.dst, &seg, d.dup_signature, &ctx_of(i), &mut shared, &mut |_, from, to| {
+            table.segment(d.src, d.dst, &seg, d.dup_signature(), &ctx_of(i), &mut shared, &mut |_, from, to| {
                 assert_eq!(to.1, 445, "the first segment seen goes to the server");
                 Some((Smb2Stream::new(1, true, from, to), Smb2Stream::new(1, false, to, from)))
             });

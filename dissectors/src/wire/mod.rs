@@ -94,10 +94,9 @@ pub struct Decoded<'a> {
     /// Bytes of the frame that are link/IP/transport headers (and link trailer/padding):
     /// `header_bytes + transport payload captured bytes == frame captured bytes`.
     pub header_bytes: usize,
-    /// Fingerprint of the IP and transport headers (excluding TTL/hop limit and the IP
-    /// checksum) and payload length: two frames with the same signature in the same flow
-    /// within a short time are one frame seen twice by a mirror port.
-    pub dup_signature: u64,
+    /// What `dup_signature` hashes, kept so only the callers that need it pay for it (the
+    /// `--threads` reader decodes every frame only to find its connection).
+    sig: SigParts<'a>,
     /// Something odd but decodable (fragment, TSO zero length...): a stable anomaly name the
     /// caller should raise once for this frame.
     pub anomaly: Option<Anomaly>,
@@ -173,7 +172,7 @@ fn link(lt: u32, data: &[u8]) -> Result<(Network, usize), DecodeError> {
 /// 64x64->128-bit multiply (the mixing step of wyhash/foldhash), about ten times fewer
 /// dependent multiplies than byte-wise FNV-1a. Not seeded: signatures only need to be stable
 /// within one run.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Fnv(u64);
 
 const FP_K0: u64 = 0xa076_1d64_78bd_642f;
@@ -205,6 +204,40 @@ impl Fnv {
     }
     fn finish(self) -> u64 {
         fold_mul(self.0, FP_K0)
+    }
+}
+
+/// The parts of a duplicate signature (see `signature`).
+#[derive(Debug, Clone, Copy)]
+struct SigParts<'a> {
+    net: Fnv,
+    header: SigHeader<'a>,
+    declared: u32,
+    payload: &'a [u8],
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SigHeader<'a> {
+    Bytes(&'a [u8]),
+    Protocol(u8),
+}
+
+impl<'a> SigParts<'a> {
+    fn new(net: Fnv, header: SigHeader<'a>, declared: u32, payload: &'a [u8]) -> Self {
+        SigParts { net, header, declared, payload }
+    }
+}
+
+impl Decoded<'_> {
+    /// Fingerprint of the IP and transport headers (excluding TTL/hop limit and the IP
+    /// checksum) and payload length: two frames with the same signature in the same flow
+    /// within a short time are one frame seen twice by a mirror port.
+    pub fn dup_signature(&self) -> u64 {
+        let p = &self.sig;
+        match p.header {
+            SigHeader::Bytes(h) => signature(p.net, h, p.declared, p.payload),
+            SigHeader::Protocol(proto) => signature(p.net, &[proto], p.declared, p.payload),
+        }
     }
 }
 
@@ -314,7 +347,7 @@ fn ipv6_layer(data: &[u8]) -> Result<NetLayer<'_>, DecodeError> {
 /// IP length). For `RoceV1(d)`, `header_bytes + d.len() == data.len()`. For `Other`,
 /// `header_bytes == data.len()`. Non-IP frames decode to `Other` with unspecified
 /// (0.0.0.0) addresses.
-pub fn decode(linktype: u32, data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
+pub fn decode<'a>(linktype: u32, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {
     match linktype {
         linktype::ERF => return decode_erf(data),
         linktype::INFINIBAND => return decode_infiniband(data),
@@ -334,17 +367,17 @@ pub fn decode(linktype: u32, data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 dst: unspecified,
                 transport: Transport::Other,
                 header_bytes: data.len(),
-                dup_signature: signature(hash, &[], rest.len() as u32, rest),
+                sig: SigParts::new(hash, SigHeader::Bytes(&[]), rest.len() as u32, rest),
                 anomaly: None,
             });
         }
     };
-    let other = |layer: &NetLayer<'_>| Decoded {
+    let other = |layer: &NetLayer<'a>| Decoded {
         src: layer.src,
         dst: layer.dst,
         transport: Transport::Other,
         header_bytes: data.len(),
-        dup_signature: signature(layer.hash, &[layer.protocol], layer.declared as u32, layer.payload),
+        sig: SigParts::new(layer.hash, SigHeader::Protocol(layer.protocol), layer.declared as u32, layer.payload),
         anomaly: layer.anomaly,
     };
     if layer.later_fragment {
@@ -394,7 +427,7 @@ pub fn decode(linktype: u32, data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         dst: layer.dst,
         transport,
         header_bytes: data.len() - payload.len(),
-        dup_signature: signature(layer.hash, header, declared, payload),
+        sig: SigParts::new(layer.hash, SigHeader::Bytes(header), declared, payload),
         anomaly: layer.anomaly,
     })
 }
@@ -422,7 +455,7 @@ fn decode_roce_v1(data: &[u8], off: usize) -> Result<Decoded<'_>, DecodeError> {
         dst: IpAddr::V6(grh.dst_addr()),
         transport: Transport::RoceV1(roce),
         header_bytes: data.len() - roce.len(),
-        dup_signature: signature(hash, &[], u32::from(grh.payload_len()), after),
+        sig: SigParts::new(hash, SigHeader::Bytes(&[]), u32::from(grh.payload_len()), after),
         anomaly: None,
     })
 }
@@ -446,7 +479,7 @@ fn decode_erf(data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 dst: unspecified,
                 transport: Transport::Other,
                 header_bytes: data.len(),
-                dup_signature: signature(hash, &[], rec.packet.len() as u32, rec.packet),
+                sig: SigParts::new(hash, SigHeader::Bytes(&[]), rec.packet.len() as u32, rec.packet),
                 anomaly: (t != erf::rtype::PAD).then_some(Anomaly::ErfUnsupportedRecordType),
             });
         }
@@ -475,7 +508,7 @@ fn decode_infiniband(data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         dst: s.dst,
         transport,
         header_bytes: data.len() - s.transport.len(),
-        dup_signature: signature(hash, &[], s.transport.len() as u32, s.transport),
+        sig: SigParts::new(hash, SigHeader::Bytes(&[]), s.transport.len() as u32, s.transport),
         anomaly: None,
     })
 }
@@ -647,7 +680,7 @@ mod tests {
             assert_eq!(tcp_of(&d).payload, b"hello");
             assert_eq!(d.header_bytes, f.len() - 5);
             // The tag is link layer: same signature as the untagged copy.
-            assert_eq!(d.dup_signature, decode(linktype::ETHERNET, &plain).unwrap().dup_signature);
+            assert_eq!(d.dup_signature(), decode(linktype::ETHERNET, &plain).unwrap().dup_signature());
         }
     }
 
@@ -694,7 +727,7 @@ mod tests {
             let d = decode(lt, frame).unwrap_or_else(|e| panic!("linktype {lt}: {e:?}"));
             assert_eq!(tcp_of(&d).payload, b"data", "linktype {lt}");
             assert_eq!(d.header_bytes, hdr + 40, "linktype {lt}");
-            assert_eq!((d.src, d.dst, d.dup_signature), (want.src, want.dst, want.dup_signature), "linktype {lt}");
+            assert_eq!((d.src, d.dst, d.dup_signature()), (want.src, want.dst, want.dup_signature()), "linktype {lt}");
         };
         check(linktype::RAW, ip, 0);
         check(linktype::IPV4, ip, 0);
@@ -868,7 +901,7 @@ mod tests {
 
     #[test]
     fn dup_signature_ignores_hop_fields_only() {
-        let sig = |f: &[u8]| decode(linktype::ETHERNET, f).unwrap().dup_signature;
+        let sig = |f: &[u8]| decode(linktype::ETHERNET, f).unwrap().dup_signature();
         let payload: Vec<u8> = (0..200u8).collect();
         let base = eth_ipv4_tcp([None, None], 100, 64, &payload);
         assert_eq!(sig(&base), sig(&base.clone()));
@@ -895,7 +928,7 @@ mod tests {
         let a = ipv6_udp(b"abc", &[], ipv4::protocol::UDP);
         let mut b = a.clone();
         b[7] = 3;
-        assert_eq!(decode(linktype::IPV6, &a).unwrap().dup_signature, decode(linktype::IPV6, &b).unwrap().dup_signature);
+        assert_eq!(decode(linktype::IPV6, &a).unwrap().dup_signature(), decode(linktype::IPV6, &b).unwrap().dup_signature());
     }
 
     #[test]
