@@ -161,7 +161,7 @@ def analyze_dask(
         _close(client, cluster)
         client = cluster = None
 
-        mine = str(core.version())
+        mine = _engine(core)
         for d in done:
             if d.get("engine") != mine:
                 raise UserError(f"worker {d['worker']} runs engine {d.get('engine')}, this machine {mine}: "
@@ -249,7 +249,7 @@ def run_shard(files: list[str], config_json: str, shard: int, shards: int, part_
     stats = json.loads(text)
     total = int(stats.get("input_bytes", 0))
     worker.log_event(topic, {"shard": shard, "worker": addr, "done": total, "total": total})
-    return {"stats": stats, "worker": addr, "seconds": seconds, "engine": str(core.version())}
+    return {"stats": stats, "worker": addr, "seconds": seconds, "engine": _engine(core)}
 
 
 class _Cancelled(Exception):
@@ -257,6 +257,11 @@ class _Cancelled(Exception):
 
 
 # --- the client side --------------------------------------------------------------------------
+
+
+def _engine(core: Any) -> str:
+    """The engine's version and build fingerprint: workers must run the same build."""
+    return f"{core.version()}+{core.build_id()}"
 
 
 def _import_distributed() -> Any:

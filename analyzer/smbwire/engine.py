@@ -39,11 +39,13 @@ def load_core() -> ModuleType:
 
 
 def engine_version() -> str | None:
-    """The engine's version, or None when `_core` is not built."""
+    """The engine's version (with its build fingerprint), or None when `_core` is not built."""
     try:
-        return str(load_core().version())
+        core = load_core()
     except EngineUnavailable:
         return None
+    build = getattr(core, "build_id", None)
+    return f"{core.version()} (build {build()})" if build is not None else str(core.version())
 
 
 def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:

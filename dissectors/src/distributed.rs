@@ -198,6 +198,7 @@ pub fn analyze_shard(
     run.stats.input_bytes = inputs.iter().map(|i| i.compressed_bytes.unwrap_or(i.size_bytes)).sum();
     let meta = json!({
         "format": PART_FORMAT,
+        "engine": crate::report::ENGINE_BUILD,
         "shard": shard,
         "shards": shards,
         "tag": tag,
@@ -216,6 +217,8 @@ pub fn analyze_shard(
 
 /// A part's metadata read back.
 struct PartMeta {
+    /// `report::ENGINE_BUILD` of the task that wrote it.
+    engine: String,
     shard: usize,
     shards: usize,
     tag: String,
@@ -312,6 +315,7 @@ fn meta_of(path: &str, run: &str) -> Result<PartMeta, AnalyzeError> {
     let v: Value = serde_json::from_str(run)
         .map_err(|e| AnalyzeError::Ledger(format!("{path}: ledger part metadata is not JSON: {e}")))?;
     Ok(PartMeta {
+        engine: de(path, &v, "engine")?,
         shard: de(path, &v, "shard")?,
         shards: de(path, &v, "shards")?,
         tag: de(path, &v, "tag")?,
@@ -381,6 +385,14 @@ pub fn merge_parts(
     let n = opened.len();
     for (i, (m, s)) in opened.iter().enumerate() {
         let first = &opened[0].0;
+        if m.engine != crate::report::ENGINE_BUILD {
+            return Err(AnalyzeError::Ledger(format!(
+                "{}: written by engine build {}, this is build {}: install the same smbwire on every worker",
+                s.path,
+                m.engine,
+                crate::report::ENGINE_BUILD
+            )));
+        }
         if m.shards != n || m.shard != i {
             return Err(AnalyzeError::Ledger(format!(
                 "{}: part of shard {} of {}, but {n} parts given (every shard's part, once each, is needed)",

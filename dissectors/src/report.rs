@@ -11,6 +11,10 @@ use std::collections::BTreeMap;
 
 pub const SCHEMA: &str = "smbwire/1";
 
+/// Fingerprint of the engine's sources (build.rs): `--dask` refuses workers and ledger parts
+/// of another build.
+pub const ENGINE_BUILD: &str = env!("SMBWIRE_BUILD_ID");
+
 #[derive(Debug, Clone, Serialize)]
 pub struct InputFile {
     pub path: String,

@@ -240,6 +240,12 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// Fingerprint of the engine's sources (16 hex digits; `report::ENGINE_BUILD`).
+#[pyfunction]
+fn build_id() -> &'static str {
+    smbwire_dissectors::report::ENGINE_BUILD
+}
+
 /// A live capture session (`smbwire live`): the capture and analysis run on an engine
 /// thread; Python polls snapshots and stops it. Options (JSON, every key optional):
 /// `{"tcp_ports": [445, 5445], "snaplen": N, "promisc": true, "require_ebpf": false,
@@ -413,6 +419,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synth, m)?)?;
     m.add_function(wrap_pyfunction!(synth_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(load_topology, m)?)?;
     m.add_function(wrap_pyfunction!(parse_topology, m)?)?;
     m.add_function(wrap_pyfunction!(check_topology, m)?)?;

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -324,6 +325,19 @@ def test_a_file_the_workers_cannot_read_is_one_line_naming_the_worker(tmp_path, 
     msg = str(e.value)
     assert msg.startswith("worker tcp://127.0.0.1:") and str(gone) in msg and "\n" not in msg
     assert [p.name for p in tmp_path.iterdir()] == []  # the run directory is removed
+
+
+def test_workers_of_another_engine_build_are_refused_in_one_line(tmp_path, scheduler, monkeypatch):
+    """The package version is the same on every build: the engine's source fingerprint tells
+    builds apart. Here this process claims another build than the worker processes run."""
+    real = cluster._engine(_core)
+    assert re.fullmatch(r"\d+\.\d+\.\d+\+[0-9a-f]{16}", real), real
+    monkeypatch.setattr(cluster, "_engine", lambda core: "0.1.0+0000000000000000")
+    with pytest.raises(cluster.UserError) as e:
+        cluster.analyze_dask([CAPTURES / "mirror2-1MiB.pcap"], address=scheduler["address"], work_dir=tmp_path)
+    msg = str(e.value)
+    assert msg.startswith("worker tcp://127.0.0.1:") and f"runs engine {real}" in msg and "\n" not in msg
+    assert "this machine 0.1.0+0000000000000000" in msg
 
 
 @pytest.mark.parametrize("args,needles", [

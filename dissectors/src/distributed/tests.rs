@@ -201,3 +201,23 @@ fn the_merge_orders_closes_of_several_parts_by_mark() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A part written by another build of the engine is refused in one line, even when every
+/// other field matches (the package version is the same on every build).
+#[test]
+fn the_merge_refuses_parts_of_another_engine_build() {
+    let dir = tmp("build");
+    let cap = strings(&captures()[..1]);
+    let real = shard_all(&cap, &Config::default(), 2, &dir);
+    let merge = |p: &[String]| merge_parts(p, &Config::default(), None, &mut |_, _| true);
+    assert!(merge(&real).is_ok());
+    let mut meta: Value = serde_json::from_str(&LedgerReader::open_part(&real[1]).unwrap().run).unwrap();
+    assert_eq!(meta["engine"], crate::report::ENGINE_BUILD);
+    assert_eq!(crate::report::ENGINE_BUILD.len(), 16);
+    meta["engine"] = "0123456789abcdef".into();
+    let p = dir.join("other-build.parquet").to_string_lossy().into_owned();
+    LedgerWriter::create_part(&p).unwrap().close(&meta.to_string()).unwrap();
+    let e = merge(&[real[0].clone(), p]).err().expect("refused").to_string();
+    assert!(e.contains("engine build 0123456789abcdef") && e.contains(crate::report::ENGINE_BUILD), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
