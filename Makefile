@@ -11,7 +11,7 @@ APT_PACKAGES := python3-venv tshark samba smbclient tcpdump iproute2 libcap2-bin
 DEMO_CAPTURE ?= captures/redirect4-1MiB.pcap
 DEMO_TOPOLOGY ?= captures/s2d-two-node.toml
 
-.PHONY: setup apt venv build demo test test-rust test-python fuzz fuzz-smoke fuzz-long fuzz-long-table bench bench-live clean
+.PHONY: setup apt venv build demo test test-rust test-python fuzz fuzz-smoke fuzz-long fuzz-long-table fuzz-overflow bench bench-live clean
 
 setup: apt build
 
@@ -88,6 +88,13 @@ fuzz-long:
 	  FUZZ_SESSION_RUNS=$(FUZZ_SESSION_RUNS) FUZZ_LONG_DIR=$(FUZZ_LONG_DIR) \
 	  FUZZ_TARGETS="$(if $(filter address,$(FUZZ_SANITIZER)),$(FUZZ_ASAN_TARGETS),$(FUZZ_LONG_ORDER))" \
 	  bash fuzz/long.sh
+
+# Every target with debug assertions and overflow checks: its corpora replayed, then
+# FUZZ_SECONDS of fuzzing each (fuzz/overflow.sh; builds in FUZZ_LONG_DIR).
+fuzz-overflow:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
+	bash fuzz/overflow.sh $(FUZZ_SECONDS) $(FUZZ_LONG_DIR)
 
 # The README table from the long run's results file.
 fuzz-long-table:
