@@ -11,9 +11,11 @@ the first's frames, connections cut by file boundaries, RDMA and TCP together.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -158,11 +160,11 @@ def stop(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-@pytest.fixture(scope="module")
-def scheduler(tmp_path_factory):
-    """`dask scheduler` and two `dask worker` processes (one thread each) on 127.0.0.1; yields
-    the scheduler's address and the worker processes."""
-    logs = tmp_path_factory.mktemp("dask-logs")
+@contextlib.contextmanager
+def dask_cluster(logs: Path, workers: int = 2):
+    """`dask scheduler` and `workers` `dask worker` processes (one thread each, each under its
+    nanny, which starts it again if it dies) on 127.0.0.1; yields the scheduler's address and
+    the worker processes. Ends them by PID."""
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []
@@ -171,22 +173,43 @@ def scheduler(tmp_path_factory):
         procs.append(subprocess.Popen(
             DASK + ["scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", f"127.0.0.1:{free_port()}"],
             stdout=subprocess.DEVNULL, stderr=open(logs / "scheduler.log", "wb"), env=env))
-        workers = []
-        for i in range(2):
+        started = []
+        for i in range(workers):
             w = subprocess.Popen(
                 DASK + ["worker", address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
                         "--no-dashboard", "--name", f"w{i}", "--death-timeout", "60"],
                 stdout=subprocess.DEVNULL, stderr=open(logs / f"worker{i}.log", "wb"), env=env)
             procs.append(w)
-            workers.append(w)
+            started.append(w)
         from distributed import Client
 
         with Client(address, timeout=30) as c:
-            c.wait_for_workers(2, timeout=60)
-            assert sum(c.nthreads().values()) == 2
-        yield {"address": address, "workers": workers, "logs": logs}
+            c.wait_for_workers(workers, timeout=60)
+            assert sum(c.nthreads().values()) == workers
+        yield {"address": address, "workers": started, "logs": logs}
     finally:
         stop(procs[::-1])
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """A cluster of two one-thread workers for the module's tests."""
+    with dask_cluster(tmp_path_factory.mktemp("dask-logs")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def long_input(tmp_path_factory) -> Path:
+    """A capture whose shard tasks run for seconds: 8 channels of 1 MiB writes, MSS 1448."""
+    tmp = tmp_path_factory.mktemp("dask-long")
+    path = tmp / "long.pcap"
+    _core.synth(json.dumps({"seed": 5, "scenario": "nested4", "bytes": 384 * MiB, "channels": 8, "mss": 1448}), str(path))
+    return path
+
+
+def shard_tasks(client) -> dict[str, list[str]]:
+    """The smbwire shard tasks each worker is running now."""
+    return {w: [k for k in keys if "smbwire-shard-" in str(k)] for w, keys in client.processing().items()}
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -363,6 +386,80 @@ def test_standard_input_is_refused(tmp_path):
 def test_without_dask_the_cli_does_not_import_it():
     code = "import sys; import smbwire.cli; assert 'distributed' not in sys.modules and 'dask' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ctrl_c_stops_the_run_and_the_tasks_and_removes_the_run_directory(tmp_path, scheduler, long_input):
+    """SIGINT while shard tasks run: exit 130 with one line, the tasks stop on the cluster (the
+    run's cancel flag, looked at every second by each task), the run directory is gone."""
+    from distributed import Client
+
+    work = tmp_path / "work"
+    work.mkdir()
+    err = tmp_path / "err.txt"
+    p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(long_input), "--dask", scheduler["address"],
+                          "--work-dir", str(work), "--threads", "4", "-q", "--json", str(tmp_path / "out.json")],
+                         stdout=subprocess.DEVNULL, stderr=open(err, "wb"))
+    try:
+        with Client(scheduler["address"], timeout=30) as c:
+            deadline = time.monotonic() + 60
+            while not any(shard_tasks(c).values()):
+                assert p.poll() is None and time.monotonic() < deadline, err.read_text()
+                time.sleep(0.05)
+            p.send_signal(signal.SIGINT)
+            assert p.wait(timeout=30) == 130
+            deadline = time.monotonic() + 20
+            while any(shard_tasks(c).values()):
+                assert time.monotonic() < deadline, f"tasks still running: {shard_tasks(c)}"
+                time.sleep(0.1)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = err.read_text().strip().splitlines()
+    assert lines == ["smbwire: error: interrupted"] and "Traceback" not in err.read_text(), lines
+    assert list(work.iterdir()) == []
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_worker_killed_while_running_a_task_is_replaced_and_the_result_is_exact(tmp_path_factory, long_input):
+    """SIGKILL to a worker process in the middle of a shard task: its nanny starts it again,
+    the scheduler runs the task again, and the result is the one-process result."""
+    import psutil
+    from distributed import Client
+
+    tmp = tmp_path_factory.mktemp("dask-kill")
+    one = tmp / "one.json"
+    run("analyze", long_input, "--threads", "1", "-q", "--json", one)
+    with dask_cluster(tmp) as cl, Client(cl["address"], timeout=30) as c:
+        pids = c.run(os.getpid)  # worker address -> the worker process (the nanny's child)
+        out = tmp / "dask.json"
+        p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(long_input), "--dask", cl["address"],
+                              "--work-dir", str(tmp), "--threads", "4", "-q", "--json", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=open(tmp / "err.txt", "wb"))
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                busy = [w for w, keys in shard_tasks(c).items() if keys]
+                if busy:
+                    break
+                assert p.poll() is None and time.monotonic() < deadline, (tmp / "err.txt").read_text()
+                time.sleep(0.02)
+            victim = pids[busy[0]]
+            assert psutil.Process(victim).parent().pid in [w.pid for w in cl["workers"]]  # under a nanny we started
+            os.kill(victim, signal.SIGKILL)
+            assert p.wait(timeout=300) == 0, (tmp / "err.txt").read_text()
+            # The scheduler saw the worker go while the run went on.
+            assert f"Remove worker addr: {busy[0]} " in (tmp / "scheduler.log").read_text()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        # The worker came back (its nanny started it again) under a new process.
+        c.wait_for_workers(2, timeout=60)
+        assert victim not in c.run(os.getpid).values()
+    a, b = json.loads(one.read_text()), json.loads(out.read_text())
+    a.pop("analysis"), b.pop("analysis")
+    assert a == b
 
 
 def test_a_worker_that_died_on_every_try_is_one_line_naming_the_shard():
