@@ -130,6 +130,12 @@ fn sniff_and_open(mut src: source::Source, path: &str, file_index: u16) -> Resul
     Err(CaptureError::NotACapture { path: path.to_string() })
 }
 
+/// How far past the next record the readers ask for the cache line there: with `--threads`
+/// the reader touches only the record headers of wire-size frames (1.5 KB apart), and one
+/// record ahead leaves no time for the load (`advance` fell from about 5.6% to 3.5% of a
+/// `--threads 2` run's samples on MSS 1448).
+pub(crate) const PREFETCH_AHEAD: usize = 6144;
+
 /// Hints the CPU to load `bytes`' first and last cache lines (no effect where unsupported).
 #[inline]
 pub(crate) fn prefetch(bytes: &[u8]) {

@@ -264,6 +264,10 @@ impl FrameReader for PcapngReader {
             if let Some(next) = self.src.peek().get(total..total + 128) {
                 super::prefetch(next);
             }
+            // And further on, as the pcap reader does (`capture::PREFETCH_AHEAD`).
+            if let Some(ahead) = self.src.peek().get(total + super::PREFETCH_AHEAD..total + super::PREFETCH_AHEAD + 1) {
+                super::prefetch(ahead);
+            }
             let b = &self.src.peek()[..total];
             if self.u32_at(b, total - 4) as usize != total {
                 an.raise(Anomaly::PcapngBlockLengthMismatch);
