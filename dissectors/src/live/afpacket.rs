@@ -236,7 +236,7 @@ impl AfPacketSource {
             next_number: 1,
             retag_buf: Vec::with_capacity(super::MAX_SNAPLEN as usize + 4),
             flows: FlowTable::default(),
-            stats: LiveStats::default(),
+            stats: LiveStats { queues: 1, ..LiveStats::default() },
             kernel_drops: Cell::new(0),
             if_drops: super::sys::IfDrops::new(iface, ifindex),
         })

@@ -529,6 +529,9 @@ impl LiveSource for EbpfSource {
             copy_errors: t[5] + self.consumer.bad_records,
             frames_matched: t[6],
             packets_delivered: self.consumer.delivered,
+            queues: 1,
+            shed_frames: 0,
+            shed_bytes: 0,
             flow_count: top.count,
             flows: top.into_vec(),
         }

@@ -33,6 +33,38 @@ pub struct FlowKey {
 const _: () = assert!(std::mem::size_of::<FlowKey>() == 40);
 
 impl FlowKey {
+    /// The connection this flow direction belongs to, the same key for both directions
+    /// (`connection_key()` in bpf/smbwire.c computes the same): TCP, the two (address, port)
+    /// ends in order, lower first; RoCEv2 (UDP to 4791) and RoCEv1, the two addresses in
+    /// order with no ports (every queue pair between two ports is one unit, as the
+    /// analysis shards them). What the session sheds as a whole.
+    pub fn connection(&self) -> FlowKey {
+        let mut k = *self;
+        k._pad = 0;
+        let rdma = self.family == family::ROCEV1 || self.proto == 17;
+        if rdma {
+            k.sport = 0;
+            k.dport = 0;
+        }
+        if (k.daddr, k.dport) < (k.saddr, k.sport) {
+            std::mem::swap(&mut k.saddr, &mut k.daddr);
+            std::mem::swap(&mut k.sport, &mut k.dport);
+        }
+        k
+    }
+
+    /// The kernel's key bytes (`from_bytes` reads them back).
+    pub fn to_bytes(&self) -> [u8; 40] {
+        let mut b = [0u8; 40];
+        b[0..16].copy_from_slice(&self.saddr);
+        b[16..32].copy_from_slice(&self.daddr);
+        b[32..34].copy_from_slice(&self.sport.to_ne_bytes());
+        b[34..36].copy_from_slice(&self.dport.to_ne_bytes());
+        b[36] = self.proto;
+        b[37] = self.family;
+        b
+    }
+
     /// Reads the kernel's key bytes (host-order ports).
     pub fn from_bytes(b: &[u8]) -> Option<FlowKey> {
         if b.len() != 40 {
@@ -229,6 +261,31 @@ mod tests {
         let k = FlowKey::from_bytes(&b).unwrap();
         assert_eq!(k.to_string(), "198.18.0.1:50000 > 198.18.0.2:445 tcp");
         assert!(FlowKey::from_bytes(&b[..39]).is_none());
+        assert_eq!(k.to_bytes(), b);
+    }
+
+    #[test]
+    fn both_directions_of_a_connection_have_one_key() {
+        let mut a = FlowKey { proto: 6, family: family::IPV4, sport: 50000, dport: 445, ..Default::default() };
+        a.saddr[..4].copy_from_slice(&[198, 18, 0, 9]);
+        a.daddr[..4].copy_from_slice(&[198, 18, 0, 2]);
+        let b = FlowKey { saddr: a.daddr, daddr: a.saddr, sport: a.dport, dport: a.sport, ..a };
+        assert_eq!(a.connection(), b.connection());
+        assert_eq!(a.connection().saddr[3], 2, "lower address first");
+        assert_eq!(a.connection().sport, 445);
+        // Same addresses, another client port: another connection.
+        let c = FlowKey { sport: 50001, ..a };
+        assert_ne!(c.connection(), a.connection());
+        // Equal addresses (loopback): the ports order the ends.
+        let l = FlowKey { daddr: a.saddr, ..a };
+        let r = FlowKey { sport: l.dport, dport: l.sport, ..l };
+        assert_eq!(l.connection(), r.connection());
+        assert_eq!(l.connection().sport, 445);
+        // RoCEv2: every queue pair between two addresses is one unit, ports left out.
+        let q1 = FlowKey { proto: 17, sport: 49152, dport: 4791, ..a };
+        let q2 = FlowKey { saddr: a.daddr, daddr: a.saddr, proto: 17, sport: 61000, dport: 4791, ..a };
+        assert_eq!(q1.connection(), q2.connection());
+        assert_eq!((q1.connection().sport, q1.connection().dport), (0, 0));
     }
 
     #[test]

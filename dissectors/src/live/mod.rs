@@ -213,7 +213,15 @@ pub struct LiveOptions {
     pub hook: HookChoice,
     /// XDP: drop storage frames after counting and copying them (`--xdp-drop`).
     pub xdp_drop: bool,
+    /// Capture queues (`--queues`): eBPF ring buffers, or AF_PACKET sockets of one fanout
+    /// group, each taking whole connections (a symmetric hash of the connection). Frames are
+    /// read from all of them in capture time order (`pick_queue`). At least 1, at most
+    /// `MAX_QUEUES`; `ring_bytes` and the AF_PACKET blocks are per queue.
+    pub queues: u32,
 }
+
+/// Most capture queues (`SMBWIRE_MAX_RINGS` in bpf/smbwire.h).
+pub const MAX_QUEUES: u32 = 16;
 
 impl Default for LiveOptions {
     fn default() -> Self {
@@ -229,6 +237,7 @@ impl Default for LiveOptions {
             force_af_packet: false,
             hook: HookChoice::Auto,
             xdp_drop: false,
+            queues: 1,
         }
     }
 }
@@ -266,6 +275,14 @@ pub struct LiveStats {
     pub frames_matched: u64,
     /// Frames handed to the caller by `next_batch`.
     pub packets_delivered: u64,
+    /// Capture queues in use (`LiveOptions::queues`).
+    pub queues: u32,
+    /// Storage frames (wire bytes) of shed connections that the capture point did not copy
+    /// (eBPF: the kernel program skips connections in its shed map; their per-flow and total
+    /// counters stay exact). Frames of a shed connection that were already queued are counted
+    /// by the session (`live.shed`), not here.
+    pub shed_frames: u64,
+    pub shed_bytes: u64,
     /// Number of flows with exact counters.
     pub flow_count: u64,
     /// The largest flows by bytes, at most `STATS_TOP_FLOWS`.
@@ -287,6 +304,48 @@ pub trait LiveSource {
     fn reads_need_cap(&self) -> bool {
         false
     }
+    /// How full the fullest capture queue is, 0.0 to 1.0: the session sheds connections
+    /// when this stays high, before a queue overflows and drops scattered frames.
+    fn backlog(&self) -> f64 {
+        0.0
+    }
+    /// Stops copying the frames of connection `conn` (`FlowKey::connection`) at the capture
+    /// point, counting them in `shed_frames`/`shed_bytes`. False when the capture point
+    /// cannot (AF_PACKET: the session then discards them itself).
+    fn shed(&mut self, _conn: &FlowKey) -> bool {
+        false
+    }
+}
+
+/// A queue's oldest frame not yet delivered, for `pick_queue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// A frame with this capture time (ns, any clock common to the queues).
+    At(u64),
+    /// Nothing queued.
+    Empty,
+}
+
+/// Which queue's head to deliver next so that frames of several queues come out in capture
+/// time order: the oldest head. While a queue is empty, a frame it may still receive could
+/// be older than the other heads (a frame is stamped before it is queued), so only a head
+/// stamped at or before `horizon` (a time every queued frame has passed) is taken then.
+/// Ties go to the lower queue. None: nothing to deliver now.
+pub(crate) fn pick_queue(heads: &[Head], horizon: u64) -> Option<usize> {
+    let mut best: Option<(u64, usize)> = None;
+    let mut any_empty = false;
+    for (i, h) in heads.iter().enumerate() {
+        match *h {
+            Head::At(ts) => {
+                if best.is_none_or(|(b, _)| ts < b) {
+                    best = Some((ts, i));
+                }
+            }
+            Head::Empty => any_empty = true,
+        }
+    }
+    let (ts, i) = best?;
+    (!any_empty || ts <= horizon).then_some(i)
 }
 
 /// What `open` returns: the source, its backend, and why eBPF was not used (if it was not).
@@ -368,6 +427,24 @@ pub(crate) fn privileged_test_runs(what: &str, why_not: Option<String>) -> bool 
 #[cfg(test)]
 mod hook_tests {
     use super::*;
+
+    #[test]
+    fn queues_are_merged_oldest_first_and_wait_for_empty_ones() {
+        use Head::*;
+        assert_eq!(pick_queue(&[], 0), None);
+        assert_eq!(pick_queue(&[Empty, Empty], u64::MAX), None);
+        // All queues hold a frame: the oldest, whatever the horizon.
+        assert_eq!(pick_queue(&[At(30), At(10), At(20)], 0), Some(1));
+        // Ties: the lower queue.
+        assert_eq!(pick_queue(&[At(10), At(10)], 0), Some(0));
+        // An empty queue may still receive an older frame: only heads at or before the
+        // horizon are safe.
+        assert_eq!(pick_queue(&[At(30), Empty], 29), None);
+        assert_eq!(pick_queue(&[At(30), Empty], 30), Some(0));
+        assert_eq!(pick_queue(&[Empty, At(5), At(7)], 6), Some(1));
+        // One queue: its own order, no waiting.
+        assert_eq!(pick_queue(&[At(u64::MAX)], 0), Some(0));
+    }
 
     #[test]
     fn releases_parse() {
