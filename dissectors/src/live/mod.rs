@@ -315,6 +315,11 @@ pub trait LiveSource {
     fn shed(&mut self, _conn: &FlowKey) -> bool {
         false
     }
+    /// Whether frames are queued that `next_batch` held back to keep time order across
+    /// queues (`pick_queue`): a stopping session reads on until there are none.
+    fn held(&self) -> bool {
+        false
+    }
 }
 
 /// A queue's oldest frame not yet delivered, for `pick_queue`.
