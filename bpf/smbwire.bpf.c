@@ -2,7 +2,8 @@
 /* smbwire_tc (TCX ingress, Linux 6.6+) and smbwire_xdp (XDP, Linux 5.9+ for its
  * bpf_link): two entry points of one program. It only filters, counts and copies:
  * storage traffic (SMB over TCP 445/5445 or configured ports, RoCEv2 UDP 4791,
- * RoCEv1 EtherType 0x8915) is counted per flow and copied into a ring buffer;
+ * RoCEv1 EtherType 0x8915) is counted per flow and copied into one of the ring buffers
+ * (by connection; connections user space has shed are counted and not copied);
  * everything else is counted in the totals and passed on. All interpretation
  * happens in user space. The filter, the counters and the record are shared; the
  * entry points differ only in how bytes are read (bpf_skb_load_bytes at TC, direct
@@ -40,10 +41,23 @@ struct scratch {
 	__u8 data[SMBWIRE_MAX_SNAP];
 };
 
+/* The capture queues: ring0 .. ring15, each resized by user space before load (the ones not
+ * in use to one page). Separate maps rather than an array of maps: every kernel with ring
+ * buffers takes them, and each call site names its map as the verifier wants. */
+#define RING(n)                                                                          \
+	struct {                                                                         \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);                                      \
+		__uint(max_entries, 4096);                                               \
+	} ring##n SEC(".maps");
+RING(0) RING(1) RING(2) RING(3) RING(4) RING(5) RING(6) RING(7)
+RING(8) RING(9) RING(10) RING(11) RING(12) RING(13) RING(14) RING(15)
+
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 << 20); /* user space resizes before load */
-} ring SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SMBWIRE_MAX_SHED);
+	__type(key, struct smbwire_flow_key);
+	__type(value, struct smbwire_shed_counters);
+} shed SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -254,6 +268,105 @@ static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key
 	return key->dport == SMBWIRE_ROCEV2_UDP_PORT;
 }
 
+/* RDMA flows are shed and spread as one unit per address pair: every queue pair between two
+ * ports (RoCEv2's UDP source port differs per queue pair, RoCEv1 has none). */
+static __always_inline int by_addresses(const struct smbwire_flow_key *k)
+{
+	return k->family == SMBWIRE_FAMILY_ROCEV1 || k->proto == IPPROTO_UDP_;
+}
+
+/* The connection of a flow direction, the same for both directions: the two (address, port)
+ * ends in order, lower first (addresses compared byte by byte in network order, then the
+ * port); no ports for RDMA. FlowKey::connection in dissectors/src/live/flows.rs is the same. */
+static __always_inline void connection_of(const struct smbwire_flow_key *k, struct smbwire_flow_key *c)
+{
+	__u16 sport = k->sport, dport = k->dport;
+	if (by_addresses(k))
+		sport = dport = 0;
+	/* Byte-wise order of 16 bytes = order of two big-endian words (few branches: the
+	 * verifier walks each path). */
+	__u64 s0, s1, d0, d1;
+	__builtin_memcpy(&s0, k->saddr, 8);
+	__builtin_memcpy(&s1, k->saddr + 8, 8);
+	__builtin_memcpy(&d0, k->daddr, 8);
+	__builtin_memcpy(&d1, k->daddr + 8, 8);
+	s0 = __builtin_bswap64(s0);
+	s1 = __builtin_bswap64(s1);
+	d0 = __builtin_bswap64(d0);
+	d1 = __builtin_bswap64(d1);
+	int swap = d0 != s0 ? d0 < s0 : d1 != s1 ? d1 < s1 : dport < sport;
+	__builtin_memset(c, 0, sizeof(*c));
+	if (swap) {
+		__builtin_memcpy(c->saddr, k->daddr, 16);
+		__builtin_memcpy(c->daddr, k->saddr, 16);
+		c->sport = dport;
+		c->dport = sport;
+	} else {
+		__builtin_memcpy(c->saddr, k->saddr, 16);
+		__builtin_memcpy(c->daddr, k->daddr, 16);
+		c->sport = sport;
+		c->dport = dport;
+	}
+	c->proto = k->proto;
+	c->family = k->family;
+}
+
+/* Which ring a frame goes to: a hash of its connection that both directions share (each
+ * step combines the two ends by sum and product, which do not depend on their order), so a
+ * connection's frames keep their order within one ring. */
+static __always_inline __u32 connection_hash(const struct smbwire_flow_key *k)
+{
+	__u32 s[4], d[4];
+	__builtin_memcpy(s, k->saddr, 16);
+	__builtin_memcpy(d, k->daddr, 16);
+	__u32 h = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		h = h * 31 + ((s[i] + d[i]) ^ (s[i] * d[i]));
+	if (!by_addresses(k))
+		h = h * 31 + (((__u32)k->sport + k->dport) ^ ((__u32)k->sport * k->dport));
+	h ^= h >> 16;
+	h *= 0x45d9f3b;
+	h ^= h >> 16;
+	return h;
+}
+
+/* Wake the reader only on the record that crosses the mark: a reader that is awake drains
+ * the ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
+ * and records queued while it is busy cost no wakeup at all. */
+#define RING_OUT(map, data, len)                                                          \
+	({                                                                               \
+		__u64 before = bpf_ringbuf_query(&map, BPF_RB_AVAIL_DATA);               \
+		__u64 wake_at = bpf_ringbuf_query(&map, BPF_RB_RING_SIZE) / 4;           \
+		if (wake_at > SMBWIRE_WAKEUP_BYTES)                                      \
+			wake_at = SMBWIRE_WAKEUP_BYTES;                                  \
+		__u64 fl = before < wake_at && before + (len) >= wake_at ? BPF_RB_FORCE_WAKEUP \
+									: BPF_RB_NO_WAKEUP;   \
+		bpf_ringbuf_output(&map, data, len, fl);                                 \
+	})
+
+static __always_inline long ring_output(__u32 q, void *data, __u64 len)
+{
+	switch (q) {
+	case 0: return RING_OUT(ring0, data, len);
+	case 1: return RING_OUT(ring1, data, len);
+	case 2: return RING_OUT(ring2, data, len);
+	case 3: return RING_OUT(ring3, data, len);
+	case 4: return RING_OUT(ring4, data, len);
+	case 5: return RING_OUT(ring5, data, len);
+	case 6: return RING_OUT(ring6, data, len);
+	case 7: return RING_OUT(ring7, data, len);
+	case 8: return RING_OUT(ring8, data, len);
+	case 9: return RING_OUT(ring9, data, len);
+	case 10: return RING_OUT(ring10, data, len);
+	case 11: return RING_OUT(ring11, data, len);
+	case 12: return RING_OUT(ring12, data, len);
+	case 13: return RING_OUT(ring13, data, len);
+	case 14: return RING_OUT(ring14, data, len);
+	default: return RING_OUT(ring15, data, len);
+	}
+}
+
 /* What the hook knows about the frame beyond its bytes. */
 struct frame_meta {
 	__u32 len;        /* bytes of the frame as the hook holds it (without a stripped tag) */
@@ -317,6 +430,18 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		t->copy_errors++;
 		return 1;
 	}
+	if (cfg->flags & SMBWIRE_CFG_SHEDDING) {
+		struct smbwire_flow_key conn;
+		connection_of(&key, &conn);
+		struct smbwire_shed_counters *sc = bpf_map_lookup_elem(&shed, &conn);
+		if (sc) {
+			__sync_fetch_and_add(&sc->frames, 1);
+			__sync_fetch_and_add(&sc->bytes, wire_bytes);
+			t->shed_frames++;
+			t->shed_bytes += wire_bytes;
+			return 1;
+		}
+	}
 	__u32 snap = cfg->snaplen;
 	if (snap == 0 || snap > SMBWIRE_MAX_SNAP)
 		snap = SMBWIRE_MAX_SNAP;
@@ -343,22 +468,18 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		t->copy_errors++;
 		return 1;
 	}
-	/* Wake only on the record that crosses the mark: a reader that is awake drains the
-	 * ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
-	 * and records queued while it is busy cost no wakeup at all. */
-	__u64 rec_len = sizeof(s->hdr) + (__u64)caplen;
+	/* The length is read back from the map value, so the verifier takes it as any value
+	 * within the bound below: after XDP's copy loop it would otherwise know the exact length
+	 * on each of its thousands of exits and walk the ring choice once per exit. */
+	__u64 rec_len = sizeof(s->hdr) + (__u64)(*(volatile __u32 *)&s->hdr.caplen);
 	barrier_var(rec_len);
 	if (rec_len > sizeof(*s)) {
 		t->copy_errors++;
 		return 1;
 	}
-	__u64 before = bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA);
-	__u64 after = before + rec_len;
-	__u64 wake_at = bpf_ringbuf_query(&ring, BPF_RB_RING_SIZE) / 4;
-	if (wake_at > SMBWIRE_WAKEUP_BYTES)
-		wake_at = SMBWIRE_WAKEUP_BYTES;
-	__u64 flags = before < wake_at && after >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&ring, s, rec_len, flags))
+	__u32 rings = cfg->rings;
+	__u32 q = rings > 1 ? connection_hash(&key) % rings : 0;
+	if (ring_output(q, s, rec_len))
 		t->ring_drops++;
 	return 1;
 }

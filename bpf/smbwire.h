@@ -15,6 +15,14 @@
 /* LRU flow table size: exact counters for this many concurrent flows. */
 #define SMBWIRE_MAX_FLOWS 65536
 
+/* Ring buffers (capture queues): ring0 .. ring15; user space sizes the ones in use and
+ * gives the others one page. A frame goes to ring (connection hash % config.rings). */
+#define SMBWIRE_MAX_RINGS 16
+
+/* Connections user space has shed (stopped analysing under overload): their frames are
+ * counted and not copied. */
+#define SMBWIRE_MAX_SHED 4096
+
 #define SMBWIRE_ROCEV2_UDP_PORT 4791
 #define SMBWIRE_ETH_P_ROCEV1 0x8915
 
@@ -57,10 +65,11 @@ struct smbwire_flow_counters {
 	__u64 bytes; /* wire bytes, including a stripped VLAN tag */
 };
 
-/* Per-CPU totals, one entry: user space sums over CPUs. 56 bytes.
+/* Per-CPU totals, one entry: user space sums over CPUs. 72 bytes.
  * packets/bytes are wire packets and wire bytes: a GRO/GSO frame of N segments counts N
  * packets and N copies of its headers. `frames_matched` counts the (possibly coalesced)
- * frames copied or dropped: frames_matched = delivered + ring_drops + copy_errors. */
+ * frames copied or dropped:
+ * frames_matched = delivered + ring_drops + copy_errors + shed_frames. */
 struct smbwire_totals {
 	__u64 packets_seen;
 	__u64 bytes_seen;
@@ -69,16 +78,27 @@ struct smbwire_totals {
 	__u64 ring_drops;  /* matched frames that found the ring buffer full */
 	__u64 copy_errors; /* matched frames whose bytes could not be loaded */
 	__u64 frames_matched;
+	__u64 shed_frames; /* matched frames of shed connections, counted and not copied */
+	__u64 shed_bytes;  /* their wire bytes */
 };
 
 /* smbwire_config.flags */
 #define SMBWIRE_CFG_XDP_DROP 1 /* XDP: drop storage frames after counting and copying them
                                   (a mirror port, where nothing on this host needs them) */
+#define SMBWIRE_CFG_SHEDDING 2 /* the shed map may hold connections: look frames up in it */
 
 /* Configuration filled by user space before attach; one entry. */
 struct smbwire_config {
 	__u32 snaplen; /* at most SMBWIRE_MAX_SNAP; 0 means SMBWIRE_MAX_SNAP */
 	__u32 flags;   /* SMBWIRE_CFG_* */
+	__u32 rings;   /* ring buffers in use, 1..SMBWIRE_MAX_RINGS (0 counts as 1) */
+	__u32 _pad;
+};
+
+/* Value of the shed map: what the kernel skipped of that connection. */
+struct smbwire_shed_counters {
+	__u64 frames;
+	__u64 bytes;
 };
 
 #endif

@@ -511,12 +511,21 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
 @click.option("--threads", type=click.IntRange(1, 256), metavar="N",
               help="Decoding threads, each taking whole connections, beside the capture and the ordered stage; the result is the same for any N (default: the CPUs available; with --keys: 1).")
+@click.option("--queues", type=click.IntRange(1, 16), metavar="N",
+              help="Capture queues: eBPF ring buffers or AF_PACKET fanout sockets, each taking whole connections, read in capture time order (default: one per decoding thread).")
+@click.option("--shed/--no-shed", default=True, show_default=True,
+              help="When the capture queues fill up, stop analysing whole connections (counted, and shown as the analysed fraction) instead of letting the queues drop scattered frames (docs/live.md, Shedding).")
+@click.option("--ring-size", "ring_bytes", type=_Size(), metavar="SIZE",
+              help="Size of each eBPF ring buffer (a power of two; default 32MiB).")
+@click.option("--test-frame-delay-us", type=click.FloatRange(0, 1e6), default=None, hidden=True,
+              help="Test aid: spend this long on every frame before analysing it (puts the analysis below the capture rate).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
          plain: bool, refresh: float, series_interval: float | None, csv_out: str | None, edges_csv_out: str | None,
          html_out: str | None, backend: str | None, ports: tuple[int, ...], hook: str,
          xdp_drop: bool, user: str | None, keep_privileges: bool, assume_members: bool, metrics_at: str | None,
-         max_index_memory: int | None, keys: str | None, max_memory: int | None, threads: int | None) -> int:
+         max_index_memory: int | None, keys: str | None, max_memory: int | None, threads: int | None,
+         queues: int | None, shed: bool, ring_bytes: int | None, test_frame_delay_us: float | None) -> int:
     """Capture storage traffic on IFACE and show the duplicate-payload ratio live.
 
     Ctrl-C, SIGTERM or the end of --duration stops it and prints the same report as
@@ -558,7 +567,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
                          write_size=write_size or 0, write_count=write_count, require_ebpf=require_ebpf,
                          backend=backend, interval=refresh, series_interval=series_interval, tcp_ports=list(ports) or None, hook=hook,
                          xdp_drop=xdp_drop, drop_privileges=not keep_privileges, user=user,
-                         assume_members=assume_members, keys=keys, max_memory=max_memory, threads=threads)
+                         assume_members=assume_members, keys=keys, max_memory=max_memory, threads=threads,
+                         queues=queues, shed=shed, ring_bytes=ring_bytes, test_frame_delay_us=test_frame_delay_us)
     for opt, out_path in (("--json", json_out), ("--csv", csv_out), ("--edges-csv", edges_csv_out),
                           ("--html", html_out)):
         if out_path is None or out_path == "-":

@@ -98,6 +98,10 @@ def start(
     keys: str | None = None,
     max_memory: int | None = None,
     threads: int | None = None,
+    queues: int | None = None,
+    shed: bool = True,
+    ring_bytes: int | None = None,
+    test_frame_delay_us: float | None = None,
 ) -> LiveRun:
     """Open `iface` and start capturing TCP `tcp_ports` besides 445 and 5445, RoCEv2 and
     RoCEv1, with the eBPF program at `hook` (or AF_PACKET). `interval`: seconds between
@@ -136,6 +140,11 @@ def start(
         "xdp_drop": xdp_drop,
         "drop_privileges": drop_privileges,
         "user": user,
+        # None: one capture queue per decoding worker.
+        "queues": queues,
+        "shed": shed,
+        "ring_bytes": ring_bytes,
+        "test_frame_delay_us": test_frame_delay_us,
     }
     # Configured ports add to the defaults.
     options["tcp_ports"] = list(dict.fromkeys([*DEFAULT_TCP_PORTS, *(tcp_ports or ())]))

@@ -536,6 +536,17 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
             f"ring drops {fmt_count(stats.get('ring_drops', 0))})",
             style="dim",
         ))
+        shed = section(live, "shed")
+        if is_number(shed.get("connections")) and shed["connections"] > 0:
+            listed = [str(c) for c in shed.get("listed") or []]
+            more = shed["connections"] - len(listed)
+            out.append(Text(
+                f"Shed under overload: {fmt_count(shed['connections'])} connection"
+                f"{'s' if shed['connections'] != 1 else ''} not analysed from the moment the capture queues filled up "
+                f"({fmt_bytes(analysed.get('shed_bytes'))} in {fmt_count(shed.get('frames'))} frames; counted, "
+                f"never split into scattered frames): {', '.join(listed)}" + (f" and {fmt_count(more)} more" if more > 0 else ""),
+                style="yellow",
+            ))
     rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads", "series")
     unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in rendered]
     if unknown:

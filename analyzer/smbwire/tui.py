@@ -112,6 +112,11 @@ def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
         parts.insert(0, f"analysed {fraction * 100:.1f}%")
     if stats.get("copy_errors"):
         parts.append(f"copy errors {fmt_count(stats.get('copy_errors'))}")
+    shed = _dict(live.get("shed"))
+    if _num(shed.get("connections")) > 0:
+        # Whole connections no longer analysed because the capture queues filled up.
+        parts.append(f"shed {fmt_count(shed.get('connections'))} conn "
+                     f"({fmt_bytes(_dict(live.get('analysed')).get('shed_bytes', 0))})")
     t = Text()
     t.append("Capture health ", style="bold")
     t.append("OK " if not bad else "LOSS ", style="green" if not bad else "bold red")
@@ -328,6 +333,10 @@ def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
     parts.append(f"gap_bytes={tcp.get('gap_bytes', 0)}")
     parts.append(f"rdma_gaps={_dict(snap.get('rdma')).get('gaps', 0)}")
     parts.append(f"not_analysed={int(_not_analysed(snap))}")
+    shed = _dict(live.get("shed"))
+    if "connections" in shed:
+        parts.append(f"shed_connections={int(_num(shed.get('connections')))}")
+        parts.append(f"shed_bytes={int(_num(_dict(live.get('analysed')).get('shed_bytes')))}")
     fraction = _dict(live.get("analysed")).get("fraction")
     if is_number(fraction):
         parts.append(f"analysed={fraction:.4f}")

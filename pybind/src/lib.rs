@@ -376,6 +376,28 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
     if let Some(n) = v.get("snaplen").and_then(|n| n.as_u64()) {
         o.live.snaplen = n.min(u32::MAX as u64) as u32;
     }
+    // Capture queues: absent or 0, one per decoding worker (the session decides).
+    o.live.queues = match v.get("queues").filter(|q| !q.is_null()) {
+        None => 0,
+        Some(q) => q
+            .as_u64()
+            .filter(|n| (1..=u64::from(smbwire_dissectors::live::MAX_QUEUES)).contains(n))
+            .ok_or(format!("queues must be between 1 and {}", smbwire_dissectors::live::MAX_QUEUES))?
+            as u32,
+    };
+    o.shed = flag("shed", true)?;
+    if let Some(n) = v.get("ring_bytes").filter(|n| !n.is_null()) {
+        o.live.ring_bytes = n
+            .as_u64()
+            .filter(|n| (4096..=1 << 30).contains(n))
+            .ok_or("ring_bytes must be between 4 KiB and 1 GiB")? as u32;
+    }
+    if let Some(n) = v.get("test_frame_delay_us").and_then(|n| n.as_f64()) {
+        if !(0.0..=1e6).contains(&n) {
+            return Err("test_frame_delay_us must be between 0 and 1e6".into());
+        }
+        o.frame_delay = std::time::Duration::from_secs_f64(n / 1e6);
+    }
     if let Some(n) = v.get("history_seconds").and_then(|n| n.as_u64()) {
         o.history_seconds = n.clamp(1, 86_400) as usize;
     }

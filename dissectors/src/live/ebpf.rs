@@ -11,7 +11,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use libbpf_rs::{
     libbpf_sys, AsRawLibbpf, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder,
@@ -20,7 +20,8 @@ use libbpf_rs::{
 use super::flows::{self, FlowKey, FlowStat};
 use super::sys::{self, IfDrops, PromiscGuard};
 use super::{
-    Hook, HookInfo, LiveError, LiveOptions, LiveSource, LiveStats, MAX_SNAPLEN, STATS_TOP_FLOWS,
+    pick_queue, Head, Hook, HookInfo, LiveError, LiveOptions, LiveSource, LiveStats, MAX_SNAPLEN,
+    STATS_TOP_FLOWS,
 };
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
@@ -33,8 +34,15 @@ pub fn program_name(hook: Hook) -> &'static str {
     }
 }
 
-/// `SMBWIRE_CFG_XDP_DROP` (bpf/smbwire.h).
+/// `SMBWIRE_CFG_XDP_DROP`, `SMBWIRE_CFG_SHEDDING` (bpf/smbwire.h).
 const CFG_XDP_DROP: u32 = 1;
+const CFG_SHEDDING: u32 = 2;
+/// `struct smbwire_config`: snaplen, flags, rings, padding.
+const CONFIG_SIZE: usize = 16;
+/// `SMBWIRE_MAX_RINGS`: ring0 .. ring15 in the object.
+const MAX_RINGS: usize = super::MAX_QUEUES as usize;
+/// `struct smbwire_shed_counters`.
+const SHED_VALUE_SIZE: usize = 16;
 
 /// `struct smbwire_event_hdr` (bpf/smbwire.h).
 mod event {
@@ -50,8 +58,8 @@ mod event {
     pub const FLAG_VLAN: u32 = 1;
 }
 
-/// `struct smbwire_totals` (bpf/smbwire.h): seven u64 counters.
-const TOTALS_SIZE: usize = 56;
+/// `struct smbwire_totals` (bpf/smbwire.h): nine u64 counters.
+const TOTALS_SIZE: usize = 72;
 /// `struct smbwire_flow_key` and `struct smbwire_flow_counters` (bpf/smbwire.h).
 const FLOW_KEY_SIZE: usize = std::mem::size_of::<FlowKey>();
 const FLOW_VALUE_SIZE: usize = 16;
@@ -66,31 +74,148 @@ struct Aligned<T: ?Sized>(T);
 static OBJECT: &Aligned<[u8]> =
     &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/smbwire.bpf.o")));
 
-type Sink = dyn for<'a> FnMut(RawFrame<'a>);
-
-/// State the ring buffer callback works on; boxed so its address is stable.
-struct Consumer {
-    /// Set only for the duration of one `next_batch`.
-    sink: Option<*mut Sink>,
-    next_number: u64,
-    wall_offset: u64,
-    retag_buf: Vec<u8>,
-    delivered: u64,
-    bad_records: u64,
-    panic: Option<Box<dyn std::any::Any + Send>>,
-}
-
 fn rd<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&b[at..at + N]);
     out
 }
 
-impl Consumer {
-    fn handle(&mut self, rec: &[u8]) {
+/// `struct bpf_ringbuf_hdr` (linux/bpf.h): a u32 length with two flag bits, a u32 page offset.
+const RB_HDR: usize = 8;
+const RB_BUSY: u32 = 1 << 31;
+const RB_DISCARD: u32 = 1 << 30;
+
+/// How long after its time stamp a record is surely in its ring: the program stamps a frame
+/// before it copies it (up to 64 KiB) and commits it, in softirq context. While a ring is
+/// empty, heads of the other rings are taken only once they are this old (`pick_queue`).
+const ORDER_GRACE_NS: u64 = 2_000_000;
+/// Frames or bytes one `next_batch` hands out at most, so the session gets back to its
+/// snapshot and shedding decisions under a continuous flood.
+const BATCH_MAX_FRAMES: usize = 16_384;
+const BATCH_MAX_BYTES: usize = 32 << 20;
+
+/// One BPF ring buffer, read in place (Documentation/bpf/ringbuf.rst, the layout the kernel
+/// maps): a read-write page with the consumer position, then read-only the producer position
+/// page and the data pages mapped twice in a row, so a record that wraps is contiguous.
+/// Records are 8-byte aligned, each after an 8-byte header whose busy bit the kernel clears
+/// (with release order) when the record is committed.
+struct Ring {
+    fd: i32,
+    consumer: *mut u8,
+    producer: *const u8,
+    size: u64,
+    page: usize,
+}
+
+impl Ring {
+    /// Maps the ring buffer map `fd` of `size` data bytes (a power of two, page multiple).
+    fn map(fd: i32, size: u64) -> io::Result<Ring> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: mapping a ring buffer map's fd as the kernel documents; checked below.
+        let consumer = unsafe {
+            libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        if consumer == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above; the producer page and twice the data, read-only.
+        let producer = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page + 2 * size as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                page as libc::off_t,
+            )
+        };
+        if producer == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: the mapping made just above.
+            unsafe { libc::munmap(consumer, page) };
+            return Err(e);
+        }
+        Ok(Ring { fd, consumer: consumer as *mut u8, producer: producer as *const u8, size, page })
+    }
+
+    fn consumer_pos(&self) -> &AtomicU64 {
+        // SAFETY: the first word of the consumer page, 8-byte aligned, mapped while self lives.
+        unsafe { &*(self.consumer as *const AtomicU64) }
+    }
+
+    fn producer_pos(&self) -> u64 {
+        // SAFETY: the first word of the producer page; the kernel writes it with release order.
+        unsafe { (*(self.producer as *const AtomicU64)).load(Ordering::Acquire) }
+    }
+
+    /// Unread bytes, headers included.
+    fn pending(&self) -> u64 {
+        self.producer_pos().wrapping_sub(self.consumer_pos().load(Ordering::Relaxed))
+    }
+
+    /// The oldest committed record and its size in the ring (header and padding included);
+    /// None when the ring is empty or its oldest record is not committed yet. Discarded
+    /// records are skipped.
+    fn head(&self) -> Option<(&[u8], u64)> {
+        loop {
+            let cons = self.consumer_pos().load(Ordering::Relaxed);
+            if cons >= self.producer_pos() {
+                return None;
+            }
+            let at = self.page + (cons & (self.size - 1)) as usize;
+            // SAFETY: `at` is inside the first copy of the data pages; the header is 8-byte
+            // aligned and the kernel publishes it with release order.
+            let len = unsafe { (*(self.producer.add(at) as *const AtomicU32)).load(Ordering::Acquire) };
+            if len & RB_BUSY != 0 {
+                return None;
+            }
+            let body = (len & !(RB_BUSY | RB_DISCARD)) as u64;
+            let total = (body + RB_HDR as u64 + 7) & !7;
+            if len & RB_DISCARD != 0 || body > self.size {
+                // A discarded record (or a length no record can have): step over it.
+                self.consumer_pos().store(cons + total.min(self.size), Ordering::Release);
+                continue;
+            }
+            // SAFETY: the record's body follows its header; the data pages are mapped twice in
+            // a row, so `body` bytes (at most the ring's size) are contiguous and mapped.
+            let rec = unsafe { std::slice::from_raw_parts(self.producer.add(at + RB_HDR), body as usize) };
+            return Some((rec, total));
+        }
+    }
+
+    /// Hands the oldest record's space back to the kernel.
+    fn release(&self, total: u64) {
+        let cons = self.consumer_pos().load(Ordering::Relaxed);
+        self.consumer_pos().store(cons + total, Ordering::Release);
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: the two mappings made by `map`, unmapped once.
+        unsafe {
+            libc::munmap(self.consumer as *mut libc::c_void, self.page);
+            libc::munmap(self.producer as *mut libc::c_void, self.page + 2 * self.size as usize);
+        }
+    }
+}
+
+/// The frame of one ring record, as the session receives it.
+struct Records {
+    next_number: u64,
+    wall_offset: u64,
+    retag_buf: Vec<u8>,
+    delivered: u64,
+    bad_records: u64,
+}
+
+impl Records {
+    /// Hands the record's frame to `f`; false for a record too short or inconsistent.
+    fn deliver(&mut self, rec: &[u8], f: &mut dyn FnMut(RawFrame<'_>)) -> bool {
         if rec.len() < event::SIZE {
             self.bad_records += 1;
-            return;
+            return false;
         }
         let ts = u64::from_ne_bytes(rd(rec, event::TS_NS));
         let len = u32::from_ne_bytes(rd(rec, event::LEN));
@@ -98,7 +223,7 @@ impl Consumer {
         let flags = u32::from_ne_bytes(rd(rec, event::FLAGS));
         let Some(data) = rec.get(event::SIZE..event::SIZE + caplen) else {
             self.bad_records += 1;
-            return;
+            return false;
         };
         let data = if flags & event::FLAG_VLAN != 0 {
             let tpid = u16::from_ne_bytes(rd(rec, event::VLAN_PROTO));
@@ -109,59 +234,41 @@ impl Consumer {
             data
         };
         let info = FrameInfo {
-            frame: FrameRef {
-                file: 0,
-                number: self.next_number,
-            },
+            frame: FrameRef { file: 0, number: self.next_number },
             ts_ns: ts.wrapping_add(self.wall_offset),
             linktype: linktype::ETHERNET,
             orig_len: len,
         };
         self.next_number += 1;
         self.delivered += 1;
-        if let Some(sink) = self.sink {
-            // SAFETY: `sink` points to the closure borrowed by the running `next_batch`.
-            unsafe { (*sink)(RawFrame { info, data }) };
-        }
+        f(RawFrame { info, data });
+        true
     }
 }
 
-unsafe extern "C" fn on_record(
-    ctx: *mut libc::c_void,
-    data: *mut libc::c_void,
-    size: libbpf_sys::size_t,
-) -> i32 {
-    // SAFETY: ctx is the boxed Consumer registered with ring_buffer__new; libbpf hands us
-    // `size` readable bytes at `data` for the duration of the call.
-    let c = unsafe { &mut *(ctx as *mut Consumer) };
-    let rec = unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) };
-    // A panic must not unwind through libbpf's C frames: keep it and rethrow after the poll.
-    match catch_unwind(AssertUnwindSafe(|| c.handle(rec))) {
-        Ok(()) => 0,
-        Err(p) => {
-            c.panic = Some(p);
-            -1
-        }
-    }
-}
-
-struct RingBuffer(*mut libbpf_sys::ring_buffer);
-
-impl Drop for RingBuffer {
-    fn drop(&mut self) {
-        // SAFETY: created by ring_buffer__new, freed once.
-        unsafe { libbpf_sys::ring_buffer__free(self.0) };
+/// A record's time stamp (CLOCK_MONOTONIC ns), for ordering the rings.
+fn record_ts(rec: &[u8]) -> u64 {
+    if rec.len() < event::SIZE {
+        0
+    } else {
+        u64::from_ne_bytes(rd(rec, event::TS_NS))
     }
 }
 
 #[cfg(smbwire_bpf)]
 pub struct EbpfSource {
-    // Field order is drop order: stop consuming, detach, then free maps and program.
-    rb: RingBuffer,
-    consumer: Box<Consumer>,
+    // Field order is drop order: unmap the rings, detach, then free maps and program.
+    rings: Vec<Ring>,
+    records: Records,
     _link: Link,
+    /// The ring buffer maps in use (their fds back `rings`).
+    _ring_maps: Vec<MapHandle>,
     flows: MapHandle,
     totals: MapHandle,
+    shed_map: MapHandle,
+    config: MapHandle,
+    /// The config map's value as written (`smbwire_config`).
+    cfg: [u8; CONFIG_SIZE],
     _obj: Object,
     _promisc: Option<PromiscGuard>,
     if_drops: IfDrops,
@@ -212,11 +319,17 @@ impl EbpfSource {
             let name = p.name().to_str().unwrap_or("").to_string();
             p.set_autoload(name == program_name(hook));
         }
+        let queues = opts.queues.clamp(1, super::MAX_QUEUES) as usize;
         for mut m in open.maps_mut() {
-            let entries = match m.name().to_str() {
-                Some("ring") => ring_bytes,
-                Some("scratch_buf") => cpus as u32,
-                _ => continue,
+            let name = m.name().to_str().unwrap_or("");
+            let entries = match name {
+                "scratch_buf" => cpus as u32,
+                // ring0 .. ring15: the queues in use get the ring size, the others a page.
+                _ => match name.strip_prefix("ring").and_then(|n| n.parse::<usize>().ok()) {
+                    Some(i) if i < queues => ring_bytes,
+                    Some(_) => 4096,
+                    None => continue,
+                },
             };
             m.set_max_entries(entries)
                 .map_err(|e| bpf_error(e, "sizing the maps".into()))?;
@@ -231,13 +344,21 @@ impl EbpfSource {
                 .ok_or_else(|| LiveError::Unsupported(format!("eBPF object has no map {name}")))?;
             MapHandle::try_from(&m).map_err(|e| bpf_error(e, format!("map {name}")))
         };
-        let (ports, config, flows, totals, ring) = (
+        let (ports, config, flows, totals, shed_map) = (
             handle("tcp_ports")?,
             handle("config")?,
             handle("flows")?,
             handle("totals")?,
-            handle("ring")?,
+            handle("shed")?,
         );
+        let ring_maps = (0..queues)
+            .map(|i| handle(&format!("ring{i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if (shed_map.key_size() as usize, shed_map.value_size() as usize) != (FLOW_KEY_SIZE, SHED_VALUE_SIZE)
+            || config.value_size() as usize != CONFIG_SIZE
+        {
+            return Err(LiveError::Unsupported("eBPF maps shed or config have unexpected sizes".into()));
+        }
         if (flows.key_size() as usize, flows.value_size() as usize) != (FLOW_KEY_SIZE, FLOW_VALUE_SIZE) {
             return Err(LiveError::Unsupported("eBPF map flows has unexpected key or value sizes".into()));
         }
@@ -246,14 +367,15 @@ impl EbpfSource {
                 .update(&p.to_ne_bytes(), &[1], MapFlags::ANY)
                 .map_err(|e| bpf_error(e, "filling the ports map".into()))?;
         }
-        let mut cfg = [0u8; 8];
+        let mut cfg = [0u8; CONFIG_SIZE];
         cfg[..4].copy_from_slice(&opts.snaplen.min(MAX_SNAPLEN).to_ne_bytes());
+        cfg[8..12].copy_from_slice(&(queues as u32).to_ne_bytes());
         let flags = if opts.xdp_drop && hook == Hook::Xdp {
             CFG_XDP_DROP
         } else {
             0
         };
-        cfg[4..].copy_from_slice(&flags.to_ne_bytes());
+        cfg[4..8].copy_from_slice(&flags.to_ne_bytes());
         config
             .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
             .map_err(|e| bpf_error(e, "filling the config map".into()))?;
@@ -314,38 +436,28 @@ impl EbpfSource {
             Hook::Xdp => Some(xdp_mode(ifindex)),
         };
 
-        let mut consumer = Box::new(Consumer {
-            sink: None,
-            next_number: 1,
-            wall_offset: sys::monotonic_to_wall_offset(),
-            retag_buf: Vec::with_capacity(MAX_SNAPLEN as usize + 4),
-            delivered: 0,
-            bad_records: 0,
-            panic: None,
-        });
-        let ctx = &mut *consumer as *mut Consumer as *mut libc::c_void;
-        // SAFETY: ring is a BPF_MAP_TYPE_RINGBUF fd; ctx outlives rb (field order).
-        let rb = unsafe {
-            libbpf_sys::ring_buffer__new(
-                ring.as_fd().as_raw_fd(),
-                Some(on_record),
-                ctx,
-                std::ptr::null(),
-            )
-        };
-        if rb.is_null() {
-            return Err(LiveError::Io(format!(
-                "ring buffer: {}",
-                io::Error::last_os_error()
-            )));
-        }
+        let rings = ring_maps
+            .iter()
+            .map(|m| Ring::map(m.as_fd().as_raw_fd(), ring_bytes as u64))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| LiveError::Io(format!("mapping the ring buffers: {e}")))?;
         Ok(EbpfSource {
             if_drops: IfDrops::new(iface, ifindex),
-            rb: RingBuffer(rb),
-            consumer,
+            rings,
+            records: Records {
+                next_number: 1,
+                wall_offset: sys::monotonic_to_wall_offset(),
+                retag_buf: Vec::with_capacity(MAX_SNAPLEN as usize + 4),
+                delivered: 0,
+                bad_records: 0,
+            },
             _link: link,
+            _ring_maps: ring_maps,
             flows,
             totals,
+            shed_map,
+            config,
+            cfg,
             _obj: obj,
             _promisc: promisc,
             hook: HookInfo { hook, xdp_mode },
@@ -447,38 +559,101 @@ fn read_flows_by_key(map: &MapHandle, top: &mut flows::TopFlows) {
 
 #[cfg(smbwire_bpf)]
 impl LiveSource for EbpfSource {
+    /// Frames of every ring in time stamp order (`pick_queue`), at most `BATCH_MAX_FRAMES`
+    /// or `BATCH_MAX_BYTES`; waits up to `timeout_ms` only when nothing can be handed out.
     fn next_batch(
         &mut self,
         timeout_ms: i32,
         f: &mut dyn FnMut(RawFrame<'_>),
     ) -> io::Result<usize> {
-        let before = self.consumer.delivered;
         // Re-read each batch so a stepped wall clock (NTP) is followed.
-        self.consumer.wall_offset = sys::monotonic_to_wall_offset();
-        // SAFETY: erases the borrow's lifetime only for this call; cleared before returning.
-        let sink = unsafe { std::mem::transmute::<&mut dyn FnMut(RawFrame<'_>), *mut Sink>(f) };
-        self.consumer.sink = Some(sink);
-        // Take what is already there first; wait only when the ring is empty.
-        // SAFETY: rb is valid; the callback runs on this thread inside the call.
-        let mut rc = unsafe { libbpf_sys::ring_buffer__consume(self.rb.0) };
-        if rc == 0 && self.consumer.panic.is_none() {
-            // SAFETY: as above.
-            rc = unsafe { libbpf_sys::ring_buffer__poll(self.rb.0, timeout_ms) };
-            if rc == 0 && self.consumer.panic.is_none() {
-                // The program wakes us only once enough is queued (SMBWIRE_WAKEUP_BYTES):
-                // take what came in while we slept until the timeout.
-                // SAFETY: as above.
-                rc = unsafe { libbpf_sys::ring_buffer__consume(self.rb.0) };
+        self.records.wall_offset = sys::monotonic_to_wall_offset();
+        let (mut frames, mut bytes) = (0usize, 0usize);
+        let mut waited = false;
+        let mut heads = [Head::Empty; MAX_RINGS];
+        let heads = &mut heads[..self.rings.len()];
+        loop {
+            let horizon = sys::clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(ORDER_GRACE_NS);
+            for (h, r) in heads.iter_mut().zip(&self.rings) {
+                *h = match r.head() {
+                    Some((rec, _)) => Head::At(record_ts(rec)),
+                    None => Head::Empty,
+                };
+            }
+            while let Some(i) = pick_queue(heads, horizon) {
+                let ring = &self.rings[i];
+                let Some((rec, total)) = ring.head() else { break };
+                self.records.deliver(rec, f);
+                ring.release(total);
+                frames += 1;
+                bytes += total as usize;
+                heads[i] = match ring.head() {
+                    Some((rec, _)) => Head::At(record_ts(rec)),
+                    None => Head::Empty,
+                };
+                if frames >= BATCH_MAX_FRAMES || bytes >= BATCH_MAX_BYTES {
+                    return Ok(frames);
+                }
+            }
+            if frames > 0 || waited || timeout_ms == 0 {
+                return Ok(frames);
+            }
+            // Nothing to hand out: sleep until a ring has data (the program wakes us once
+            // SMBWIRE_WAKEUP_BYTES are queued) or the timeout; while frames are held back for
+            // order, only until they are old enough.
+            if heads.iter().any(|h| *h != Head::Empty) {
+                // Frames held back for order: they are old enough after a short sleep.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                waited = true;
+                continue;
+            }
+            let mut fds = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; MAX_RINGS];
+            for (p, r) in fds.iter_mut().zip(&self.rings) {
+                p.fd = r.fd;
+            }
+            // SAFETY: the first `rings.len()` entries of fds are valid pollfds.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), self.rings.len() as libc::nfds_t, timeout_ms) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            waited = true;
+        }
+    }
+
+    fn held(&self) -> bool {
+        self.rings.iter().any(|r| r.pending() > 0)
+    }
+
+    fn backlog(&self) -> f64 {
+        self.rings
+            .iter()
+            .map(|r| r.pending() as f64 / r.size as f64)
+            .fold(0.0, f64::max)
+            .min(1.0)
+    }
+
+    fn shed(&mut self, conn: &FlowKey) -> bool {
+        let zero = [0u8; SHED_VALUE_SIZE];
+        match self.shed_map.update(&conn.to_bytes(), &zero, MapFlags::NO_EXIST) {
+            Ok(()) => {}
+            // Already shed: nothing to add.
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => return true,
+            // Full (SMBWIRE_MAX_SHED) or refused: the session discards the frames itself.
+            Err(_) => return false,
+        }
+        let flags = u32::from_ne_bytes(rd(&self.cfg, 4));
+        if flags & CFG_SHEDDING == 0 {
+            self.cfg[4..8].copy_from_slice(&(flags | CFG_SHEDDING).to_ne_bytes());
+            if self.config.update(&0u32.to_ne_bytes(), &self.cfg, MapFlags::ANY).is_err() {
+                self.cfg[4..8].copy_from_slice(&flags.to_ne_bytes());
+                let _ = self.shed_map.delete(&conn.to_bytes());
+                return false;
             }
         }
-        self.consumer.sink = None;
-        if let Some(p) = self.consumer.panic.take() {
-            resume_unwind(p);
-        }
-        if rc < 0 && rc != -libc::EINTR {
-            return Err(io::Error::from_raw_os_error(-rc));
-        }
-        Ok((self.consumer.delivered - before) as usize)
+        true
     }
 
     fn hook(&self) -> Option<HookInfo> {
@@ -526,12 +701,12 @@ impl LiveSource for EbpfSource {
             packets_matched: t[2],
             bytes_matched: t[3],
             ring_drops: t[4],
-            copy_errors: t[5] + self.consumer.bad_records,
+            copy_errors: t[5] + self.records.bad_records,
             frames_matched: t[6],
-            packets_delivered: self.consumer.delivered,
-            queues: 1,
-            shed_frames: 0,
-            shed_bytes: 0,
+            packets_delivered: self.records.delivered,
+            queues: self.rings.len() as u32,
+            shed_frames: t[7],
+            shed_bytes: t[8],
             flow_count: top.count,
             flows: top.into_vec(),
         }

@@ -40,6 +40,12 @@ pub struct SessionOptions {
     /// Drop privileges once the source is attached (`smbwire live` always does); `None`
     /// keeps them (an embedding program that drops them itself).
     pub privileges: Option<PrivilegeOptions>,
+    /// Shed whole connections when the capture queues fill up (`--no-shed` turns it off:
+    /// the queues then overflow and drop scattered frames, counted as ring drops).
+    pub shed: bool,
+    /// Test aid (hidden `--test-frame-delay-us`): the session spends this long on every
+    /// frame before analysing it, so a test can put the analysis below the capture rate.
+    pub frame_delay: Duration,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -56,6 +62,8 @@ impl Default for SessionOptions {
             history_seconds: 300,
             interval: Duration::from_secs(1),
             privileges: None,
+            shed: true,
+            frame_delay: Duration::ZERO,
         }
     }
 }
@@ -99,7 +107,11 @@ type Ready = Result<(Backend, Option<HookInfo>, Option<String>), LiveError>;
 impl LiveSession {
     /// Opens `iface` (eBPF, else AF_PACKET unless required) and starts the capture thread.
     /// Errors (permission, no such interface, unwritable `--write` path) come back here.
-    pub fn start(iface: &str, opts: SessionOptions, config: Config) -> Result<LiveSession, LiveError> {
+    pub fn start(iface: &str, mut opts: SessionOptions, config: Config) -> Result<LiveSession, LiveError> {
+        if opts.live.queues == 0 {
+            // One capture queue per decoding worker.
+            opts.live.queues = config.threads.clamp(1, super::MAX_QUEUES as usize) as u32;
+        }
         let user = match opts.privileges.as_ref().and_then(|p| p.user.as_deref()) {
             Some(name) => Some(privs::lookup_user(name)?),
             None => None,
@@ -329,6 +341,123 @@ struct Capture {
     prev_at: Instant,
     error: Option<String>,
     privileges: Option<Summary>,
+    shed: Shedder,
+}
+
+/// When the capture queues fill up faster than the analysis empties them, whole connections
+/// are shed rather than letting a queue overflow, which would drop scattered frames of every
+/// connection (and with them every message those frames belonged to). A shed connection is
+/// not analysed from then on: the capture point stops copying it (eBPF: the kernel's shed
+/// map; its exact counters go on), and its frames already queued are discarded here, before
+/// `--write` and the analysis, so what is analysed (and written) of it is a prefix of its
+/// frames, with no hole. Its bytes count in `live.shed` and lower `live.analysed.fraction`.
+/// A shed connection stays shed for the rest of the session.
+///
+/// Policy: after every batch, when the fullest queue is at least `SHED_HIGH` full, the next
+/// storage frame's connection is shed (a draw weighted by frames, so the busiest connection
+/// is the likeliest); another follows after `SHED_SPACING`, or at once above `SHED_URGENT`.
+struct Shedder {
+    enabled: bool,
+    tcp_ports: Vec<u16>,
+    conns: crate::fasthash::FastSet<super::FlowKey>,
+    /// The order connections were shed in, for the report (at most `SHED_LISTED`).
+    listed: Vec<super::FlowKey>,
+    /// Shed the connection of the next storage frame.
+    want: bool,
+    /// Shed by the last batch, still to be told to the capture point.
+    fresh: Vec<super::FlowKey>,
+    last: Option<Instant>,
+    /// Queued frames of shed connections discarded here (frame bytes as captured, and their
+    /// wire length).
+    frames: u64,
+    bytes: u64,
+    /// Connections the capture point stopped copying (`LiveSource::shed` said yes).
+    at_capture_point: u64,
+}
+
+const SHED_HIGH: f64 = 0.5;
+const SHED_URGENT: f64 = 0.75;
+const SHED_SPACING: Duration = Duration::from_millis(10);
+const SHED_LISTED: usize = 32;
+/// Connections shed at most: past it the queues may overflow again (ring drops).
+const SHED_MAX: usize = 65_536;
+
+impl Shedder {
+    fn new(enabled: bool, tcp_ports: Vec<u16>) -> Shedder {
+        Shedder {
+            enabled,
+            tcp_ports,
+            conns: Default::default(),
+            listed: Vec::new(),
+            want: false,
+            fresh: Vec::new(),
+            last: None,
+            frames: 0,
+            bytes: 0,
+            at_capture_point: 0,
+        }
+    }
+
+    /// Whether `frame` is to be analysed; false for a frame of a shed connection (counted).
+    /// Sheds the frame's connection when one is wanted.
+    fn admit(&mut self, frame: &crate::capture::RawFrame<'_>) -> bool {
+        if self.conns.is_empty() && !self.want {
+            return true;
+        }
+        let Some(key) = super::classify::classify(frame.data, &self.tcp_ports) else {
+            return true;
+        };
+        let conn = key.connection();
+        if self.conns.contains(&conn) {
+            self.frames += 1;
+            self.bytes += u64::from(frame.info.orig_len);
+            return false;
+        }
+        if self.want && self.conns.len() < SHED_MAX {
+            self.want = false;
+            self.conns.insert(conn);
+            if self.listed.len() < SHED_LISTED {
+                self.listed.push(conn);
+            }
+            self.fresh.push(conn);
+            self.frames += 1;
+            self.bytes += u64::from(frame.info.orig_len);
+            return false;
+        }
+        true
+    }
+
+    /// After a batch: tell the capture point what was shed, and decide whether to shed more.
+    fn after_batch(&mut self, source: &mut dyn LiveSource) {
+        for conn in self.fresh.drain(..) {
+            if source.shed(&conn) {
+                self.at_capture_point += 1;
+            }
+        }
+        if !self.enabled || self.want || self.conns.len() >= SHED_MAX {
+            return;
+        }
+        let backlog = source.backlog();
+        let spaced = self.last.is_none_or(|t| t.elapsed() >= SHED_SPACING);
+        if backlog >= SHED_URGENT || (backlog >= SHED_HIGH && spaced) {
+            self.want = true;
+            self.last = Some(Instant::now());
+        }
+    }
+
+    /// `live.shed`: what was shed, with the capture point's share.
+    fn section(&self, stats: &LiveStats) -> Value {
+        json!({
+            "enabled": self.enabled,
+            "connections": self.conns.len(),
+            "connections_at_capture_point": self.at_capture_point,
+            "listed": self.listed.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+            "frames": self.frames + stats.shed_frames,
+            "wire_bytes": self.bytes + stats.shed_bytes,
+            "queued_frames_discarded": self.frames,
+            "capture_point_frames": stats.shed_frames,
+        })
+    }
 }
 
 impl Capture {
@@ -360,6 +489,7 @@ impl Capture {
             prev_at: Instant::now(),
             error: None,
             privileges: None,
+            shed: Shedder::new(opts.shed, opts.live.tcp_ports.clone()),
             opts,
         }
     }
@@ -388,7 +518,7 @@ impl Capture {
                 }
             };
             if let Some((_, empty)) = drain.as_mut() {
-                *empty = if n == 0 { *empty + 1 } else { 0 };
+                *empty = if n == 0 && !self.source.held() { *empty + 1 } else { 0 };
             }
             if Instant::now() >= next_snapshot {
                 next_snapshot += self.opts.interval;
@@ -412,14 +542,27 @@ impl Capture {
         let writer = &mut self.writer;
         let frames = &mut self.frames;
         let bytes = &mut self.captured_bytes;
-        self.source.next_batch(wait_ms, &mut |f| {
+        let shed = &mut self.shed;
+        let delay = self.opts.frame_delay;
+        let n = self.source.next_batch(wait_ms, &mut |f| {
+            if !delay.is_zero() {
+                let until = Instant::now() + delay;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+            if !shed.admit(&f) {
+                return;
+            }
             *frames += 1;
             *bytes += f.data.len() as u64;
             if let Some(w) = writer.as_mut() {
                 w.write(&f);
             }
             pipeline.process(&f);
-        })
+        })?;
+        self.shed.after_batch(self.source.as_mut());
+        Ok(n)
     }
 
     fn input(&self) -> InputFile {
@@ -449,6 +592,7 @@ impl Capture {
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "stats": stats,
             "write": self.writer.as_ref().map(|w| w.stats()),
+            "shed": self.shed.section(stats),
             "errors": errors,
         })
     }
@@ -469,7 +613,7 @@ impl Capture {
             "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
             "samples": self.history,
         });
-        live["analysed"] = analysed_section(&result, &stats, self.captured_bytes);
+        live["analysed"] = analysed_section(&result, &stats, self.captured_bytes, self.shed.bytes);
         result["live"] = live;
         let text: Arc<str> = result.to_string().into();
         if let Some(w) = self.writer.as_mut() {
@@ -525,7 +669,7 @@ impl Capture {
             "classes": Class::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
             "samples": self.history,
         });
-        live["analysed"] = analysed_section(&v, &stats, self.captured_bytes);
+        live["analysed"] = analysed_section(&v, &stats, self.captured_bytes, self.shed.bytes);
         v["live"] = live;
         v.to_string()
     }
@@ -535,9 +679,11 @@ impl Capture {
 /// (`live.analysed`, docs/live.md): `storage_bytes` the capture point matched (eBPF: counted
 /// in the kernel before any ring could drop a frame; AF_PACKET: of the frames the socket
 /// delivered), `delivered_bytes` that reached the analysis, `not_analysed_bytes` of those in a
-/// not-analysed category (encrypted without key, gaps never filled, unparsed, ...), and
+/// not-analysed category (encrypted without key, gaps never filled, unparsed, ...),
+/// `shed_bytes` of connections shed under overload (not delivered: skipped by the capture
+/// point, or discarded from the queues by the session), and
 /// `fraction` = (delivered − not analysed) / max(storage, delivered), 1 before any traffic.
-pub fn analysed_section(result: &Value, stats: &LiveStats, delivered: u64) -> Value {
+pub fn analysed_section(result: &Value, stats: &LiveStats, delivered: u64, discarded: u64) -> Value {
     use crate::accounting::{Disposition, CATEGORIES};
     let cats = &result["accounting"]["categories"];
     let not_analysed: u64 = CATEGORIES
@@ -551,6 +697,7 @@ pub fn analysed_section(result: &Value, stats: &LiveStats, delivered: u64) -> Va
         "storage_bytes": stats.bytes_matched,
         "delivered_bytes": delivered,
         "not_analysed_bytes": not_analysed,
+        "shed_bytes": stats.shed_bytes + discarded,
         "fraction": fraction,
     })
 }
@@ -652,13 +799,113 @@ mod tests {
         let stats = |matched| LiveStats { bytes_matched: matched, ..Default::default() };
         let result = |not_analysed: u64| json!({"accounting": {"categories": {"smb_payload": 900, "smb_encrypted": not_analysed, "protocol_headers": 100}}});
         // Nothing yet: nothing was lost.
-        assert_eq!(analysed_section(&result(0), &stats(0), 0)["fraction"], 1.0);
+        assert_eq!(analysed_section(&result(0), &stats(0), 0, 0)["fraction"], 1.0);
         // The kernel matched 2000 bytes, 1000 reached the analysis, 100 of them encrypted.
-        let a = analysed_section(&result(100), &stats(2000), 1000);
+        let a = analysed_section(&result(100), &stats(2000), 1000, 0);
         assert_eq!(a["fraction"], 0.45);
         assert_eq!((a["storage_bytes"].as_u64(), a["delivered_bytes"].as_u64(), a["not_analysed_bytes"].as_u64()), (Some(2000), Some(1000), Some(100)));
         // AF_PACKET counts what it delivered: the fraction is over those bytes.
-        assert_eq!(analysed_section(&result(0), &stats(0), 1000)["fraction"], 1.0);
+        assert_eq!(analysed_section(&result(0), &stats(0), 1000, 0)["fraction"], 1.0);
+        // Shed: 300 bytes skipped by the kernel, 200 discarded from the queues; the kernel
+        // matched all 1500, 1000 were analysed.
+        let s = LiveStats { bytes_matched: 1500, shed_bytes: 300, ..Default::default() };
+        let a = analysed_section(&result(0), &s, 1000, 200);
+        assert_eq!(a["shed_bytes"].as_u64(), Some(500));
+        assert_eq!(a["fraction"].as_f64().map(|f| (f * 1500.0).round()), Some(1000.0));
+    }
+
+    /// A TCP/445 frame between 198.18.0.`a`:`sport` and 198.18.0.`b`:`dport` (Ethernet,
+    /// IPv4, TCP, no payload).
+    fn tcp_frame(a: u8, sport: u16, b: u8, dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 54];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&40u16.to_be_bytes());
+        f[23] = 6;
+        f[26..30].copy_from_slice(&[198, 18, 0, a]);
+        f[30..34].copy_from_slice(&[198, 18, 0, b]);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f[46] = 0x50;
+        f
+    }
+
+    /// A source whose queue is as full as the test says, recording what it is told to shed.
+    struct Filling {
+        backlog: f64,
+        told: Vec<super::super::FlowKey>,
+    }
+
+    impl LiveSource for Filling {
+        fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(crate::capture::RawFrame<'_>)) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn stats(&self) -> LiveStats {
+            LiveStats::default()
+        }
+        fn backlog(&self) -> f64 {
+            self.backlog
+        }
+        fn shed(&mut self, conn: &super::super::FlowKey) -> bool {
+            self.told.push(*conn);
+            true
+        }
+    }
+
+    #[test]
+    fn a_full_queue_sheds_the_next_connection_whole_and_only_that() {
+        use crate::capture::{FrameInfo, RawFrame};
+        let frame = |data: &[u8], n: u64| -> (FrameInfo, Vec<u8>) {
+            let info = FrameInfo {
+                frame: crate::frame::FrameRef { file: 0, number: n },
+                ts_ns: n,
+                linktype: crate::capture::linktype::ETHERNET,
+                orig_len: data.len() as u32,
+            };
+            (info, data.to_vec())
+        };
+        let mut shed = Shedder::new(true, vec![445]);
+        let mut src = Filling { backlog: 0.2, told: Vec::new() };
+        let a_out = tcp_frame(1, 50000, 2, 445);
+        let a_back = tcp_frame(2, 445, 1, 50000);
+        let b_out = tcp_frame(3, 50001, 2, 445);
+        let mut other = tcp_frame(1, 50000, 2, 8080);
+        other[36..38].copy_from_slice(&8080u16.to_be_bytes());
+        let admit = |shed: &mut Shedder, d: &[u8]| {
+            let (info, data) = frame(d, 1);
+            shed.admit(&RawFrame { info, data: &data })
+        };
+        // Below the mark: nothing is shed.
+        shed.after_batch(&mut src);
+        assert!(admit(&mut shed, &a_out) && admit(&mut shed, &b_out));
+        // Above it: the next storage frame's connection (not a frame of other traffic).
+        src.backlog = 0.6;
+        shed.after_batch(&mut src);
+        assert!(admit(&mut shed, &other), "not storage traffic: never the one shed");
+        assert!(!admit(&mut shed, &a_back), "the next storage frame's connection is shed");
+        // From then on both directions of it are discarded, others pass.
+        assert!(!admit(&mut shed, &a_out));
+        assert!(admit(&mut shed, &b_out));
+        assert_eq!((shed.frames, shed.bytes), (2, 108));
+        // The capture point is told after the batch, once; spacing holds the next shed back.
+        shed.after_batch(&mut src);
+        assert_eq!(src.told.len(), 1);
+        assert_eq!(src.told[0], super::super::classify::classify(&a_out, &[445]).unwrap().connection());
+        assert!(!shed.want, "within SHED_SPACING of the last shed at 0.6");
+        // Urgent: at once.
+        src.backlog = 0.8;
+        shed.after_batch(&mut src);
+        assert!(shed.want);
+        assert!(!admit(&mut shed, &b_out));
+        let section = shed.section(&LiveStats { shed_frames: 5, shed_bytes: 500, ..Default::default() });
+        assert_eq!(section["connections"], 2);
+        assert_eq!(section["frames"], 3 + 5);
+        assert_eq!(section["listed"].as_array().map(|l| l.len()), Some(2));
+        // Disabled: never sheds.
+        let mut off = Shedder::new(false, vec![445]);
+        src.backlog = 1.0;
+        off.after_batch(&mut src);
+        assert!(admit(&mut off, &a_out));
     }
 }
 
