@@ -318,3 +318,92 @@ def test_tui_in_a_terminal(ready, tmp_path, width, height):
                    "no SMB payload seen yet", "Byte accounting"):
         assert needle in text, needle
     assert json.loads(out.read_text())["live"]["iface"] == "lo"
+
+
+def _tcp_directions(paths: list[Path]) -> dict[tuple, list[tuple[int, int]]]:
+    """Every TCP frame with payload or SYN/FIN of `paths` (in order), per direction:
+    (source address, port, destination address, port) -> [(raw sequence number, length)]."""
+    out: dict[tuple, list[tuple[int, int]]] = {}
+    for p in paths:
+        r = subprocess.run(["tshark", "-r", str(p), "-Y", "tcp", "-T", "fields", "-e", "ip.src", "-e", "tcp.srcport",
+                            "-e", "ip.dst", "-e", "tcp.dstport", "-e", "tcp.seq_raw", "-e", "tcp.len"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        for line in r.stdout.splitlines():
+            src, sport, dst, dport, seq, length = line.split("\t")
+            out.setdefault((src, int(sport), dst, int(dport)), []).append((int(seq), int(length)))
+    return out
+
+
+def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, tmp_path):
+    """Above its capacity (a test delay on every frame puts the analysis below the workload's
+    rate), `live` sheds whole connections instead of letting its queues drop scattered frames:
+    the analysed fraction is below 1 and says so, no ring drops, no TCP gap; what it analysed
+    of each connection is a prefix of that connection's frames on the wire (the --write files
+    hold exactly what was analysed), and every send it analysed has the figures `analyze`
+    gives that send on the complete reference capture."""
+    with Lab(capture_dir=tmp_path) as lab:
+        topo = tmp_path / "lab.toml"
+        topo.write_text(lab.topology_toml())
+        written_path = tmp_path / "live.pcapng"
+        live = LiveProc(lab, tmp_path, "--topology", str(topo), "--require-ebpf", "--hook", "tcx",
+                        "--duration", "300", "--write", str(written_path), "--queues", "2",
+                        "--ring-size", "4MiB", "--test-frame-delay-us", "60")
+        run_workloads(lab)
+        time.sleep(1.0)
+        live.p.send_signal(signal.SIGTERM)
+        assert live.wait(timeout=120) == 0, live.err()
+        capture = lab.stop_capture()
+        result = live.result()
+        stats, shed, analysed = result["live"]["stats"], result["live"]["shed"], result["live"]["analysed"]
+        assert stats["queues"] == 2
+        assert shed["enabled"] and shed["connections"] >= 1, shed
+        assert shed["connections_at_capture_point"] == shed["connections"], "the kernel stopped copying them"
+        assert stats["shed_frames"] > 0 and shed["frames"] == shed["queued_frames_discarded"] + stats["shed_frames"]
+        assert analysed["shed_bytes"] > 0 and analysed["fraction"] < 1.0, analysed
+        # Shedding kept the queues from overflowing: nothing scattered was lost.
+        assert stats["ring_drops"] == 0 and stats["kernel_drops"] == 0, stats
+        assert result["tcp"]["gap_bytes"] == 0
+        assert result["accounting"]["reconciled"] is True
+        # Frames matched = delivered + shed at the capture point (+ ring drops, copy errors: 0).
+        assert stats["frames_matched"] == stats["packets_delivered"] + stats["shed_frames"] + stats["copy_errors"]
+        health = frame_health(capture.path)
+        assert capture.packets_dropped == 0 and health.lost_segments == 0, "reference capture incomplete"
+        # The in-kernel counters stay exact for shed connections too: every storage frame of
+        # the reference was counted.
+        reference = _tcp_directions([capture.path])
+        assert stats["packets_matched"] == sum(len(v) for v in reference.values())
+        # What was analysed of each direction is a prefix of it: whole connections were cut,
+        # never single frames.
+        files = result["live"]["write"]["files"]
+        written = _tcp_directions([Path(f) for f in files])
+        cut = 0
+        for direction, frames in written.items():
+            assert frames == reference[direction][:len(frames)], direction
+            cut += len(frames) < len(reference[direction])
+        assert cut >= 1, "a connection was cut"
+        assert sum(map(len, written.values())) < sum(map(len, reference.values()))
+        # live's figures are analyze's on the frames it analysed ...
+        w = analyze(Path(files[0]), topo, tmp_path / "written.json", *files[1:], "--evidence", str(tmp_path / "w.ev"))
+        compare_with_analyze(result, w)
+        assert w["tcp"]["gap_bytes"] == 0
+        # ... and each send it analysed has the figures analyze gives it on the whole capture.
+        analyze(capture.path, topo, tmp_path / "offline.json", "--evidence", str(tmp_path / "r.ev"))
+
+        def sends(path: Path) -> dict[tuple, tuple]:
+            out = {}
+            for line in path.read_text().splitlines():
+                d = json.loads(line)
+                for s in d["sends"]:
+                    out[(s["src"], s["src_port"], s["dst"], s["dst_port"], s["message_id"])] = (
+                        d["digest"], d["size"], s["kind"], s["offset"], s["file_name"], s["share"], s["session"],
+                        s["tree"], s["file_id"], s["community_id"])
+            return out
+
+        mine, everything = sends(tmp_path / "w.ev"), sends(tmp_path / "r.ev")
+        assert mine, "some duplicated payloads were analysed"
+        for k, v in mine.items():
+            assert everything.get(k) == v, k
+        assert result["smb2"]["write_req_pdus"] < json.loads((tmp_path / "offline.json").read_text())["smb2"]["write_req_pdus"]
+        # The report and the status line say it.
+        assert any("shed_connections=" in l and "shed_connections=0" not in l for l in live.status_lines()[-1:])

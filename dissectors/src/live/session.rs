@@ -545,14 +545,14 @@ impl Capture {
         let shed = &mut self.shed;
         let delay = self.opts.frame_delay;
         let n = self.source.next_batch(wait_ms, &mut |f| {
+            if !shed.admit(&f) {
+                return;
+            }
             if !delay.is_zero() {
                 let until = Instant::now() + delay;
                 while Instant::now() < until {
                     std::hint::spin_loop();
                 }
-            }
-            if !shed.admit(&f) {
-                return;
             }
             *frames += 1;
             *bytes += f.data.len() as u64;
