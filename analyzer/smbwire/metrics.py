@@ -21,6 +21,8 @@ Metrics (labels `src`, `dst` are node names, `class` a traffic class):
 - `smbwire_analysed_fraction` — gauge: the engine's `live.analysed.fraction`.
 - `smbwire_not_analysed_bytes_total`, `smbwire_input_bytes_total` — counters: storage bytes
   smbwire could not analyse (the `not_analysed` byte categories) and every byte seen.
+- `smbwire_shed_connections` (gauge), `smbwire_shed_bytes_total` (counter): connections shed
+  under overload and their wire bytes (`live.shed`, `live.analysed.shed_bytes`).
 - `smbwire_snapshot_timestamp_seconds` — gauge, when the figures were taken.
 """
 
@@ -108,6 +110,8 @@ class SnapshotCollector:
             ("smbwire_rdma_psn_gaps", rdma.get("gaps"), "RDMA packets never seen (PSN gaps)."),
             ("smbwire_not_analysed_bytes", not_analysed, "Storage bytes smbwire could not analyse."),
             ("smbwire_input_bytes", _d(snap.get("accounting")).get("input_bytes"), "Bytes seen."),
+            ("smbwire_shed_bytes", _d(_d(snap.get("live")).get("analysed")).get("shed_bytes"),
+             "Wire bytes of connections shed under overload (not analysed)."),
         ):
             yield CounterMetricFamily(name, doc, value=_num(v) or 0.0)
         analysed = _num(_d(_d(snap.get("live")).get("analysed")).get("fraction"))
@@ -115,6 +119,9 @@ class SnapshotCollector:
             yield GaugeMetricFamily("smbwire_analysed_fraction",
                                     "Share of the storage bytes the capture point matched that were analysed (engine's live.analysed).",
                                     value=analysed)
+        shed = _num(_d(_d(snap.get("live")).get("shed")).get("connections"))
+        if shed is not None:
+            yield GaugeMetricFamily("smbwire_shed_connections", "Connections shed under overload so far.", value=shed)
         yield GaugeMetricFamily("smbwire_snapshot_timestamp_seconds", "When the figures were taken.", value=at)
 
 
