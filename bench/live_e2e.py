@@ -267,6 +267,8 @@ def step(name: str, cap: Path, ref: dict, threads: int, mbps: float, idle_cpu: f
         "tcp_gaps": tcp.get("gaps"),
         "tcp_gap_bytes": tcp.get("gap_bytes"),
         "analysed_fraction": (lv.get("analysed") or {}).get("fraction"),
+        "shed_connections": (lv.get("shed") or {}).get("connections", 0),
+        "queues": st.get("queues"),
         "equal": not diffs,
         "diffs": diffs[:8],
         "smbwire_cpu_s": round(cpu, 3),
@@ -277,7 +279,7 @@ def step(name: str, cap: Path, ref: dict, threads: int, mbps: float, idle_cpu: f
         "load_average": os.getloadavg()[0],
     }
     row["pass"] = (row["equal"] and row["kernel_drops"] == 0 and row["ring_drops"] == 0
-                   and gen["sent"] == gen["frames"])
+                   and row["shed_connections"] == 0 and gen["sent"] == gen["frames"])
     row["reached"] = mbps == 0 or gen["gbit_s"] * 1000 >= REACHED * mbps
     print(json.dumps({k: v for k, v in row.items() if k != "diffs"} | {"diffs": diffs[:2]}),
           file=sys.stderr, flush=True)
@@ -296,6 +298,8 @@ def idle_step(threads: int, seconds: float, placement: str) -> float:
 
 
 def limit_of(r: dict) -> str:
+    if r.get("shed_connections"):
+        return f"shed {r['shed_connections']} connection(s) (analysis behind)"
     if r["ring_drops"]:
         return "ring drops (analysis behind)"
     if r["kernel_drops"]:

@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 # the autogroup is its own and not the caller's session's).
 if [ -w /proc/self/autogroup ]; then echo 19 > /proc/self/autogroup 2>/dev/null || true; fi
 secs=${1:-60}; dir=${2:-${FUZZ_LONG_DIR:-$HOME/smbwire-fuzzlong}}; shift $(( $# >= 2 ? 2 : $# ))
-targets=${*:-xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip ledger_inputs}
+targets=${*:-xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip ledger_inputs live_frames}
 mkdir -p "$dir"
 nice -n 19 cargo +nightly fuzz build -O -a -s none --target-dir "$dir/target-overflow" >"$dir/build-overflow.log" 2>&1 \
     || { tail -5 "$dir/build-overflow.log"; exit 1; }

@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")"
 bin=$1; secs=${2:-15}; shift $(( $# >= 2 ? 2 : 1 ))
-targets=${*:-capture_reader wire_decode pipeline_tcp pipeline_roce text_inputs xca_lznt1 xca_lz77 xca_lz77_huffman xca_roundtrip ledger_inputs}
+targets=${*:-capture_reader wire_decode pipeline_tcp pipeline_roce text_inputs xca_lznt1 xca_lz77 xca_lz77_huffman xca_roundtrip ledger_inputs live_frames}
 printf 'target\texecuted\tcpu_seconds\texec_per_cpu_second\n'
 for t in $targets; do
     work=$(mktemp -d)

@@ -250,6 +250,16 @@ impl Records {
     }
 }
 
+/// One ring record through the same reading as a live one (fuzz target `live_frames`): the
+/// frame's bytes it would hand on, or None for a record it counts as bad.
+pub fn read_record(rec: &[u8]) -> Option<Vec<u8>> {
+    let mut r = Records { next_number: 1, wall_offset: 0, retag_buf: Vec::new(), delivered: 0, bad_records: 0 };
+    let mut out = None;
+    r.deliver(rec, &mut |f| out = Some(f.data.to_vec()));
+    debug_assert_eq!(out.is_some(), r.bad_records == 0);
+    out
+}
+
 /// A record's time stamp (CLOCK_MONOTONIC ns), for ordering the rings.
 fn record_ts(rec: &[u8]) -> u64 {
     if rec.len() < event::SIZE {
