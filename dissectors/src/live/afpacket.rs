@@ -1,4 +1,4 @@
-//! AF_PACKET backend: a TPACKET_V3 mmap ring (linux/if_packet.h, Documentation/networking/
+//! AF_PACKET backend: TPACKET_V3 mmap rings (linux/if_packet.h, Documentation/networking/
 //! packet_mmap.rst). The kernel fills blocks of frames; a block is ours while its
 //! `block_status` has TP_STATUS_USER and goes back when we write TP_STATUS_KERNEL.
 //!
@@ -7,17 +7,47 @@
 //! truncates copies to the snap length in the kernel. PACKET_VNET_HDR puts a
 //! `struct virtio_net_hdr` before each frame: its gso_size tells how many wire packets a
 //! GRO/GSO frame stands for, so the counters are in wire packets like the eBPF ones.
+//!
+//! Capture queues (`LiveOptions::queues`): one socket and ring per queue. With more than one,
+//! the sockets form one PACKET_FANOUT group in PACKET_FANOUT_HASH mode: the kernel hands
+//! each frame to one socket by the symmetric flow hash, so both directions of a connection
+//! go to the same socket. PACKET_FANOUT_FLAG_DEFRAG reassembles IPv4 fragments before
+//! hashing, so a fragmented datagram stays with its connection (and, unlike with one queue,
+//! is seen whole). The group id is one the kernel picks as unused (PACKET_FANOUT_FLAG_UNIQUEID,
+//! Linux 4.12+; before that, one made of the pid and a counter), so two sources never join
+//! each other's group, nor another program's. A socket bound but not yet in the group would
+//! see every frame the group sees, so each drops everything (filter `ret #0`) until all have
+//! joined.
+//!
+//! Time order across queues: `next_batch` delivers the oldest head of all queues
+//! (`pick_queue`). A queue whose ring shows nothing may still hold older frames: the block
+//! the kernel is filling stays the kernel's until it is full or the retire timer
+//! (`block_timeout_ms`) closes it. So while a queue shows nothing, another queue's head is
+//! delivered only once it is older than anything the quiet queue could still show (the
+//! horizon). Of two bounds for that, the later counts:
+//! - proven: PACKET_STATISTICS counts the frames the socket wrote into its ring (tp_packets
+//!   less tp_drops); when we have read as many, nothing is waiting in the open block, and the
+//!   socket's next frame is stamped after that reading (less the margin). An idle queue then
+//!   holds the others back by the margin only.
+//! - blind: now − 2 × block timeout − margin. The timer closes a block that was already open
+//!   at its previous tick; since Linux 6.18 it ticks on its own (an hrtimer, not re-armed when
+//!   a block opens), so a block opened between ticks is closed at the second tick.
+//!
+//! The margin (20 ms) covers a frame stamped on receive but written into the ring later (a
+//! busy softirq backlog). A block goes back to the kernel once all its frames are delivered.
+//! Frames that several CPUs write into one ring at once can be microseconds out of stamp
+//! order; the merge keeps each ring's own order.
 
 use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use super::classify::inspect;
 use super::flows::FlowTable;
 use super::sys::{self, os_error, setsockopt, SOL_PACKET};
-use super::{LiveError, LiveOptions, LiveSource, LiveStats, STATS_TOP_FLOWS};
+use super::{pick_queue, Head, LiveError, LiveOptions, LiveSource, LiveStats, MAX_QUEUES, STATS_TOP_FLOWS};
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
 
@@ -26,6 +56,12 @@ const PACKET_RX_RING: i32 = 5;
 const PACKET_STATISTICS: i32 = 6;
 const PACKET_VERSION: i32 = 10;
 const PACKET_VNET_HDR: i32 = 15;
+const PACKET_FANOUT: i32 = 18;
+const PACKET_FANOUT_HASH: u16 = 0;
+const PACKET_FANOUT_FLAG_UNIQUEID: u16 = 0x2000;
+const PACKET_FANOUT_FLAG_DEFRAG: u16 = 0x8000;
+/// The first Linux release with PACKET_FANOUT_FLAG_UNIQUEID (older ones ignore the flag).
+const UNIQUEID_SINCE: (u32, u32) = (4, 12);
 /// struct virtio_net_hdr (linux/virtio_net.h): gso_type at 1, gso_size at 4, little-endian
 /// (virtio 1.0; the kernel writes it so on every host it supports with VNET_HDR here).
 const VNET_HDR_LEN: usize = 10;
@@ -40,6 +76,12 @@ const PACKET_OUTGOING: u8 = 4;
 const SO_ATTACH_FILTER: i32 = 26;
 /// Frame slot size hint for the ring request; V3 packs frames of any size into blocks.
 const FRAME_SIZE: u32 = 2048;
+/// How much earlier than its writing into the ring a frame may be stamped.
+const MARGIN_NS: u64 = 20_000_000;
+/// Retire timer periods a partly filled block may wait (see the module comment).
+const RETIRE_PERIODS: u64 = 2;
+/// Least time between two PACKET_STATISTICS readings of one queue to prove it drained.
+const PROVE_EVERY_NS: u64 = 1_000_000;
 
 /// struct tpacket_block_desc + tpacket_hdr_v1 field offsets.
 mod block {
@@ -60,6 +102,8 @@ mod hdr {
     pub const VLAN_TCI: usize = 32;
     pub const VLAN_TPID: usize = 36;
     pub const SLL_PKTTYPE: usize = 48 + 10;
+    /// The header and the sockaddr_ll fields read here lie within this many bytes.
+    pub const READ_LEN: usize = 64;
 }
 
 #[repr(C)]
@@ -119,6 +163,17 @@ impl Ring {
         // SAFETY: i < block_count, so the offset is inside the mapping.
         unsafe { self.base.add(i * self.block_size) }
     }
+
+    fn ready(&self, i: usize) -> bool {
+        let p = self.block(i);
+        // SAFETY: inside the mapping; the kernel writes this word concurrently.
+        let status = unsafe { ptr::read_volatile(p.add(block::BLOCK_STATUS) as *const u32) };
+        let ready = status & TP_STATUS_USER != 0;
+        if ready {
+            fence(Ordering::Acquire);
+        }
+        ready
+    }
 }
 
 fn rd32(p: *const u8, off: usize) -> u32 {
@@ -131,254 +186,99 @@ fn rd16(p: *const u8, off: usize) -> u16 {
     unsafe { ptr::read_unaligned(p.add(off) as *const u16) }
 }
 
-pub struct AfPacketSource {
-    ring: Ring,
-    fd: OwnedFd,
-    current: usize,
+fn wall_now() -> u64 {
+    sys::clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// What all queues share: the matching rules, the frame numbers and the counters.
+struct Common {
     tcp_ports: Vec<u16>,
     next_number: u64,
     retag_buf: Vec<u8>,
     flows: FlowTable,
     stats: LiveStats,
-    kernel_drops: Cell<u64>,
-    if_drops: super::sys::IfDrops,
 }
 
-impl AfPacketSource {
-    pub fn open(
-        iface: &str,
-        ifindex: u32,
-        opts: &LiveOptions,
-    ) -> Result<AfPacketSource, LiveError> {
-        let cap = "CAP_NET_RAW";
-        let err = |e: io::Error, what: &str| os_error(e, &format!("{what} on {iface}"), cap);
-        // Protocol 0 until bound: no frames from other interfaces slip in meanwhile.
-        let fd = sys::packet_socket(0).map_err(|e| err(e, "AF_PACKET socket"))?;
-        setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
-            .map_err(|e| err(e, "TPACKET_V3"))?;
-        setsockopt(&fd, SOL_PACKET, PACKET_VNET_HDR, &1i32)
-            .map_err(|e| err(e, "PACKET_VNET_HDR"))?;
+/// A queue's next frame to deliver, in its current block.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    /// The frame's struct tpacket3_hdr, from the start of the block.
+    off: usize,
+    /// Its data, from the header, and how many bytes.
+    mac: usize,
+    snaplen: usize,
+    ts_ns: u64,
+    wire_len: u32,
+    /// A tag the kernel stripped: (TPID, TCI).
+    vlan: Option<(u16, u16)>,
+}
 
-        let page = 4096u32;
-        let block_size = opts.block_size.max(page).div_ceil(page) * page;
-        let block_size = block_size.max(super::MAX_SNAPLEN.div_ceil(page) * page * 2);
-        let block_count = opts.block_count.max(2);
-        let req = TpacketReq3 {
-            tp_block_size: block_size,
-            tp_block_nr: block_count,
-            tp_frame_size: FRAME_SIZE,
-            tp_frame_nr: block_size / FRAME_SIZE * block_count,
-            tp_retire_blk_tov: opts.block_timeout_ms.max(1),
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        setsockopt(&fd, SOL_PACKET, PACKET_RX_RING, &req).map_err(|e| err(e, "PACKET_RX_RING"))?;
-        let len = block_size as usize * block_count as usize;
-        // SAFETY: mapping the ring the kernel just allocated for this socket.
-        let base = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(err(
-                io::Error::last_os_error(),
-                "mmap of the TPACKET_V3 ring",
-            ));
-        }
-        let ring = Ring {
-            base: base as *mut u8,
-            block_size: block_size as usize,
-            block_count: block_count as usize,
-        };
+/// Where reading stands in the current block once it is ours.
+#[derive(Clone, Copy, Debug)]
+struct Walk {
+    /// Frame slots not yet read.
+    left: u32,
+    /// The next slot's header, from the start of the block.
+    off: usize,
+}
 
-        let filter = [SockFilter {
-            code: 0x06, /* BPF_RET|BPF_K */
-            jt: 0,
-            jf: 0,
-            k: opts.snaplen,
-        }];
-        let prog = SockFprog {
-            len: 1,
-            filter: filter.as_ptr(),
-        };
-        setsockopt(&fd, libc::SOL_SOCKET, SO_ATTACH_FILTER, &prog)
-            .map_err(|e| err(e, "snap length filter"))?;
+/// What a queue has to offer.
+enum Fill {
+    Frame(u64),
+    /// Its ring has nothing for us now.
+    Empty,
+    /// It handed back a whole ring's worth of blocks in this batch; more are waiting.
+    Busy,
+}
 
-        if opts.promisc {
-            sys::add_promisc(&fd, ifindex).map_err(|e| err(e, "promiscuous mode"))?;
-        }
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL.to_be();
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: sll is a valid sockaddr_ll.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(err(io::Error::last_os_error(), "bind"));
-        }
-        Ok(AfPacketSource {
+/// One socket of the group with its ring.
+struct Queue {
+    ring: Ring,
+    fd: OwnedFd,
+    /// The block being read, or the next to become ours.
+    current: usize,
+    walk: Option<Walk>,
+    head: Option<Pending>,
+    /// Blocks this queue may still hand back in the running `next_batch`.
+    laps: usize,
+    /// Frames read from the ring (slots the kernel marked TP_STATUS_USER).
+    slots_read: u64,
+    /// PACKET_STATISTICS since open (reading resets the kernel's): frames written into the
+    /// ring, frames dropped.
+    written: Cell<u64>,
+    drops: Cell<u64>,
+    /// When the queue was last shown to hold no frame we had not read (CLOCK_REALTIME ns).
+    proven_at: u64,
+    checked_at: u64,
+    /// The last check found frames written that we had not read.
+    unread: bool,
+    delivered: u64,
+}
+
+impl Queue {
+    fn new(fd: OwnedFd, ring: Ring) -> Queue {
+        Queue {
             ring,
             fd,
             current: 0,
-            tcp_ports: opts.tcp_ports.clone(),
-            next_number: 1,
-            retag_buf: Vec::with_capacity(super::MAX_SNAPLEN as usize + 4),
-            flows: FlowTable::default(),
-            stats: LiveStats { queues: 1, ..LiveStats::default() },
-            kernel_drops: Cell::new(0),
-            if_drops: super::sys::IfDrops::new(iface, ifindex),
-        })
+            walk: None,
+            head: None,
+            laps: 0,
+            slots_read: 0,
+            written: Cell::new(0),
+            drops: Cell::new(0),
+            proven_at: 0,
+            checked_at: 0,
+            unread: true,
+            delivered: 0,
+        }
     }
 
-    fn block_ready(&self, i: usize) -> bool {
-        let p = self.ring.block(i);
-        // SAFETY: inside the mapping; the kernel writes this word concurrently.
-        let status = unsafe { ptr::read_volatile(p.add(block::BLOCK_STATUS) as *const u32) };
-        let ready = status & TP_STATUS_USER != 0;
-        if ready {
-            fence(Ordering::Acquire);
-        }
-        ready
-    }
-
-    /// Hands every frame of block `i` to `f` and returns the block to the kernel.
-    fn drain_block(&mut self, i: usize, f: &mut dyn FnMut(RawFrame<'_>)) -> usize {
-        let b = self.ring.block(i);
-        let bs = self.ring.block_size;
-        let num = rd32(b, block::NUM_PKTS);
-        let mut off = rd32(b, block::OFFSET_TO_FIRST_PKT) as usize;
-        let mut delivered = 0;
-        for _ in 0..num {
-            // A frame header must lie inside the block; anything else means a corrupt ring.
-            if off < 16 || off + 64 > bs {
-                break;
-            }
-            // SAFETY: off + 64 <= block size.
-            let p = unsafe { b.add(off) };
-            let snaplen = rd32(p, hdr::SNAPLEN) as usize;
-            let wire_len = rd32(p, hdr::LEN);
-            let status = rd32(p, hdr::STATUS);
-            let mac = rd16(p, hdr::MAC) as usize;
-            // SAFETY: SLL_PKTTYPE < 64.
-            let pkttype = unsafe { *p.add(hdr::SLL_PKTTYPE) };
-            if off + mac + snaplen <= bs && pkttype != PACKET_OUTGOING {
-                // SAFETY: checked just above to be inside the block.
-                let data = unsafe { std::slice::from_raw_parts(p.add(mac), snaplen) };
-                let (data, wire_len) = if status & TP_STATUS_VLAN_VALID != 0 {
-                    let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                        rd16(p, hdr::VLAN_TPID)
-                    } else {
-                        0x8100
-                    };
-                    let tci = rd32(p, hdr::VLAN_TCI) as u16;
-                    sys::retag(&mut self.retag_buf, data, tpid, tci);
-                    (&self.retag_buf[..], wire_len + 4)
-                } else {
-                    (data, wire_len)
-                };
-                // GSO segments: what the peer or GRO coalesced into this one frame.
-                let insp = inspect(data, &self.tcp_ports);
-                let mut segs = 1u64;
-                if mac >= VNET_HDR_LEN && insp.header_len > 0 {
-                    let v = mac - VNET_HDR_LEN;
-                    // SAFETY: v + VNET_HDR_LEN = mac, inside the frame slot.
-                    let gso_type = unsafe { *p.add(v + VNET_GSO_TYPE) };
-                    let gso_size = u16::from_le(rd16(p, v + VNET_GSO_SIZE)) as usize;
-                    let payload = (wire_len as usize).saturating_sub(insp.header_len);
-                    if gso_type != 0 && gso_size > 0 && payload > gso_size {
-                        segs = payload.div_ceil(gso_size) as u64;
-                    }
-                }
-                let wire_bytes = u64::from(wire_len) + (segs - 1) * insp.header_len as u64;
-                self.stats.packets_seen += segs;
-                self.stats.bytes_seen += wire_bytes;
-                if let Some(key) = insp.key {
-                    self.stats.packets_matched += segs;
-                    self.stats.bytes_matched += wire_bytes;
-                    self.stats.frames_matched += 1;
-                    self.flows.add(key, segs, wire_bytes);
-                    let ts_ns = u64::from(rd32(p, hdr::SEC)) * 1_000_000_000
-                        + u64::from(rd32(p, hdr::NSEC));
-                    let info = FrameInfo {
-                        frame: FrameRef {
-                            file: 0,
-                            number: self.next_number,
-                        },
-                        ts_ns,
-                        linktype: linktype::ETHERNET,
-                        orig_len: wire_len,
-                    };
-                    self.next_number += 1;
-                    f(RawFrame { info, data });
-                    delivered += 1;
-                }
-            }
-            let next = rd32(p, hdr::NEXT_OFFSET) as usize;
-            if next == 0 {
-                break;
-            }
-            off += next;
-        }
-        fence(Ordering::Release);
-        // SAFETY: inside the mapping; hands the block back to the kernel.
-        unsafe { ptr::write_volatile(b.add(block::BLOCK_STATUS) as *mut u32, TP_STATUS_KERNEL) };
-        self.stats.packets_delivered += delivered as u64;
-        delivered
-    }
-}
-
-impl LiveSource for AfPacketSource {
-    fn next_batch(
-        &mut self,
-        timeout_ms: i32,
-        f: &mut dyn FnMut(RawFrame<'_>),
-    ) -> io::Result<usize> {
-        if !self.block_ready(self.current) {
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN | libc::POLLERR,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                return if e.kind() == io::ErrorKind::Interrupted {
-                    Ok(0)
-                } else {
-                    Err(e)
-                };
-            }
-        }
-        let mut n = 0;
-        // At most one lap, so a busy interface cannot keep us here forever.
-        for _ in 0..self.ring.block_count {
-            if !self.block_ready(self.current) {
-                break;
-            }
-            n += self.drain_block(self.current, f);
-            self.current = (self.current + 1) % self.ring.block_count;
-        }
-        Ok(n)
-    }
-
-    fn stats(&self) -> LiveStats {
+    /// Adds the kernel's counters to ours; false if they could not be read.
+    fn read_stats(&self) -> bool {
         let mut st = TpacketStatsV3::default();
         let mut len = std::mem::size_of::<TpacketStatsV3>() as libc::socklen_t;
-        // SAFETY: st is a valid out-buffer of `len` bytes. Reading resets the kernel's
-        // counters, so they are accumulated.
+        // SAFETY: st is a valid out-buffer of `len` bytes.
         let rc = unsafe {
             libc::getsockopt(
                 self.fd.as_raw_fd(),
@@ -388,15 +288,582 @@ impl LiveSource for AfPacketSource {
                 &mut len,
             )
         };
-        if rc == 0 {
-            self.kernel_drops
-                .set(self.kernel_drops.get() + u64::from(st.tp_drops));
+        if rc != 0 {
+            return false;
         }
-        let mut s = self.stats.clone();
+        // TPACKET_V3 reports tp_packets with the drops included.
+        let written = st.tp_packets.saturating_sub(st.tp_drops);
+        self.written.set(self.written.get() + u64::from(written));
+        self.drops.set(self.drops.get() + u64::from(st.tp_drops));
+        true
+    }
+
+    /// The time every frame this queue may still show is stamped after, as far as known.
+    fn quiet_until(&self, now: u64, blind_ns: u64) -> u64 {
+        now.saturating_sub(blind_ns)
+            .max(self.proven_at.saturating_sub(MARGIN_NS))
+    }
+
+    /// Reads the kernel's counters to see whether every frame written was read.
+    fn check(&mut self, now: u64) {
+        self.checked_at = now;
+        self.unread = !self.read_stats() || self.slots_read < self.written.get();
+        if !self.unread {
+            self.proven_at = now;
+        }
+    }
+
+    fn owned_blocks(&self) -> usize {
+        let n = self.ring.block_count;
+        (0..n)
+            .take_while(|k| self.ring.ready((self.current + k) % n))
+            .count()
+    }
+
+    fn holds_frames(&self) -> bool {
+        self.head.is_some() || self.walk.is_some() || self.ring.ready(self.current)
+    }
+
+    /// Moves to the next frame to deliver, counting the frames passed on the way and handing
+    /// back blocks read to the end.
+    fn fill(&mut self, c: &mut Common) -> Fill {
+        loop {
+            if let Some(p) = self.head {
+                return Fill::Frame(p.ts_ns);
+            }
+            let Some(mut walk) = self.walk else {
+                if !self.ring.ready(self.current) {
+                    return Fill::Empty;
+                }
+                if self.laps == 0 {
+                    return Fill::Busy;
+                }
+                let b = self.ring.block(self.current);
+                self.walk = Some(Walk {
+                    left: rd32(b, block::NUM_PKTS),
+                    off: rd32(b, block::OFFSET_TO_FIRST_PKT) as usize,
+                });
+                continue;
+            };
+            let bs = self.ring.block_size;
+            // A frame header must lie inside the block; anything else means a corrupt ring.
+            if walk.left == 0 || walk.off < 16 || walk.off > bs - hdr::READ_LEN {
+                self.release();
+                continue;
+            }
+            let b = self.ring.block(self.current);
+            let off = walk.off;
+            // SAFETY: off + READ_LEN <= block size.
+            let p = unsafe { b.add(off) };
+            let next = rd32(p, hdr::NEXT_OFFSET) as usize;
+            walk.left -= 1;
+            walk.off = if next == 0 { bs } else { off.saturating_add(next) };
+            self.walk = Some(walk);
+            // A slot without TP_STATUS_USER holds no frame (the kernel could not write its
+            // virtio header and counted it in tp_drops).
+            if rd32(p, hdr::STATUS) & TP_STATUS_USER != 0 {
+                self.slots_read += 1;
+                self.head = read_frame(b, bs, off, c);
+            }
+        }
+    }
+
+    /// Hands the current block back to the kernel and moves to the next.
+    fn release(&mut self) {
+        let b = self.ring.block(self.current);
+        fence(Ordering::Release);
+        // SAFETY: inside the mapping; hands the block back to the kernel.
+        unsafe { ptr::write_volatile(b.add(block::BLOCK_STATUS) as *mut u32, TP_STATUS_KERNEL) };
+        self.current = (self.current + 1) % self.ring.block_count;
+        self.walk = None;
+        self.laps = self.laps.saturating_sub(1);
+    }
+
+    fn deliver(&mut self, c: &mut Common, f: &mut dyn FnMut(RawFrame<'_>)) {
+        let Some(p) = self.head.take() else { return };
+        let b = self.ring.block(self.current);
+        // SAFETY: `read_frame` checked off + mac + snaplen <= block size.
+        let data = unsafe { std::slice::from_raw_parts(b.add(p.off + p.mac), p.snaplen) };
+        let data = match p.vlan {
+            Some((tpid, tci)) => {
+                sys::retag(&mut c.retag_buf, data, tpid, tci);
+                &c.retag_buf[..]
+            }
+            None => data,
+        };
+        let info = FrameInfo {
+            frame: FrameRef { file: 0, number: c.next_number },
+            ts_ns: p.ts_ns,
+            linktype: linktype::ETHERNET,
+            orig_len: p.wire_len,
+        };
+        c.next_number += 1;
+        c.stats.packets_delivered += 1;
+        self.delivered += 1;
+        f(RawFrame { info, data });
+    }
+}
+
+/// Counts the frame whose header is at `off` in block `b` (`off + hdr::READ_LEN` inside the
+/// block) and returns it when it is one to deliver: received, inside the block, storage traffic.
+fn read_frame(b: *const u8, bs: usize, off: usize, c: &mut Common) -> Option<Pending> {
+    // SAFETY: the caller checked off + READ_LEN <= block size.
+    let p = unsafe { b.add(off) };
+    let snaplen = rd32(p, hdr::SNAPLEN) as usize;
+    let wire_len = rd32(p, hdr::LEN);
+    let status = rd32(p, hdr::STATUS);
+    let mac = rd16(p, hdr::MAC) as usize;
+    // SAFETY: SLL_PKTTYPE < READ_LEN.
+    let pkttype = unsafe { *p.add(hdr::SLL_PKTTYPE) };
+    let end = off.checked_add(mac).and_then(|e| e.checked_add(snaplen));
+    if end.is_none_or(|e| e > bs) || pkttype == PACKET_OUTGOING {
+        return None;
+    }
+    // SAFETY: checked just above to be inside the block.
+    let data = unsafe { std::slice::from_raw_parts(p.add(mac), snaplen) };
+    let vlan = (status & TP_STATUS_VLAN_VALID != 0).then(|| {
+        let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+            rd16(p, hdr::VLAN_TPID)
+        } else {
+            0x8100
+        };
+        (tpid, rd32(p, hdr::VLAN_TCI) as u16)
+    });
+    let (data, wire_len) = match vlan {
+        Some((tpid, tci)) => {
+            sys::retag(&mut c.retag_buf, data, tpid, tci);
+            (&c.retag_buf[..], wire_len.saturating_add(4))
+        }
+        None => (data, wire_len),
+    };
+    // GSO segments: what the peer or GRO coalesced into this one frame.
+    let insp = inspect(data, &c.tcp_ports);
+    let mut segs = 1u64;
+    if mac >= VNET_HDR_LEN && insp.header_len > 0 {
+        let v = mac - VNET_HDR_LEN;
+        // SAFETY: v + VNET_HDR_LEN = mac, inside the block.
+        let gso_type = unsafe { *p.add(v + VNET_GSO_TYPE) };
+        let gso_size = u16::from_le(rd16(p, v + VNET_GSO_SIZE)) as usize;
+        let payload = (wire_len as usize).saturating_sub(insp.header_len);
+        if gso_type != 0 && gso_size > 0 && payload > gso_size {
+            segs = payload.div_ceil(gso_size) as u64;
+        }
+    }
+    let wire_bytes = u64::from(wire_len) + (segs - 1) * insp.header_len as u64;
+    c.stats.packets_seen += segs;
+    c.stats.bytes_seen += wire_bytes;
+    let key = insp.key?;
+    c.stats.packets_matched += segs;
+    c.stats.bytes_matched += wire_bytes;
+    c.stats.frames_matched += 1;
+    c.flows.add(key, segs, wire_bytes);
+    let ts_ns = u64::from(rd32(p, hdr::SEC)) * 1_000_000_000 + u64::from(rd32(p, hdr::NSEC));
+    Some(Pending { off, mac, snaplen, ts_ns, wire_len, vlan })
+}
+
+/// Why `deliver_ready` stopped.
+enum Stall {
+    /// Every queue is empty.
+    Idle,
+    /// Heads are held for time order; by this time (CLOCK_REALTIME ns) they can go.
+    Held { until: u64 },
+    /// A queue has more than a ring's worth waiting: the caller comes back at once.
+    Busy,
+}
+
+pub struct AfPacketSource {
+    queues: Vec<Queue>,
+    common: Common,
+    /// How long a frame can wait in a block the kernel has not handed over, plus the margin.
+    blind_ns: u64,
+    fanout_group: Option<u16>,
+    heads: Vec<Head>,
+    pollfds: Vec<libc::pollfd>,
+    if_drops: super::sys::IfDrops,
+    /// The queue of every frame delivered, in order (tests check the fanout with it).
+    #[cfg(test)]
+    delivered_from: Vec<u8>,
+}
+
+impl AfPacketSource {
+    pub fn open(
+        iface: &str,
+        ifindex: u32,
+        opts: &LiveOptions,
+    ) -> Result<AfPacketSource, LiveError> {
+        if opts.queues == 0 || opts.queues > MAX_QUEUES {
+            return Err(LiveError::Io(format!("capture queues must be 1..={MAX_QUEUES}")));
+        }
+        let fanout = opts.queues > 1;
+        let mut queues = Vec::with_capacity(opts.queues as usize);
+        for i in 0..opts.queues {
+            queues.push(open_queue(iface, ifindex, opts, fanout, opts.promisc && i == 0)?);
+        }
+        let fanout_group = if fanout {
+            let group = join_group(&queues, iface)?;
+            for q in &queues {
+                attach_filter(&q.fd, opts.snaplen)
+                    .map_err(|e| os_error(e, &format!("snap length filter on {iface}"), "CAP_NET_RAW"))?;
+            }
+            Some(group)
+        } else {
+            None
+        };
+        let if_drops = super::sys::IfDrops::new(iface, ifindex);
+        let mut src = AfPacketSource::with_queues(queues, opts, if_drops);
+        src.fanout_group = fanout_group;
+        Ok(src)
+    }
+
+    fn with_queues(queues: Vec<Queue>, opts: &LiveOptions, if_drops: super::sys::IfDrops) -> AfPacketSource {
+        let n = queues.len();
+        AfPacketSource {
+            queues,
+            common: Common {
+                tcp_ports: opts.tcp_ports.clone(),
+                next_number: 1,
+                retag_buf: Vec::with_capacity(super::MAX_SNAPLEN as usize + 4),
+                flows: FlowTable::default(),
+                stats: LiveStats { queues: n as u32, ..LiveStats::default() },
+            },
+            blind_ns: RETIRE_PERIODS * u64::from(opts.block_timeout_ms.max(1)) * 1_000_000 + MARGIN_NS,
+            fanout_group: None,
+            heads: Vec::with_capacity(n),
+            pollfds: Vec::with_capacity(n),
+            if_drops,
+            #[cfg(test)]
+            delivered_from: Vec::new(),
+        }
+    }
+
+    /// The earliest time any queue that shows nothing may still show a frame from.
+    fn horizon(&self, now: u64) -> u64 {
+        self.queues
+            .iter()
+            .zip(&self.heads)
+            .filter(|(_, h)| **h == Head::Empty)
+            .map(|(q, _)| q.quiet_until(now, self.blind_ns))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Delivers heads in time order until one must wait; returns how many, and why it stopped.
+    fn deliver_ready(&mut self, f: &mut dyn FnMut(RawFrame<'_>)) -> (usize, Stall) {
+        let mut n = 0;
+        loop {
+            self.heads.clear();
+            let mut oldest: Option<u64> = None;
+            for q in &mut self.queues {
+                let h = match q.fill(&mut self.common) {
+                    Fill::Frame(ts) => {
+                        oldest = Some(oldest.map_or(ts, |o| o.min(ts)));
+                        Head::At(ts)
+                    }
+                    Fill::Empty => Head::Empty,
+                    Fill::Busy => return (n, Stall::Busy),
+                };
+                self.heads.push(h);
+            }
+            let Some(oldest) = oldest else { return (n, Stall::Idle) };
+            let i = match pick_queue(&self.heads, 0) {
+                Some(i) => i,
+                None => {
+                    let now = wall_now();
+                    let mut pick = pick_queue(&self.heads, self.horizon(now));
+                    if pick.is_none() && self.prove(now, oldest) {
+                        pick = pick_queue(&self.heads, self.horizon(now));
+                    }
+                    match pick {
+                        Some(i) => i,
+                        None => return (n, Stall::Held { until: self.release_time(now, oldest) }),
+                    }
+                }
+            };
+            self.queues[i].deliver(&mut self.common, f);
+            #[cfg(test)]
+            self.delivered_from.push(i as u8);
+            n += 1;
+        }
+    }
+
+    /// Reads the counters of the quiet queues that hold `oldest` back; true if any was read.
+    fn prove(&mut self, now: u64, oldest: u64) -> bool {
+        let mut any = false;
+        for (q, h) in self.queues.iter_mut().zip(&self.heads) {
+            if *h == Head::Empty
+                && q.quiet_until(now, self.blind_ns) < oldest
+                && now >= q.checked_at.saturating_add(PROVE_EVERY_NS)
+            {
+                q.check(now);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// When the head stamped `oldest` can go if nothing else arrives: a quiet queue with
+    /// frames we have not read must wait out the blind bound (or its block, which the poll
+    /// sees); one shown empty only needs the margin, and another check.
+    fn release_time(&self, now: u64, oldest: u64) -> u64 {
+        self.queues
+            .iter()
+            .zip(&self.heads)
+            .filter(|(q, h)| **h == Head::Empty && q.quiet_until(now, self.blind_ns) < oldest)
+            .map(|(q, _)| {
+                if q.unread {
+                    oldest.saturating_add(self.blind_ns)
+                } else {
+                    oldest
+                        .saturating_add(MARGIN_NS)
+                        .max(q.checked_at.saturating_add(PROVE_EVERY_NS))
+                }
+            })
+            .max()
+            .unwrap_or(now)
+    }
+
+    /// One poll over the queues that show nothing, for at most `timeout_ms` (negative: no
+    /// limit) and no later than a held head can go.
+    fn wait(&mut self, timeout_ms: i32, stall: &Stall) -> io::Result<()> {
+        let timeout_ms = match *stall {
+            Stall::Busy => return Ok(()),
+            Stall::Idle => timeout_ms,
+            Stall::Held { until } => {
+                let ms = until.saturating_sub(wall_now()).div_ceil(1_000_000).clamp(1, i32::MAX as u64) as i32;
+                if timeout_ms < 0 { ms } else { ms.min(timeout_ms) }
+            }
+        };
+        self.pollfds.clear();
+        for (q, h) in self.queues.iter().zip(&self.heads) {
+            // A queue holding a head would report readable at once: leave it out.
+            let fd = if *h == Head::Empty { q.fd.as_raw_fd() } else { -1 };
+            self.pollfds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        // SAFETY: pollfds is a valid array of its length.
+        let rc = unsafe {
+            libc::poll(self.pollfds.as_mut_ptr(), self.pollfds.len() as libc::nfds_t, timeout_ms)
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        for (pfd, q) in self.pollfds.iter().zip(&self.queues) {
+            if pfd.revents & libc::POLLERR != 0 {
+                // The interface went down (ENETDOWN): reading SO_ERROR clears it, or every
+                // later poll would return at once. Capture resumes when it comes back up.
+                clear_socket_error(&q.fd);
+            }
+        }
+        Ok(())
+    }
+
+    /// Frames delivered from each queue (tests: the fanout spread the connections).
+    #[cfg(test)]
+    fn delivered_per_queue(&self) -> Vec<u64> {
+        self.queues.iter().map(|q| q.delivered).collect()
+    }
+}
+
+/// One socket with its ring, bound to `ifindex`. In a fanout group-to-be it drops every
+/// frame until its snap filter replaces `ret #0`.
+fn open_queue(
+    iface: &str,
+    ifindex: u32,
+    opts: &LiveOptions,
+    fanout: bool,
+    promisc: bool,
+) -> Result<Queue, LiveError> {
+    let cap = "CAP_NET_RAW";
+    let err = |e: io::Error, what: &str| os_error(e, &format!("{what} on {iface}"), cap);
+    // Protocol 0 until bound: no frames from other interfaces slip in meanwhile.
+    let fd = sys::packet_socket(0).map_err(|e| err(e, "AF_PACKET socket"))?;
+    setsockopt(&fd, SOL_PACKET, PACKET_VERSION, &TPACKET_V3).map_err(|e| err(e, "TPACKET_V3"))?;
+    setsockopt(&fd, SOL_PACKET, PACKET_VNET_HDR, &1i32).map_err(|e| err(e, "PACKET_VNET_HDR"))?;
+
+    let page = 4096u32;
+    let block_size = opts.block_size.max(page).div_ceil(page) * page;
+    let block_size = block_size.max(super::MAX_SNAPLEN.div_ceil(page) * page * 2);
+    let block_count = opts.block_count.max(2);
+    let req = TpacketReq3 {
+        tp_block_size: block_size,
+        tp_block_nr: block_count,
+        tp_frame_size: FRAME_SIZE,
+        tp_frame_nr: block_size / FRAME_SIZE * block_count,
+        tp_retire_blk_tov: opts.block_timeout_ms.max(1),
+        tp_sizeof_priv: 0,
+        tp_feature_req_word: 0,
+    };
+    setsockopt(&fd, SOL_PACKET, PACKET_RX_RING, &req).map_err(|e| err(e, "PACKET_RX_RING"))?;
+    let len = block_size as usize * block_count as usize;
+    // SAFETY: mapping the ring the kernel just allocated for this socket.
+    let base = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(err(io::Error::last_os_error(), "mmap of the TPACKET_V3 ring"));
+    }
+    let ring = Ring {
+        base: base as *mut u8,
+        block_size: block_size as usize,
+        block_count: block_count as usize,
+    };
+    attach_filter(&fd, if fanout { 0 } else { opts.snaplen }).map_err(|e| err(e, "snap length filter"))?;
+    if promisc {
+        sys::add_promisc(&fd, ifindex).map_err(|e| err(e, "promiscuous mode"))?;
+    }
+    // SAFETY: sockaddr_ll is plain data.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = ETH_P_ALL.to_be();
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: sll is a valid sockaddr_ll.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(err(io::Error::last_os_error(), "bind"));
+    }
+    Ok(Queue::new(fd, ring))
+}
+
+/// The classic BPF program `ret #snaplen`: copies at most `snaplen` bytes, none when 0.
+fn attach_filter(fd: &OwnedFd, snaplen: u32) -> io::Result<()> {
+    let filter = [SockFilter {
+        code: 0x06, /* BPF_RET|BPF_K */
+        jt: 0,
+        jf: 0,
+        k: snaplen,
+    }];
+    let prog = SockFprog {
+        len: 1,
+        filter: filter.as_ptr(),
+    };
+    setsockopt(fd, libc::SOL_SOCKET, SO_ATTACH_FILTER, &prog)
+}
+
+/// Puts every queue in one new fanout group and returns its id.
+fn join_group(queues: &[Queue], iface: &str) -> Result<u16, LiveError> {
+    let err = |e: io::Error| os_error(e, &format!("PACKET_FANOUT on {iface}"), "CAP_NET_RAW");
+    let mode = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG;
+    let first = &queues[0].fd;
+    let unique = super::parse_release(&sys::kernel_release()).is_some_and(|r| r >= UNIQUEID_SINCE);
+    let group = if unique {
+        join_fanout(first, 0, mode | PACKET_FANOUT_FLAG_UNIQUEID).map_err(err)?;
+        fanout_id(first).map_err(err)?
+    } else {
+        // An id in use with other flags refuses us (EINVAL): try a few others.
+        static SOURCES: AtomicU32 = AtomicU32::new(0);
+        let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+        let mut joined = None;
+        for _ in 0..8 {
+            let n = SOURCES.fetch_add(1, Ordering::Relaxed);
+            let id = (std::process::id().wrapping_mul(0x9e37_79b9) ^ n.wrapping_mul(0x85eb_ca6b)) as u16;
+            match join_fanout(first, id, mode) {
+                Ok(()) => {
+                    joined = Some(id);
+                    break;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last = e,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        joined.ok_or_else(|| err(last))?
+    };
+    for q in &queues[1..] {
+        join_fanout(&q.fd, group, mode).map_err(err)?;
+    }
+    Ok(group)
+}
+
+fn join_fanout(fd: &OwnedFd, id: u16, type_flags: u16) -> io::Result<()> {
+    setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &(u32::from(id) | u32::from(type_flags) << 16))
+}
+
+/// The group id of a socket in a fanout group (getsockopt PACKET_FANOUT: id in the low 16 bits).
+fn fanout_id(fd: &OwnedFd) -> io::Result<u16> {
+    let mut val = 0u32;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: val is a valid out-buffer of `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            SOL_PACKET,
+            PACKET_FANOUT,
+            &mut val as *mut u32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(val as u16)
+}
+
+fn clear_socket_error(fd: &OwnedFd) {
+    let mut val = 0i32;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: val is a valid out-buffer of `len` bytes.
+    unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            &mut val as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+}
+
+impl LiveSource for AfPacketSource {
+    fn next_batch(
+        &mut self,
+        timeout_ms: i32,
+        f: &mut dyn FnMut(RawFrame<'_>),
+    ) -> io::Result<usize> {
+        // At most one lap of each ring, so a busy interface cannot keep us here forever.
+        for q in &mut self.queues {
+            q.laps = q.ring.block_count;
+        }
+        let (n, stall) = self.deliver_ready(f);
+        if n > 0 || timeout_ms == 0 || matches!(stall, Stall::Busy) {
+            return Ok(n);
+        }
+        self.wait(timeout_ms, &stall)?;
+        Ok(self.deliver_ready(f).0)
+    }
+
+    fn stats(&self) -> LiveStats {
+        for q in &self.queues {
+            q.read_stats();
+        }
+        let mut s = self.common.stats.clone();
         s.interface_drops = self.if_drops.since_open();
-        s.kernel_drops = self.kernel_drops.get() + s.interface_drops.unwrap_or(0);
-        s.flow_count = self.flows.len() as u64;
-        s.flows = self.flows.top(STATS_TOP_FLOWS);
+        s.kernel_drops = self.queues.iter().map(|q| q.drops.get()).sum::<u64>()
+            + s.interface_drops.unwrap_or(0);
+        s.flow_count = self.common.flows.len() as u64;
+        s.flows = self.common.flows.top(STATS_TOP_FLOWS);
         s
+    }
+
+    fn backlog(&self) -> f64 {
+        self.queues
+            .iter()
+            .map(|q| q.owned_blocks() as f64 / q.ring.block_count as f64)
+            .fold(0.0, f64::max)
+    }
+
+    fn held(&self) -> bool {
+        self.queues.iter().any(Queue::holds_frames)
     }
 }
