@@ -867,3 +867,270 @@ impl LiveSource for AfPacketSource {
         self.queues.iter().any(Queue::holds_frames)
     }
 }
+
+/// Merging, holding and hostile rings, on rings built in memory (no privilege needed).
+#[cfg(test)]
+mod ring_tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    const BLOCK: usize = 8192;
+    /// Where the kernel puts an Ethernet frame after a tpacket3_hdr, sockaddr_ll and virtio
+    /// header: TPACKET_ALIGN(48 + 20 + 16) + 10 − 14.
+    const MAC: usize = 92;
+    /// Capture times long past (the blind bound has passed them).
+    const PAST: u64 = 1_000_000_000_000;
+
+    pub(super) const PORT: u16 = 44591;
+
+    /// An Ethernet/IPv4/TCP frame of connection `conn` (client port 40000 + conn, server PORT),
+    /// built with the wire emitters. The MAC addresses are not `lo`'s, so a host receiving it
+    /// there drops it above the capture point (PACKET_OTHERHOST) and sends no reply.
+    pub(super) fn tcp_frame(conn: u16, to_server: bool, payload: &[u8]) -> Vec<u8> {
+        use crate::wire::{ethernet, ipv4, tcp};
+        let client = (Ipv4Addr::new(127, 0, 0, 1), 40000 + conn, ethernet::Address([2, 0, 0, 0, 0, 1]));
+        let server = (Ipv4Addr::new(127, 0, 0, 2), PORT, ethernet::Address([2, 0, 0, 0, 0, 2]));
+        let (src, dst) = if to_server { (client, server) } else { (server, client) };
+        let seg = tcp::Repr {
+            src_port: src.1,
+            dst_port: dst.1,
+            seq_number: 1,
+            ack_number: 1,
+            flags: 0x18,
+            window_len: 1024,
+            urgent_at: 0,
+            options: &[],
+            payload,
+        };
+        let ip = ipv4::Repr {
+            src_addr: src.0,
+            dst_addr: dst.0,
+            next_header: ipv4::protocol::TCP,
+            payload_len: seg.buffer_len(),
+            hop_limit: 64,
+            ident: conn,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn: 0,
+        };
+        let eth = ethernet::Repr {
+            src_addr: src.2,
+            dst_addr: dst.2,
+            tags: [None, None],
+            ethertype: ethernet::ethertype::IPV4,
+        };
+        let l4 = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+        let mut buf = vec![0u8; l4 + seg.buffer_len()];
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
+        ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..]));
+        seg.emit(&mut tcp::Packet::new_unchecked(&mut buf[l4..]), IpAddr::V4(src.0), IpAddr::V4(dst.0));
+        buf
+    }
+
+    /// A queue over anonymous memory. Its socket is a UDP one: never readable here, and it
+    /// has no PACKET_STATISTICS, so the queue is never shown drained.
+    fn fake_queue(blocks: usize) -> Queue {
+        // SAFETY: a fresh private anonymous mapping.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                BLOCK * blocks,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let ring = Ring { base: base as *mut u8, block_size: BLOCK, block_count: blocks };
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        Queue::new(OwnedFd::from(sock), ring)
+    }
+
+    fn block_bytes(ring: &Ring, i: usize) -> &mut [u8] {
+        // SAFETY: block i lies inside the mapping; tests touch it only between batches.
+        unsafe { std::slice::from_raw_parts_mut(ring.block(i), ring.block_size) }
+    }
+
+    fn put32(b: &mut [u8], at: usize, v: u32) {
+        b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    /// Lays out frames (capture time, bytes) in block `i` as the kernel does and hands the
+    /// block to user space.
+    fn put_block(ring: &Ring, i: usize, frames: &[(u64, Vec<u8>)]) {
+        let b = block_bytes(ring, i);
+        b.fill(0);
+        let mut off = 48;
+        for (k, (ts, data)) in frames.iter().enumerate() {
+            let len = (MAC + data.len()).next_multiple_of(8);
+            let next = if k + 1 == frames.len() { 0 } else { len as u32 };
+            put32(b, off + hdr::NEXT_OFFSET, next);
+            put32(b, off + hdr::SEC, (ts / 1_000_000_000) as u32);
+            put32(b, off + hdr::NSEC, (ts % 1_000_000_000) as u32);
+            put32(b, off + hdr::SNAPLEN, data.len() as u32);
+            put32(b, off + hdr::LEN, data.len() as u32);
+            put32(b, off + hdr::STATUS, TP_STATUS_USER);
+            b[off + hdr::MAC..off + hdr::MAC + 2].copy_from_slice(&(MAC as u16).to_ne_bytes());
+            b[off + MAC..off + MAC + data.len()].copy_from_slice(data);
+            off += len;
+        }
+        put32(b, block::NUM_PKTS, frames.len() as u32);
+        put32(b, block::OFFSET_TO_FIRST_PKT, 48);
+        put32(b, block::BLOCK_STATUS, TP_STATUS_USER);
+    }
+
+    fn source(queues: Vec<Queue>) -> AfPacketSource {
+        let opts = LiveOptions { tcp_ports: vec![PORT], block_timeout_ms: 10, ..LiveOptions::default() };
+        AfPacketSource::with_queues(queues, &opts, sys::IfDrops::new("", 0))
+    }
+
+    /// (frame number, capture time, connection) of each frame a batch delivered.
+    fn read(src: &mut AfPacketSource, timeout_ms: i32) -> Vec<(u64, u64, u16)> {
+        let mut got = Vec::new();
+        src.next_batch(timeout_ms, &mut |f| {
+            // The client port less 40000 (hostile rings deliver anything: no panic on it).
+            let port = |at: usize| f.data.get(at..at + 2).map_or(0, |p| u16::from_be_bytes([p[0], p[1]]));
+            got.push((f.info.frame.number, f.info.ts_ns, port(34).min(port(36)).wrapping_sub(40000)));
+        })
+        .unwrap();
+        got
+    }
+
+    #[test]
+    fn queues_are_merged_in_capture_time_order() {
+        let queues: Vec<Queue> = (0..3).map(|_| fake_queue(2)).collect();
+        // Queue q holds connection q's frames at times q, q + 3, q + 6 (ms after PAST).
+        for (q, queue) in queues.iter().enumerate() {
+            let frames: Vec<(u64, Vec<u8>)> = (0..3)
+                .map(|k| (PAST + (q as u64 + 3 * k) * 1_000_000, tcp_frame(q as u16, k % 2 == 0, b"x")))
+                .collect();
+            put_block(&queue.ring, 0, &frames);
+        }
+        let mut src = source(queues);
+        assert!(src.held());
+        let got = read(&mut src, 0);
+        let numbers: Vec<u64> = got.iter().map(|g| g.0).collect();
+        let conns: Vec<u16> = got.iter().map(|g| g.2).collect();
+        assert_eq!(numbers, (1..=9).collect::<Vec<u64>>());
+        assert_eq!(conns, [0, 1, 2, 0, 1, 2, 0, 1, 2]);
+        assert!(got.windows(2).all(|w| w[0].1 < w[1].1));
+        assert_eq!(src.delivered_per_queue(), [3, 3, 3]);
+        assert_eq!(src.delivered_from, [0, 1, 2, 0, 1, 2, 0, 1, 2]);
+        // Every block went back; nothing is held; the counters saw each frame once.
+        for q in &src.queues {
+            assert_eq!(rd32(q.ring.block(0), block::BLOCK_STATUS), TP_STATUS_KERNEL);
+            assert_eq!(q.current, 1);
+        }
+        assert!(!src.held());
+        assert_eq!(src.backlog(), 0.0);
+        let st = src.stats();
+        assert_eq!((st.queues, st.frames_matched, st.packets_delivered, st.flow_count), (3, 9, 9, 6));
+        assert!(read(&mut src, 0).is_empty());
+    }
+
+    #[test]
+    fn a_head_waits_while_a_quiet_queue_may_hold_older_frames() {
+        let mut src = source(vec![fake_queue(2), fake_queue(2)]);
+        let future = wall_now() + 3_600_000_000_000;
+        put_block(&src.queues[0].ring, 0, &[(PAST, tcp_frame(0, true, b"a")), (future, tcp_frame(0, false, b"b"))]);
+        // The first frame is older than anything queue 1 can still show; the second is not.
+        let got = read(&mut src, 0);
+        assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), [PAST]);
+        assert!(src.held());
+        assert_eq!(rd32(src.queues[0].ring.block(0), block::BLOCK_STATUS), TP_STATUS_USER, "block half read stays ours");
+        assert_eq!(src.backlog(), 0.5);
+        // Queue 1 shows an older frame: it goes first, then queue 0's waits again for queue 1.
+        put_block(&src.queues[1].ring, 0, &[(future - 1, tcp_frame(1, true, b"c"))]);
+        let got = read(&mut src, 0);
+        assert_eq!(got.iter().map(|g| (g.0, g.1)).collect::<Vec<_>>(), [(2, future - 1)]);
+        assert!(src.held());
+        // Queue 1 shows a later frame: queue 0's head goes and its block is handed back.
+        put_block(&src.queues[1].ring, 1, &[(future + 1, tcp_frame(1, false, b"d"))]);
+        let got = read(&mut src, 0);
+        assert_eq!(got.iter().map(|g| (g.0, g.1)).collect::<Vec<_>>(), [(3, future)]);
+        assert_eq!(rd32(src.queues[0].ring.block(0), block::BLOCK_STATUS), TP_STATUS_KERNEL);
+        assert!(src.held(), "queue 1's frame waits for queue 0");
+        assert_eq!(src.backlog(), 0.5);
+    }
+
+    #[test]
+    fn a_held_head_goes_when_the_horizon_passes_it() {
+        let mut src = source(vec![fake_queue(2), fake_queue(2)]);
+        // Deliverable 60 ms from now: the wait ends then, not at the 2 s timeout.
+        let ts = wall_now() - src.blind_ns + 60_000_000;
+        put_block(&src.queues[0].ring, 0, &[(ts, tcp_frame(0, true, b"a"))]);
+        let t = std::time::Instant::now();
+        let mut got = read(&mut src, 2000);
+        if got.is_empty() {
+            // The poll ended a little early (rounding): once more.
+            got = read(&mut src, 2000);
+        }
+        let waited = t.elapsed();
+        assert_eq!(got.len(), 1);
+        assert!(waited >= std::time::Duration::from_millis(50), "{waited:?}");
+        assert!(waited < std::time::Duration::from_millis(1000), "{waited:?}");
+        assert!(!src.held());
+    }
+
+    #[test]
+    fn corrupt_blocks_neither_panic_nor_stay_ours() {
+        let mut src = source(vec![fake_queue(4), fake_queue(4)]);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let good = tcp_frame(3, true, b"good");
+        for round in 0..400 {
+            for q in 0..2 {
+                let ring = &src.queues[q].ring;
+                let i = src.queues[q].current;
+                put_block(ring, i, &[(PAST, good.clone()), (PAST + 1, good.clone())]);
+                let b = block_bytes(ring, i);
+                match round % 4 {
+                    // Random bytes everywhere but the status word.
+                    0 => b.iter_mut().for_each(|x| *x = rnd() as u8),
+                    // Random header fields of the first frame.
+                    1 => {
+                        for at in [hdr::NEXT_OFFSET, hdr::SNAPLEN, hdr::LEN, hdr::STATUS, hdr::MAC] {
+                            put32(b, 48 + at, rnd() as u32);
+                        }
+                    }
+                    // Random counts and offsets in the block header.
+                    2 => {
+                        put32(b, block::NUM_PKTS, rnd() as u32);
+                        put32(b, block::OFFSET_TO_FIRST_PKT, rnd() as u32 % (BLOCK as u32 + 64));
+                    }
+                    // A next offset that walks in small steps through the block.
+                    _ => {
+                        put32(b, block::NUM_PKTS, u32::MAX);
+                        put32(b, 48 + hdr::NEXT_OFFSET, 1 + rnd() as u32 % 8);
+                    }
+                }
+                put32(b, block::BLOCK_STATUS, TP_STATUS_USER);
+            }
+            while src.held() {
+                read(&mut src, 0);
+            }
+            for q in &src.queues {
+                assert!((0..4).all(|i| !q.ring.ready(i)), "round {round}: a block stayed ours");
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_without_a_frame_is_skipped() {
+        let mut src = source(vec![fake_queue(2)]);
+        put_block(&src.queues[0].ring, 0, &[(PAST, tcp_frame(0, true, b"a")), (PAST + 1, tcp_frame(1, true, b"b"))]);
+        // The kernel could not write the first slot's virtio header: no TP_STATUS_USER.
+        put32(block_bytes(&src.queues[0].ring, 0), 48 + hdr::STATUS, 0);
+        let got = read(&mut src, 0);
+        assert_eq!(got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(), [(1, 1)]);
+        assert_eq!(src.queues[0].slots_read, 1);
+        assert_eq!(src.stats().packets_seen, 1);
+    }
+}
