@@ -29,12 +29,13 @@
 //!   less tp_drops); when we have read as many, nothing is waiting in the open block, and the
 //!   socket's next frame is stamped after that reading (less the margin). An idle queue then
 //!   holds the others back by the margin only.
-//! - blind: now − 2 × block timeout − margin. The timer closes a block that was already open
-//!   at its previous tick; since Linux 6.18 it ticks on its own (an hrtimer, not re-armed when
-//!   a block opens), so a block opened between ticks is closed at the second tick.
+//! - blind: now − block timeout − margin. The retire timer closes a block that is not
+//!   empty within one period of its first frame: before Linux 6.18 the timer is re-armed
+//!   when a block opens; since, an hrtimer ticks every period and closes the open block if it
+//!   has frames (`partly_filled_blocks_are_handed_over_within_one_period` checks it here).
 //!
 //! The margin (20 ms) covers a frame stamped on receive but written into the ring later (a
-//! busy softirq backlog). A block goes back to the kernel once all its frames are delivered.
+//! busy softirq backlog), and a jiffies timer firing a tick late (HZ=100: 10 ms). A block goes back to the kernel once all its frames are delivered.
 //! Frames that several CPUs write into one ring at once can be microseconds out of stamp
 //! order; the merge keeps each ring's own order.
 
@@ -78,8 +79,6 @@ const SO_ATTACH_FILTER: i32 = 26;
 const FRAME_SIZE: u32 = 2048;
 /// How much earlier than its writing into the ring a frame may be stamped.
 const MARGIN_NS: u64 = 20_000_000;
-/// Retire timer periods a partly filled block may wait (see the module comment).
-const RETIRE_PERIODS: u64 = 2;
 /// Least time between two PACKET_STATISTICS readings of one queue to prove it drained.
 const PROVE_EVERY_NS: u64 = 1_000_000;
 
@@ -526,7 +525,7 @@ impl AfPacketSource {
                 flows: FlowTable::default(),
                 stats: LiveStats { queues: n as u32, ..LiveStats::default() },
             },
-            blind_ns: RETIRE_PERIODS * u64::from(opts.block_timeout_ms.max(1)) * 1_000_000 + MARGIN_NS,
+            blind_ns: u64::from(opts.block_timeout_ms.max(1)) * 1_000_000 + MARGIN_NS,
             fanout_group: None,
             heads: Vec::with_capacity(n),
             pollfds: Vec::with_capacity(n),
@@ -1132,5 +1131,405 @@ mod ring_tests {
         assert_eq!(got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(), [(1, 1)]);
         assert_eq!(src.queues[0].slots_read, 1);
         assert_eq!(src.stats().packets_seen, 1);
+    }
+}
+
+/// Real capture on `lo` (needs root: CI runs as root), in a network namespace of the test's
+/// own where the kernel allows one.
+#[cfg(test)]
+mod capture_tests {
+    use super::ring_tests::{tcp_frame, PORT};
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    fn runs(what: &str) -> bool {
+        crate::live::privileged_test_runs(what, (!is_root()).then(|| "not root".to_string()))
+    }
+
+    /// Runs `f` on a thread of its own in a new network namespace with `lo` up (gone when the
+    /// thread ends), pinned to one CPU so that frames sent in order are stamped in order.
+    /// Where no namespace can be made (a container without CAP_SYS_ADMIN), on this
+    /// namespace's `lo`, where other programs' frames are seen too: `f` gets false then.
+    fn on_lo<T: Send + 'static>(f: impl FnOnce(bool) -> T + Send + 'static) -> T {
+        let t = std::thread::spawn(move || {
+            // SAFETY: affects only this thread's network namespace.
+            let private = unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0;
+            if private {
+                set_up_lo();
+            } else {
+                eprintln!("no network namespace ({}): on the host's lo", io::Error::last_os_error());
+            }
+            // SAFETY: cpu_set_t is plain data; sched_setaffinity(0) sets this thread's mask.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(libc::sched_getcpu().max(0) as usize, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            f(private)
+        });
+        t.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    fn set_up_lo() {
+        // SAFETY: a plain socket for the ioctls, closed on drop.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0);
+        // SAFETY: fd was just opened and is ours.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // SAFETY: ifreq is plain data; the ioctls read and write only it.
+        unsafe {
+            let mut req: libc::ifreq = std::mem::zeroed();
+            req.ifr_name[..2].copy_from_slice(&[b'l' as libc::c_char, b'o' as libc::c_char]);
+            assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req), 0);
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &req), 0);
+        }
+    }
+
+    /// Sends whole Ethernet frames on an interface.
+    struct Sender {
+        fd: OwnedFd,
+        ifindex: u32,
+    }
+
+    impl Sender {
+        fn new(ifindex: u32) -> Sender {
+            Sender { fd: sys::packet_socket(0).expect("a packet socket to send with"), ifindex }
+        }
+
+        fn send(&self, frame: &[u8]) {
+            // SAFETY: sockaddr_ll is plain data.
+            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = 0x0800u16.to_be();
+            sll.sll_ifindex = self.ifindex as i32;
+            sll.sll_halen = 6;
+            sll.sll_addr[..6].copy_from_slice(&frame[..6]);
+            // SAFETY: frame and sll are valid for the lengths given.
+            let n = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    frame.as_ptr() as *const libc::c_void,
+                    frame.len(),
+                    0,
+                    &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(n, frame.len() as isize, "sendto: {}", io::Error::last_os_error());
+        }
+    }
+
+    fn options(queues: u32) -> LiveOptions {
+        LiveOptions {
+            tcp_ports: vec![PORT],
+            queues,
+            promisc: false,
+            block_count: 8,
+            block_timeout_ms: 10,
+            ..LiveOptions::default()
+        }
+    }
+
+    fn open_lo(opts: &LiveOptions) -> (AfPacketSource, u32) {
+        let ifindex = sys::ifindex("lo").unwrap();
+        (AfPacketSource::open("lo", ifindex, opts).expect("open on lo"), ifindex)
+    }
+
+    /// What a test frame carries: its connection, round and direction, after the test run's id.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Mark {
+        conn: u16,
+        round: u16,
+        to_server: bool,
+    }
+
+    fn run_id() -> u64 {
+        wall_now() ^ u64::from(std::process::id()) << 40
+    }
+
+    fn payload(run: u64, m: Mark) -> Vec<u8> {
+        format!("smbwire-afp {run:016x} {} {} {}", m.conn, m.round, u8::from(m.to_server)).into_bytes()
+    }
+
+    /// The mark of a frame this run sent (TCP payload after 14 + 20 + 20 header bytes).
+    fn mark_of(run: u64, data: &[u8]) -> Option<Mark> {
+        let text = std::str::from_utf8(data.get(54..)?).ok()?;
+        let mut w = text.split(' ');
+        if w.next()? != "smbwire-afp" || u64::from_str_radix(w.next()?, 16).ok()? != run {
+            return None;
+        }
+        let conn = w.next()?.parse().ok()?;
+        let round = w.next()?.parse().ok()?;
+        let to_server = w.next()? == "1";
+        Some(Mark { conn, round, to_server })
+    }
+
+    /// Sends `rounds` × `conns` × both directions, connection after connection, and returns
+    /// the marks in the order sent.
+    fn send_all(tx: &Sender, run: u64, conns: u16, rounds: u16) -> Vec<Mark> {
+        let mut sent = Vec::new();
+        for round in 0..rounds {
+            for conn in 0..conns {
+                for to_server in [true, false] {
+                    let m = Mark { conn, round, to_server };
+                    tx.send(&tcp_frame(conn, to_server, &payload(run, m)));
+                    sent.push(m);
+                }
+            }
+        }
+        sent
+    }
+
+    struct Seen {
+        number: u64,
+        ts_ns: u64,
+        mark: Option<Mark>,
+    }
+
+    /// Reads until `want` frames of this run came and nothing is held, for at most 5 s.
+    fn collect(src: &mut AfPacketSource, run: u64, want: usize) -> Vec<Seen> {
+        let mut seen = Vec::new();
+        let mut mine = 0;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (mine < want || src.held()) && Instant::now() < deadline {
+            src.next_batch(50, &mut |f| {
+                let mark = mark_of(run, f.data);
+                mine += usize::from(mark.is_some());
+                seen.push(Seen { number: f.info.frame.number, ts_ns: f.info.ts_ns, mark });
+            })
+            .unwrap();
+        }
+        seen
+    }
+
+    fn marks(seen: &[Seen]) -> Vec<Mark> {
+        seen.iter().filter_map(|s| s.mark).collect()
+    }
+
+    /// Frame numbers count 1, 2, 3... and capture times never go back, over everything
+    /// delivered.
+    fn assert_numbered_in_time_order(seen: &[Seen]) {
+        let numbers: Vec<u64> = seen.iter().map(|s| s.number).collect();
+        assert_eq!(numbers, (1..=seen.len() as u64).collect::<Vec<_>>());
+        for w in seen.windows(2) {
+            assert!(w[0].ts_ns <= w[1].ts_ns, "frame {} at {} after frame {} at {}", w[1].number, w[1].ts_ns, w[0].number, w[0].ts_ns);
+        }
+    }
+
+    /// On this thread's own `lo` nothing else runs: asserts at once. On a shared one, another
+    /// program's frames may come at any time: waits (reading on) for a moment it holds.
+    fn assert_drained(src: &mut AfPacketSource, private: bool) {
+        let drained = |s: &AfPacketSource| !s.held() && s.backlog() == 0.0;
+        if !private {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !drained(src) && Instant::now() < deadline {
+                src.next_batch(20, &mut |_| {}).unwrap();
+            }
+        }
+        assert!(!src.held(), "frames held after all were read");
+        assert_eq!(src.backlog(), 0.0);
+    }
+
+    #[test]
+    fn fanout_spreads_connections_and_merges_them_in_time_order() {
+        if !runs("AF_PACKET fanout test") {
+            return;
+        }
+        on_lo(|private| {
+            let (mut src, ifindex) = open_lo(&options(3));
+            assert!(src.fanout_group.is_some());
+            let tx = Sender::new(ifindex);
+            let run = run_id();
+            let sent = send_all(&tx, run, 12, 4);
+            assert_eq!(sent.len(), 96);
+            let seen = collect(&mut src, run, sent.len());
+            // Every frame once, both directions of every connection, in the order sent (one
+            // thread on one CPU sent them, so that is capture time order).
+            assert_eq!(marks(&seen), sent);
+            assert_numbered_in_time_order(&seen);
+            // Each connection, both directions, came from one queue; the connections from
+            // more than one.
+            let mut queue_of = std::collections::BTreeMap::new();
+            for (s, &q) in seen.iter().zip(&src.delivered_from) {
+                if let Some(m) = s.mark {
+                    assert_eq!(*queue_of.entry(m.conn).or_insert(q), q, "connection {} split", m.conn);
+                }
+            }
+            let used: std::collections::BTreeSet<u8> = queue_of.values().copied().collect();
+            assert!(used.len() > 1, "all 12 connections in queue {used:?}");
+            let per_queue = src.delivered_per_queue();
+            assert_eq!(per_queue.iter().sum::<u64>(), seen.len() as u64, "{per_queue:?}");
+            let st = src.stats();
+            assert_eq!(st.queues, 3);
+            assert_eq!(st.packets_delivered, seen.len() as u64);
+            assert_eq!(st.kernel_drops - st.interface_drops.unwrap_or(0), 0, "ring drops");
+            if private {
+                assert_eq!(seen.len(), 96);
+                assert_eq!((st.frames_matched, st.packets_matched, st.flow_count), (96, 96, 24));
+                assert!(st.flows.iter().all(|f| f.packets == 4), "{:?}", st.flows);
+            }
+            assert_drained(&mut src, private);
+        });
+    }
+
+    #[test]
+    fn held_and_backlog_follow_the_blocks() {
+        if !runs("AF_PACKET held/backlog test") {
+            return;
+        }
+        on_lo(|private| {
+            let (mut src, ifindex) = open_lo(&options(2));
+            if private {
+                assert!(!src.held());
+                assert_eq!(src.backlog(), 0.0);
+            }
+            let tx = Sender::new(ifindex);
+            let run = run_id();
+            let sent = send_all(&tx, run, 6, 2);
+            // Past the retire timer: the blocks are ours, not read yet.
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(src.held());
+            let backlog = src.backlog();
+            assert!(backlog >= 1.0 / 8.0 && backlog <= 1.0, "{backlog}");
+            let seen = collect(&mut src, run, sent.len());
+            assert_eq!(marks(&seen), sent);
+            assert_drained(&mut src, private);
+        });
+    }
+
+    #[test]
+    fn quiet_queues_hold_a_frame_back_by_the_margin_only() {
+        if !runs("AF_PACKET horizon test") {
+            return;
+        }
+        on_lo(|_| {
+            let mut opts = options(4);
+            opts.block_timeout_ms = 200;
+            let (mut src, ifindex) = open_lo(&opts);
+            let tx = Sender::new(ifindex);
+            let run = run_id();
+            let mut latencies = Vec::new();
+            for round in 0..3 {
+                let m = Mark { conn: round, round, to_server: true };
+                tx.send(&tcp_frame(round, true, &payload(run, m)));
+                let deadline = Instant::now() + Duration::from_secs(2);
+                let mut latency = None;
+                while latency.is_none() && Instant::now() < deadline {
+                    src.next_batch(50, &mut |f| {
+                        if mark_of(run, f.data) == Some(m) {
+                            latency = Some(wall_now().saturating_sub(f.info.ts_ns) / 1_000_000);
+                        }
+                    })
+                    .unwrap();
+                }
+                latencies.push(latency.expect("the frame within 2 s"));
+            }
+            // Its own block comes within one period (200 ms). Held back blind by the three
+            // quiet queues it would wait 220 ms every time; shown drained, they hold it back
+            // by the 20 ms margin at most.
+            let least = *latencies.iter().min().unwrap();
+            assert!(least < 200, "latencies (ms) {latencies:?}");
+        });
+    }
+
+    #[test]
+    fn two_sources_in_one_process_each_see_every_frame() {
+        if !runs("AF_PACKET two sources test") {
+            return;
+        }
+        on_lo(|private| {
+            let (mut a, ifindex) = open_lo(&options(2));
+            let (mut b, _) = open_lo(&options(3));
+            let (ga, gb) = (a.fanout_group.unwrap(), b.fanout_group.unwrap());
+            assert_ne!(ga, gb);
+            let tx = Sender::new(ifindex);
+            let run = run_id();
+            let sent = send_all(&tx, run, 8, 2);
+            for src in [&mut a, &mut b] {
+                let seen = collect(src, run, sent.len());
+                assert_eq!(marks(&seen), sent);
+                assert_numbered_in_time_order(&seen);
+                assert_drained(src, private);
+            }
+        });
+    }
+
+    #[test]
+    fn one_queue_needs_no_group() {
+        if !runs("AF_PACKET one queue test") {
+            return;
+        }
+        on_lo(|private| {
+            let (mut src, ifindex) = open_lo(&options(1));
+            assert_eq!(src.fanout_group, None);
+            let tx = Sender::new(ifindex);
+            let run = run_id();
+            let sent = send_all(&tx, run, 6, 3);
+            let seen = collect(&mut src, run, sent.len());
+            assert_eq!(marks(&seen), sent);
+            assert_numbered_in_time_order(&seen);
+            let st = src.stats();
+            assert_eq!((st.queues, st.packets_delivered), (1, seen.len() as u64));
+            if private {
+                assert_eq!((st.frames_matched, st.flow_count), (36, 12));
+            }
+            assert_drained(&mut src, private);
+        });
+    }
+
+    #[test]
+    fn queue_count_is_checked() {
+        for queues in [0, MAX_QUEUES + 1] {
+            let e = AfPacketSource::open("lo", 1, &options(queues)).err().expect("refused");
+            assert_eq!(e, LiveError::Io(format!("capture queues must be 1..={MAX_QUEUES}")));
+        }
+    }
+
+    /// The blind bound assumes that the kernel hands over a block that is not empty within
+    /// one retire period (plus the margin) of its first frame, also a block it opened in the
+    /// middle of a period because the one before was full.
+    #[test]
+    fn partly_filled_blocks_are_handed_over_within_one_period() {
+        if !runs("AF_PACKET retire timer test") {
+            return;
+        }
+        on_lo(|_| {
+            let mut opts = options(1);
+            opts.block_timeout_ms = 50;
+            let (mut src, ifindex) = open_lo(&opts);
+            let tx = Sender::new(ifindex);
+            let bound = u64::from(opts.block_timeout_ms) * 1_000_000 + MARGIN_NS;
+            let mut late = Vec::new();
+            for round in 0..10u64 {
+                // 48 frames of 1.5 kB, each in the ring twice (sent and received): the first
+                // block fills up and the last frames go to a block opened just then.
+                for k in 0..48 {
+                    tx.send(&tcp_frame(k % 6, true, &[0x5a; 1400]));
+                }
+                let until = Instant::now() + Duration::from_millis(500);
+                let (mut got, mut latency) = (0, 0);
+                while got < 48 && Instant::now() < until {
+                    src.next_batch(1, &mut |f| {
+                        got += 1;
+                        latency = wall_now().saturating_sub(f.info.ts_ns);
+                    })
+                    .unwrap();
+                }
+                assert_eq!(got, 48, "round {round}");
+                if latency > bound {
+                    late.push(latency / 1_000_000);
+                }
+                std::thread::sleep(Duration::from_millis(round * 17 % 50));
+            }
+            // A kernel that waits two periods is late in most rounds; a busy test host now
+            // and then.
+            assert!(late.len() < 5, "last frames later than one period + margin (ms): {late:?}");
+        });
     }
 }
