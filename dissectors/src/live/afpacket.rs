@@ -35,9 +35,13 @@
 //!   has frames (`partly_filled_blocks_are_handed_over_within_one_period` checks it here).
 //!
 //! The margin (20 ms) covers a frame stamped on receive but written into the ring later (a
-//! busy softirq backlog), and a jiffies timer firing a tick late (HZ=100: 10 ms). A block goes back to the kernel once all its frames are delivered.
-//! Frames that several CPUs write into one ring at once can be microseconds out of stamp
-//! order; the merge keeps each ring's own order.
+//! busy softirq backlog), and a jiffies timer firing a tick late (HZ=100: 10 ms).
+//!
+//! A block goes back to the kernel once all its frames are delivered (`held` is true while
+//! one of ours has frames left; `backlog` is the fullest ring's share of blocks that are
+//! ours). Frame numbers count on across queues in delivery order. Several CPUs writing into
+//! one ring at once can leave its frames microseconds out of stamp order; the merge keeps
+//! each ring's own order then.
 
 use std::cell::Cell;
 use std::io;
@@ -628,7 +632,8 @@ impl AfPacketSource {
             Stall::Busy => return Ok(()),
             Stall::Idle => timeout_ms,
             Stall::Held { until } => {
-                let ms = until.saturating_sub(wall_now()).div_ceil(1_000_000).clamp(1, i32::MAX as u64) as i32;
+                let ns = until.saturating_sub(wall_now());
+                let ms = ns.div_ceil(1_000_000).clamp(1, i32::MAX as u64) as i32;
                 if timeout_ms < 0 { ms } else { ms.min(timeout_ms) }
             }
         };
@@ -947,9 +952,10 @@ mod ring_tests {
         Queue::new(OwnedFd::from(sock), ring)
     }
 
-    fn block_bytes(ring: &Ring, i: usize) -> &mut [u8] {
-        // SAFETY: block i lies inside the mapping; tests touch it only between batches.
-        unsafe { std::slice::from_raw_parts_mut(ring.block(i), ring.block_size) }
+    /// Lends block `i`'s bytes to `f` (tests write blocks only between batches).
+    fn with_block<T>(ring: &Ring, i: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        // SAFETY: block i lies inside the mapping, and nothing else reads it during `f`.
+        f(unsafe { std::slice::from_raw_parts_mut(ring.block(i), ring.block_size) })
     }
 
     fn put32(b: &mut [u8], at: usize, v: u32) {
@@ -959,7 +965,10 @@ mod ring_tests {
     /// Lays out frames (capture time, bytes) in block `i` as the kernel does and hands the
     /// block to user space.
     fn put_block(ring: &Ring, i: usize, frames: &[(u64, Vec<u8>)]) {
-        let b = block_bytes(ring, i);
+        with_block(ring, i, |b| put_frames(b, frames));
+    }
+
+    fn put_frames(b: &mut [u8], frames: &[(u64, Vec<u8>)]) {
         b.fill(0);
         let mut off = 48;
         for (k, (ts, data)) in frames.iter().enumerate() {
@@ -1033,12 +1042,14 @@ mod ring_tests {
     fn a_head_waits_while_a_quiet_queue_may_hold_older_frames() {
         let mut src = source(vec![fake_queue(2), fake_queue(2)]);
         let future = wall_now() + 3_600_000_000_000;
-        put_block(&src.queues[0].ring, 0, &[(PAST, tcp_frame(0, true, b"a")), (future, tcp_frame(0, false, b"b"))]);
+        let frames = [(PAST, tcp_frame(0, true, b"a")), (future, tcp_frame(0, false, b"b"))];
+        put_block(&src.queues[0].ring, 0, &frames);
         // The first frame is older than anything queue 1 can still show; the second is not.
         let got = read(&mut src, 0);
         assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), [PAST]);
         assert!(src.held());
-        assert_eq!(rd32(src.queues[0].ring.block(0), block::BLOCK_STATUS), TP_STATUS_USER, "block half read stays ours");
+        let status = rd32(src.queues[0].ring.block(0), block::BLOCK_STATUS);
+        assert_eq!(status, TP_STATUS_USER, "a block half read stays ours");
         assert_eq!(src.backlog(), 0.5);
         // Queue 1 shows an older frame: it goes first, then queue 0's waits again for queue 1.
         put_block(&src.queues[1].ring, 0, &[(future - 1, tcp_frame(1, true, b"c"))]);
@@ -1088,29 +1099,30 @@ mod ring_tests {
             for q in 0..2 {
                 let ring = &src.queues[q].ring;
                 let i = src.queues[q].current;
-                put_block(ring, i, &[(PAST, good.clone()), (PAST + 1, good.clone())]);
-                let b = block_bytes(ring, i);
-                match round % 4 {
-                    // Random bytes everywhere but the status word.
-                    0 => b.iter_mut().for_each(|x| *x = rnd() as u8),
-                    // Random header fields of the first frame.
-                    1 => {
-                        for at in [hdr::NEXT_OFFSET, hdr::SNAPLEN, hdr::LEN, hdr::STATUS, hdr::MAC] {
-                            put32(b, 48 + at, rnd() as u32);
+                with_block(ring, i, |b| {
+                    put_frames(b, &[(PAST, good.clone()), (PAST + 1, good.clone())]);
+                    match round % 4 {
+                        // Random bytes everywhere but the status word.
+                        0 => b.iter_mut().for_each(|x| *x = rnd() as u8),
+                        // Random header fields of the first frame.
+                        1 => {
+                            for at in [hdr::NEXT_OFFSET, hdr::SNAPLEN, hdr::LEN, hdr::STATUS, hdr::MAC] {
+                                put32(b, 48 + at, rnd() as u32);
+                            }
+                        }
+                        // Random counts and offsets in the block header.
+                        2 => {
+                            put32(b, block::NUM_PKTS, rnd() as u32);
+                            put32(b, block::OFFSET_TO_FIRST_PKT, rnd() as u32 % (BLOCK as u32 + 64));
+                        }
+                        // A next offset that walks in small steps through the block.
+                        _ => {
+                            put32(b, block::NUM_PKTS, u32::MAX);
+                            put32(b, 48 + hdr::NEXT_OFFSET, 1 + rnd() as u32 % 8);
                         }
                     }
-                    // Random counts and offsets in the block header.
-                    2 => {
-                        put32(b, block::NUM_PKTS, rnd() as u32);
-                        put32(b, block::OFFSET_TO_FIRST_PKT, rnd() as u32 % (BLOCK as u32 + 64));
-                    }
-                    // A next offset that walks in small steps through the block.
-                    _ => {
-                        put32(b, block::NUM_PKTS, u32::MAX);
-                        put32(b, 48 + hdr::NEXT_OFFSET, 1 + rnd() as u32 % 8);
-                    }
-                }
-                put32(b, block::BLOCK_STATUS, TP_STATUS_USER);
+                    put32(b, block::BLOCK_STATUS, TP_STATUS_USER);
+                });
             }
             while src.held() {
                 read(&mut src, 0);
@@ -1124,9 +1136,10 @@ mod ring_tests {
     #[test]
     fn a_slot_without_a_frame_is_skipped() {
         let mut src = source(vec![fake_queue(2)]);
-        put_block(&src.queues[0].ring, 0, &[(PAST, tcp_frame(0, true, b"a")), (PAST + 1, tcp_frame(1, true, b"b"))]);
+        let frames = [(PAST, tcp_frame(0, true, b"a")), (PAST + 1, tcp_frame(1, true, b"b"))];
+        put_block(&src.queues[0].ring, 0, &frames);
         // The kernel could not write the first slot's virtio header: no TP_STATUS_USER.
-        put32(block_bytes(&src.queues[0].ring, 0), 48 + hdr::STATUS, 0);
+        with_block(&src.queues[0].ring, 0, |b| put32(b, 48 + hdr::STATUS, 0));
         let got = read(&mut src, 0);
         assert_eq!(got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(), [(1, 1)]);
         assert_eq!(src.queues[0].slots_read, 1);
@@ -1160,7 +1173,7 @@ mod capture_tests {
             // SAFETY: affects only this thread's network namespace.
             let private = unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0;
             if private {
-                set_up_lo();
+                set_lo(true);
             } else {
                 eprintln!("no network namespace ({}): on the host's lo", io::Error::last_os_error());
             }
@@ -1175,7 +1188,7 @@ mod capture_tests {
         t.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
     }
 
-    fn set_up_lo() {
+    fn set_lo(up: bool) {
         // SAFETY: a plain socket for the ioctls, closed on drop.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         assert!(fd >= 0);
@@ -1186,7 +1199,11 @@ mod capture_tests {
             let mut req: libc::ifreq = std::mem::zeroed();
             req.ifr_name[..2].copy_from_slice(&[b'l' as libc::c_char, b'o' as libc::c_char]);
             assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req), 0);
-            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if up {
+                req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            } else {
+                req.ifr_ifru.ifru_flags &= !(libc::IFF_UP as libc::c_short);
+            }
             assert_eq!(libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &req), 0);
         }
     }
@@ -1318,7 +1335,8 @@ mod capture_tests {
         let numbers: Vec<u64> = seen.iter().map(|s| s.number).collect();
         assert_eq!(numbers, (1..=seen.len() as u64).collect::<Vec<_>>());
         for w in seen.windows(2) {
-            assert!(w[0].ts_ns <= w[1].ts_ns, "frame {} at {} after frame {} at {}", w[1].number, w[1].ts_ns, w[0].number, w[0].ts_ns);
+            let (a, b) = (&w[0], &w[1]);
+            assert!(a.ts_ns <= b.ts_ns, "frame {} at {} after frame {} at {}", b.number, b.ts_ns, a.number, a.ts_ns);
         }
     }
 
@@ -1396,7 +1414,7 @@ mod capture_tests {
             std::thread::sleep(Duration::from_millis(100));
             assert!(src.held());
             let backlog = src.backlog();
-            assert!(backlog >= 1.0 / 8.0 && backlog <= 1.0, "{backlog}");
+            assert!((1.0 / 8.0..=1.0).contains(&backlog), "{backlog}");
             let seen = collect(&mut src, run, sent.len());
             assert_eq!(marks(&seen), sent);
             assert_drained(&mut src, private);
@@ -1480,6 +1498,31 @@ mod capture_tests {
                 assert_eq!((st.frames_matched, st.flow_count), (36, 12));
             }
             assert_drained(&mut src, private);
+        });
+    }
+
+    /// Opened while the interface is down, the queues capture once it is up, as one group.
+    #[test]
+    fn queues_opened_on_an_interface_that_is_down_capture_once_it_is_up() {
+        if !runs("AF_PACKET interface down test") {
+            return;
+        }
+        on_lo(|private| {
+            if !private {
+                eprintln!("interface down test not run: lo is shared, not ours to take down");
+                return;
+            }
+            set_lo(false);
+            let (mut src, ifindex) = open_lo(&options(3));
+            set_lo(true);
+            let tx = Sender::new(ifindex);
+            let run = run_id();
+            let sent = send_all(&tx, run, 12, 2);
+            let seen = collect(&mut src, run, sent.len());
+            assert_eq!(marks(&seen), sent);
+            assert_numbered_in_time_order(&seen);
+            let used = src.delivered_per_queue().iter().filter(|&&n| n > 0).count();
+            assert!(used > 1, "{:?}", src.delivered_per_queue());
         });
     }
 
