@@ -120,7 +120,7 @@ pub fn kernel_release() -> String {
         .into_owned()
 }
 
-pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
