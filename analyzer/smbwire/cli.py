@@ -516,7 +516,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @click.option("--shed/--no-shed", default=True, show_default=True,
               help="When the capture queues fill up, stop analysing whole connections (counted, and shown as the analysed fraction) instead of letting the queues drop scattered frames (docs/live.md, Shedding).")
 @click.option("--ring-size", "ring_bytes", type=_Size(), metavar="SIZE",
-              help="Size of each eBPF ring buffer (a power of two; default 32MiB).")
+              help="Buffer of each capture queue: an eBPF ring buffer (rounded up to a power of two; default 32MiB) or AF_PACKET's 1 MiB blocks (default 64).")
 @click.option("--test-frame-delay-us", type=click.FloatRange(0, 1e6), default=None, hidden=True,
               help="Test aid: spend this long on every frame before analysing it (puts the analysis below the capture rate).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,

@@ -391,6 +391,8 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
             .as_u64()
             .filter(|n| (4096..=1 << 30).contains(n))
             .ok_or("ring_bytes must be between 4 KiB and 1 GiB")? as u32;
+        // AF_PACKET: that much in blocks of block_size, at least two.
+        o.live.block_count = (o.live.ring_bytes / o.live.block_size).max(2);
     }
     if let Some(n) = v.get("test_frame_delay_us").and_then(|n| n.as_f64()) {
         if !(0.0..=1e6).contains(&n) {

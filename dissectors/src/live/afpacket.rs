@@ -553,7 +553,12 @@ impl AfPacketSource {
     /// Delivers heads in time order until one must wait; returns how many, and why it stopped.
     fn deliver_ready(&mut self, f: &mut dyn FnMut(RawFrame<'_>)) -> (usize, Stall) {
         let mut n = 0;
+        let started = std::time::Instant::now();
         loop {
+            if n > 0 && super::batch_full(n, started) {
+                // Back to the session for its shedding decision; more is ready.
+                return (n, Stall::Busy);
+            }
             self.heads.clear();
             let mut oldest: Option<u64> = None;
             for q in &mut self.queues {

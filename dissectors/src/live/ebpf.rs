@@ -89,14 +89,9 @@ const RB_DISCARD: u32 = 1 << 30;
 /// before it copies it (up to 64 KiB) and commits it, in softirq context. While a ring is
 /// empty, heads of the other rings are taken only once they are this old (`pick_queue`).
 const ORDER_GRACE_NS: u64 = 2_000_000;
-/// Frames or bytes one `next_batch` hands out at most, so the session gets back to its
-/// snapshot and shedding decisions under a continuous flood.
-const BATCH_MAX_FRAMES: usize = 1024;
+/// Bytes one `next_batch` hands out at most (with `super::batch_full`), so the session gets
+/// back to its snapshot and shedding decisions under a continuous flood.
 const BATCH_MAX_BYTES: usize = 4 << 20;
-/// And at most this long (checked every `BATCH_CLOCK_EVERY` frames): the session decides on
-/// shedding between batches, so a slow analysis must not keep it from looking for long.
-const BATCH_MAX_TIME: std::time::Duration = std::time::Duration::from_millis(2);
-const BATCH_CLOCK_EVERY: usize = 16;
 
 /// One BPF ring buffer, read in place (Documentation/bpf/ringbuf.rst, the layout the kernel
 /// maps): a read-write page with the consumer position, then read-only the producer position
@@ -573,8 +568,8 @@ fn read_flows_by_key(map: &MapHandle, top: &mut flows::TopFlows) {
 
 #[cfg(smbwire_bpf)]
 impl LiveSource for EbpfSource {
-    /// Frames of every ring in time stamp order (`pick_queue`), at most `BATCH_MAX_FRAMES`,
-    /// `BATCH_MAX_BYTES` or `BATCH_MAX_TIME`; waits up to `timeout_ms` only when nothing can be handed out.
+    /// Frames of every ring in time stamp order (`pick_queue`), at most `BATCH_MAX_BYTES` or
+    /// what `batch_full` allows; waits up to `timeout_ms` only when nothing can be handed out.
     fn next_batch(
         &mut self,
         timeout_ms: i32,
@@ -606,10 +601,7 @@ impl LiveSource for EbpfSource {
                     Some((rec, _)) => Head::At(record_ts(rec)),
                     None => Head::Empty,
                 };
-                if frames >= BATCH_MAX_FRAMES
-                    || bytes >= BATCH_MAX_BYTES
-                    || (frames % BATCH_CLOCK_EVERY == 0 && started.elapsed() >= BATCH_MAX_TIME)
-                {
+                if bytes >= BATCH_MAX_BYTES || super::batch_full(frames, started) {
                     return Ok(frames);
                 }
             }

@@ -322,6 +322,18 @@ pub trait LiveSource {
     }
 }
 
+/// Frames one `next_batch` hands out at most, and how long it may take (checked every
+/// `BATCH_CLOCK_EVERY` frames): the session decides on shedding between batches, so a slow
+/// analysis must not keep it from looking for long.
+pub(crate) const BATCH_MAX_FRAMES: usize = 1024;
+pub(crate) const BATCH_MAX_TIME: std::time::Duration = std::time::Duration::from_millis(2);
+pub(crate) const BATCH_CLOCK_EVERY: usize = 16;
+
+/// Whether a batch that started at `started` and has handed out `frames` is to end now.
+pub(crate) fn batch_full(frames: usize, started: std::time::Instant) -> bool {
+    frames >= BATCH_MAX_FRAMES || (frames % BATCH_CLOCK_EVERY == 0 && started.elapsed() >= BATCH_MAX_TIME)
+}
+
 /// A queue's oldest frame not yet delivered, for `pick_queue`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Head {
