@@ -353,9 +353,12 @@ struct Capture {
 /// frames, with no hole. Its bytes count in `live.shed` and lower `live.analysed.fraction`.
 /// A shed connection stays shed for the rest of the session.
 ///
-/// Policy: after every batch, when the fullest queue is at least `SHED_HIGH` full, the next
-/// storage frame's connection is shed (a draw weighted by frames, so the busiest connection
-/// is the likeliest); another follows after `SHED_SPACING`, or at once above `SHED_URGENT`.
+/// Policy: after every batch (at most 2 ms, `live::batch_full`), when the fullest queue is at
+/// least `SHED_HIGH` full and fuller than at the previous look (2 to 50 ms before: a queue
+/// that fills while it is read is overload, one that drains after a stall, such as an index
+/// table growing, is not), or is `SHED_URGENT` full, the next storage frame's connection is
+/// shed (a draw weighted by frames, so the busiest connection is the likeliest); the next
+/// shedding waits `SHED_SPACING`.
 struct Shedder {
     enabled: bool,
     tcp_ports: Vec<u16>,
@@ -373,11 +376,18 @@ struct Shedder {
     bytes: u64,
     /// Connections the capture point stopped copying (`LiveSource::shed` said yes).
     at_capture_point: u64,
+    /// The last look at the backlog (when, how full) and whether it was filling then.
+    sample: Option<(Instant, f64)>,
+    filling: bool,
 }
 
 const SHED_HIGH: f64 = 0.5;
 const SHED_URGENT: f64 = 0.75;
 const SHED_SPACING: Duration = Duration::from_millis(10);
+/// Two looks at the backlog at least this far apart tell whether it is filling, and at most
+/// this far: a look after a longer gap (a stall) only starts a new comparison.
+const SHED_SAMPLE_MIN_AGE: Duration = Duration::from_millis(2);
+const SHED_SAMPLE_MAX_AGE: Duration = Duration::from_millis(50);
 const SHED_LISTED: usize = 32;
 /// Connections shed at most: past it the queues may overflow again (ring drops).
 const SHED_MAX: usize = 65_536;
@@ -395,6 +405,8 @@ impl Shedder {
             frames: 0,
             bytes: 0,
             at_capture_point: 0,
+            sample: None,
+            filling: false,
         }
     }
 
@@ -437,11 +449,29 @@ impl Shedder {
         if !self.enabled || self.want || self.conns.len() >= SHED_MAX {
             return;
         }
+        let now = Instant::now();
         let backlog = source.backlog();
+        // Above the mark and still filling since the previous look (one within
+        // SHED_SAMPLE_MAX_AGE: after a long stall the queue may be draining fast, and one
+        // stall, such as an index table growing, is no overload).
+        let filling = match self.sample {
+            // Too close to the last look to tell: keep that one.
+            Some((at, _)) if now.duration_since(at) < SHED_SAMPLE_MIN_AGE => self.filling,
+            Some((at, b)) => {
+                let f = now.duration_since(at) <= SHED_SAMPLE_MAX_AGE && backlog > b;
+                self.sample = Some((now, backlog));
+                f
+            }
+            None => {
+                self.sample = Some((now, backlog));
+                false
+            }
+        };
+        self.filling = filling;
         let spaced = self.last.is_none_or(|t| t.elapsed() >= SHED_SPACING);
-        if backlog >= SHED_URGENT || (backlog >= SHED_HIGH && spaced) {
+        if (backlog >= SHED_URGENT || (backlog >= SHED_HIGH && filling)) && spaced {
             self.want = true;
-            self.last = Some(Instant::now());
+            self.last = Some(now);
         }
     }
 
@@ -878,8 +908,19 @@ mod tests {
         // Below the mark: nothing is shed.
         shed.after_batch(&mut src);
         assert!(admit(&mut shed, &a_out) && admit(&mut shed, &b_out));
-        // Above it: the next storage frame's connection (not a frame of other traffic).
+        // Above it after a stall (the last look too long ago to compare), then draining:
+        // nothing.
         src.backlog = 0.6;
+        std::thread::sleep(SHED_SAMPLE_MAX_AGE + Duration::from_millis(5));
+        shed.after_batch(&mut src);
+        assert!(!shed.want, "a look after a stall only starts a comparison");
+        src.backlog = 0.55;
+        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
+        shed.after_batch(&mut src);
+        assert!(!shed.want, "draining");
+        // Above it and filling: the next storage frame's connection (not other traffic).
+        src.backlog = 0.6;
+        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
         shed.after_batch(&mut src);
         assert!(admit(&mut shed, &other), "not storage traffic: never the one shed");
         assert!(!admit(&mut shed, &a_back), "the next storage frame's connection is shed");
@@ -892,8 +933,9 @@ mod tests {
         assert_eq!(src.told.len(), 1);
         assert_eq!(src.told[0], super::super::classify::classify(&a_out, &[445]).unwrap().connection());
         assert!(!shed.want, "within SHED_SPACING of the last shed at 0.6");
-        // Urgent: at once.
+        // Urgent: filling or not, once the spacing has passed.
         src.backlog = 0.8;
+        std::thread::sleep(SHED_SPACING);
         shed.after_batch(&mut src);
         assert!(shed.want);
         assert!(!admit(&mut shed, &b_out));
