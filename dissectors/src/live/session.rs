@@ -382,7 +382,7 @@ struct Shedder {
 }
 
 const SHED_HIGH: f64 = 0.5;
-const SHED_URGENT: f64 = 0.75;
+const SHED_URGENT: f64 = 0.9;
 const SHED_SPACING: Duration = Duration::from_millis(10);
 /// Two looks at the backlog at least this far apart tell whether it is filling, and at most
 /// this far: a look after a longer gap (a stall) only starts a new comparison.
