@@ -11,6 +11,7 @@
 //! a running block position; a send holds the position of its first block. The three lookup
 //! tables (per edge, global, per receiver) hold only 4-byte positions: their keys (digest,
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
+//! They grow a few entries per insert (`postable`), so no send stalls the stage on a rehash.
 
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Ends, Repeated};
 use super::evidence::{Evidence, PayloadKey, SendDupKind, SendEvidence};
@@ -22,7 +23,7 @@ use crate::anomaly::Anomalies;
 use crate::ledger::{Event, LedgerError, LedgerWriter};
 use crate::fasthash::FastMap;
 use crate::payload::BLOCK_SIZE;
-use hashbrown::HashTable;
+use super::postable::PosTable;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use super::Anomaly;
@@ -250,11 +251,11 @@ pub struct Dedupe {
     edge_ids: FastMap<(NodeIdx, NodeIdx), u32>,
     edges: Vec<EdgeState>,
     /// (edge, block digest) → position of the latest block instance on that edge.
-    edge_blocks: HashTable<u32>,
+    edge_blocks: PosTable,
     /// Block digest → position of the latest instance on any edge.
-    global_blocks: HashTable<u32>,
+    global_blocks: PosTable,
     /// (receiver, block digest) → latest WRITE instance into that node not yet marked forwarded.
-    inbound: HashTable<u32>,
+    inbound: PosTable,
     globally_unique_bytes: u64,
     stats: IndexStats,
     anomalies: Anomalies,
@@ -305,9 +306,9 @@ impl Dedupe {
             messages: Default::default(),
             edge_ids: Default::default(),
             edges: Vec::new(),
-            edge_blocks: HashTable::new(),
-            global_blocks: HashTable::new(),
-            inbound: HashTable::new(),
+            edge_blocks: PosTable::new(),
+            global_blocks: PosTable::new(),
+            inbound: PosTable::new(),
             globally_unique_bytes: 0,
             stats,
             anomalies: Anomalies::default(),
@@ -504,19 +505,19 @@ impl Dedupe {
             // Global: first instance on any edge within the window?
             let ring = &*blocks;
             let at = |p: u32| &ring[(full_pos(front, p) - front) as usize];
-            match global_blocks.find_mut(h_global(&hash), |&p| at(p).hash == hash) {
+            match global_blocks.find_mut(h_global(&hash), |p| at(p).hash == hash) {
                 Some(e) => *e = p32,
                 None => {
                     flags |= F_GLOBAL_UNIQUE;
-                    global_blocks.insert_unique(h_global(&hash), p32, |&p| h_global(&at(p).hash));
+                    global_blocks.insert_unique(h_global(&hash), p32, |p| h_global(&at(p).hash));
                 }
             }
             // Per edge: the latest earlier instance on this edge says what kind of duplicate.
             let edge_of = |p: u32| sends[send_at(sends, front, ring.len(), full_pos(front, p))].edge;
-            let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |&p| at(p).hash == hash && edge_of(p) == edge) {
+            let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |p| at(p).hash == hash && edge_of(p) == edge) {
                 Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
                 None => {
-                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |&p| h_edge(edge_of(p), &at(p).hash));
+                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash));
                     None
                 }
             };
@@ -542,19 +543,18 @@ impl Dedupe {
             let mut head = None;
             if s.kind == SendKind::Write && src != dst {
                 // `src` writes the block on: every earlier WRITE of it into `src` was forwarded.
-                if let Ok(entry) = inbound.find_entry(h_node(src, &hash), |&p| at(p).hash == hash && dst_of(p) == src) {
-                    head = Some(full_pos(front, *entry.get()));
-                    entry.remove();
+                if let Some(p) = inbound.remove(h_node(src, &hash), |p| at(p).hash == hash && dst_of(p) == src) {
+                    head = Some(full_pos(front, p));
                 }
             }
             if s.kind == SendKind::Write {
-                match inbound.find_mut(h_node(dst, &hash), |&p| at(p).hash == hash && dst_of(p) == dst) {
+                match inbound.find_mut(h_node(dst, &hash), |p| at(p).hash == hash && dst_of(p) == dst) {
                     Some(e) => {
                         let old = full_pos(front, std::mem::replace(e, p32));
                         prev_inbound = u32::try_from(pos - old).unwrap_or(0);
                     }
                     None => {
-                        inbound.insert_unique(h_node(dst, &hash), p32, |&p| h_node(dst_of(p), &at(p).hash));
+                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash));
                     }
                 }
             }
@@ -812,15 +812,9 @@ impl Dedupe {
             }
             // Entries pointing at this instance go; entries for later instances stay.
             let p32 = (send.first_pos + i as u64) as u32;
-            if let Ok(e) = self.edge_blocks.find_entry(h_edge(send.edge, &b.hash), |&p| p == p32) {
-                e.remove();
-            }
-            if let Ok(e) = self.global_blocks.find_entry(h_global(&b.hash), |&p| p == p32) {
-                e.remove();
-            }
-            if let Ok(e) = self.inbound.find_entry(h_node(send.dst, &b.hash), |&p| p == p32) {
-                e.remove();
-            }
+            self.edge_blocks.remove(h_edge(send.edge, &b.hash), |p| p == p32);
+            self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
+            self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
         }
         self.front_pos += n as u64;
 
@@ -878,8 +872,8 @@ impl Dedupe {
     }
 
     /// Memory held by the window, from the structures' capacities (not their lengths): the
-    /// ring of blocks, the send table, the lookup tables (hashbrown: 4-byte entries plus a
-    /// control byte per bucket, buckets = capacity * 8/7), and the evidence of open payloads.
+    /// ring of blocks, the send table, the lookup tables (5 bytes per slot, both slot arrays
+    /// while one grows into the other: `PosTable`), and the evidence of open payloads.
     /// Strings shared with the SMB state are not counted. `messages` is seeded per process
     /// (`FastMap`), so when it grows depends on where its keys fall: its size is taken as the
     /// table its length needs, so the figure is the same in every run.
@@ -895,9 +889,9 @@ impl Dedupe {
         (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
             + table(messages_cap, std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
-            + table(self.edge_blocks.capacity(), 4)
-            + table(self.global_blocks.capacity(), 4)
-            + table(self.inbound.capacity(), 4)
+            + self.edge_blocks.bytes()
+            + self.global_blocks.bytes()
+            + self.inbound.bytes()
             + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
             + self.evidence.stored_bytes()
     }

@@ -22,6 +22,7 @@ pub mod attribution;
 pub mod evidence;
 pub mod figures;
 pub mod index;
+mod postable;
 pub mod series;
 pub mod topology;
 

@@ -1,0 +1,339 @@
+//! The index's lookup tables: sets of 32-bit block positions whose keys (a digest, with an
+//! edge or a receiver) are kept elsewhere, in the block ring and the send table.
+//!
+//! Open addressing with linear probing over a control byte per slot (empty, deleted, or
+//! 0x80 | 7 bits of the hash) and a 4-byte value: 5 bytes per slot, as with hashbrown. The
+//! difference is growth. A table that must grow (or shed its deleted slots) allocates the new
+//! slot array and moves the old entries over a few at a time, on later inserts; lookups and
+//! removals see both arrays until the old one is empty. Re-hashing an entry means reading its
+//! key back from the ring (a cache miss per entry, plus a lookup of its send): done all at
+//! once, growing three tables of 2^19 entries stalled the ordered stage for 50-120 ms, which
+//! is longer than a capture ring holds at a few Gbit/s (the live capture thread runs that
+//! stage). Here no single call moves more than `MIGRATE_STEP` slots.
+//!
+//! Everything depends only on the hashes (no per-process seed): the same events give the
+//! same tables and the same memory figures in every run.
+
+/// Slot never used since the array was made: a probe ends here.
+const EMPTY: u8 = 0;
+/// Slot whose entry was removed (or moved to the new array): probes go on past it.
+const DELETED: u8 = 1;
+/// Old slots examined per insert while an old array is being emptied. The new array is made
+/// at least twice the live count, so it never fills before the old one is empty (see `grow`).
+const MIGRATE_STEP: usize = 16;
+const MIN_BUCKETS: usize = 16;
+
+#[inline]
+fn tag(hash: u64) -> u8 {
+    0x80 | (hash >> 57) as u8
+}
+
+#[derive(Default)]
+struct Slots {
+    ctrl: Vec<u8>,
+    vals: Vec<u32>,
+    len: usize,
+    deleted: usize,
+}
+
+impl Slots {
+    fn with_buckets(n: usize) -> Self {
+        debug_assert!(n.is_power_of_two());
+        Slots { ctrl: vec![EMPTY; n], vals: vec![0; n], len: 0, deleted: 0 }
+    }
+
+    fn buckets(&self) -> usize {
+        self.ctrl.len()
+    }
+
+    /// Entries plus deleted slots allowed before the array must be replaced: 7/8 of the
+    /// slots, so at least one slot is always empty and every probe ends.
+    fn limit(&self) -> usize {
+        self.buckets() / 8 * 7
+    }
+
+    fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<usize> {
+        let n = self.buckets();
+        if n == 0 || self.len == 0 {
+            return None;
+        }
+        let (mask, t) = (n - 1, tag(hash));
+        let mut i = hash as usize & mask;
+        loop {
+            let c = self.ctrl[i];
+            if c == EMPTY {
+                return None;
+            }
+            if c == t && eq(self.vals[i]) {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Put a value whose key is not in the array (the caller checked) in the first free slot
+    /// of its probe sequence. The array must have room (`len + deleted < limit`).
+    fn insert(&mut self, hash: u64, val: u32) {
+        let mask = self.buckets() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            match self.ctrl[i] {
+                EMPTY => break,
+                DELETED => {
+                    self.deleted -= 1;
+                    break;
+                }
+                _ => i = (i + 1) & mask,
+            }
+        }
+        self.ctrl[i] = tag(hash);
+        self.vals[i] = val;
+        self.len += 1;
+    }
+
+    /// Remove the entry in slot `i`. A removed slot followed by an empty one can be empty
+    /// too (no probe needs to pass it: an entry past an empty slot was never probed through
+    /// this one), and so can the deleted slots right before it.
+    fn remove_at(&mut self, i: usize) {
+        let mask = self.buckets() - 1;
+        self.len -= 1;
+        if self.ctrl[(i + 1) & mask] != EMPTY {
+            self.ctrl[i] = DELETED;
+            self.deleted += 1;
+            return;
+        }
+        self.ctrl[i] = EMPTY;
+        let mut j = i.wrapping_sub(1) & mask;
+        while self.ctrl[j] == DELETED {
+            self.ctrl[j] = EMPTY;
+            self.deleted -= 1;
+            j = j.wrapping_sub(1) & mask;
+        }
+    }
+}
+
+/// A set of 32-bit values (block positions) looked up by a caller-given hash and equality;
+/// see the module comment.
+#[derive(Default)]
+pub(super) struct PosTable {
+    cur: Slots,
+    /// The array being emptied into `cur` (no slots when none is).
+    old: Slots,
+    /// Next slot of `old` to move.
+    cursor: usize,
+}
+
+impl PosTable {
+    pub(super) fn new() -> Self {
+        Self::default()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.cur.len + self.old.len
+    }
+
+    /// Slots allocated (both arrays while one is being emptied): 5 bytes each.
+    pub(super) fn buckets(&self) -> usize {
+        self.cur.buckets() + self.old.buckets()
+    }
+
+    /// Bytes of the slot arrays.
+    pub(super) fn bytes(&self) -> u64 {
+        self.buckets() as u64 * 5
+    }
+
+    pub(super) fn find_mut(&mut self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<&mut u32> {
+        if let Some(i) = self.cur.find(hash, &mut eq) {
+            return Some(&mut self.cur.vals[i]);
+        }
+        let i = self.old.find(hash, eq)?;
+        Some(&mut self.old.vals[i])
+    }
+
+    /// Remove and return the entry matching `eq`.
+    pub(super) fn remove(&mut self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        if let Some(i) = self.cur.find(hash, &mut eq) {
+            let v = self.cur.vals[i];
+            self.cur.remove_at(i);
+            return Some(v);
+        }
+        let i = self.old.find(hash, eq)?;
+        let v = self.old.vals[i];
+        self.old.remove_at(i);
+        Some(v)
+    }
+
+    /// Add `val`, whose key is in neither array (the caller looked it up). `hasher` gives
+    /// the hash of any value in the table: it is used for the entries moved on this call.
+    pub(super) fn insert_unique(&mut self, hash: u64, val: u32, mut hasher: impl FnMut(u32) -> u64) {
+        if self.cur.len + self.cur.deleted + 1 > self.cur.limit() {
+            self.grow(&mut hasher);
+        }
+        self.cur.insert(hash, val);
+        self.migrate(MIGRATE_STEP, &mut hasher);
+    }
+
+    /// Start emptying `cur` into a new array. Its size is the power of two that keeps it
+    /// under 7/8 full with the live entries plus every insert that can come while `cur` is
+    /// being emptied (`MIGRATE_STEP` of its slots per insert): a full array doubles (the
+    /// new one starts 7/16 full, as hashbrown's), one mostly of deleted slots keeps its size
+    /// or halves. So an older array is always empty before the next growth; were one not,
+    /// it would be finished first.
+    fn grow(&mut self, hasher: &mut impl FnMut(u32) -> u64) {
+        self.migrate(usize::MAX, hasher);
+        let during = self.cur.buckets() / MIGRATE_STEP;
+        let want = ((self.cur.len + during) * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two();
+        let fresh = Slots::with_buckets(want);
+        self.old = std::mem::replace(&mut self.cur, fresh);
+        self.cursor = 0;
+        if self.old.len == 0 {
+            self.old = Slots::default();
+        }
+    }
+
+    /// Move the entries of up to `steps` slots of the old array.
+    fn migrate(&mut self, steps: usize, hasher: &mut impl FnMut(u32) -> u64) {
+        if self.old.buckets() == 0 {
+            return;
+        }
+        let end = self.old.buckets().min(self.cursor.saturating_add(steps));
+        while self.cursor < end {
+            let i = self.cursor;
+            if self.old.ctrl[i] >= 0x80 {
+                let v = self.old.vals[i];
+                // Left deleted, not empty: entries after it may have probed through it.
+                self.old.ctrl[i] = DELETED;
+                self.old.len -= 1;
+                self.cur.insert(hasher(v), v);
+            }
+            self.cursor += 1;
+            if self.old.len == 0 {
+                break;
+            }
+        }
+        if self.old.len == 0 {
+            self.old = Slots::default();
+            self.cursor = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Keys are the values themselves, hashed badly on purpose (few distinct home slots at
+    /// small sizes, long runs) so probing, wrap-around and deletion are exercised.
+    fn h(v: u32) -> u64 {
+        let x = (v as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^ (x >> 29)
+    }
+
+    fn xorshift(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    #[test]
+    fn agrees_with_a_set_under_random_inserts_updates_and_removals() {
+        for seed in 1..6u64 {
+            let mut rng = seed * 0x2545_f491_4f6c_dd1d;
+            let mut t = PosTable::new();
+            let mut model: HashMap<u32, ()> = HashMap::new();
+            // Keys drawn from a range that makes the table grow, shrink and hold many
+            // deleted slots; a sliding-window phase like the index's.
+            for step in 0..200_000u32 {
+                let r = xorshift(&mut rng);
+                let range = if step < 100_000 { 1 << 14 } else { 1 << 9 };
+                let k = (r % range) as u32;
+                if r >> 60 < 9 {
+                    let found = t.find_mut(h(k), |v| v == k).is_some();
+                    assert_eq!(found, model.contains_key(&k));
+                    if !found {
+                        t.insert_unique(h(k), k, h);
+                        model.insert(k, ());
+                    }
+                } else {
+                    assert_eq!(t.remove(h(k), |v| v == k), model.remove(&k).map(|_| k));
+                }
+                assert_eq!(t.len(), model.len());
+                let c = &t.cur;
+                assert!(c.len + c.deleted <= c.limit(), "the current array stays below 7/8");
+            }
+            for k in 0..(1u32 << 14) {
+                assert_eq!(t.find_mut(h(k), |v| v == k).is_some(), model.contains_key(&k), "key {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn growth_moves_a_bounded_number_of_slots_per_insert() {
+        let mut t = PosTable::new();
+        let mut calls_max = 0;
+        for k in 0..300_000u32 {
+            let mut calls = 0;
+            t.insert_unique(h(k), k, |v| {
+                calls += 1;
+                h(v)
+            });
+            calls_max = calls_max.max(calls);
+            // Never two arrays being emptied, and the old one is gone before the next growth.
+            assert!(t.old.buckets() == 0 || t.old.buckets() * 2 <= t.cur.buckets());
+        }
+        assert!(calls_max <= MIGRATE_STEP, "{calls_max} entries re-hashed on one insert");
+        assert_eq!(t.len(), 300_000);
+        for k in (0..300_000u32).step_by(7) {
+            assert_eq!(t.find_mut(h(k), |v| v == k).copied(), Some(k));
+        }
+        // 5 bytes per slot: the current array at most 7/16 full when made, and the old one,
+        // half its size, while it is emptied.
+        assert!(t.bytes() <= 300_000 * 5 * 16 / 7 * 3 / 2 + 5 * 16, "{} bytes", t.bytes());
+    }
+
+    #[test]
+    fn a_sliding_window_does_not_fill_up_with_deleted_slots() {
+        // Insert k, remove k - 1000: the live count stays at 1000, the table small.
+        let mut t = PosTable::new();
+        for k in 0..1_000_000u32 {
+            if k >= 1000 {
+                let old = k - 1000;
+                assert_eq!(t.remove(h(old), |v| v == old), Some(old));
+            }
+            assert!(t.find_mut(h(k), |v| v == k).is_none());
+            t.insert_unique(h(k), k, h);
+        }
+        assert_eq!(t.len(), 1000);
+        assert!(t.buckets() <= 4096 + 2048, "{} slots for 1000 entries", t.buckets());
+    }
+
+    #[test]
+    fn updates_through_find_mut_stick_in_either_array() {
+        let mut t = PosTable::new();
+        for k in 0..112u32 {
+            t.insert_unique(h(k), k, h);
+        }
+        // The next insert grows the table (7/8 of 128 slots): entries sit in both arrays
+        // for a while.
+        t.insert_unique(h(500), 500, h);
+        assert!(t.old.buckets() > 0);
+        for k in 0..112u32 {
+            *t.find_mut(h(k), |v| v == k).unwrap() = k; // same key, same value: found
+        }
+        // Values replaced in place keep their key (the index puts the newer position of the
+        // same digest there): 1013 has 13's key.
+        let key = |v: u32| h(v % 1000);
+        let k = 13u32;
+        let slot = t.find_mut(h(k), |v| v == k).unwrap();
+        *slot = 1013;
+        for k in 200..260u32 {
+            t.insert_unique(key(k), k, key); // moves every old entry, 1013 by its key
+        }
+        assert_eq!(t.old.buckets(), 0);
+        assert_eq!(t.find_mut(h(k), |v| v == 1013).copied(), Some(1013));
+        assert_eq!(t.remove(h(k), |v| v == 1013), Some(1013));
+        assert_eq!(t.len(), 172);
+    }
+}
