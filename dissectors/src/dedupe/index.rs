@@ -142,7 +142,12 @@ fn locate(n: usize, span: impl Fn(usize) -> (u64, u32), front: u64, live: usize,
         first + u64::from(len) <= pos
     };
     if n > 0 && live > 0 {
-        let guess = (((pos - front) as u128 * n as u128) / live as u128).min(n as u128 - 1) as usize;
+        // In 64 bits (a 128-bit division is a library call): positions and counts are
+        // below 2^32, so the product fits.
+        let guess = match (pos - front).checked_mul(n as u64) {
+            Some(x) => (x / live as u64).min(n as u64 - 1) as usize,
+            None => (((pos - front) as u128 * n as u128) / live as u128).min(n as u128 - 1) as usize,
+        };
         if span(guess).0 <= pos && !ends_before(guess) {
             return guess;
         }
@@ -186,6 +191,11 @@ fn h_edge(edge: u32, h: &[u8; 16]) -> u64 {
 fn h_node(node: NodeIdx, h: &[u8; 16]) -> u64 {
     fold_mul(u64::from_le_bytes(h[..8].try_into().unwrap()) ^ u64::from(node.0).wrapping_add(1).wrapping_mul(HK2), HK1)
 }
+
+/// How many blocks ahead the index starts loading the table slots a block will need: the
+/// tables are larger than the caches, and each block's lookups would otherwise wait on
+/// memory one after the other.
+const PREFETCH_BLOCKS: usize = 8;
 
 /// Largest accepted live-block bound: table entries are 32-bit positions.
 pub const MAX_LIVE_BLOCKS_LIMIT: usize = 1 << 31;
@@ -489,7 +499,26 @@ impl Dedupe {
         });
         let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, .. } = self;
         let front = *front_pos;
-        for b in &s.digest.blocks {
+        let is_write = s.kind == SendKind::Write;
+        let prefetch = |b: &crate::payload::BlockDigest, g: &PosTable, e: &PosTable, inb: &PosTable| {
+            if !b.trivial {
+                g.prefetch(h_global(&b.hash));
+                e.prefetch(h_edge(edge, &b.hash));
+                if is_write {
+                    inb.prefetch(h_node(dst, &b.hash));
+                    if src != dst {
+                        inb.prefetch(h_node(src, &b.hash));
+                    }
+                }
+            }
+        };
+        for b in s.digest.blocks.iter().take(PREFETCH_BLOCKS) {
+            prefetch(b, global_blocks, edge_blocks, inbound);
+        }
+        for (i, b) in s.digest.blocks.iter().enumerate() {
+            if let Some(ahead) = s.digest.blocks.get(i + PREFETCH_BLOCKS) {
+                prefetch(ahead, global_blocks, edge_blocks, inbound);
+            }
             let pos = front + blocks.len() as u64;
             blocks.push_back(LiveBlock::new(b.hash, b.trivial));
             sends.back_mut().expect("pushed above").n_blocks += 1;
@@ -509,7 +538,7 @@ impl Dedupe {
                 Some(e) => *e = p32,
                 None => {
                     flags |= F_GLOBAL_UNIQUE;
-                    global_blocks.insert_unique(h_global(&hash), p32, |p| h_global(&at(p).hash));
+                    global_blocks.insert_unique(h_global(&hash), p32, |p| h_global(&at(p).hash), |p| crate::capture::prefetch_one(at(p)));
                 }
             }
             // Per edge: the latest earlier instance on this edge says what kind of duplicate.
@@ -517,7 +546,7 @@ impl Dedupe {
             let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |p| at(p).hash == hash && edge_of(p) == edge) {
                 Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
                 None => {
-                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash));
+                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), |p| crate::capture::prefetch_one(at(p)));
                     None
                 }
             };
@@ -554,7 +583,7 @@ impl Dedupe {
                         prev_inbound = u32::try_from(pos - old).unwrap_or(0);
                     }
                     None => {
-                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash));
+                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), |p| crate::capture::prefetch_one(at(p)));
                     }
                 }
             }
@@ -806,7 +835,21 @@ impl Dedupe {
         let seq = self.next_seq - self.sends.len() as u64 - 1;
         self.globally_unique_bytes += globally_unique;
         let n = send.n_blocks as usize;
-        for (i, b) in self.blocks.drain(..n).enumerate() {
+        let prefetch = |b: &LiveBlock, t: &Self| {
+            if !b.trivial() {
+                t.edge_blocks.prefetch(h_edge(send.edge, &b.hash));
+                t.global_blocks.prefetch(h_global(&b.hash));
+                t.inbound.prefetch(h_node(send.dst, &b.hash));
+            }
+        };
+        for b in self.blocks.range(..n.min(PREFETCH_BLOCKS)) {
+            prefetch(b, self);
+        }
+        for i in 0..n {
+            if let Some(ahead) = self.blocks.get(i + PREFETCH_BLOCKS).filter(|_| i + PREFETCH_BLOCKS < n) {
+                prefetch(ahead, self);
+            }
+            let b = self.blocks[i];
             if b.trivial() {
                 continue;
             }
@@ -816,6 +859,7 @@ impl Dedupe {
             self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
             self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
         }
+        self.blocks.drain(..n);
         self.front_pos += n as u64;
 
         let edge = &mut self.edges[send.edge as usize];

@@ -20,7 +20,7 @@ const EMPTY: u8 = 0;
 const DELETED: u8 = 1;
 /// Old slots examined per insert while an old array is being emptied. The new array is made
 /// at least twice the live count, so it never fills before the old one is empty (see `grow`).
-const MIGRATE_STEP: usize = 16;
+const MIGRATE_STEP: usize = 4;
 const MIN_BUCKETS: usize = 16;
 
 #[inline]
@@ -50,6 +50,15 @@ impl Slots {
     /// slots, so at least one slot is always empty and every probe ends.
     fn limit(&self) -> usize {
         self.buckets() / 8 * 7
+    }
+
+    fn prefetch(&self, hash: u64) {
+        let n = self.buckets();
+        if n != 0 {
+            let i = hash as usize & (n - 1);
+            crate::capture::prefetch_one(&self.ctrl[i]);
+            crate::capture::prefetch_one(&self.vals[i]);
+        }
     }
 
     fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<usize> {
@@ -142,6 +151,16 @@ impl PosTable {
         self.buckets() as u64 * 5
     }
 
+    /// Start loading the slots a lookup of `hash` will probe first (the tables are larger
+    /// than the caches; the index asks for a block's slots a few blocks ahead).
+    #[inline]
+    pub(super) fn prefetch(&self, hash: u64) {
+        self.cur.prefetch(hash);
+        if self.old.len != 0 {
+            self.old.prefetch(hash);
+        }
+    }
+
     pub(super) fn find_mut(&mut self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<&mut u32> {
         if let Some(i) = self.cur.find(hash, &mut eq) {
             return Some(&mut self.cur.vals[i]);
@@ -164,13 +183,14 @@ impl PosTable {
     }
 
     /// Add `val`, whose key is in neither array (the caller looked it up). `hasher` gives
-    /// the hash of any value in the table: it is used for the entries moved on this call.
-    pub(super) fn insert_unique(&mut self, hash: u64, val: u32, mut hasher: impl FnMut(u32) -> u64) {
+    /// the hash of any value in the table, and `prefetch` starts loading what `hasher` will
+    /// read for a value: both are used for the entries moved on this call.
+    pub(super) fn insert_unique(&mut self, hash: u64, val: u32, hasher: impl Fn(u32) -> u64, prefetch: impl Fn(u32)) {
         if self.cur.len + self.cur.deleted + 1 > self.cur.limit() {
-            self.grow(&mut hasher);
+            self.grow(&hasher, &prefetch);
         }
         self.cur.insert(hash, val);
-        self.migrate(MIGRATE_STEP, &mut hasher);
+        self.migrate(MIGRATE_STEP, &hasher, &prefetch);
     }
 
     /// Start emptying `cur` into a new array. Its size is the power of two that keeps it
@@ -179,8 +199,8 @@ impl PosTable {
     /// new one starts 7/16 full, as hashbrown's), one mostly of deleted slots keeps its size
     /// or halves. So an older array is always empty before the next growth; were one not,
     /// it would be finished first.
-    fn grow(&mut self, hasher: &mut impl FnMut(u32) -> u64) {
-        self.migrate(usize::MAX, hasher);
+    fn grow(&mut self, hasher: &impl Fn(u32) -> u64, prefetch: &impl Fn(u32)) {
+        self.migrate(usize::MAX, hasher, prefetch);
         let during = self.cur.buckets() / MIGRATE_STEP;
         let want = ((self.cur.len + during) * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two();
         let fresh = Slots::with_buckets(want);
@@ -191,27 +211,40 @@ impl PosTable {
         }
     }
 
-    /// Move the entries of up to `steps` slots of the old array.
-    fn migrate(&mut self, steps: usize, hasher: &mut impl FnMut(u32) -> u64) {
-        if self.old.buckets() == 0 {
-            return;
-        }
-        let end = self.old.buckets().min(self.cursor.saturating_add(steps));
-        while self.cursor < end {
-            let i = self.cursor;
-            if self.old.ctrl[i] >= 0x80 {
-                let v = self.old.vals[i];
-                // Left deleted, not empty: entries after it may have probed through it.
-                self.old.ctrl[i] = DELETED;
-                self.old.len -= 1;
-                self.cur.insert(hasher(v), v);
+    /// Move the entries of up to `steps` slots of the old array, `MIGRATE_STEP` slots at a
+    /// time: their keys are loaded together (each is a cache miss in the block ring), then
+    /// hashed, then their new slots loaded together, then filled.
+    #[inline(never)]
+    fn migrate(&mut self, steps: usize, hasher: &impl Fn(u32) -> u64, prefetch: &impl Fn(u32)) {
+        let mut left = steps;
+        while self.old.len != 0 && left != 0 {
+            let end = self.old.buckets().min(self.cursor + left.min(MIGRATE_STEP));
+            left -= end - self.cursor;
+            let mut batch = [(0u32, 0u64); MIGRATE_STEP];
+            let mut k = 0;
+            while self.cursor < end && self.old.len != 0 {
+                let i = self.cursor;
+                if self.old.ctrl[i] >= 0x80 {
+                    // Left deleted, not empty: entries after it may have probed through it.
+                    self.old.ctrl[i] = DELETED;
+                    self.old.len -= 1;
+                    batch[k].0 = self.old.vals[i];
+                    k += 1;
+                }
+                self.cursor += 1;
             }
-            self.cursor += 1;
-            if self.old.len == 0 {
-                break;
+            for (v, _) in &batch[..k] {
+                prefetch(*v);
+            }
+            for (v, h) in &mut batch[..k] {
+                *h = hasher(*v);
+                self.cur.prefetch(*h);
+            }
+            for &(v, h) in &batch[..k] {
+                self.cur.insert(h, v);
             }
         }
-        if self.old.len == 0 {
+        if self.old.len == 0 && self.old.buckets() != 0 {
             self.old = Slots::default();
             self.cursor = 0;
         }
@@ -253,7 +286,7 @@ mod tests {
                     let found = t.find_mut(h(k), |v| v == k).is_some();
                     assert_eq!(found, model.contains_key(&k));
                     if !found {
-                        t.insert_unique(h(k), k, h);
+                        t.insert_unique(h(k), k, h, |_| {});
                         model.insert(k, ());
                     }
                 } else {
@@ -274,12 +307,19 @@ mod tests {
         let mut t = PosTable::new();
         let mut calls_max = 0;
         for k in 0..300_000u32 {
-            let mut calls = 0;
-            t.insert_unique(h(k), k, |v| {
-                calls += 1;
-                h(v)
-            });
-            calls_max = calls_max.max(calls);
+            let calls = std::cell::Cell::new(0);
+            let loads = std::cell::Cell::new(0);
+            t.insert_unique(
+                h(k),
+                k,
+                |v| {
+                    calls.set(calls.get() + 1);
+                    h(v)
+                },
+                |_| loads.set(loads.get() + 1),
+            );
+            assert_eq!(calls.get(), loads.get(), "every moved entry's key is loaded ahead");
+            calls_max = calls_max.max(calls.get());
             // Never two arrays being emptied, and the old one is gone before the next growth.
             assert!(t.old.buckets() == 0 || t.old.buckets() * 2 <= t.cur.buckets());
         }
@@ -303,7 +343,7 @@ mod tests {
                 assert_eq!(t.remove(h(old), |v| v == old), Some(old));
             }
             assert!(t.find_mut(h(k), |v| v == k).is_none());
-            t.insert_unique(h(k), k, h);
+            t.insert_unique(h(k), k, h, |_| {});
         }
         assert_eq!(t.len(), 1000);
         assert!(t.buckets() <= 4096 + 2048, "{} slots for 1000 entries", t.buckets());
@@ -313,11 +353,11 @@ mod tests {
     fn updates_through_find_mut_stick_in_either_array() {
         let mut t = PosTable::new();
         for k in 0..112u32 {
-            t.insert_unique(h(k), k, h);
+            t.insert_unique(h(k), k, h, |_| {});
         }
         // The next insert grows the table (7/8 of 128 slots): entries sit in both arrays
         // for a while.
-        t.insert_unique(h(500), 500, h);
+        t.insert_unique(h(500), 500, h, |_| {});
         assert!(t.old.buckets() > 0);
         for k in 0..112u32 {
             *t.find_mut(h(k), |v| v == k).unwrap() = k; // same key, same value: found
@@ -329,7 +369,7 @@ mod tests {
         let slot = t.find_mut(h(k), |v| v == k).unwrap();
         *slot = 1013;
         for k in 200..260u32 {
-            t.insert_unique(key(k), k, key); // moves every old entry, 1013 by its key
+            t.insert_unique(key(k), k, key, |_| {}); // moves every old entry, 1013 by its key
         }
         assert_eq!(t.old.buckets(), 0);
         assert_eq!(t.find_mut(h(k), |v| v == 1013).copied(), Some(1013));
