@@ -23,6 +23,7 @@ pub mod distributed;
 pub mod fasthash;
 pub mod findings;
 pub mod frame;
+pub mod hint;
 pub mod ledger;
 pub mod live;
 pub mod payload;
@@ -42,7 +43,7 @@ pub use report::all_anomaly_names;
 /// The allowed dependency order, lowest first: a module may use only modules of an earlier
 /// entry (modules within one entry use none of each other).
 pub const LAYERS: &[&[&str]] = &[
-    &["frame", "anomaly", "accounting", "fasthash", "community"],
+    &["frame", "anomaly", "accounting", "fasthash", "community", "hint"],
     &["payload"],
     &["context"],
     &["ledger"],

@@ -538,7 +538,7 @@ impl Dedupe {
                 Some(e) => *e = p32,
                 None => {
                     flags |= F_GLOBAL_UNIQUE;
-                    global_blocks.insert_unique(h_global(&hash), p32, |p| h_global(&at(p).hash), |p| crate::capture::prefetch_one(at(p)));
+                    global_blocks.insert_unique(h_global(&hash), p32, |p| h_global(&at(p).hash), |p| crate::hint::prefetch_one(at(p)));
                 }
             }
             // Per edge: the latest earlier instance on this edge says what kind of duplicate.
@@ -546,7 +546,7 @@ impl Dedupe {
             let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |p| at(p).hash == hash && edge_of(p) == edge) {
                 Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
                 None => {
-                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), |p| crate::capture::prefetch_one(at(p)));
+                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), |p| crate::hint::prefetch_one(at(p)));
                     None
                 }
             };
@@ -583,7 +583,7 @@ impl Dedupe {
                         prev_inbound = u32::try_from(pos - old).unwrap_or(0);
                     }
                     None => {
-                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), |p| crate::capture::prefetch_one(at(p)));
+                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), |p| crate::hint::prefetch_one(at(p)));
                     }
                 }
             }

@@ -56,8 +56,8 @@ impl Slots {
         let n = self.buckets();
         if n != 0 {
             let i = hash as usize & (n - 1);
-            crate::capture::prefetch_one(&self.ctrl[i]);
-            crate::capture::prefetch_one(&self.vals[i]);
+            crate::hint::prefetch_one(&self.ctrl[i]);
+            crate::hint::prefetch_one(&self.vals[i]);
         }
     }
 
