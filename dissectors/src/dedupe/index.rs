@@ -908,9 +908,9 @@ impl Dedupe {
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
             + table(self.messages.len(), std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
-            + table(self.edge_blocks.len(), 4)
-            + table(self.global_blocks.len(), 4)
-            + table(self.inbound.len(), 4)
+            + self.edge_blocks.held_bytes()
+            + self.global_blocks.held_bytes()
+            + self.inbound.held_bytes()
             + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
             + self.evidence.stored_bytes()
     }

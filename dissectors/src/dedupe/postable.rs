@@ -22,6 +22,8 @@ const DELETED: u8 = 1;
 /// at least twice the live count, so it never fills before the old one is empty (see `grow`).
 const MIGRATE_STEP: usize = 4;
 const MIN_BUCKETS: usize = 16;
+/// A control byte and a 4-byte value.
+const SLOT_BYTES: u64 = 5;
 
 #[inline]
 fn tag(hash: u64) -> u8 {
@@ -149,7 +151,13 @@ impl PosTable {
 
     /// Bytes of the slot arrays.
     pub(super) fn bytes(&self) -> u64 {
-        self.buckets() as u64 * 5
+        self.buckets() as u64 * SLOT_BYTES
+    }
+
+    /// Bytes the live entries need, from their count rather than the arrays (what
+    /// `max_index_bytes` bounds): 8/7 slots per entry.
+    pub(super) fn held_bytes(&self) -> u64 {
+        (self.len() as u64 * 8 / 7) * SLOT_BYTES
     }
 
     /// Start loading the slots a lookup of `hash` will probe first (the tables are larger
@@ -344,7 +352,7 @@ mod tests {
         }
         // 5 bytes per slot: the current array at most 7/16 full when made, and the old one,
         // half its size, while it is emptied.
-        assert!(t.bytes() <= 300_000 * 5 * 16 / 7 * 3 / 2 + 5 * 16, "{} bytes", t.bytes());
+        assert!(t.bytes() <= 300_000 * SLOT_BYTES * 16 / 7 * 3 / 2 + SLOT_BYTES * 16, "{} bytes", t.bytes());
     }
 
     #[test]
