@@ -181,9 +181,10 @@ pub fn attribute_files(
         anomalies.insert(k, Value::from(prev + v));
     }
     out.insert("anomalies".into(), Value::Object(anomalies));
-    let input_bytes = out["accounting"]["input_bytes"].as_u64().unwrap_or(0);
+    // The run metadata is the ledger's (a user's file): read with `get`, never indexed.
+    let input_bytes = out.get("accounting").and_then(|a| a.get("input_bytes")).and_then(Value::as_u64).unwrap_or(0);
     let elapsed = started.elapsed().as_secs_f64();
-    let frames = out["analysis"]["frames"].as_u64().unwrap_or(0);
+    let frames = out.get("analysis").and_then(|a| a.get("frames")).and_then(Value::as_u64).unwrap_or(0);
     out.insert(
         "analysis".into(),
         serde_json::json!({
@@ -240,12 +241,14 @@ fn merge_runs(a: Value, b: Value) -> Value {
             Value::Object(a)
         }
         (Value::Number(x), Value::Number(y)) => match (x.as_u64(), y.as_u64()) {
-            (Some(x), Some(y)) => Value::from(x + y),
+            (Some(x), Some(y)) => Value::from(x.saturating_add(y)),
             _ => Value::from(x.as_f64().unwrap_or(0.0) + y.as_f64().unwrap_or(0.0)),
         },
         (Value::Array(mut x), Value::Array(y)) => {
+            // A set of the values' JSON text: linear in the lists, however long a file makes them.
+            let mut seen: std::collections::HashSet<String> = x.iter().map(Value::to_string).collect();
             for v in y {
-                if !x.contains(&v) {
+                if seen.insert(v.to_string()) {
                     x.push(v);
                 }
             }
@@ -272,5 +275,49 @@ fn min_max(a: Value, b: Value, max: bool) -> Value {
         }
         (None, _) => b,
         (_, None) => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{Event, LedgerWriter};
+
+    fn ledger(dir: &std::path::Path, name: &str, run: &str) -> String {
+        let p = dir.join(name).to_str().unwrap().to_string();
+        let mut w = LedgerWriter::create(&p).unwrap();
+        w.push(1, &Event::Advance { ts_ns: 1 }).unwrap();
+        w.close(run).unwrap();
+        p
+    }
+
+    /// The run metadata is a user's file: without the fields an analysis writes (accounting,
+    /// analysis: found by the `ledger_inputs` fuzz target, a panic before), with counters that
+    /// overflow when two ledgers are summed, with long lists: a result or one error, never a panic.
+    #[test]
+    fn hostile_run_metadata_gives_a_result_or_an_error() {
+        let dir = std::env::temp_dir().join(format!("smbwire-attribute-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = Config::default();
+        let run = |paths: &[String]| attribute_files(paths, &config, None, &mut |_, _| true);
+        let bare = ledger(&dir, "bare.parquet", r#"{"results":{"inputs":[]}}"#);
+        let v = run(std::slice::from_ref(&bare)).expect("a run without accounting or analysis");
+        assert_eq!(v["analysis"]["frames"], 0);
+        let big = format!(r#"{{"results":{{"inputs":[],"accounting":{{"input_bytes":{m}}},"x":{m}}}}}"#, m = u64::MAX);
+        let (a, b) = (ledger(&dir, "a.parquet", &big), ledger(&dir, "b.parquet", &big));
+        let v = run(&[a, b]).expect("two runs summed");
+        assert_eq!(v["x"], u64::MAX, "summed counters saturate");
+        let list: Vec<u32> = (0..200_000).collect();
+        let long = format!(r#"{{"results":{{"inputs":[],"names":{}}}}}"#, serde_json::to_string(&list).unwrap());
+        let (a, b) = (ledger(&dir, "l1.parquet", &long), ledger(&dir, "l2.parquet", &long));
+        let t = std::time::Instant::now();
+        let v = run(&[a, b]).expect("long lists");
+        assert_eq!(v["names"].as_array().unwrap().len(), 200_000);
+        assert!(t.elapsed().as_secs() < 60, "joining lists is linear");
+        for bad in ["{}", "[]", r#"{"results":[1]}"#, "not json"] {
+            let p = ledger(&dir, "bad.parquet", bad);
+            assert!(run(&[p]).is_err(), "{bad} refused");
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
