@@ -1,5 +1,20 @@
-"""`python -m smbwire` = the `smbwire` command."""
+"""`python -m smbwire` = the `smbwire` command.
 
-from .cli import main
+`main` is also the console script's entry point: it imports the CLI inside the same Ctrl-C
+handling as the commands, so an interrupt while the modules load (the first ~0.1 s) ends the
+process with the one-line message and exit status 130, not a traceback."""
 
-main()
+import sys
+
+
+def main() -> None:
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("smbwire: error: interrupted\n")
+        sys.exit(130)
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()

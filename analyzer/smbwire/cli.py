@@ -752,7 +752,7 @@ def verify(evidence: str, captures: tuple[str, ...], all_rows: bool) -> int:
 
 
 def main() -> None:
-    """Console-script entry point (`smbwire = smbwire.cli:main`)."""
+    """The command, once its modules are loaded (the entry point is `smbwire.__main__:main`)."""
     cli(prog_name="smbwire")
 
 

@@ -248,3 +248,47 @@ def test_version_command_with_and_without_engine(monkeypatch):
     install_core(monkeypatch, None)
     r = run("version")
     assert r.exit_code == 0 and "engine not built" in r.stdout
+
+
+@pytest.mark.parametrize("entry", ["module", "script"])
+def test_ctrl_c_while_the_command_starts_is_one_line_not_a_traceback(entry):
+    """SIGINT at moments spread over the first 0.3 s (while Python loads the CLI's modules, then
+    while the command runs): exit 130 with the one-line message, or -SIGINT when it lands before
+    Python has a handler; never a traceback through smbwire's or its libraries' code. (The
+    interpreter's own start-up, before any module of ours, prints one from the standard library
+    or the console script's first import line alone, e.g. "Could not import runpy module":
+    outside the program.) Both entry points:
+    `python -m smbwire` and the console script (`smbwire.__main__:main`)."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    if entry == "module":
+        argv = [sys.executable, "-m", "smbwire"]
+    else:
+        script = Path(sys.executable).with_name("smbwire")
+        argv = [str(script) if script.exists() else shutil.which("smbwire")]
+        assert argv[0], "the console script is installed"
+    capture = Path(__file__).resolve().parents[2] / "captures" / "nested4-1MiB-mirrordup-retx-reorder.pcap"
+    outcomes = []
+    for i in range(16):
+        p = subprocess.Popen([*argv, "analyze", str(capture), "-q", "--threads", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(i * 0.02)
+        p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=60)[1].decode()
+        if "Traceback" in err or "KeyboardInterrupt" in err:
+            frames = [ln for ln in err.splitlines() if ln.strip().startswith("File ")]
+            # Frames of the package's modules or of a library: an import of ours was interrupted.
+            # (The console script's own import line, `.venv/bin/smbwire`, runs before any of them.)
+            assert not any("/smbwire/" in f or "site-packages" in f for f in frames), err
+            assert p.returncode != 0, err
+            outcomes.append("interpreter start-up")
+            continue
+        assert p.returncode in (130, -signal.SIGINT, 0), (p.returncode, err)
+        if p.returncode == 130:
+            assert err.strip() == "smbwire: error: interrupted", err
+        outcomes.append(p.returncode)
+    assert 130 in outcomes, outcomes
