@@ -8,6 +8,15 @@ import pytest
 
 import synth_oracle
 
+# A suite started in the background by a non-interactive shell (`cmd &`: nohup, some CI
+# runners) inherits SIGINT ignored, and every process it starts would too: a program keeps an
+# ignored SIGINT ignored (Python installs no KeyboardInterrupt handler then), so the Ctrl-C
+# tests would test the shell, not smbwire. A handler here (not SIG_IGN) gives each child the
+# default disposition at exec. (Two CI rehearsals of 2026-11-27 ran so, and their Dask Ctrl-C
+# test got exit 0.)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(autouse=True)
 def _signal_dispositions_restored():

