@@ -901,6 +901,13 @@ mod tests {
     use crate::payload::hash::digest_of;
     use std::net::Ipv4Addr;
 
+    /// A fresh directory for one test (removed at its end).
+    fn test_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("smbwire-ledger-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     fn send(i: u64, payload: &[u8], header: bool, names: bool) -> SendRecord {
         SendRecord {
             conn: 3 + i,
@@ -928,8 +935,7 @@ mod tests {
 
     #[test]
     fn round_trip_keeps_every_event_and_the_run() {
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("round-trip");
         let path = dir.join("l.parquet");
         let path = path.to_str().unwrap();
         let mut data = vec![0u8; 3 * BLOCK_SIZE + 100];
@@ -961,8 +967,7 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_ledger() {
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("bad");
         let p = dir.join("x.parquet");
         std::fs::write(&p, b"PAR1 not really").unwrap();
         let e = read(p.to_str().unwrap()).err().expect("garbage refused");
@@ -977,8 +982,7 @@ mod tests {
     /// timeout) is refused at once, with one line.
     #[test]
     fn refuses_a_footer_whose_counts_exceed_its_bytes() {
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-footer-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("footer");
         let p = dir.join("f.parquet");
         // Field 40 (long form), a list: size in a varint (2^31 - 1), elements boolean; stop.
         let meta = [0x09u8, 0x50, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00];
@@ -1007,8 +1011,7 @@ mod tests {
     #[test]
     fn refuses_a_row_group_count_past_the_cap() {
         use parquet::file::metadata::ParquetMetaDataWriter;
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-rows-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("rows");
         let path = dir.join("l.parquet");
         let path = path.to_str().unwrap();
         let mut w = LedgerWriter::create(path).unwrap();
@@ -1088,8 +1091,7 @@ mod tests {
 
     #[test]
     fn reads_every_page_layout() {
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-layouts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("layouts");
         for (name, props) in layouts() {
             let p = dir.join(format!("{name}.parquet"));
             let events = write_small(p.to_str().unwrap(), props);
@@ -1105,8 +1107,7 @@ mod tests {
     /// shorter than its value count, found by the `ledger_inputs` fuzz target.)
     #[test]
     fn every_corruption_is_read_or_refused_never_a_panic() {
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-corrupt-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("corrupt");
         let bad = dir.join("bad.parquet");
         let bad_s = bad.to_str().unwrap();
         for (name, props) in layouts() {
@@ -1153,8 +1154,7 @@ mod tests {
         let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
         let cap = root.join("captures/nested4-1MiB-mirrordup-retx-reorder.pcap");
         let topo_toml = std::fs::read_to_string(root.join("captures/s2d-two-node.toml")).unwrap();
-        let dir = std::env::temp_dir().join(format!("smbwire-ledger-replay-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("replay");
         for with_topology in [true, false] {
             let mut config = Config::default();
             if with_topology {
