@@ -6,13 +6,15 @@ process with the one-line message and exit status 130, not a traceback."""
 
 import sys
 
+from .errors import EXIT_INTERRUPTED, error_line
+
 
 def main() -> None:
     try:
         from .cli import main as cli_main
     except KeyboardInterrupt:
-        sys.stderr.write("smbwire: error: interrupted\n")
-        sys.exit(130)
+        sys.stderr.write(error_line("interrupted") + "\n")
+        sys.exit(EXIT_INTERRUPTED)
     cli_main()
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from . import __version__, engine, jsonout
-from .errors import SmbwireError, UserError
+from .errors import EXIT_INTERRUPTED, SmbwireError, UserError, error_line
 from .units import parse_size, parse_time
 
 
@@ -41,11 +41,10 @@ def render_report(*args: Any, **kwargs: Any) -> None:
 
 EXIT_USER = 2
 EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130
 
 
 def _fail(message: str) -> None:
-    click.echo(f"smbwire: error: {message}", err=True)
+    click.echo(error_line(message), err=True)
 
 
 def _debug() -> bool:

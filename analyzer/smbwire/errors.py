@@ -7,6 +7,14 @@ installation and exits 70 (EX_SOFTWARE, sysexits.h).
 
 from __future__ import annotations
 
+#: Exit status after Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+
+
+def error_line(message: str) -> str:
+    """The one line every error is on stderr (also `__main__`'s, before the CLI is loaded)."""
+    return f"smbwire: error: {message}"
+
 
 class SmbwireError(Exception):
     """Base of every error smbwire raises on purpose."""

@@ -560,7 +560,6 @@ pub struct Ledger {
     pub run: String,
 }
 
-/// Reads one typed required/optional column of a row group whole.
 /// Column `$j` of row group `$rg` as `(values, definition levels)`, through `pages` (optional
 /// columns: the levels say which rows have one of the values).
 macro_rules! read_col {
