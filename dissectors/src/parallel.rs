@@ -28,7 +28,7 @@
 //!   their budget shares) are divided among the workers, so the run holds what one pipeline
 //!   would; the SMB2 state maps and per-direction buffers keep their bounds per worker.
 //!   Results are one pipeline's while no bound is reached (each is reported when it is).
-//! - **Memory.** At most `DEPTH` (3) batches per worker are in flight. A frame of a mapped
+//! - **Memory.** At most `DEPTH` (16) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
 //!   buffer. Buffers are reused.
@@ -60,7 +60,13 @@ use crate::wire::{self, Transport};
 const LOOKUPS_KEPT: usize = 1 << 18;
 
 /// Batches in flight per worker before the reader waits for the oldest one's events.
-const DEPTH: usize = 3;
+///
+/// Sixteen, not three: on two cores the reader and two workers share the CPUs, and a thread
+/// that waits out the scheduler's slice (a few ms) stalled the others within 3 batches (about
+/// 3 ms of work): 4 connections of MSS-1448 writes, `--threads 2`, took 1.01-1.10 s at 3 and
+/// 0.78-0.86 s at 16 (2026-11-27). Mapped frames cost the batch 40 bytes each; copied ones
+/// (live rings) up to `BATCH_BYTES`.
+const DEPTH: usize = 16;
 /// A batch is handed out at this many frames or bytes, whichever comes first.
 static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1024);
 const BATCH_BYTES: usize = 1 << 20;
@@ -263,8 +269,13 @@ pub fn one_malloc_arena() {
 /// A frame's connection as a 64-bit key: a hash of its unordered address (and port) pair, so
 /// both directions meet. `None` for frames that do not decode.
 fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
-    let d = wire::decode(info.linktype, data).ok()?;
     let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
+    if let Some((x, y)) = tcp_ends(info.linktype, data) {
+        let (x, y) = if x <= y { (x, y) } else { (y, x) };
+        (x, y).hash(&mut h);
+        return Some(h.finish());
+    }
+    let d = wire::decode(info.linktype, data).ok()?;
     let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
     match d.transport {
         Transport::Tcp(seg) => {
@@ -277,6 +288,46 @@ fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
         _ => (a, b).hash(&mut h),
     }
     Some(h.finish())
+}
+
+/// The two ends (address, port) of an untagged Ethernet frame carrying IPv4 (not a fragment)
+/// or IPv6 with TCP as its first next header, read where they lie: the reader's shortcut
+/// around `wire::decode`, which it otherwise runs on every frame only to find its worker
+/// (3% of a `--threads 2` run's samples on 4 KiB I/O, in the thread that limits it). For such
+/// a frame `wire::decode` gives TCP with these ends, or an error, which is counted the same
+/// whichever worker meets it; everything else takes the full decode
+/// (`tests::the_shortcut_finds_the_ends_decode_finds`).
+#[inline]
+fn tcp_ends(linktype: u32, d: &[u8]) -> Option<((std::net::IpAddr, u16), (std::net::IpAddr, u16))> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    const TCP: u8 = 6;
+    if linktype != wire::linktype::ETHERNET || d.len() < 14 + 40 + 4 {
+        return None;
+    }
+    let port = |at: usize| d.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
+    match [d[12], d[13]] {
+        [0x08, 0x00] => {
+            let ip = &d[14..];
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            // Version 4, a whole header; neither more fragments nor an offset (a fragment's
+            // ends are its address pair only).
+            if ip[0] >> 4 != 4 || ihl < 20 || ip[6] & 0x3f != 0 || ip[7] != 0 || ip[9] != TCP {
+                return None;
+            }
+            let src = IpAddr::V4(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]));
+            let dst = IpAddr::V4(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
+            Some(((src, port(14 + ihl)?), (dst, port(14 + ihl + 2)?)))
+        }
+        [0x86, 0xdd] => {
+            let ip = &d[14..];
+            if ip[0] >> 4 != 6 || ip[6] != TCP || d.len() < 14 + 40 + 20 {
+                return None;
+            }
+            let addr = |at: usize| IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&ip[at..at + 16]).expect("16 bytes")));
+            Some(((addr(8), port(54)?), (addr(24), port(56)?)))
+        }
+        _ => None,
+    }
 }
 
 /// The worker a frame belongs to by its connection's hash alone (frames that do not decode:
@@ -801,6 +852,10 @@ pub(crate) trait FrameSink {
     fn process(&mut self, frame: &RawFrame<'_>);
     /// The inputs' mappings (frames read from them are slices of them).
     fn use_maps(&mut self, _maps: Vec<Arc<memmap2::Mmap>>) {}
+    /// How far behind the reading the frames of a mapped input are still read.
+    fn release_lag(&self) -> usize {
+        crate::capture::source::RELEASE_LAG
+    }
 }
 
 impl FrameSink for Engine {
@@ -813,6 +868,14 @@ impl FrameSink for Engine {
     fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
         if let Engine::Many(p) = self {
             p.use_maps(maps);
+        }
+    }
+    fn release_lag(&self) -> usize {
+        match self {
+            // Every batch in flight, with room for the frame that ends each and for the
+            // records' headers (25.5 MiB).
+            Engine::Many(_) => (DEPTH + 1) * (BATCH_BYTES + BATCH_BYTES / 2),
+            _ => crate::capture::source::RELEASE_LAG,
         }
     }
 }
@@ -838,6 +901,7 @@ pub(crate) fn read_inputs(
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
     sink.use_maps(merged.maps());
+    merged.set_release_lag(sink.release_lag());
     let mut container = Accounting::default();
     for (i, e) in &merged.skipped {
         // Its bytes are accounted too (every input byte in one category), as far as they can

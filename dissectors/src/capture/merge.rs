@@ -91,6 +91,13 @@ impl Merged {
         self.readers[i].source()
     }
 
+    /// How far behind its reading each mapped input hands pages back (`Source::set_release_lag`).
+    pub fn set_release_lag(&mut self, bytes: usize) {
+        for r in self.readers.iter_mut() {
+            r.source_mut().set_release_lag(bytes);
+        }
+    }
+
     /// The mappings frames are read from (regular, uncompressed files).
     pub fn maps(&self) -> Vec<std::sync::Arc<memmap2::Mmap>> {
         self.readers.iter().filter_map(|r| r.source().shared_map()).collect()

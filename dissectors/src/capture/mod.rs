@@ -81,6 +81,7 @@ pub trait FrameReader {
     fn position(&self) -> u64;
     /// Where the bytes come from (file or stream, compression) and how many were read.
     fn source(&self) -> &source::Source;
+    fn source_mut(&mut self) -> &mut source::Source;
 }
 
 /// Open one file, sniffing pcap vs pcapng from the magic number.

@@ -206,6 +206,10 @@ impl FrameReader for PcapReader {
         &self.src
     }
 
+    fn source_mut(&mut self) -> &mut Source {
+        &mut self.src
+    }
+
     fn file_size(&self) -> u64 {
         self.src.size()
     }

@@ -340,6 +340,10 @@ impl FrameReader for PcapngReader {
         &self.src
     }
 
+    fn source_mut(&mut self) -> &mut Source {
+        &mut self.src
+    }
+
     fn file_size(&self) -> u64 {
         self.src.size()
     }

@@ -140,6 +140,12 @@ impl AsRef<[u8]> for MapBytes {
     }
 }
 
+/// Mapped pages are handed back in steps of this many bytes (one `madvise` each) ...
+const RELEASE_STEP: usize = 8 << 20;
+/// ... when they are at least this far behind the reading (one pipeline; `--threads` sets
+/// its own, `Source::set_release_lag`).
+pub const RELEASE_LAG: usize = 16 << 20;
+
 pub struct Source {
     file: Box<dyn Read + Send>,
     /// The whole file, when mapped: it stands for `buf`, with `end` its length. Shared with
@@ -148,6 +154,8 @@ pub struct Source {
     /// Mapped bytes before this offset were handed back to the kernel (`consume`), so a
     /// long capture's pages do not pile up in the process's resident set.
     released: usize,
+    /// Pages this far behind `start` may be handed back (`release_consumed`).
+    release_lag: usize,
     buf: Vec<u8>,
     /// First unconsumed byte in `buf`.
     start: usize,
@@ -242,6 +250,7 @@ impl Source {
             end: map.len(),
             map: Some(Arc::new(map)),
             released: 0,
+            release_lag: RELEASE_LAG,
             consumed: 0,
             known_size: Some(size),
             eof: true,
@@ -276,6 +285,7 @@ impl Source {
             file: Box::new(Counting { inner: reader, count: count.clone() }),
             map: None,
             released: 0,
+            release_lag: RELEASE_LAG,
             buf: vec![0; BUF_LEN],
             start: 0,
             end: 0,
@@ -298,6 +308,7 @@ impl Source {
             file: Box::new(Counting { inner: file, count: count.clone() }),
             map: None,
             released: 0,
+            release_lag: RELEASE_LAG,
             buf: vec![0; BUF_LEN],
             start: 0,
             end: 0,
@@ -466,15 +477,20 @@ impl Source {
         self.release_consumed();
     }
 
-    /// Every `RELEASE_STEP` of a mapped file, the pages read more than `RELEASE_LAG` ago leave
-    /// the resident set (MADV_DONTNEED): read once, they would otherwise count as the
+    /// Hand back mapped pages only this far behind the reading (default `RELEASE_LAG`):
+    /// `--threads` workers read frames a few batches after the reader, and a page handed back
+    /// before they do is read in again and stays resident.
+    pub fn set_release_lag(&mut self, bytes: usize) {
+        self.release_lag = bytes;
+    }
+
+    /// Every `RELEASE_STEP` of a mapped file, the pages read more than `release_lag` bytes ago
+    /// leave the resident set (MADV_DONTNEED): read once, they would otherwise count as the
     /// process's memory for the whole run (1.1 GB of RSS for a 1.1 GB capture). The page cache
     /// keeps them; touching one again re-reads it from the unchanged file.
     fn release_consumed(&mut self) {
-        const RELEASE_STEP: usize = 32 << 20;
-        const RELEASE_LAG: usize = 16 << 20;
         let Some(map) = &self.map else { return };
-        let upto = self.start.saturating_sub(RELEASE_LAG) & !0xfff;
+        let upto = self.start.saturating_sub(self.release_lag) & !0xfff;
         if upto < self.released + RELEASE_STEP {
             return;
         }

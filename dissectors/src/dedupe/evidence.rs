@@ -280,6 +280,9 @@ fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
     }
 }
 
+/// An open payload's table entry (key and value), for the index's memory figures.
+pub(super) const OPEN_ENTRY_BYTES: usize = std::mem::size_of::<(PayloadKey, Open)>();
+
 struct Open {
     nontrivial_len: u64,
     sends: Vec<StoredSend>,
@@ -328,6 +331,8 @@ pub struct Evidence {
     open: DigestMap<PayloadKey, Open>,
     contexts: Contexts,
     stored_sends: usize,
+    /// Room for sends the open payloads' lists hold (their capacities).
+    stored_capacity: usize,
     top_n: usize,
     /// Min-heap of the best `top_n` so far.
     top: BinaryHeap<Reverse<Ranked>>,
@@ -343,6 +348,7 @@ impl Evidence {
             open: Default::default(),
             contexts: Contexts::default(),
             stored_sends: 0,
+            stored_capacity: 0,
             top_n,
             top: BinaryHeap::new(),
             closed_duplicated: 0,
@@ -383,7 +389,14 @@ impl Evidence {
                 let (c, mut stored) = split(ev);
                 stored.n = n;
                 stored.ctx = self.contexts.intern(c);
+                // The first few one at a time: most payloads have one or two sends (4 KiB
+                // I/O: every block is one), and a growing Vec would hold room for four.
+                let before = open.sends.capacity();
+                if open.sends.len() == before && before < 4 {
+                    open.sends.reserve_exact(1);
+                }
                 open.sends.push(stored);
+                self.stored_capacity += open.sends.capacity() - before;
                 self.stored_sends += 1;
             } else {
                 anomalies.raise(Anomaly::EvidenceCap);
@@ -412,6 +425,7 @@ impl Evidence {
         }
         let open = self.open.remove(key).expect("present");
         self.stored_sends -= open.sends.len();
+        self.stored_capacity -= open.sends.capacity();
         let sends: Vec<SendEvidence> = if open.sends_total < 2 {
             Vec::new()
         } else {
@@ -512,8 +526,17 @@ impl Evidence {
     /// Bytes of the send entries held for open payloads and of their shared contexts (the
     /// contexts' table as hashbrown sizes it: 8/7 buckets per entry, a control byte each).
     pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes_of(self.stored_sends)
+    }
+
+    /// `stored_bytes` with the room the send lists hold rather than what they hold.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.stored_bytes_of(self.stored_capacity)
+    }
+
+    fn stored_bytes_of(&self, sends: usize) -> u64 {
         let contexts = self.contexts.len() as u64;
-        (self.stored_sends * std::mem::size_of::<StoredSend>()) as u64
+        (sends * std::mem::size_of::<StoredSend>()) as u64
             + contexts * std::mem::size_of::<Option<(SendContext, u64)>>() as u64
             + contexts * 8 / 7 * (std::mem::size_of::<(SendContext, u32)>() as u64 + 1)
     }

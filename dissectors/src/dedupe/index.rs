@@ -117,6 +117,24 @@ impl LiveSend {
     }
 }
 
+/// The live sends of one message (connection, MessageId), by kind (`kind_slot`: Write, Read):
+/// their sequence numbers, `NONE` for none (16 bytes; as `[Option<u64>; 2]` they took 32,
+/// so each live send's `messages` entry 48 bytes instead of 32).
+#[derive(Clone, Copy)]
+struct Slots([u64; 2]);
+
+impl Slots {
+    /// No send (sequence numbers count sends: never this one).
+    const NONE: u64 = u64::MAX;
+    const EMPTY: Slots = Slots([Slots::NONE; 2]);
+    fn get(&self, kind_slot: usize) -> Option<u64> {
+        Some(self.0[kind_slot]).filter(|&s| s != Slots::NONE)
+    }
+    fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().copied().filter(|&s| s != Slots::NONE)
+    }
+}
+
 /// A 32-bit table entry back to the block's running position: live positions span less than
 /// 2^32 (`MAX_LIVE_BLOCKS_LIMIT`), so the low 32 bits identify one.
 #[inline]
@@ -257,7 +275,7 @@ pub struct Dedupe {
     blocks: VecDeque<LiveBlock>,
     front_pos: u64,
     /// (conn, MessageId) → live send per kind (Write, Read).
-    messages: FastMap<(u64, u64), [Option<u64>; 2]>,
+    messages: FastMap<(u64, u64), Slots>,
     edge_ids: FastMap<(NodeIdx, NodeIdx), u32>,
     edges: Vec<EdgeState>,
     /// (edge, block digest) → position of the latest block instance on that edge.
@@ -407,7 +425,7 @@ impl Dedupe {
         if self
             .messages
             .get(&msg)
-            .is_some_and(|k| k[kind_slot].is_some())
+            .is_some_and(|k| k.get(kind_slot).is_some())
         {
             self.anomalies.raise(Anomaly::RepeatedMessage);
             return;
@@ -600,7 +618,7 @@ impl Dedupe {
             lb.prev_inbound = prev_inbound.to_le_bytes();
         }
 
-        self.messages.entry(msg).or_insert([None, None])[kind_slot] = Some(seq);
+        self.messages.entry(msg).or_insert(Slots::EMPTY).0[kind_slot] = seq;
         self.next_seq += 1;
 
         self.note_peaks();
@@ -640,7 +658,7 @@ impl Dedupe {
             return;
         };
         let front_seq = self.next_seq - self.sends.len() as u64;
-        for seq in slots.iter().flatten() {
+        for seq in slots.iter() {
             if let Some(send) = seq
                 .checked_sub(front_seq)
                 .and_then(|i| self.sends.get_mut(i as usize))
@@ -716,7 +734,7 @@ impl Dedupe {
             let live = self
                 .messages
                 .get(&(s.conn, s.message_id))
-                .and_then(|slots| slots[kind_slot(s.kind)])
+                .and_then(|slots| slots.get(kind_slot(s.kind)))
                 .and_then(|seq| seq.checked_sub(front_seq))
                 .and_then(|i| self.sends.get(i as usize));
             if let Some(live) = live {
@@ -873,11 +891,11 @@ impl Dedupe {
 
         let msg = (send.conn, send.message_id);
         if let Some(slots) = self.messages.get_mut(&msg) {
-            let slot = &mut slots[kind_slot(send.kind)];
-            if *slot == Some(seq) {
-                *slot = None;
+            let slot = &mut slots.0[kind_slot(send.kind)];
+            if *slot == seq {
+                *slot = Slots::NONE;
             }
-            if slots.iter().all(Option::is_none) {
+            if slots.iter().next().is_none() {
                 self.messages.remove(&msg);
             }
         }
@@ -907,11 +925,11 @@ impl Dedupe {
         let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
-            + table(self.messages.len(), std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
+            + table(self.messages.len(), std::mem::size_of::<((u64, u64), Slots)>())
             + self.edge_blocks.held_bytes()
             + self.global_blocks.held_bytes()
             + self.inbound.held_bytes()
-            + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
+            + table(open_payloads, super::evidence::OPEN_ENTRY_BYTES)
             + self.evidence.stored_bytes()
     }
 
@@ -932,12 +950,12 @@ impl Dedupe {
         let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
-            + table(messages_cap, std::mem::size_of::<((u64, u64), [Option<u64>; 2])>())
+            + table(messages_cap, std::mem::size_of::<((u64, u64), Slots)>())
             + self.edge_blocks.bytes()
             + self.global_blocks.bytes()
             + self.inbound.bytes()
-            + table(open_payloads, std::mem::size_of::<(PayloadKey, [u64; 6])>())
-            + self.evidence.stored_bytes()
+            + table(open_payloads, super::evidence::OPEN_ENTRY_BYTES)
+            + self.evidence.allocated_bytes()
     }
 }
 
