@@ -28,6 +28,9 @@
 //!   their budget shares) are divided among the workers, so the run holds what one pipeline
 //!   would; the SMB2 state maps and per-direction buffers keep their bounds per worker.
 //!   Results are one pipeline's while no bound is reached (each is reported when it is).
+//! - **Idle workers hash.** A worker waiting for its next batch digests block batches that
+//!   busy workers' payload hashers hand to the run's `HashPool` (`payload::offload`), so one
+//!   busy connection does not leave the other workers idle while BLAKE3 runs on one core.
 //! - **Memory.** At most `DEPTH` (16) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
@@ -49,6 +52,7 @@ use crate::smb2::bounded::BoundedMap;
 use crate::dedupe::Dedupe;
 use crate::frame::FrameCtx;
 use crate::ledger::LedgerWriter;
+use crate::payload::offload::{self, HashPool};
 use crate::payload::send::SendRecord;
 use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Finished, Pipeline, Run};
 use crate::report::{InputFile, Results};
@@ -205,12 +209,21 @@ impl Decoder {
     }
 }
 
-fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Option<fn()>) {
+fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Option<fn()>, pool: Arc<HashPool>) {
     if let Some(f) = start {
         f();
     }
+    offload::install(Some(pool.clone()));
     let mut d = Decoder::new(&config);
-    for job in jobs {
+    // Waiting for its next batch, a worker digests other workers' blocks (`offload`).
+    let next = || {
+        pool.idle_until(|| match jobs.try_recv() {
+            Ok(job) => Some(Some(job)),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(None),
+            Err(std::sync::mpsc::TryRecvError::Empty) => None,
+        })
+    };
+    while let Some(job) = next() {
         match job {
             Job::Batch(mut b) => {
                 for step in b.steps.iter() {
@@ -500,6 +513,8 @@ pub struct Parallel {
     /// Frames handed out as places in a mapping, and copied (tests).
     pub handed: (u64, u64),
     sharder: Sharder,
+    /// Block hashing idle workers take over (`offload`).
+    pool: Arc<HashPool>,
 }
 
 impl Parallel {
@@ -522,14 +537,16 @@ impl Parallel {
         // buffers of all flows; `pipeline::flow_config`), and of a budget.
         let mut wc = config.clone();
         wc.workers = n;
+        let pool = HashPool::new();
         let workers = (0..n)
             .map(|i| {
                 let (jt, jr) = sync_channel(DEPTH + 1);
                 let (dt, dr) = sync_channel(DEPTH + 1);
                 let c = wc.clone();
+                let p = pool.clone();
                 let handle = std::thread::Builder::new()
                     .name(format!("smbwire-worker-{i}"))
-                    .spawn(move || worker(c, jr, dt, start))
+                    .spawn(move || worker(c, jr, dt, start, p))
                     .expect("a worker thread can be started");
                 Worker {
                     jobs: jt,
@@ -557,6 +574,7 @@ impl Parallel {
             ranges: Vec::new(),
             handed: (0, 0),
             sharder: Sharder::new(n),
+            pool,
         }
     }
 
@@ -621,6 +639,7 @@ impl Parallel {
             // A worker only ends when its channel closes: it is alive while we hold `jobs`.
             wk.jobs.send(Job::Batch(b)).expect("worker alive");
         }
+        self.pool.notify_idle();
         self.in_flight.push_back(std::mem::take(&mut self.order));
         self.frames_in_batch = 0;
         self.bytes_in_batch = 0;
@@ -684,6 +703,7 @@ impl Parallel {
         for wk in self.workers.iter() {
             wk.jobs.send(Job::Counts).expect("worker alive");
         }
+        self.pool.notify_idle();
         for wk in self.workers.iter() {
             let Done::Counts(c) = wk.done.recv().expect("worker alive") else {
                 unreachable!("every batch was replayed")
@@ -716,6 +736,7 @@ impl Parallel {
         for wk in self.workers.iter() {
             wk.jobs.send(Job::Finish(end)).expect("worker alive");
         }
+        self.pool.notify_idle();
         let mut counts: Option<Counts> = None;
         let mut group = Vec::new();
         for i in 0..self.workers.len() {
@@ -751,6 +772,7 @@ impl Parallel {
         );
         let (mut results, input_findings) = run.results(dedupe, inputs, container, started);
         results.analysis.threads = threads;
+        results.analysis.hash_batches_helped = self.pool.helped.load(std::sync::atomic::Ordering::Relaxed) as u64;
         (results, ledger, input_findings)
     }
 }

@@ -764,6 +764,7 @@ impl Run {
                 frames: self.clock.frames,
                 bytes_per_second: if elapsed > 0.0 { input_bytes as f64 / elapsed } else { 0.0 },
                 threads: 1,
+                hash_batches_helped: 0,
             },
         };
         // The findings that follow from the figures: one function, shared with `attribute`.

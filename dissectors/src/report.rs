@@ -78,6 +78,10 @@ pub struct AnalysisStats {
     /// Decoding threads the analysis ran on (`--threads`; 1 for one pipeline, or for a
     /// ledger replay).
     pub threads: usize,
+    /// Batches of 16 blocks a worker digested for another (`payload::offload`; 0 on one
+    /// pipeline). How much of the hashing the sharding by connection would have left on
+    /// one worker was spread.
+    pub hash_batches_helped: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

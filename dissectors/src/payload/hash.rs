@@ -28,6 +28,7 @@
 //! ```
 
 use super::batch::{self, LANES};
+use super::offload;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use super::{BlockDigest, PayloadDigest, BLOCK_SIZE};
 
@@ -60,6 +61,8 @@ pub struct PayloadHasher {
     len: u64,
     payload: blake3::Hasher,
     blocks: Vec<BlockDigest>,
+    /// Batches handed to an idle worker (`offload`), in order, their digests not yet taken.
+    pending: Vec<std::sync::Arc<offload::HashJob>>,
 }
 
 impl Default for PayloadHasher {
@@ -76,6 +79,9 @@ const STAGING_BUDGET: usize = 64 << 20;
 
 impl Drop for PayloadHasher {
     fn drop(&mut self) {
+        for job in self.pending.drain(..) {
+            job.cancel();
+        }
         STAGING_BYTES.fetch_sub(self.accounted, Ordering::Relaxed);
     }
 }
@@ -97,6 +103,7 @@ impl PayloadHasher {
             len: 0,
             payload: blake3::Hasher::new_from_context_key(context_key()),
             blocks: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -151,12 +158,25 @@ impl PayloadHasher {
         }
     }
 
-    /// Digest the staged whole blocks (and move a partial block to the front).
+    /// Digest the staged whole blocks (and move a partial block to the front). A full batch
+    /// of several blocks goes to an idle `--threads` worker when there is one (`offload`).
     fn flush_staged(&mut self) {
         let n = self.staging.len() / BLOCK_SIZE * BLOCK_SIZE;
         if n == 0 {
             return;
         }
+        if n == self.staging.len() && n > BLOCK_SIZE {
+            // Once a batch is out, the later ones queue behind it (digested here when no
+            // worker is idle), so this one waits for the helper only at the payload's end.
+            if let Some(pool) = offload::pool().filter(|p| p.has_idle() || !self.pending.is_empty()) {
+                let capacity = self.staging.capacity();
+                let data = std::mem::take(&mut self.staging);
+                self.pending.push(pool.submit(data));
+                self.staging = pool.buffer(capacity);
+                return;
+            }
+        }
+        self.resolve_pending();
         let staging = std::mem::take(&mut self.staging);
         self.digest_run(&staging[..n]);
         self.staging = staging;
@@ -165,8 +185,26 @@ impl PayloadHasher {
         self.staging.truncate(rest);
     }
 
+    /// The digests of the batches handed out, in order (each digested here if nobody took it).
+    fn resolve_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pool = offload::pool();
+        let (payload, blocks) = (&mut self.payload, &mut self.blocks);
+        for job in self.pending.drain(..) {
+            job.resolve(pool.as_deref(), |digest, trivial| {
+                payload.update(digest);
+                let mut hash = [0u8; 16];
+                hash.copy_from_slice(&digest[..16]);
+                blocks.push(BlockDigest { hash, len: BLOCK_SIZE as u32, trivial });
+            });
+        }
+    }
+
     /// Digest whole blocks (`run.len()` a multiple of `BLOCK_SIZE`, at most `LANES` blocks).
     fn digest_run(&mut self, run: &[u8]) {
+        self.resolve_pending();
         let mut out = [[0u8; 32]; LANES];
         let n = run.len() / BLOCK_SIZE;
         batch::digest_blocks(run, &mut out[..n]);
@@ -177,6 +215,7 @@ impl PayloadHasher {
 
     pub fn finish(mut self) -> PayloadDigest {
         self.flush_staged();
+        self.resolve_pending();
         if !self.staging.is_empty() {
             let digest = blake3::hash(&self.staging);
             push_digest(&mut self.payload, &mut self.blocks, &self.staging, digest.as_bytes());

@@ -7,6 +7,7 @@
 
 mod batch;
 pub mod hash;
+pub mod offload;
 pub mod send;
 
 pub const BLOCK_SIZE: usize = 4096;

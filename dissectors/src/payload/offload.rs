@@ -1,0 +1,337 @@
+//! Block hashing handed to idle `--threads` workers.
+//!
+//! Sharding by connection leaves a worker idle when there are fewer busy connections than
+//! workers (one SMB connection carrying a whole run: one worker decodes and hashes, the other
+//! waits), and BLAKE3 is about 40% of a worker's time on 1 MiB writes. A worker's payload
+//! hasher (`hash::PayloadHasher`) then hands each full staging batch (`LANES` whole blocks,
+//! 64 KiB) to the run's `HashPool` instead of digesting it itself, as long as another worker
+//! is idle and waiting; an idle worker takes the batch and digests it (`Helper`); and the
+//! hasher collects the digests, in order, when it needs them (the payload's end, or a batch
+//! it digests itself). A batch nobody has taken yet by then it digests itself, so nothing
+//! waits on a helper that is not there, and a run without a pool (one pipeline, `--dask`
+//! tasks) digests everything where it is.
+//!
+//! Digests do not depend on who computed them (`tests::offloaded_digests_are_the_same`, and
+//! `parallel::tests`: every capture with 2 and 3 workers gives one pipeline's result).
+//!
+//! Memory: at most `MAX_QUEUED` batches wait in a pool, and a batch's 64 KiB go back to the
+//! pool's spare list as soon as it is digested (at most `MAX_SPARE` kept).
+
+use super::batch::{self, LANES};
+use super::BLOCK_SIZE;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Batches waiting in a pool at most; past it a hasher digests its batch itself.
+const MAX_QUEUED: usize = 4;
+/// Spare 64 KiB buffers a pool keeps for the next batches.
+const MAX_SPARE: usize = 16;
+/// An idle worker looks at its own queue again at least this often (a wake-up missed in a
+/// race costs at most this).
+const IDLE_WAIT: Duration = Duration::from_millis(10);
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const DONE: u8 = 2;
+
+/// Whole blocks to digest, and their digests once done.
+pub(crate) struct HashJob {
+    state: AtomicU8,
+    work: Mutex<Work>,
+}
+
+struct Work {
+    data: Vec<u8>,
+    blocks: usize,
+    digests: [[u8; 32]; LANES],
+    /// Bit i: block i is trivial (all bytes equal).
+    trivial: u32,
+}
+
+impl HashJob {
+    /// Digest the blocks (whoever took the job).
+    fn run(&self, pool: Option<&HashPool>) {
+        let spare = {
+            let mut w = self.work.lock().unwrap_or_else(|e| e.into_inner());
+            let w = &mut *w;
+            let n = w.blocks;
+            batch::digest_blocks(&w.data[..n * BLOCK_SIZE], &mut w.digests[..n]);
+            w.trivial = 0;
+            for (i, block) in w.data[..n * BLOCK_SIZE].chunks_exact(BLOCK_SIZE).enumerate() {
+                if super::hash::is_trivial(block) {
+                    w.trivial |= 1 << i;
+                }
+            }
+            std::mem::take(&mut w.data)
+        };
+        self.state.store(DONE, Ordering::Release);
+        if let Some(pool) = pool {
+            pool.give_back(spare);
+        }
+    }
+
+    /// Its hasher is gone: a helper that finds it queued leaves it.
+    pub(crate) fn cancel(&self) {
+        let _ = self.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The digests and trivial flags, the job run here if nobody took it, else waited for.
+    pub(crate) fn resolve(&self, pool: Option<&HashPool>, mut each: impl FnMut(&[u8; 32], bool)) {
+        if self.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.run(pool);
+        }
+        let mut spins = 0u32;
+        while self.state.load(Ordering::Acquire) != DONE {
+            // Another worker is digesting it (64 KiB: some 20 us); it may have lost its CPU.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let w = self.work.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..w.blocks {
+            each(&w.digests[i], w.trivial & (1 << i) != 0);
+        }
+    }
+}
+
+/// Batches of block hashing waiting for an idle worker of one run.
+#[derive(Default)]
+pub struct HashPool {
+    queue: Mutex<VecDeque<Arc<HashJob>>>,
+    /// `queue`'s length, read without the lock.
+    queued: AtomicUsize,
+    wake: Condvar,
+    /// Workers with nothing of their own to do (helping or waiting): batches are queued
+    /// only while there is one.
+    helpers: AtomicUsize,
+    /// Workers asleep on `wake` (changed under `queue`'s lock): only then is it notified,
+    /// each notification being a system call.
+    sleepers: AtomicUsize,
+    spare: Mutex<Vec<Vec<u8>>>,
+    /// Batches digested by another worker than their hasher's (`analysis.hash_batches_helped`).
+    pub helped: AtomicUsize,
+}
+
+impl HashPool {
+    pub fn new() -> Arc<HashPool> {
+        Arc::new(HashPool::default())
+    }
+
+    /// Is a worker without work of its own now?
+    pub(crate) fn has_idle(&self) -> bool {
+        self.helpers.load(Ordering::Relaxed) > 0
+    }
+
+    /// `data` (whole blocks, at most `LANES`) as a job: queued for an idle worker, or, when
+    /// none is idle or enough wait already, digested here and now.
+    pub(crate) fn submit(&self, data: Vec<u8>) -> Arc<HashJob> {
+        let blocks = data.len() / BLOCK_SIZE;
+        debug_assert!(blocks <= LANES && data.len() == blocks * BLOCK_SIZE);
+        let job = Arc::new(HashJob {
+            state: AtomicU8::new(QUEUED),
+            work: Mutex::new(Work { data, blocks, digests: [[0; 32]; LANES], trivial: 0 }),
+        });
+        if self.has_idle() && self.queued.load(Ordering::Relaxed) < MAX_QUEUED {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            if q.len() < MAX_QUEUED {
+                q.push_back(job.clone());
+                self.queued.store(q.len(), Ordering::Relaxed);
+                if self.sleepers.load(Ordering::Relaxed) > 0 {
+                    self.wake.notify_one();
+                }
+                return job;
+            }
+        }
+        job.state.store(TAKEN, Ordering::Relaxed);
+        job.run(Some(self));
+        job
+    }
+
+    /// A buffer for the next staging batch (a spare one when there is one).
+    pub(crate) fn buffer(&self, capacity: usize) -> Vec<u8> {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        match spare.iter().position(|b| b.capacity() >= capacity) {
+            Some(i) => spare.swap_remove(i),
+            None => Vec::with_capacity(capacity),
+        }
+    }
+
+    fn give_back(&self, mut data: Vec<u8>) {
+        data.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < MAX_SPARE && data.capacity() > 0 {
+            spare.push(data);
+        }
+    }
+
+    /// Take one queued job and run it here; false when there was none.
+    fn help_once(&self) -> bool {
+        if self.queued.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let job = {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let job = loop {
+                match q.pop_front() {
+                    None => break None,
+                    Some(j) => {
+                        if j.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            break Some(j);
+                        }
+                        // Its hasher needed it first and ran it itself.
+                    }
+                }
+            };
+            self.queued.store(q.len(), Ordering::Relaxed);
+            match job {
+                Some(j) => j,
+                None => return false,
+            }
+        };
+        job.run(Some(self));
+        self.helped.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// An idle worker: digest queued batches until `ready` has something for it (its own
+    /// work: checked before each wait, and after each batch). Between batches it yields the
+    /// CPU a few times before it sleeps: a worker whose connection carries large writes
+    /// queues a batch every few tens of microseconds, and sleeping and being woken for each
+    /// cost more system time than the digest saved.
+    pub fn idle_until<T>(&self, mut ready: impl FnMut() -> Option<T>) -> T {
+        const YIELDS: u32 = 32;
+        self.helpers.fetch_add(1, Ordering::SeqCst);
+        let out = 'idle: loop {
+            if let Some(t) = ready() {
+                break t;
+            }
+            if self.help_once() {
+                continue;
+            }
+            for _ in 0..YIELDS {
+                std::thread::yield_now();
+                if self.queued.load(Ordering::Relaxed) > 0 {
+                    continue 'idle;
+                }
+                if let Some(t) = ready() {
+                    break 'idle t;
+                }
+            }
+            let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            // Whoever hands this worker its work then looks at `sleepers` (`notify_idle`):
+            // one of the two sees the other's write.
+            fence(Ordering::SeqCst);
+            if let Some(t) = ready() {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                break t;
+            }
+            let q = if q.is_empty() { self.wake.wait_timeout(q, IDLE_WAIT).map(|r| r.0).unwrap_or_else(|e| e.into_inner().0) } else { q };
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            drop(q);
+        };
+        self.helpers.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+
+    /// Work was handed to a worker (after it was sent): wake the sleeping ones.
+    pub fn notify_idle(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_all();
+        }
+    }
+}
+
+thread_local! {
+    static POOL: RefCell<Option<Arc<HashPool>>> = const { RefCell::new(None) };
+}
+
+/// The pool this thread's hashers offer their batches to (a `--threads` worker's), or none.
+pub fn install(pool: Option<Arc<HashPool>>) {
+    POOL.with(|p| *p.borrow_mut() = pool);
+}
+
+/// This thread's pool.
+pub(crate) fn pool() -> Option<Arc<HashPool>> {
+    POOL.with(|p| p.borrow().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::hash::{digest_of, PayloadHasher};
+
+    fn sample(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|i| {
+                // Every 5th block is trivial.
+                if (i / BLOCK_SIZE) % 5 == 3 {
+                    return 0x5a;
+                }
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// A hasher with a pool and a helper thread gives the digests of one without, whatever
+    /// the payload's length and the size of the pieces it arrives in; the helper took part.
+    #[test]
+    fn offloaded_digests_are_the_same() {
+        let pool = HashPool::new();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let helper = {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            std::thread::spawn(move || {
+                pool.idle_until(|| stop.load(Ordering::Acquire).then_some(()));
+            })
+        };
+        install(Some(pool.clone()));
+        for (len, piece) in [(0, 1), (1, 1), (4095, 1000), (4096, 4096), (65_536, 1448), (65_537, 8948), (1 << 20, 1448), (3 << 20, 65_536), (1_000_001, 7)] {
+            let data = sample(len, len as u64);
+            let mut h = PayloadHasher::with_len_hint(len as u64);
+            for p in data.chunks(piece) {
+                h.update(p);
+                // Give the helper a chance on a loaded machine.
+                if p.len() == piece && pool.queue.lock().unwrap().len() >= 2 {
+                    std::thread::yield_now();
+                }
+            }
+            let got = h.finish();
+            install(None);
+            let want = digest_of(&data);
+            install(Some(pool.clone()));
+            assert_eq!(got, want, "{len} bytes in pieces of {piece}");
+        }
+        install(None);
+        stop.store(true, Ordering::Release);
+        pool.notify_idle();
+        helper.join().unwrap();
+        assert!(pool.helped.load(Ordering::Relaxed) > 0, "the helper digested no batch");
+    }
+
+    /// Without an idle worker nothing is queued: the hasher digests everything itself.
+    #[test]
+    fn without_an_idle_worker_nothing_is_offered() {
+        let pool = HashPool::new();
+        install(Some(pool.clone()));
+        let data = sample(1 << 20, 9);
+        let mut h = PayloadHasher::with_len_hint(data.len() as u64);
+        h.update(&data);
+        assert_eq!(h.finish(), digest_of(&data));
+        install(None);
+        assert_eq!(pool.queue.lock().unwrap().len(), 0);
+        assert_eq!(pool.helped.load(Ordering::Relaxed), 0);
+    }
+}
