@@ -282,12 +282,10 @@ pub fn one_malloc_arena() {
 /// A frame's connection as a 64-bit key: a hash of its unordered address (and port) pair, so
 /// both directions meet. `None` for frames that do not decode.
 fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
-    let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
-    if let Some((x, y)) = tcp_ends(info.linktype, data) {
-        let (x, y) = if x <= y { (x, y) } else { (y, x) };
-        (x, y).hash(&mut h);
-        return Some(h.finish());
+    if let Some(ends) = tcp_ends(info.linktype, data) {
+        return Some(tcp_key(ends));
     }
+    let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
     let d = wire::decode(info.linktype, data).ok()?;
     let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
     match d.transport {
@@ -303,6 +301,16 @@ fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
     Some(h.finish())
 }
 
+type Ends = ((std::net::IpAddr, u16), (std::net::IpAddr, u16));
+
+/// `connection_key` of a TCP frame with these ends, in either direction.
+fn tcp_key((x, y): Ends) -> u64 {
+    let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
+    let (x, y) = if x <= y { (x, y) } else { (y, x) };
+    (x, y).hash(&mut h);
+    h.finish()
+}
+
 /// The two ends (address, port) of an untagged Ethernet frame carrying IPv4 (not a fragment)
 /// or IPv6 with TCP as its first next header, read where they lie: the reader's shortcut
 /// around `wire::decode`, which it otherwise runs on every frame only to find its worker
@@ -311,7 +319,7 @@ fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
 /// whichever worker meets it; everything else takes the full decode
 /// (`tests::the_shortcut_finds_the_ends_decode_finds`).
 #[inline]
-fn tcp_ends(linktype: u32, d: &[u8]) -> Option<((std::net::IpAddr, u16), (std::net::IpAddr, u16))> {
+fn tcp_ends(linktype: u32, d: &[u8]) -> Option<Ends> {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     const TCP: u8 = 6;
     if linktype != wire::linktype::ETHERNET || d.len() < 14 + 40 + 4 {
@@ -364,16 +372,31 @@ pub(crate) struct Sharder {
     n: usize,
     assigned: crate::fasthash::FastMap<u64, u32>,
     load: Vec<u64>,
+    /// The ends of the last TCP frame the shortcut read (lower end first), and its worker:
+    /// a frame of the same connection goes there without hashing or a lookup (a
+    /// connection's worker never changes).
+    last: Option<(Ends, usize)>,
 }
 
 impl Sharder {
     pub(crate) fn new(n: usize) -> Self {
-        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)] }
+        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)], last: None }
     }
 
     /// The worker of this frame (frames that do not decode: worker 0).
     pub(crate) fn pick(&mut self, info: &FrameInfo, data: &[u8]) -> usize {
-        let w = match connection_key(info, data) {
+        let ends = tcp_ends(info.linktype, data).map(|(x, y)| if x <= y { (x, y) } else { (y, x) });
+        if let (Some(e), Some((last, w))) = (ends, self.last) {
+            if e == last {
+                self.load[w] += data.len() as u64;
+                return w;
+            }
+        }
+        let key = match ends {
+            Some(e) => Some(tcp_key(e)),
+            None => connection_key(info, data),
+        };
+        let w = match key {
             None => 0,
             Some(k) => match self.assigned.get(&k) {
                 Some(&w) => w as usize,
@@ -386,6 +409,9 @@ impl Sharder {
             },
         };
         self.load[w] += data.len() as u64;
+        if let Some(e) = ends {
+            self.last = Some((e, w));
+        }
         w
     }
 }
