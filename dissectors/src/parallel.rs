@@ -31,7 +31,7 @@
 //! - **Idle workers hash.** A worker waiting for its next batch digests block batches that
 //!   busy workers' payload hashers hand to the run's `HashPool` (`payload::offload`), so one
 //!   busy connection does not leave the other workers idle while BLAKE3 runs on one core.
-//! - **Memory.** At most `DEPTH` (16) batches per worker are in flight. A frame of a mapped
+//! - **Memory.** At most `DEPTH` (16; 3 without mapped inputs) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
 //!   buffer. Buffers are reused.
@@ -68,9 +68,12 @@ const LOOKUPS_KEPT: usize = 1 << 18;
 /// Sixteen, not three: on two cores the reader and two workers share the CPUs, and a thread
 /// that waits out the scheduler's slice (a few ms) stalled the others within 3 batches (about
 /// 3 ms of work): 4 connections of MSS-1448 writes, `--threads 2`, took 1.01-1.10 s at 3 and
-/// 0.78-0.86 s at 16 (2026-11-27). Mapped frames cost the batch 40 bytes each; copied ones
-/// (live rings) up to `BATCH_BYTES`.
+/// 0.78-0.86 s at 16 (2026-11-27). Mapped frames cost the batch 40 bytes each; frames copied
+/// into the batch (live rings, compressed captures) cost `BATCH_BYTES` a batch, so without
+/// mapped inputs `DEPTH_COPIED` are in flight: with 16, a live run's resident set grew by
+/// 8 MiB after its warm-up as bursts filled more batches (tests/live/test_live_memory.py).
 const DEPTH: usize = 16;
+const DEPTH_COPIED: usize = 3;
 /// A batch is handed out at this many frames or bytes, whichever comes first.
 static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1024);
 const BATCH_BYTES: usize = 1 << 20;
@@ -669,7 +672,8 @@ impl Parallel {
         self.in_flight.push_back(std::mem::take(&mut self.order));
         self.frames_in_batch = 0;
         self.bytes_in_batch = 0;
-        while self.in_flight.len() >= DEPTH {
+        let depth = if self.maps.is_empty() { DEPTH_COPIED } else { DEPTH };
+        while self.in_flight.len() >= depth {
             self.replay_oldest();
         }
     }
