@@ -30,7 +30,8 @@
 //!   Results are one pipeline's while no bound is reached (each is reported when it is).
 //! - **Idle workers hash.** A worker waiting for its next batch digests block batches that
 //!   busy workers' payload hashers hand to the run's `HashPool` (`payload::offload`), so one
-//!   busy connection does not leave the other workers idle while BLAKE3 runs on one core.
+//!   busy connection does not leave the other workers idle while BLAKE3 runs on one core;
+//!   the reader, waiting for a worker's batch, digests queued batches too.
 //! - **Memory.** At most `DEPTH` (16; 3 without mapped inputs) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
@@ -247,6 +248,8 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Op
                 if done.send(Done::Batch(b)).is_err() {
                     return;
                 }
+                // The reader may be waiting for it, digesting meanwhile (`replay_oldest`).
+                pool.notify_idle();
             }
             Job::Counts => {
                 if done.send(Done::Counts(Box::new(d.p.counts()))).is_err() {
@@ -680,8 +683,18 @@ impl Parallel {
 
     fn replay_oldest(&mut self) {
         let Some(order) = self.in_flight.pop_front() else { return };
+        let pool = &self.pool;
         for wk in self.workers.iter_mut() {
-            match wk.done.recv().expect("worker alive") {
+            // Waiting for a worker, the reader digests block batches other workers queued.
+            let done = match wk.done.try_recv() {
+                Ok(d) => Some(d),
+                Err(_) => pool.idle_until(|| match wk.done.try_recv() {
+                    Ok(d) => Some(Some(d)),
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(None),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                }),
+            };
+            match done.expect("worker alive") {
                 Done::Batch(mut b) => {
                     wk.pending.extend(b.out.drain(..));
                     wk.spare.push(b);
