@@ -50,7 +50,10 @@ def smb2_io(pcap: Path) -> dict[tuple[str, str], PairIo]:
     with ``smb2.cmd``.)"""
     out: dict[tuple[str, str], PairIo] = collections.defaultdict(PairIo)
     seen: set[tuple[str, int, int, str]] = set()
-    rows = tshark(pcap, "-Y", "smb2.cmd == 8 || smb2.cmd == 9",
+    # A span port may deliver a sender's segments out of order (veth hops queue frames on the
+    # CPU the sender ran on; a sender moved between CPUs mid-burst overtakes itself): tshark
+    # reassembles PDUs from reordered segments only when asked to.
+    rows = tshark(pcap, "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", "smb2.cmd == 8 || smb2.cmd == 9",
                   "-e", "ip.src", "-e", "ip.dst", "-e", "tcp.stream", "-e", "smb2.cmd",
                   "-e", "smb2.flags.response", "-e", "smb2.msg_id",
                   "-e", "smb2.write_length", "-e", "smb2.olb.length")
@@ -101,11 +104,16 @@ class FrameHealth:
     # Real TCP retransmissions: the sender sent the segment again (a drop past the mirror
     # point, or a timer); both copies are on the wire, so the span rightly holds both.
     retransmissions: int
-    # Frames the span missed (tshark: previous segment not captured / ACKed unseen segment).
+    # Stretches of a TCP direction's sequence space the span never held although later data
+    # or the other side's ACKs show they were sent: frames the span missed.
     lost_segments: int
     bad_checksums: int
     max_frame_len: int
     non_lab_frames: int  # IP frames with an address outside 198.18.0.0/15
+    # Frames tshark flags "previous segment not captured" / "ACKed unseen segment". Not a loss
+    # by itself: a segment that arrives on the span after a later one is flagged too, and
+    # is in the capture (`lost_segments` counts what never arrived).
+    tshark_gap_flags: int = 0
 
 
 def frame_health(pcap: Path) -> FrameHealth:
@@ -143,7 +151,41 @@ def frame_health(pcap: Path) -> FrameHealth:
         if any(row[15:17]):
             lost += 1
     dup = sum(n - 1 for n in seen.values() if n > 1)
-    return FrameHealth(len(rows), tcp_frames, dup, retrans, lost, bad, max_len, non_lab)
+    return FrameHealth(len(rows), tcp_frames, dup, retrans, uncaptured_stretches(rows), bad, max_len, non_lab, lost)
+
+
+def uncaptured_stretches(rows: list[list[str]]) -> int:
+    """Per TCP direction (rows of `frame_health`'s fields): holes in the sequence space its
+    captured segments cover (SYN and FIN count one each), plus one when the other direction
+    acknowledges beyond the last byte captured. Order does not matter: a segment the span
+    delivered late still covers its bytes."""
+    spans: dict[tuple, list[tuple[int, int]]] = collections.defaultdict(list)
+    acks: dict[tuple, list[int]] = collections.defaultdict(list)
+    for row in rows:
+        src, dst, sport, dport, seq, ack, length, flags = row[1], row[2], row[4], row[5], row[6], row[7], row[8], row[9]
+        if not (sport and seq and flags):
+            continue
+        f = int(flags, 16)
+        n = int(length or 0) + (1 if f & 0x02 else 0) + (1 if f & 0x01 else 0)
+        direction = (src, sport, dst, dport)
+        if n:
+            spans[direction].append((int(seq), n))
+        if f & 0x10 and ack:
+            acks[(dst, dport, src, sport)].append(int(ack))
+    holes = 0
+    for direction, segs in spans.items():
+        # Sequence numbers wrap at 2^32: measure from well before the first one seen (a
+        # reordered earlier segment may come later).
+        base = (segs[0][0] - (1 << 30)) % (1 << 32)
+        rel = sorted(((s - base) % (1 << 32), n) for s, n in segs)
+        end = rel[0][0]
+        for start, n in rel:
+            if start > end:
+                holes += 1
+            end = max(end, start + n)
+        if any((a - base) % (1 << 32) > end for a in acks.get(direction, [])):
+            holes += 1
+    return holes
 
 
 def _ones_complement_zero(sent: str, calculated: str) -> bool:
