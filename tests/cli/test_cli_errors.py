@@ -292,3 +292,15 @@ def test_ctrl_c_while_the_command_starts_is_one_line_not_a_traceback(entry):
             assert err.strip() == "smbwire: error: interrupted", err
         outcomes.append(p.returncode)
     assert 130 in outcomes, outcomes
+
+
+def test_the_entry_module_loads_nothing_of_ours_before_its_ctrl_c_handling():
+    """Loading `smbwire.__main__` (both entry points start there) runs no module of ours but
+    the package's one-line `__init__`: an interrupt while one loaded at its top would be a
+    traceback through it (`errors`, imported there once, was; the test above caught it about
+    once in a few dozen runs)."""
+    import subprocess
+
+    code = "import sys, smbwire.__main__; print(sorted(m for m in sys.modules if m.startswith('smbwire')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "['smbwire', 'smbwire.__main__']", out
