@@ -291,27 +291,30 @@ fn connection_key(info: &FrameInfo, data: &[u8]) -> Option<u64> {
     if let Some(ends) = tcp_ends(info.linktype, data) {
         return Some(tcp_key(ends));
     }
-    let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
     let d = wire::decode(info.linktype, data).ok()?;
-    let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
     match d.transport {
-        Transport::Tcp(seg) => {
-            let (x, y) = ((d.src, seg.src_port), (d.dst, seg.dst_port));
-            let (x, y) = if x <= y { (x, y) } else { (y, x) };
-            (x, y).hash(&mut h);
-        }
+        Transport::Tcp(seg) => Some(tcp_key(((d.src, seg.src_port), (d.dst, seg.dst_port)))),
         // RoCEv2 (UDP 4791, any source port), RoCEv1, InfiniBand and IPoIB, and what
         // carries no storage: by the address pair.
-        _ => (a, b).hash(&mut h),
+        _ => {
+            let mut h = key_hasher();
+            let (a, b) = if d.src <= d.dst { (d.src, d.dst) } else { (d.dst, d.src) };
+            (a, b).hash(&mut h);
+            Some(h.finish())
+        }
     }
-    Some(h.finish())
+}
+
+/// The hasher of connection keys (fixed: every `--dask` task must place connections alike).
+fn key_hasher() -> impl Hasher {
+    foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher()
 }
 
 type Ends = ((std::net::IpAddr, u16), (std::net::IpAddr, u16));
 
 /// `connection_key` of a TCP frame with these ends, in either direction.
 fn tcp_key((x, y): Ends) -> u64 {
-    let mut h = foldhash::fast::FixedState::with_seed(0x736d_6277_6972_6521).build_hasher();
+    let mut h = key_hasher();
     let (x, y) = if x <= y { (x, y) } else { (y, x) };
     (x, y).hash(&mut h);
     h.finish()
