@@ -8,7 +8,7 @@ use super::{SendKind, Transport};
 use crate::anomaly::Anomalies;
 use serde::{Serialize, Serializer};
 use std::cmp::Reverse;
-use crate::fasthash::DigestMap;
+use super::postable::PosTable;
 use std::collections::BinaryHeap;
 use std::io::Write;
 use std::net::IpAddr;
@@ -131,40 +131,45 @@ impl DuplicatePayload {
 /// on 4 KiB I/O, where every block is a send, one `SendEvidence` per send was most of the
 /// index's memory).
 #[derive(Clone, Copy)]
-struct StoredSend {
-    frames: [u64; 2],
-    /// `u64::MAX`: none.
-    header_frame: u64,
-    time_ns: u64,
-    offset: u64,
-    message_id: u64,
-    n: u64,
-    ctx: u32,
-    file: u16,
-    class: Option<Class>,
-    dup_kind: Option<SendDupKind>,
+pub(super) struct StoredSend {
+    pub frames: [u64; 2],
+    /// `NO_FRAME`: none.
+    pub header_frame: u64,
+    pub time_ns: u64,
+    pub offset: u64,
+    pub message_id: u64,
+    /// Ordinal among the payload's sends (set when it leaves the window).
+    pub n: u64,
+    /// Its `SendContext` (`Evidence::intern`).
+    pub ctx: u32,
+    pub file: u16,
+    pub class: Option<Class>,
+    pub dup_kind: Option<SendDupKind>,
 }
+
+/// `StoredSend::header_frame` when the header came in the first payload frame (or is not known).
+pub(super) const NO_FRAME: u64 = u64::MAX;
 
 /// The fields of `SendEvidence` a connection's sends to one file share. Interned by content
 /// (not by the identity of its strings: a ledger's replay has a string per row, and the
 /// index's figures must not depend on where the sends came from).
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct SendContext {
-    src: IpAddr,
-    dst: IpAddr,
-    src_port: Option<u16>,
-    dst_port: Option<u16>,
-    community_id: Option<crate::community::CommunityId>,
-    src_node: Arc<str>,
-    dst_node: Arc<str>,
-    kind: SendKind,
-    session: u64,
-    tree: u32,
-    file_id: [u8; 16],
-    file_name: Option<Arc<str>>,
-    share: Option<Arc<str>>,
-    transport: Transport,
-    conn: u64,
+pub(super) struct SendContext {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+    pub community_id: Option<crate::community::CommunityId>,
+    pub src_node: Arc<str>,
+    pub dst_node: Arc<str>,
+    pub kind: SendKind,
+    pub session: u64,
+    pub tree: u32,
+    pub file_id: [u8; 16],
+    pub file_name: Option<Arc<str>>,
+    pub share: Option<Arc<str>>,
+    pub transport: Transport,
+    pub conn: u64,
 }
 
 /// Interned `SendContext`s with the number of stored sends using each.
@@ -217,6 +222,7 @@ impl Contexts {
     }
 }
 
+#[cfg(test)]
 fn split(ev: SendEvidence) -> (SendContext, StoredSend) {
     let c = SendContext {
         src: ev.src,
@@ -254,7 +260,7 @@ fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
     SendEvidence {
         file: s.file,
         frames: s.frames,
-        header_frame: (s.header_frame != u64::MAX).then_some(s.header_frame),
+        header_frame: (s.header_frame != NO_FRAME).then_some(s.header_frame),
         time: s.time_ns as f64 / 1e9,
         time_ns: s.time_ns,
         src: c.src,
@@ -280,16 +286,36 @@ fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
     }
 }
 
-/// An open payload's table entry (key and value), for the index's memory figures.
-pub(super) const OPEN_ENTRY_BYTES: usize = std::mem::size_of::<(PayloadKey, Open)>();
-
+/// A payload with a send in the window (a slot of `Evidence::open`; `live == 0`: a free slot).
+/// A send's own evidence stays in the index's send table while it is in the window; only the
+/// sends that left while their payload stayed open are stored here. On 4 KiB I/O, where every
+/// block is a send and most payloads are sent once, nothing is stored at all.
 struct Open {
+    digest: [u8; 32],
+    len: u64,
     nontrivial_len: u64,
-    sends: Vec<StoredSend>,
     sends_total: u64,
-    live: u64,
     /// Sends of it that left the window so far.
     folded: u64,
+    /// Sends of it in the window.
+    live: u32,
+    /// Sends of it that left the window while it stayed open (at most `MAX_SENDS_PER_PAYLOAD`).
+    departed: Option<Box<Vec<StoredSend>>>,
+}
+
+/// An open payload's slot with its lookup entry (a control byte and a 4-byte id per
+/// 8/7 slots), for the index's memory figures.
+pub(super) const OPEN_ENTRY_BYTES: usize = std::mem::size_of::<Open>() + 6;
+
+/// No payload: an empty one is not tracked.
+pub(super) const NO_PAYLOAD: u32 = u32::MAX;
+
+/// Lookup hash of an open payload. Its digest is BLAKE3 output: its first 8 bytes suffice.
+#[inline]
+fn payload_hash(digest: &[u8; 32], len: u64) -> u64 {
+    let d = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+    let p = ((d ^ len.wrapping_mul(0x9E37_79B9_7F4A_7C15)) as u128).wrapping_mul(0xa076_1d64_78bd_642f);
+    (p as u64) ^ ((p >> 64) as u64)
 }
 
 /// Top-list entry ordered by duplicate bytes, then digest and size, then the time of its
@@ -326,12 +352,25 @@ impl Ord for Ranked {
     }
 }
 
+/// One entry of a live snapshot's top list: the payload, with the sends that already left
+/// the window, and its open id when sends of it are still in the window (the index adds
+/// those: their evidence is in its send table).
+pub(super) struct SnapshotEntry {
+    pub open: Option<u32>,
+    pub payload: DuplicatePayload,
+}
+
 pub struct Evidence {
     writer: Option<Box<dyn Write + Send>>,
-    open: DigestMap<PayloadKey, Open>,
+    /// Open payloads by id (free slots have `live == 0`, listed in `free`).
+    open: Vec<Open>,
+    free: Vec<u32>,
+    /// Open payload ids by digest and length (`payload_hash`).
+    lookup: PosTable,
     contexts: Contexts,
+    /// Sends stored for open payloads (those that left the window before their payload).
     stored_sends: usize,
-    /// Room for sends the open payloads' lists hold (their capacities).
+    /// Room the open payloads' lists of stored sends hold (their capacities).
     stored_capacity: usize,
     top_n: usize,
     /// Min-heap of the best `top_n` so far.
@@ -345,7 +384,9 @@ impl Evidence {
     pub fn new(writer: Option<Box<dyn Write + Send>>, top_n: usize) -> Self {
         Evidence {
             writer,
-            open: Default::default(),
+            open: Vec::new(),
+            free: Vec::new(),
+            lookup: PosTable::new(),
             contexts: Contexts::default(),
             stored_sends: 0,
             stored_capacity: 0,
@@ -360,89 +401,131 @@ impl Evidence {
     /// the length of the evidence file once every payload closed, of which `top_duplicates`
     /// keeps the first `top_n`.
     pub fn duplicated_payloads(&self) -> u64 {
-        self.closed_duplicated + self.open.values().filter(|o| o.sends_total >= 2).count() as u64
+        self.closed_duplicated + self.open.iter().filter(|o| o.live > 0 && o.sends_total >= 2).count() as u64
     }
 
-    /// A send of `key` entered the window. Empty payloads are not tracked.
-    pub fn on_send(
-        &mut self,
-        key: PayloadKey,
-        nontrivial_len: u64,
-        ev: SendEvidence,
-        anomalies: &mut Anomalies,
-    ) {
+    /// The context a live send's evidence refers to (released when the send is: `on_leave`).
+    pub(super) fn intern(&mut self, c: SendContext) -> u32 {
+        self.contexts.intern(c)
+    }
+
+    /// A send of `key` entered the window: its payload's open id, `NO_PAYLOAD` for an empty
+    /// payload (not tracked). Sends of one payload in the window share its id.
+    pub(super) fn on_send(&mut self, key: &PayloadKey, nontrivial_len: u64) -> u32 {
         if key.1 == 0 {
+            return NO_PAYLOAD;
+        }
+        let hash = payload_hash(&key.0, key.1);
+        let open = &self.open;
+        if let Some(&mut id) = self.lookup.find_mut(hash, |id| {
+            let o = &open[id as usize];
+            o.digest == key.0 && o.len == key.1
+        }) {
+            let o = &mut self.open[id as usize];
+            o.sends_total += 1;
+            o.live += 1;
+            return id;
+        }
+        let entry = Open {
+            digest: key.0,
+            len: key.1,
+            nontrivial_len,
+            sends_total: 1,
+            folded: 0,
+            live: 1,
+            departed: None,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.open[id as usize] = entry;
+                id
+            }
+            None => {
+                self.open.push(entry);
+                (self.open.len() - 1) as u32
+            }
+        };
+        let open = &self.open;
+        self.lookup.insert_unique(
+            hash,
+            id,
+            |id| {
+                let o = &open[id as usize];
+                payload_hash(&o.digest, o.len)
+            },
+            |id| crate::hint::prefetch_one(&open[id as usize]),
+        );
+        id
+    }
+
+    /// A send of open payload `id` left the window with its verdict; `s` is its evidence
+    /// (its context reference passes here). When it was the payload's last send in the
+    /// window, the payload is closed. Sends of one payload leave in the order they came (the
+    /// window is a queue), so the n-th to leave is its n-th send.
+    pub(super) fn on_leave(&mut self, id: u32, mut s: StoredSend, verdict: (Class, SendDupKind), anomalies: &mut Anomalies) {
+        if id == NO_PAYLOAD {
+            self.contexts.release(s.ctx);
             return;
         }
-        let open = self.open.entry(key).or_insert_with(|| Open {
-            nontrivial_len,
-            sends: Vec::new(),
-            sends_total: 0,
-            live: 0,
-            folded: 0,
-        });
-        let n = open.sends_total;
-        open.sends_total += 1;
-        open.live += 1;
-        if open.sends.len() < MAX_SENDS_PER_PAYLOAD {
-            if self.stored_sends < MAX_STORED_SENDS {
-                let (c, mut stored) = split(ev);
-                stored.n = n;
-                stored.ctx = self.contexts.intern(c);
-                // The first few one at a time: most payloads have one or two sends (4 KiB
-                // I/O: every block is one), and a growing Vec would hold room for four.
-                let before = open.sends.capacity();
-                if open.sends.len() == before && before < 4 {
-                    open.sends.reserve_exact(1);
+        let o = &mut self.open[id as usize];
+        s.n = o.folded;
+        o.folded += 1;
+        s.class = Some(verdict.0);
+        s.dup_kind = Some(verdict.1);
+        o.live -= 1;
+        let listed = o.departed.as_ref().map_or(0, |d| d.len());
+        if o.live > 0 {
+            // Its payload stays open: another send of it is in the window.
+            if listed < MAX_SENDS_PER_PAYLOAD && self.stored_sends < MAX_STORED_SENDS {
+                let d = o.departed.get_or_insert_with(Default::default);
+                let before = d.capacity();
+                if d.len() == before && before < 4 {
+                    // Most duplicated payloads have a few sends: room one at a time.
+                    d.reserve_exact(1);
                 }
-                open.sends.push(stored);
-                self.stored_capacity += open.sends.capacity() - before;
+                d.push(s);
+                self.stored_capacity += d.capacity() - before;
                 self.stored_sends += 1;
             } else {
-                anomalies.raise(Anomaly::EvidenceCap);
+                if listed < MAX_SENDS_PER_PAYLOAD {
+                    anomalies.raise(Anomaly::EvidenceCap);
+                }
+                self.contexts.release(s.ctx);
             }
-        }
-    }
-
-    /// A send of `key` left the window with its verdict; when it was the last one, the payload
-    /// is closed. Sends of one payload leave in the order they came (the window is a queue).
-    pub fn on_leave(&mut self, key: &PayloadKey, verdict: (Class, SendDupKind), anomalies: &mut Anomalies) {
-        if key.1 == 0 {
             return;
         }
-        let Some(open) = self.open.get_mut(key) else {
-            return;
-        };
-        let n = open.folded;
-        open.folded += 1;
-        if let Ok(i) = open.sends.binary_search_by_key(&n, |s| s.n) {
-            open.sends[i].class = Some(verdict.0);
-            open.sends[i].dup_kind = Some(verdict.1);
-        }
-        open.live -= 1;
-        if open.live > 0 {
-            return;
-        }
-        let open = self.open.remove(key).expect("present");
-        self.stored_sends -= open.sends.len();
-        self.stored_capacity -= open.sends.capacity();
-        let sends: Vec<SendEvidence> = if open.sends_total < 2 {
-            Vec::new()
+        // The payload closes.
+        let o = std::mem::replace(
+            &mut self.open[id as usize],
+            Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, folded: 0, live: 0, departed: None },
+        );
+        self.lookup.remove(payload_hash(&o.digest, o.len), |v| v == id);
+        self.free.push(id);
+        let mut stored = o.departed.map(|d| *d).unwrap_or_default();
+        self.stored_sends -= stored.len();
+        self.stored_capacity -= stored.capacity();
+        if stored.len() < MAX_SENDS_PER_PAYLOAD {
+            stored.push(s);
         } else {
-            open.sends.iter().map(|s| join(self.contexts.get(s.ctx), s)).collect()
-        };
-        for s in &open.sends {
             self.contexts.release(s.ctx);
         }
-        if open.sends_total < 2 {
+        let sends: Vec<SendEvidence> = if o.sends_total < 2 {
+            Vec::new()
+        } else {
+            stored.iter().map(|s| join(self.contexts.get(s.ctx), s)).collect()
+        };
+        for s in &stored {
+            self.contexts.release(s.ctx);
+        }
+        if o.sends_total < 2 {
             return;
         }
         self.closed_duplicated += 1;
         let dup = DuplicatePayload {
-            digest: key.0,
-            size: key.1,
-            sends_total: open.sends_total,
-            duplicate_bytes: open.nontrivial_len.saturating_mul(open.sends_total - 1),
+            digest: o.digest,
+            size: o.len,
+            sends_total: o.sends_total,
+            duplicate_bytes: o.nontrivial_len.saturating_mul(o.sends_total - 1),
             sends,
         };
         if let Some(w) = self.writer.as_mut() {
@@ -474,53 +557,69 @@ impl Evidence {
 
     /// The top list `finish` would give if every open payload closed now, without changing
     /// anything and without writing evidence lines. Only the winners are copied, each with its
-    /// first `SNAPSHOT_SENDS_PER_PAYLOAD` sends.
-    pub fn snapshot_top(&self) -> Vec<DuplicatePayload> {
+    /// first `SNAPSHOT_SENDS_PER_PAYLOAD` sends of those that left the window; the caller
+    /// adds the ones still in it (`SnapshotEntry::open`), then ranks them (`rank_snapshot`).
+    pub(super) fn snapshot_top(&self) -> Vec<SnapshotEntry> {
         if self.top_n == 0 {
             return Vec::new();
         }
         // (duplicate bytes, Reverse(digest), Reverse(size)) ranks as `Ranked::key`.
-        let mut open: Vec<(u64, Reverse<[u8; 32]>, Reverse<u64>, &PayloadKey)> = self
+        let mut open: Vec<(u64, Reverse<[u8; 32]>, Reverse<u64>, u32)> = self
             .open
             .iter()
-            .filter(|(_, o)| o.sends_total >= 2)
-            .map(|(k, o)| {
+            .enumerate()
+            .filter(|(_, o)| o.live > 0 && o.sends_total >= 2)
+            .map(|(id, o)| {
                 let dup = o.nontrivial_len.saturating_mul(o.sends_total - 1);
-                (dup, Reverse(k.0), Reverse(k.1), k)
+                (dup, Reverse(o.digest), Reverse(o.len), id as u32)
             })
             .collect();
         open.sort_by(|a, b| (b.0, b.1, b.2).cmp(&(a.0, a.1, a.2)));
         open.truncate(self.top_n);
         let first = |sends: &[SendEvidence]| sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)].to_vec();
-        let first_stored = |sends: &[StoredSend]| {
-            sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)]
-                .iter()
-                .map(|s| join(self.contexts.get(s.ctx), s))
-                .collect::<Vec<_>>()
-        };
-        let mut out: Vec<Ranked> = self
+        let mut out: Vec<(Option<u32>, Ranked)> = self
             .top
             .iter()
-            .map(|Reverse(r)| Ranked(DuplicatePayload { sends: first(&r.0.sends), ..r.0.clone_head() }))
+            .map(|Reverse(r)| (None, Ranked(DuplicatePayload { sends: first(&r.0.sends), ..r.0.clone_head() })))
             .collect();
-        for (dup, _, _, key) in open {
-            let o = &self.open[key];
-            out.push(Ranked(DuplicatePayload {
-                digest: key.0,
-                size: key.1,
-                sends_total: o.sends_total,
-                duplicate_bytes: dup,
-                sends: first_stored(&o.sends),
-            }));
+        for (dup, _, _, id) in open {
+            let o = &self.open[id as usize];
+            let departed = o.departed.as_deref().map_or(&[][..], |d| &d[..]);
+            out.push((
+                Some(id),
+                Ranked(DuplicatePayload {
+                    digest: o.digest,
+                    size: o.len,
+                    sends_total: o.sends_total,
+                    duplicate_bytes: dup,
+                    sends: departed
+                        .iter()
+                        .take(SNAPSHOT_SENDS_PER_PAYLOAD)
+                        .map(|s| join(self.contexts.get(s.ctx), s))
+                        .collect(),
+                }),
+            ));
         }
+        out.into_iter().map(|(open, r)| SnapshotEntry { open, payload: r.0 }).collect()
+    }
+
+    /// The top list of a snapshot, once the caller added the sends still in the window to
+    /// `snapshot_top`'s entries: ranked as `finish` ranks, the first `top_n`.
+    pub(super) fn rank_snapshot(&self, entries: Vec<SnapshotEntry>) -> Vec<DuplicatePayload> {
+        let mut out: Vec<Ranked> = entries.into_iter().map(|e| Ranked(e.payload)).collect();
         out.sort_by(|a, b| b.cmp(a));
         out.truncate(self.top_n);
         out.into_iter().map(|r| r.0).collect()
     }
 
-    /// Payloads with a send in the window, and send entries held for them.
+    /// The evidence of a send still in the window (a live snapshot).
+    pub(super) fn live_send(&self, s: &StoredSend) -> SendEvidence {
+        join(self.contexts.get(s.ctx), s)
+    }
+
+    /// Payloads with a send in the window, and send entries stored for them.
     pub fn open_counts(&self) -> (usize, usize) {
-        (self.open.len(), self.stored_sends)
+        (self.open.len() - self.free.len(), self.stored_sends)
     }
 
     /// Bytes of the send entries held for open payloads and of their shared contexts (the
@@ -529,9 +628,12 @@ impl Evidence {
         self.stored_bytes_of(self.stored_sends)
     }
 
-    /// `stored_bytes` with the room the send lists hold rather than what they hold.
+    /// `stored_bytes` with the room the send lists hold rather than what they hold, and
+    /// the open payloads' slots and lookup table as allocated.
     pub fn allocated_bytes(&self) -> u64 {
         self.stored_bytes_of(self.stored_capacity)
+            + (self.open.capacity() * std::mem::size_of::<Open>()) as u64
+            + self.lookup.bytes()
     }
 
     fn stored_bytes_of(&self, sends: usize) -> u64 {
@@ -631,16 +733,27 @@ mod tests {
         let (name, node): (Arc<str>, Arc<str>) = ("a.vhdx".into(), "n1".into());
         // Payload 1 sent twice (message 1 and 2), payload 2 once, on two connections.
         let sends = [(1, 1, ([1; 32], 4096)), (2, 2, ([1; 32], 4096)), (1, 3, ([2; 32], 4096))];
+        let mut live = Vec::new();
         for &(conn, m, key) in &sends {
-            ev.on_send(key, 4096, send(conn, m, &name, &node), &mut an);
+            let id = ev.on_send(&key, 4096);
+            let (c, mut stored) = split(send(conn, m, &name, &node));
+            stored.ctx = ev.intern(c);
+            live.push((id, stored));
         }
+        assert_eq!(live[0].0, live[1].0, "one id for one payload");
+        assert_ne!(live[0].0, live[2].0);
         assert_eq!(ev.contexts.len(), 2, "one context per connection");
-        assert_eq!(ev.open_counts(), (2, 3));
-        for &(_, _, key) in &sends {
-            ev.on_leave(&key, (Class::Client, SendDupKind::PerCopy), &mut an);
+        assert_eq!(ev.open_counts(), (2, 0), "nothing stored while the sends are in the window");
+        assert_eq!(ev.duplicated_payloads(), 1);
+        ev.on_leave(live[0].0, live[0].1, (Class::Client, SendDupKind::PerCopy), &mut an);
+        assert_eq!(ev.open_counts(), (2, 1), "a send that left before its payload is stored");
+        for &(id, stored) in &live[1..] {
+            ev.on_leave(id, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
         }
+        assert_eq!(ev.open_counts(), (0, 0));
         assert_eq!(ev.contexts.len(), 0, "released with the payloads");
         assert_eq!(ev.contexts.free.len(), 2);
+        assert_eq!(ev.duplicated_payloads(), 1);
         let top = ev.finish(&mut an);
         assert_eq!(top.len(), 1);
         let got = serde_json::to_value(&top[0].sends).unwrap();
@@ -650,5 +763,32 @@ mod tests {
             w.dup_kind = Some(SendDupKind::PerCopy);
         }
         assert_eq!(got, serde_json::to_value(&want).unwrap());
+    }
+
+    /// A payload's id is reused once it closed; a payload that closed and comes back is a
+    /// new open payload (and a second line of evidence).
+    #[test]
+    fn closed_payloads_free_their_slot() {
+        let mut ev = Evidence::new(None, 10);
+        let mut an = Anomalies::default();
+        let (name, node): (Arc<str>, Arc<str>) = ("a.vhdx".into(), "n1".into());
+        for round in 0..3u64 {
+            let mut live = Vec::new();
+            for m in 0..4u64 {
+                let key = ([(m % 2) as u8 + 1; 32], 4096);
+                let id = ev.on_send(&key, 4096);
+                let (c, mut stored) = split(send(1, round * 10 + m, &name, &node));
+                stored.ctx = ev.intern(c);
+                live.push((id, stored));
+            }
+            assert_eq!(ev.open_counts().0, 2);
+            for (id, stored) in live {
+                ev.on_leave(id, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+            }
+            assert_eq!(ev.open_counts(), (0, 0));
+        }
+        assert_eq!(ev.open.len(), 2, "slots reused");
+        assert_eq!(ev.duplicated_payloads(), 6);
+        assert_eq!(ev.contexts.len(), 0);
     }
 }

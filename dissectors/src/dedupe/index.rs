@@ -14,7 +14,7 @@
 //! They grow a few entries per insert (`postable`), so no send stalls the stage on a rehash.
 
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Ends, Repeated};
-use super::evidence::{Evidence, PayloadKey, SendDupKind, SendEvidence};
+use super::evidence::{Evidence, PayloadKey, SendContext, SendDupKind, StoredSend, NO_FRAME, NO_PAYLOAD};
 use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
 use super::series::Series;
 use super::topology::{NodeIdx, Topology};
@@ -86,52 +86,76 @@ impl LiveBlock {
     }
 }
 
+/// A send in the window: what the index decides with, and its evidence (what a duplicated
+/// payload's list shows of it; its connection and file in a shared `SendContext`). 120
+/// bytes: on 4 KiB I/O every block is a send, so this is most of a live block's cost.
 struct LiveSend {
     conn: u64,
     message_id: u64,
-    kind: SendKind,
     /// Time used for the window (capture time, never earlier than the previous send's).
     ts_ns: u64,
-    edge: u32,
-    dst: NodeIdx,
-    ends: Ends,
-    rule: Option<Class>,
-    payload: PayloadKey,
-    /// Edge payload epoch when the send happened (see `EdgeState::epoch`).
-    epoch: u64,
-    completed_ns: Option<u64>,
+    /// Its own capture time (the evidence's).
+    time_ns: u64,
+    /// When its response was seen (`NOT_COMPLETED`: not yet).
+    completed_ns: u64,
     /// Position of its first block in the ring, its block count and the last one's length
     /// (the others are `BLOCK_SIZE`: blocks are aligned to the payload's start).
     first_pos: u64,
+    frames: [u64; 2],
+    /// `NO_FRAME`: none.
+    header_frame: u64,
+    offset: u64,
+    edge: u32,
+    dst: NodeIdx,
+    /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty): sends in the window
+    /// with the same payload have the same id.
+    payload: u32,
+    /// Edge payload epoch when the send happened (see `EdgeState::epoch`), modulo 2^32:
+    /// only compared for equality between sends in the window, which are fewer.
+    epoch: u32,
+    /// Its evidence context (`Evidence::intern`; unused when `payload` is `NO_PAYLOAD`).
+    ctx: u32,
     n_blocks: u32,
     last_len: u32,
+    file: u16,
+    kind: SendKind,
+    rule: Option<Class>,
+    ends: Ends,
 }
 
+/// `LiveSend::completed_ns` before the response is seen. Compared as "completed after the
+/// later send started", it says the same as no completion (no later send starts after it).
+const NOT_COMPLETED: u64 = u64::MAX;
+
+/// Live sends at most: `messages` holds 32-bit sequence numbers.
+const MAX_LIVE_SENDS: usize = 1 << 31;
+
 impl LiveSend {
+    fn outstanding_at(&self, ts_ns: u64) -> bool {
+        self.completed_ns > ts_ns
+    }
+
+    fn stored(&self) -> StoredSend {
+        StoredSend {
+            frames: self.frames,
+            header_frame: self.header_frame,
+            time_ns: self.time_ns,
+            offset: self.offset,
+            message_id: self.message_id,
+            n: 0,
+            ctx: self.ctx,
+            file: self.file,
+            class: None,
+            dup_kind: None,
+        }
+    }
+
     fn block_len(&self, i: usize) -> u64 {
         if i + 1 == self.n_blocks as usize {
             self.last_len as u64
         } else {
             BLOCK_SIZE as u64
         }
-    }
-}
-
-/// The live sends of one message (connection, MessageId), by kind (`kind_slot`: Write, Read):
-/// their sequence numbers, `NONE` for none (16 bytes; as `[Option<u64>; 2]` they took 32,
-/// so each live send's `messages` entry 48 bytes instead of 32).
-#[derive(Clone, Copy)]
-struct Slots([u64; 2]);
-
-impl Slots {
-    /// No send (sequence numbers count sends: never this one).
-    const NONE: u64 = u64::MAX;
-    const EMPTY: Slots = Slots([Slots::NONE; 2]);
-    fn get(&self, kind_slot: usize) -> Option<u64> {
-        Some(self.0[kind_slot]).filter(|&s| s != Slots::NONE)
-    }
-    fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.0.iter().copied().filter(|&s| s != Slots::NONE)
     }
 }
 
@@ -274,8 +298,11 @@ pub struct Dedupe {
     /// Every block of every live send, in order; `blocks[0]` is at position `front_pos`.
     blocks: VecDeque<LiveBlock>,
     front_pos: u64,
-    /// (conn, MessageId) → live send per kind (Write, Read).
-    messages: FastMap<(u64, u64), Slots>,
+    /// (conn, MessageId, kind) → its live send's sequence number (low 32 bits; the key is
+    /// read back from the send). Keys are chosen by whoever sends the traffic, so the hash
+    /// is seeded per process (`msg_key`).
+    messages: PosTable,
+    msg_key: crate::fasthash::FastState,
     edge_ids: FastMap<(NodeIdx, NodeIdx), u32>,
     edges: Vec<EdgeState>,
     /// (edge, block digest) → position of the latest block instance on that edge.
@@ -331,7 +358,8 @@ impl Dedupe {
             sends: VecDeque::new(),
             blocks: VecDeque::new(),
             front_pos: 0,
-            messages: Default::default(),
+            messages: PosTable::new(),
+            msg_key: Default::default(),
             edge_ids: Default::default(),
             edges: Vec::new(),
             edge_blocks: PosTable::new(),
@@ -420,15 +448,18 @@ impl Dedupe {
         let ts_ns = s.ts_ns.max(self.clock_ns);
         self.advance(ts_ns);
 
-        let kind_slot = kind_slot(s.kind);
-        let msg = (s.conn, s.message_id);
-        if self
-            .messages
-            .get(&msg)
-            .is_some_and(|k| k.get(kind_slot).is_some())
+        let front_seq = self.next_seq - self.sends.len() as u64;
+        let msg = msg_hash(&self.msg_key, s.conn, s.message_id, s.kind);
         {
-            self.anomalies.raise(Anomaly::RepeatedMessage);
-            return;
+            let sends = &self.sends;
+            let same = |v: u32| {
+                let e = &sends[seq_index(front_seq, v)];
+                e.conn == s.conn && e.message_id == s.message_id && e.kind == s.kind
+            };
+            if self.messages.find(msg, same).is_some() {
+                self.anomalies.raise(Anomaly::RepeatedMessage);
+                return;
+            }
         }
 
         let (mut src, mut dst) = (self.topo.node_of(s.src), self.topo.node_of(s.dst));
@@ -448,14 +479,14 @@ impl Dedupe {
         let rule = self
             .topo
             .rule_class(s.share.as_deref(), s.file_name.as_deref());
-        let payload: PayloadKey = (s.digest.digest, s.digest.len);
+        let payload_key: PayloadKey = (s.digest.digest, s.digest.len);
         let epoch = {
             let e = &mut self.edges[edge as usize];
-            if e.last_payload != Some(payload) {
+            if e.last_payload != Some(payload_key) {
                 e.epoch += 1;
-                e.last_payload = Some(payload);
+                e.last_payload = Some(payload_key);
             }
-            e.epoch
+            e.epoch as u32
         };
         let seq = self.next_seq;
 
@@ -466,35 +497,28 @@ impl Dedupe {
             .filter(|b| !b.trivial)
             .map(|b| b.len as u64)
             .sum();
-        let ev = SendEvidence {
-            file: s.first_frame.file,
-            frames: [s.first_frame.number, s.last_frame.number],
-            header_frame,
-            time: s.ts_ns as f64 / 1e9,
-            time_ns: s.ts_ns,
-            src: s.src,
-            dst: s.dst,
-            src_port: (s.ip_proto != 0).then_some(s.src_port),
-            dst_port: (s.ip_proto != 0).then_some(s.dst_port),
-            community_id,
-            src_node: self.node_names[src.0 as usize].clone(),
-            dst_node: self.node_names[dst.0 as usize].clone(),
-            kind: s.kind,
-            session: s.session_id,
-            tree: s.tree_id,
-            file_id: s.file_id,
-            file_name: s.file_name.clone(),
-            share: s.share.clone(),
-            offset: s.offset,
-            transport: s.transport,
-            conn: s.conn,
-            message_id: s.message_id,
-            class: None,
-            dup_kind: None,
-            n: 0,
+        let payload = self.evidence.on_send(&payload_key, nontrivial_len);
+        let ctx = if payload == NO_PAYLOAD {
+            0
+        } else {
+            self.evidence.intern(SendContext {
+                src: s.src,
+                dst: s.dst,
+                src_port: (s.ip_proto != 0).then_some(s.src_port),
+                dst_port: (s.ip_proto != 0).then_some(s.dst_port),
+                community_id,
+                src_node: self.node_names[src.0 as usize].clone(),
+                dst_node: self.node_names[dst.0 as usize].clone(),
+                kind: s.kind,
+                session: s.session_id,
+                tree: s.tree_id,
+                file_id: s.file_id,
+                file_name: s.file_name.clone(),
+                share: s.share.clone(),
+                transport: s.transport,
+                conn: s.conn,
+            })
         };
-        self.evidence
-            .on_send(payload, nontrivial_len, ev, &mut self.anomalies);
 
         // The send goes in first, so positions of its own blocks resolve to it while its
         // blocks are indexed (a block repeated within one payload).
@@ -502,18 +526,24 @@ impl Dedupe {
         self.sends.push_back(LiveSend {
             conn: s.conn,
             message_id: s.message_id,
-            kind: s.kind,
             ts_ns,
+            time_ns: s.ts_ns,
+            completed_ns: NOT_COMPLETED,
+            first_pos,
+            frames: [s.first_frame.number, s.last_frame.number],
+            header_frame: header_frame.unwrap_or(NO_FRAME),
+            offset: s.offset,
             edge,
             dst,
-            ends,
-            rule,
             payload,
             epoch,
-            completed_ns: None,
-            first_pos,
+            ctx,
             n_blocks: 0,
             last_len: s.digest.blocks.last().map_or(0, |b| b.len),
+            file: s.first_frame.file,
+            kind: s.kind,
+            rule,
+            ends,
         });
         let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, .. } = self;
         let front = *front_pos;
@@ -580,7 +610,7 @@ impl Dedupe {
                     Repeated {
                         same_send: false,
                         same_payload: e.payload == payload,
-                        outstanding: e.completed_ns.is_none_or(|c| c > s.ts_ns),
+                        outstanding: e.outstanding_at(s.ts_ns),
                         consecutive: e.epoch == epoch,
                     }
                 };
@@ -618,11 +648,19 @@ impl Dedupe {
             lb.prev_inbound = prev_inbound.to_le_bytes();
         }
 
-        self.messages.entry(msg).or_insert(Slots::EMPTY).0[kind_slot] = seq;
+        {
+            let Dedupe { sends, messages, msg_key, .. } = self;
+            let front_seq = seq + 1 - sends.len() as u64;
+            let key_of = |v: u32| {
+                let e = &sends[seq_index(front_seq, v)];
+                msg_hash(msg_key, e.conn, e.message_id, e.kind)
+            };
+            messages.insert_unique(msg, seq as u32, key_of, |v| crate::hint::prefetch_one(&sends[seq_index(front_seq, v)]));
+        }
         self.next_seq += 1;
 
         self.note_peaks();
-        while self.blocks.len() > self.cfg.max_live_blocks && self.sends.len() > 1 {
+        while (self.blocks.len() > self.cfg.max_live_blocks || self.sends.len() >= MAX_LIVE_SENDS) && self.sends.len() > 1 {
             self.anomalies.raise(Anomaly::LiveBlockCap);
             self.stats.early_expiries += 1;
             self.fold_early();
@@ -654,18 +692,27 @@ impl Dedupe {
         if let Some(tap) = self.ledger.as_mut() {
             tap.push(&Event::Complete { conn, message_id, ts_ns });
         }
-        let Some(slots) = self.messages.get(&(conn, message_id)) else {
-            return;
-        };
         let front_seq = self.next_seq - self.sends.len() as u64;
-        for seq in slots.iter() {
-            if let Some(send) = seq
-                .checked_sub(front_seq)
-                .and_then(|i| self.sends.get_mut(i as usize))
-            {
-                send.completed_ns.get_or_insert(ts_ns);
+        for kind in [SendKind::Write, SendKind::Read] {
+            let i = self.live_message(conn, message_id, kind, front_seq);
+            if let Some(send) = i.map(|i| &mut self.sends[i]) {
+                if send.completed_ns == NOT_COMPLETED {
+                    send.completed_ns = ts_ns;
+                }
             }
         }
+    }
+
+    /// Index in `sends` of the live send of (conn, MessageId, kind), if any.
+    fn live_message(&self, conn: u64, message_id: u64, kind: SendKind, front_seq: u64) -> Option<usize> {
+        let hash = msg_hash(&self.msg_key, conn, message_id, kind);
+        let sends = &self.sends;
+        self.messages
+            .find(hash, |v| {
+                let e = &sends[seq_index(front_seq, v)];
+                e.conn == conn && e.message_id == message_id && e.kind == kind
+            })
+            .map(|v| seq_index(front_seq, v))
     }
 
     /// Time moved to `now_ns`: fold every send that is now older than the window.
@@ -724,27 +771,30 @@ impl Dedupe {
         let other = self.topo.overflow_lookups();
         anomalies.raise_n(Anomaly::AutoNodeCap, other);
         stats.other_node_lookups = other;
-        let mut top_duplicates = self.evidence.snapshot_top();
-        // Sends still in the window get the verdict folding them now would give.
-        let front_seq = self.next_seq - self.sends.len() as u64;
-        for s in top_duplicates.iter_mut().flat_map(|d| d.sends.iter_mut()) {
-            if s.class.is_some() {
-                continue;
-            }
-            let live = self
-                .messages
-                .get(&(s.conn, s.message_id))
-                .and_then(|slots| slots.get(kind_slot(s.kind)))
-                .and_then(|seq| seq.checked_sub(front_seq))
-                .and_then(|i| self.sends.get(i as usize));
-            if let Some(live) = live {
+        let mut entries = self.evidence.snapshot_top();
+        // Sends still in the window, in the order they came, after those that left; each with
+        // the verdict folding it now would give.
+        let wanted: FastMap<u32, usize> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.open.map(|id| (id, i)))
+            .collect();
+        if !wanted.is_empty() {
+            for live in &self.sends {
+                let Some(&i) = wanted.get(&live.payload) else { continue };
+                let sends = &mut entries[i].payload.sends;
+                if sends.len() >= super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD {
+                    continue;
+                }
                 let (part, _) = send_figures(live, self.send_blocks(live));
                 let (class, dup) = send_verdict(&part);
+                let mut s = self.evidence.live_send(&live.stored());
                 s.class = Some(class);
                 s.dup_kind = Some(dup);
+                sends.push(s);
             }
         }
-        let top_duplicates = (self.evidence.duplicated_payloads(), top_duplicates);
+        let top_duplicates = (self.evidence.duplicated_payloads(), self.evidence.rank_snapshot(entries));
         self.report(&acc, globally_unique, top_duplicates, &anomalies, &stats)
     }
 
@@ -889,18 +939,9 @@ impl Dedupe {
             self.series.add(send.ts_ns, send.edge, *class, &part.figures);
         }
 
-        let msg = (send.conn, send.message_id);
-        if let Some(slots) = self.messages.get_mut(&msg) {
-            let slot = &mut slots.0[kind_slot(send.kind)];
-            if *slot == seq {
-                *slot = Slots::NONE;
-            }
-            if slots.iter().next().is_none() {
-                self.messages.remove(&msg);
-            }
-        }
+        self.messages.remove(msg_hash(&self.msg_key, send.conn, send.message_id, send.kind), |v| v == seq as u32);
         let verdict = send_verdict(&acc);
-        self.evidence.on_leave(&send.payload, verdict, &mut self.anomalies);
+        self.evidence.on_leave(send.payload, send.stored(), verdict, &mut self.anomalies);
     }
 
     fn note_peaks(&mut self) {
@@ -919,17 +960,14 @@ impl Dedupe {
     /// shrinks as sends leave. The allocations behind it grow by doubling, so their total
     /// (`bytes_estimate`) stays within about twice this.
     pub(super) fn held_bytes(&self) -> u64 {
-        fn table(len: usize, entry: usize) -> u64 {
-            (len as u64 * 8 / 7) * (entry as u64 + 1)
-        }
         let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
-            + table(self.messages.len(), std::mem::size_of::<((u64, u64), Slots)>())
+            + self.messages.held_bytes()
             + self.edge_blocks.held_bytes()
             + self.global_blocks.held_bytes()
             + self.inbound.held_bytes()
-            + table(open_payloads, super::evidence::OPEN_ENTRY_BYTES)
+            + (open_payloads * super::evidence::OPEN_ENTRY_BYTES) as u64
             + self.evidence.stored_bytes()
     }
 
@@ -937,24 +975,19 @@ impl Dedupe {
     /// ring of blocks, the send table, the lookup tables (5 bytes per slot, both slot arrays
     /// while one grows into the other: `PosTable`), and the evidence of open payloads.
     /// Strings shared with the SMB state are not counted. `messages` is seeded per process
-    /// (`FastMap`), so when it grows depends on where its keys fall: its size is taken as the
+    /// (`msg_key`), so when it grows depends on where its keys fall: its size is taken as the
     /// table its length needs, so the figure is the same in every run.
     fn bytes_estimate(&self) -> u64 {
-        fn table(cap: usize, entry: usize) -> u64 {
-            (cap as u64 * 8 / 7) * (entry as u64 + 1)
-        }
-        let messages_cap = match self.messages.len() {
+        let messages = match self.messages.len() {
             0 => 0,
-            n => ((n * 8 / 7).max(4)).next_power_of_two() * 7 / 8,
+            n => ((n * 8 / 7 + 1).max(16)).next_power_of_two() as u64 * 5,
         };
-        let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
-            + table(messages_cap, std::mem::size_of::<((u64, u64), Slots)>())
+            + messages
             + self.edge_blocks.bytes()
             + self.global_blocks.bytes()
             + self.inbound.bytes()
-            + table(open_payloads, super::evidence::OPEN_ENTRY_BYTES)
             + self.evidence.allocated_bytes()
     }
 }
@@ -1062,6 +1095,20 @@ fn kind_slot(kind: SendKind) -> usize {
         SendKind::Write => 0,
         SendKind::Read => 1,
     }
+}
+
+/// Index in `sends` of the live send with sequence number `seq` (its low 32 bits: live sends
+/// number fewer than `MAX_LIVE_SENDS`), the front one having `front_seq`.
+#[inline]
+fn seq_index(front_seq: u64, seq: u32) -> usize {
+    seq.wrapping_sub(front_seq as u32) as usize
+}
+
+/// Hash of a message's key in `messages`.
+#[inline]
+fn msg_hash(state: &crate::fasthash::FastState, conn: u64, message_id: u64, kind: SendKind) -> u64 {
+    use std::hash::BuildHasher;
+    state.hash_one((conn, message_id, kind_slot(kind) as u8))
 }
 
 #[cfg(test)]

@@ -170,6 +170,15 @@ impl PosTable {
         }
     }
 
+    /// The value matching `eq`.
+    pub(super) fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        if let Some(i) = self.cur.find(hash, &mut eq) {
+            return Some(self.cur.vals[i]);
+        }
+        let i = self.old.find(hash, eq)?;
+        Some(self.old.vals[i])
+    }
+
     pub(super) fn find_mut(&mut self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<&mut u32> {
         if let Some(i) = self.cur.find(hash, &mut eq) {
             return Some(&mut self.cur.vals[i]);
