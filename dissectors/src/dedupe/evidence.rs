@@ -9,6 +9,7 @@ use crate::anomaly::Anomalies;
 use serde::{Serialize, Serializer};
 use std::cmp::Reverse;
 use super::postable::PosTable;
+use super::ring::Chunked;
 use std::collections::BinaryHeap;
 use std::io::Write;
 use std::net::IpAddr;
@@ -286,7 +287,8 @@ fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
     }
 }
 
-/// A payload with a send in the window (a slot of `Evidence::open`; `live == 0`: a free slot).
+/// A payload with a send in the window (a slot of `Evidence::open`; one with no send in the
+/// window, `live() == 0`, is a free slot).
 /// A send's own evidence stays in the index's send table while it is in the window; only the
 /// sends that left while their payload stayed open are stored here. On 4 KiB I/O, where every
 /// block is a send and most payloads are sent once, nothing is stored at all.
@@ -297,8 +299,6 @@ struct Open {
     sends_total: u64,
     /// Sends of it that left the window so far.
     folded: u64,
-    /// Sends of it in the window.
-    live: u32,
     /// Sends of it that left the window while it stayed open (at most `MAX_SENDS_PER_PAYLOAD`).
     departed: Option<Box<Vec<StoredSend>>>,
 }
@@ -362,8 +362,9 @@ pub(super) struct SnapshotEntry {
 
 pub struct Evidence {
     writer: Option<Box<dyn Write + Send>>,
-    /// Open payloads by id (free slots have `live == 0`, listed in `free`).
-    open: Vec<Open>,
+    /// Open payloads by id (free slots have no live send, and are listed in `free`), in
+    /// chunks of 1024 (72 KiB).
+    open: Chunked<Open, 10>,
     free: Vec<u32>,
     /// Open payload ids by digest and length (`payload_hash`).
     lookup: PosTable,
@@ -380,11 +381,18 @@ pub struct Evidence {
     pub written: u64,
 }
 
+impl Open {
+    /// Sends of it in the window.
+    fn live(&self) -> u64 {
+        self.sends_total - self.folded
+    }
+}
+
 impl Evidence {
     pub fn new(writer: Option<Box<dyn Write + Send>>, top_n: usize) -> Self {
         Evidence {
             writer,
-            open: Vec::new(),
+            open: Chunked::default(),
             free: Vec::new(),
             lookup: PosTable::new(),
             contexts: Contexts::default(),
@@ -401,7 +409,7 @@ impl Evidence {
     /// the length of the evidence file once every payload closed, of which `top_duplicates`
     /// keeps the first `top_n`.
     pub fn duplicated_payloads(&self) -> u64 {
-        self.closed_duplicated + self.open.iter().filter(|o| o.live > 0 && o.sends_total >= 2).count() as u64
+        self.closed_duplicated + self.open.iter().filter(|o| o.live() > 0 && o.sends_total >= 2).count() as u64
     }
 
     /// The context a live send's evidence refers to (released when the send is: `on_leave`).
@@ -423,7 +431,6 @@ impl Evidence {
         }) {
             let o = &mut self.open[id as usize];
             o.sends_total += 1;
-            o.live += 1;
             return id;
         }
         let entry = Open {
@@ -432,7 +439,6 @@ impl Evidence {
             nontrivial_len,
             sends_total: 1,
             folded: 0,
-            live: 1,
             departed: None,
         };
         let id = match self.free.pop() {
@@ -472,9 +478,8 @@ impl Evidence {
         o.folded += 1;
         s.class = Some(verdict.0);
         s.dup_kind = Some(verdict.1);
-        o.live -= 1;
         let listed = o.departed.as_ref().map_or(0, |d| d.len());
-        if o.live > 0 {
+        if o.live() > 0 {
             // Its payload stays open: another send of it is in the window.
             if listed < MAX_SENDS_PER_PAYLOAD && self.stored_sends < MAX_STORED_SENDS {
                 let d = o.departed.get_or_insert_with(Default::default);
@@ -497,7 +502,7 @@ impl Evidence {
         // The payload closes.
         let o = std::mem::replace(
             &mut self.open[id as usize],
-            Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, folded: 0, live: 0, departed: None },
+            Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, folded: 0, departed: None },
         );
         self.lookup.remove(payload_hash(&o.digest, o.len), |v| v == id);
         self.free.push(id);
@@ -568,7 +573,7 @@ impl Evidence {
             .open
             .iter()
             .enumerate()
-            .filter(|(_, o)| o.live > 0 && o.sends_total >= 2)
+            .filter(|(_, o)| o.live() > 0 && o.sends_total >= 2)
             .map(|(id, o)| {
                 let dup = o.nontrivial_len.saturating_mul(o.sends_total - 1);
                 (dup, Reverse(o.digest), Reverse(o.len), id as u32)

@@ -129,6 +129,10 @@ pub struct IndexStats {
     pub peak_bytes_estimate: u64,
     /// The index's memory per live block when the live blocks peaked (bytes; 0 when none).
     pub bytes_per_live_block: f64,
+    /// Of that memory, the blocks' part (their ring and lookup tables) per live block.
+    pub block_bytes_per_live_block: f64,
+    /// And the sends' part (send table, message table, evidence) per live send then.
+    pub send_bytes_per_live_send: f64,
     /// Configured bound on live blocks.
     pub max_live_blocks: u64,
     /// Sends folded before their window ended because the live-block bound was reached.

@@ -24,7 +24,7 @@ use crate::ledger::{Event, LedgerError, LedgerWriter};
 use crate::fasthash::FastMap;
 use crate::payload::BLOCK_SIZE;
 use super::postable::PosTable;
-use std::collections::VecDeque;
+use super::ring::Ring;
 use std::sync::Arc;
 use super::Anomaly;
 
@@ -89,6 +89,7 @@ impl LiveBlock {
 /// A send in the window: what the index decides with, and its evidence (what a duplicated
 /// payload's list shows of it; its connection and file in a shared `SendContext`). 120
 /// bytes: on 4 KiB I/O every block is a send, so this is most of a live block's cost.
+#[derive(Clone, Copy)]
 struct LiveSend {
     conn: u64,
     message_id: u64,
@@ -122,6 +123,11 @@ struct LiveSend {
     rule: Option<Class>,
     ends: Ends,
 }
+
+/// Chunks of the send table (1024 sends, 120 KiB) and of the block ring (4096 blocks, 84 KiB):
+/// a small window holds little, and a large one grows a chunk at a time (`Ring`).
+const SEND_CHUNK_SHIFT: u32 = 10;
+const BLOCK_CHUNK_SHIFT: u32 = 12;
 
 /// `LiveSend::completed_ns` before the response is seen. Compared as "completed after the
 /// later send started", it says the same as no completion (no later send starts after it).
@@ -169,7 +175,7 @@ fn full_pos(front_pos: u64, p: u32) -> u64 {
 /// Index in `sends` of the send holding block position `pos` (which must be live), the live
 /// blocks starting at `front` and numbering `live`.
 #[inline]
-fn send_at(sends: &VecDeque<LiveSend>, front: u64, live: usize, pos: u64) -> usize {
+fn send_at(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, pos: u64) -> usize {
     locate(sends.len(), |i| (sends[i].first_pos, sends[i].n_blocks), front, live, pos)
 }
 
@@ -294,9 +300,9 @@ pub struct Dedupe {
     /// Sequence number the next accepted send gets; the front of `sends` has
     /// `next_seq - sends.len()`.
     next_seq: u64,
-    sends: VecDeque<LiveSend>,
+    sends: Ring<LiveSend, SEND_CHUNK_SHIFT>,
     /// Every block of every live send, in order; `blocks[0]` is at position `front_pos`.
-    blocks: VecDeque<LiveBlock>,
+    blocks: Ring<LiveBlock, BLOCK_CHUNK_SHIFT>,
     front_pos: u64,
     /// (conn, MessageId, kind) → its live send's sequence number (low 32 bits; the key is
     /// read back from the send). Keys are chosen by whoever sends the traffic, so the hash
@@ -355,8 +361,8 @@ impl Dedupe {
             node_names: Vec::new(),
             clock_ns: 0,
             next_seq: 0,
-            sends: VecDeque::new(),
-            blocks: VecDeque::new(),
+            sends: Ring::new(),
+            blocks: Ring::new(),
             front_pos: 0,
             messages: PosTable::new(),
             msg_key: Default::default(),
@@ -757,7 +763,7 @@ impl Dedupe {
     pub fn snapshot(&self) -> DedupeReport {
         let mut acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
         let mut globally_unique = self.globally_unique_bytes;
-        for send in &self.sends {
+        for send in self.sends.iter() {
             let (part, unique) = send_figures(send, self.send_blocks(send));
             globally_unique += unique;
             for (total, p) in acc[send.edge as usize].iter_mut().zip(part.iter()) {
@@ -780,7 +786,7 @@ impl Dedupe {
             .filter_map(|(i, e)| e.open.map(|id| (id, i)))
             .collect();
         if !wanted.is_empty() {
-            for live in &self.sends {
+            for live in self.sends.iter() {
                 let Some(&i) = wanted.get(&live.payload) else { continue };
                 let sends = &mut entries[i].payload.sends;
                 if sends.len() >= super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD {
@@ -889,7 +895,7 @@ impl Dedupe {
     /// The blocks of a live send.
     fn send_blocks<'a>(&'a self, send: &LiveSend) -> impl Iterator<Item = &'a LiveBlock> + 'a {
         let start = (send.first_pos - self.front_pos) as usize;
-        self.blocks.range(start..start + send.n_blocks as usize)
+        self.blocks.range(start, start + send.n_blocks as usize)
     }
 
     /// Fold the oldest send into the figures and drop everything that points at it.
@@ -910,7 +916,7 @@ impl Dedupe {
                 t.inbound.prefetch(h_node(send.dst, &b.hash));
             }
         };
-        for b in self.blocks.range(..n.min(PREFETCH_BLOCKS)) {
+        for b in self.blocks.range(0, n.min(PREFETCH_BLOCKS)) {
             prefetch(b, self);
         }
         for i in 0..n {
@@ -927,7 +933,7 @@ impl Dedupe {
             self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
             self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
         }
-        self.blocks.drain(..n);
+        self.blocks.drop_front(n);
         self.front_pos += n as u64;
 
         let edge = &mut self.edges[send.edge as usize];
@@ -945,12 +951,15 @@ impl Dedupe {
     }
 
     fn note_peaks(&mut self) {
-        let bytes = self.bytes_estimate();
+        let (block_bytes, send_bytes) = self.bytes_estimate_parts();
+        let bytes = block_bytes + send_bytes;
         let s = &mut self.stats;
         s.peak_live_sends = s.peak_live_sends.max(self.sends.len() as u64);
         if self.blocks.len() as u64 > s.peak_live_blocks {
             s.peak_live_blocks = self.blocks.len() as u64;
             s.bytes_per_live_block = bytes as f64 / self.blocks.len() as f64;
+            s.block_bytes_per_live_block = block_bytes as f64 / self.blocks.len() as f64;
+            s.send_bytes_per_live_send = send_bytes as f64 / self.sends.len().max(1) as f64;
         }
         s.peak_bytes_estimate = s.peak_bytes_estimate.max(bytes);
     }
@@ -971,24 +980,26 @@ impl Dedupe {
             + self.evidence.stored_bytes()
     }
 
-    /// Memory held by the window, from the structures' capacities (not their lengths): the
-    /// ring of blocks, the send table, the lookup tables (5 bytes per slot, both slot arrays
-    /// while one grows into the other: `PosTable`), and the evidence of open payloads.
+    /// Memory held by the window, from the structures' capacities (not their lengths), in
+    /// two parts: the blocks (their ring and the three block tables: 5 bytes per slot, both
+    /// slot arrays while one grows into the other, `PosTable`), and the sends (the send
+    /// table, the message table, the evidence of open payloads).
     /// Strings shared with the SMB state are not counted. `messages` is seeded per process
     /// (`msg_key`), so when it grows depends on where its keys fall: its size is taken as the
     /// table its length needs, so the figure is the same in every run.
-    fn bytes_estimate(&self) -> u64 {
+    fn bytes_estimate_parts(&self) -> (u64, u64) {
         let messages = match self.messages.len() {
             0 => 0,
             n => ((n * 8 / 7 + 1).max(16)).next_power_of_two() as u64 * 5,
         };
-        (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
-            + (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
-            + messages
+        let blocks = (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
             + self.edge_blocks.bytes()
             + self.global_blocks.bytes()
-            + self.inbound.bytes()
-            + self.evidence.allocated_bytes()
+            + self.inbound.bytes();
+        let sends = (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
+            + messages
+            + self.evidence.allocated_bytes();
+        (blocks, sends)
     }
 }
 
@@ -1070,7 +1081,7 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
 
 /// Mark a chain of WRITE block instances (newest first, from position `head`) as forwarded,
 /// stopping at the window's edge or at an instance already marked.
-fn mark_forwarded(blocks: &mut VecDeque<LiveBlock>, front_pos: u64, head: u64) {
+fn mark_forwarded(blocks: &mut Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, head: u64) {
     let mut cur = head;
     while cur >= front_pos {
         let Some(block) = blocks.get_mut((cur - front_pos) as usize) else {

@@ -23,6 +23,7 @@ pub mod evidence;
 pub mod figures;
 pub mod index;
 mod postable;
+mod ring;
 pub mod series;
 pub mod topology;
 
