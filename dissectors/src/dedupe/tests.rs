@@ -621,6 +621,48 @@ fn memory_is_bounded_by_the_window() {
     assert_eq!(r.totals.figures.payload_bytes, 1_000_000 * B);
 }
 
+/// What a live 4 KiB send costs (issue 7): every block is a send of its own, so the send's
+/// record, its message-table slot and its payload's open entry are most of it. 200,000
+/// distinct one-block WRITEs and READs on 4 connections, all within the window; a quarter
+/// repeat a payload sent 999 sends earlier (a duplicated payload: its first send's evidence
+/// is held in the send table until it leaves).
+#[test]
+fn a_live_4k_send_costs_what_the_figures_say() {
+    let mut d = Dedupe::new(DedupeConfig::default(), Topology::default(), None);
+    let base = rec(SendKind::Write, 1, 2, 1, 0, 0, &[1, 2, 3]);
+    let n = 200_000u64;
+    for i in 0..n {
+        let mut s = base.clone();
+        s.conn = i % 4;
+        s.message_id = i;
+        s.kind = if i % 10 < 7 { SendKind::Read } else { SendKind::Write };
+        s.ts_ns = i * 1000;
+        let content = if i % 4 == 0 && i >= 1000 { i - 999 } else { i };
+        let mut digest = [0u8; 32];
+        digest[..8].copy_from_slice(&content.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+        let mut hash = [0u8; 16];
+        hash[..8].copy_from_slice(&digest[..8]);
+        s.digest = PayloadDigest { len: 4096, digest, blocks: vec![BlockDigest { hash, len: 4096, trivial: false }] };
+        d.send(s);
+    }
+    assert_eq!(d.live_sends() as u64, n);
+    let r = d.finish();
+    check_invariants(&r);
+    let ix = &r.index;
+    assert_eq!((ix.peak_live_sends, ix.peak_live_blocks), (n, n));
+    // The two parts add up to the whole (one send per block here).
+    let sum = ix.block_bytes_per_live_block + ix.send_bytes_per_live_send;
+    assert!((ix.bytes_per_live_block - sum).abs() < 1e-6, "{ix:?}");
+    // Blocks: 21 bytes in the ring and three table slots (5 bytes, 7/16 to 7/8 full).
+    assert!(ix.block_bytes_per_live_block <= 21.0 + 3.0 * 5.0 * 16.0 / 7.0 + 1.0, "{ix:?}");
+    // Sends: the 120-byte record (in chunks), a message slot, the open payload's 72-byte slot
+    // and lookup slot. 442 before the send record held its evidence (issue 7).
+    assert!(ix.send_bytes_per_live_send <= 120.0 + 12.0 + 72.0 + 12.0 + 8.0, "{ix:?}");
+    assert_eq!(r.duplicated_payloads, (n - 1000) / 4);
+    assert_eq!(r.top_duplicates.len(), DedupeConfig::default().top_n.min(r.duplicated_payloads as usize));
+    assert!(r.top_duplicates.iter().all(|p| p.sends.len() == 2 && p.sends[0].message_id + 999 == p.sends[1].message_id));
+}
+
 #[test]
 fn live_block_cap_folds_early_with_anomaly() {
     let cfg = DedupeConfig {
