@@ -465,12 +465,12 @@ impl Evidence {
     }
 
     /// A send of open payload `id` left the window with its verdict; `s` is its evidence
-    /// (its context reference passes here). When it was the payload's last send in the
-    /// window, the payload is closed. Sends of one payload leave in the order they came (the
-    /// window is a queue), so the n-th to leave is its n-th send.
+    /// (its context reference passes here; a send of `NO_PAYLOAD` has none). When it was the
+    /// payload's last send in the window, the payload is closed. Sends of one payload leave
+    /// in the order they came (the window is a queue), so the n-th to leave is its n-th send.
     pub(super) fn on_leave(&mut self, id: u32, mut s: StoredSend, verdict: (Class, SendDupKind), anomalies: &mut Anomalies) {
         if id == NO_PAYLOAD {
-            self.contexts.release(s.ctx);
+            // An empty payload's send has no context (`Dedupe::send` interns none).
             return;
         }
         let o = &mut self.open[id as usize];

@@ -663,6 +663,28 @@ fn a_live_4k_send_costs_what_the_figures_say() {
     assert!(r.top_duplicates.iter().all(|p| p.sends.len() == 2 && p.sends[0].message_id + 999 == p.sends[1].message_id));
 }
 
+/// Empty payloads are not tracked as evidence, and their sends leaving the window touch no
+/// other send's evidence (a send with an empty payload has no context to release: releasing
+/// one released the context a duplicated payload's sends still needed).
+#[test]
+fn empty_payloads_between_the_sends_of_a_duplicated_payload() {
+    let x = vec![0x5a; 3 * 4096];
+    for empties in [1, 2, 3] {
+        let mut n = Net::new();
+        n.send(SendKind::Write, 1, 2, 1, 0, &x);
+        for i in 0..empties {
+            n.send(SendKind::Write, 1, 2, 1, 1 + i, &[]);
+        }
+        n.send(SendKind::Write, 1, 2, 1, 10, &x);
+        let r = n.d.finish();
+        check_invariants(&r);
+        assert_eq!(r.duplicated_payloads, 1, "{empties} empty sends");
+        let dup = &r.top_duplicates[0];
+        assert_eq!(dup.sends.len(), 2);
+        assert!(dup.sends.iter().all(|s| s.share.as_deref() == Some(r"\\srv\share") && s.conn == 1));
+    }
+}
+
 #[test]
 fn live_block_cap_folds_early_with_anomaly() {
     let cfg = DedupeConfig {
