@@ -127,10 +127,10 @@ impl DuplicatePayload {
     }
 }
 
-/// One send while its payload is open: the per-send fields of `SendEvidence`; what it shares
-/// with other sends of its connection and file is in `Contexts` (64 bytes instead of 248:
-/// on 4 KiB I/O, where every block is a send, one `SendEvidence` per send was most of the
-/// index's memory).
+/// One send of an open payload: the per-send fields of `SendEvidence`; what it shares with
+/// other sends of its connection and file is in `Contexts` (64 bytes instead of 248). Stored
+/// here only once the send left the window before its payload closed; while it is in the
+/// window the index's send record holds the same fields (`LiveSend::stored`).
 #[derive(Clone, Copy)]
 pub(super) struct StoredSend {
     pub frames: [u64; 2],
@@ -173,7 +173,8 @@ pub(super) struct SendContext {
     pub conn: u64,
 }
 
-/// Interned `SendContext`s with the number of stored sends using each.
+/// Interned `SendContext`s with the number of sends using each (in the window, or stored
+/// after they left it).
 #[derive(Default)]
 struct Contexts {
     ids: crate::fasthash::FastMap<SendContext, u32>,
@@ -204,7 +205,7 @@ impl Contexts {
     }
 
     fn get(&self, id: u32) -> &SendContext {
-        &self.slots[id as usize].as_ref().expect("a stored send's context is interned").0
+        &self.slots[id as usize].as_ref().expect("a send's context is interned").0
     }
 
     fn release(&mut self, id: u32) {
