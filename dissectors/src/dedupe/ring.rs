@@ -10,6 +10,23 @@
 
 use std::collections::VecDeque;
 
+/// Push `v` into a chunk that has an entry free (`chunk` entries at most); the only chunk of
+/// a container grows as a `Vec` does, by doubling up to `chunk`. Returns the room added.
+fn push_within<T>(last: &mut Vec<T>, v: T, only: bool, chunk: usize) -> usize {
+    let before = last.capacity();
+    if only && last.len() == before {
+        last.reserve_exact(before.max(4).min(chunk - before));
+    }
+    last.push(v);
+    last.capacity() - before
+}
+
+/// A new chunk: the first of a container starts small (`push_within` grows it), later ones
+/// are allocated whole.
+fn new_chunk<T>(first: bool, chunk: usize) -> Vec<T> {
+    Vec::with_capacity(if first { 4.min(chunk) } else { chunk })
+}
+
 /// A deque of `T` in chunks of `2^SHIFT` entries.
 pub(super) struct Ring<T: Copy, const SHIFT: u32> {
     chunks: VecDeque<Vec<T>>,
@@ -57,19 +74,12 @@ impl<T: Copy, const SHIFT: u32> Ring<T, SHIFT> {
     pub(super) fn push_back(&mut self, v: T) {
         let one = self.chunks.len() == 1;
         match self.chunks.back_mut() {
-            Some(last) if last.len() < Self::CHUNK => {
-                let before = last.capacity();
-                if one && last.len() == before {
-                    last.reserve_exact(before.max(4).min(Self::CHUNK - before));
-                }
-                last.push(v);
-                self.allocated += last.capacity() - before;
-            }
+            Some(last) if last.len() < Self::CHUNK => self.allocated += push_within(last, v, one, Self::CHUNK),
             _ => {
                 let mut c = match self.spare.take() {
                     Some(c) => c,
                     None => {
-                        let c = if self.chunks.is_empty() { Vec::with_capacity(4.min(Self::CHUNK)) } else { Vec::with_capacity(Self::CHUNK) };
+                        let c = new_chunk(self.chunks.is_empty(), Self::CHUNK);
                         self.allocated += c.capacity();
                         c
                     }
@@ -203,16 +213,9 @@ impl<T, const SHIFT: u32> Chunked<T, SHIFT> {
     pub(super) fn push(&mut self, v: T) {
         let one = self.chunks.len() == 1;
         match self.chunks.last_mut() {
-            Some(last) if last.len() < Self::CHUNK => {
-                let before = last.capacity();
-                if one && last.len() == before {
-                    last.reserve_exact(before.max(4).min(Self::CHUNK - before));
-                }
-                last.push(v);
-                self.allocated += last.capacity() - before;
-            }
+            Some(last) if last.len() < Self::CHUNK => self.allocated += push_within(last, v, one, Self::CHUNK),
             _ => {
-                let mut c = Vec::with_capacity(if self.chunks.is_empty() { 4.min(Self::CHUNK) } else { Self::CHUNK });
+                let mut c = new_chunk(self.chunks.is_empty(), Self::CHUNK);
                 self.allocated += c.capacity();
                 c.push(v);
                 self.chunks.push(c);
