@@ -418,22 +418,34 @@ impl Evidence {
         self.contexts.intern(c)
     }
 
+    /// Another send of `key`, when the payload is open: its id (see `on_send`).
+    pub(super) fn on_send_if_open(&mut self, key: &PayloadKey) -> Option<u32> {
+        let hash = payload_hash(&key.0, key.1);
+        let open = &self.open;
+        let &mut id = self.lookup.find_mut(hash, |id| {
+            let o = &open[id as usize];
+            o.digest == key.0 && o.len == key.1
+        })?;
+        self.open[id as usize].sends_total += 1;
+        Some(id)
+    }
+
+    /// A send that was never part of an open payload left the window (a payload sent once
+    /// and not opened: `Dedupe`'s single-block payloads): its context goes.
+    pub(super) fn release(&mut self, ctx: u32) {
+        self.contexts.release(ctx);
+    }
+
     /// A send of `key` entered the window: its payload's open id, `NO_PAYLOAD` for an empty
     /// payload (not tracked). Sends of one payload in the window share its id.
     pub(super) fn on_send(&mut self, key: &PayloadKey, nontrivial_len: u64) -> u32 {
         if key.1 == 0 {
             return NO_PAYLOAD;
         }
-        let hash = payload_hash(&key.0, key.1);
-        let open = &self.open;
-        if let Some(&mut id) = self.lookup.find_mut(hash, |id| {
-            let o = &open[id as usize];
-            o.digest == key.0 && o.len == key.1
-        }) {
-            let o = &mut self.open[id as usize];
-            o.sends_total += 1;
+        if let Some(id) = self.on_send_if_open(key) {
             return id;
         }
+        let hash = payload_hash(&key.0, key.1);
         let entry = Open {
             digest: key.0,
             len: key.1,

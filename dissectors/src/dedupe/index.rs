@@ -108,8 +108,9 @@ struct LiveSend {
     offset: u64,
     edge: u32,
     dst: NodeIdx,
-    /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty): sends in the window
-    /// with the same payload have the same id.
+    /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty, `SINGLE` for a one-block
+    /// payload no other send in the window carries): sends in the window with the same
+    /// payload have the same open id.
     payload: u32,
     /// Edge payload epoch when the send happened (see `EdgeState::epoch`), modulo 2^32:
     /// only compared for equality between sends in the window, which are fewer.
@@ -128,6 +129,19 @@ struct LiveSend {
 /// a small window holds little, and a large one grows a chunk at a time (`Ring`).
 const SEND_CHUNK_SHIFT: u32 = 10;
 const BLOCK_CHUNK_SHIFT: u32 = 12;
+
+/// `LiveSend::payload` of a one-block payload that no other send in the window carries: no
+/// evidence entry is opened for it (most 4 KiB payloads are sent once); `Dedupe::singles`
+/// finds it when a second send comes, which opens one for both.
+const SINGLE: u32 = NO_PAYLOAD - 1;
+
+/// `Dedupe::singles` hash of a one-block payload: its block's digest (BLAKE3 output: the
+/// first 8 bytes suffice) and length. Equal digests and lengths are one payload (the payload
+/// digest is a function of its one block's).
+#[inline]
+fn h_single(hash: &[u8; 16], len: u32) -> u64 {
+    fold_mul(u64::from_le_bytes(hash[..8].try_into().unwrap()) ^ u64::from(len).wrapping_mul(HK1), HK2)
+}
 
 /// `LiveSend::completed_ns` before the response is seen. Compared as "completed after the
 /// later send started", it says the same as no completion (no later send starts after it).
@@ -309,6 +323,9 @@ pub struct Dedupe {
     /// is seeded per process (`msg_key`).
     messages: PosTable,
     msg_key: crate::fasthash::FastState,
+    /// One-block payloads sent once in the window (`SINGLE`) → that send's sequence number
+    /// (low 32 bits; the key, block digest and length, read back from the send and the ring).
+    singles: PosTable,
     edge_ids: FastMap<(NodeIdx, NodeIdx), u32>,
     edges: Vec<EdgeState>,
     /// (edge, block digest) → position of the latest block instance on that edge.
@@ -366,6 +383,7 @@ impl Dedupe {
             front_pos: 0,
             messages: PosTable::new(),
             msg_key: Default::default(),
+            singles: PosTable::new(),
             edge_ids: Default::default(),
             edges: Vec::new(),
             edge_blocks: PosTable::new(),
@@ -503,7 +521,34 @@ impl Dedupe {
             .filter(|b| !b.trivial)
             .map(|b| b.len as u64)
             .sum();
-        let payload = self.evidence.on_send(&payload_key, nontrivial_len);
+        let front_seq = self.next_seq - self.sends.len() as u64;
+        let single = match s.digest.blocks.as_slice() {
+            [b] if payload_key.1 > 0 => Some((b.hash, b.len, h_single(&b.hash, b.len))),
+            _ => None,
+        };
+        let payload = match single {
+            None => self.evidence.on_send(&payload_key, nontrivial_len),
+            Some((hash, len, h)) => match self.evidence.on_send_if_open(&payload_key) {
+                Some(id) => id,
+                None => {
+                    // Its first send in the window, if any, opens the payload now.
+                    let Dedupe { sends, blocks, singles, front_pos, .. } = &mut *self;
+                    let (front, ring) = (*front_pos, &*blocks);
+                    let earlier = singles.remove(h, |v| {
+                        let e = &sends[seq_index(front_seq, v)];
+                        e.n_blocks == 1 && e.last_len == len && ring[(e.first_pos - front) as usize].hash == hash
+                    });
+                    match earlier {
+                        Some(v) => {
+                            let first = self.evidence.on_send(&payload_key, nontrivial_len);
+                            self.sends[seq_index(front_seq, v)].payload = first;
+                            self.evidence.on_send(&payload_key, nontrivial_len)
+                        }
+                        None => SINGLE,
+                    }
+                }
+            },
+        };
         let ctx = if payload == NO_PAYLOAD {
             0
         } else {
@@ -615,7 +660,7 @@ impl Dedupe {
                 } else {
                     Repeated {
                         same_send: false,
-                        same_payload: e.payload == payload,
+                        same_payload: payload != SINGLE && e.payload == payload,
                         outstanding: e.outstanding_at(s.ts_ns),
                         consecutive: e.epoch == epoch,
                     }
@@ -662,6 +707,16 @@ impl Dedupe {
                 msg_hash(msg_key, e.conn, e.message_id, e.kind)
             };
             messages.insert_unique(msg, seq as u32, key_of, |v| crate::hint::prefetch_one(&sends[seq_index(front_seq, v)]));
+        }
+        if let (SINGLE, Some((_, _, h))) = (payload, single) {
+            let Dedupe { sends, blocks, singles, front_pos, .. } = self;
+            let front_seq = seq + 1 - sends.len() as u64;
+            let (front, ring) = (*front_pos, &*blocks);
+            let key_of = |v: u32| {
+                let e = &sends[seq_index(front_seq, v)];
+                h_single(&ring[(e.first_pos - front) as usize].hash, e.last_len)
+            };
+            singles.insert_unique(h, seq as u32, key_of, |v| crate::hint::prefetch_one(&sends[seq_index(front_seq, v)]));
         }
         self.next_seq += 1;
 
@@ -933,6 +988,7 @@ impl Dedupe {
             self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
             self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
         }
+        let single = (send.payload == SINGLE).then(|| h_single(&self.blocks[0].hash, send.last_len));
         self.blocks.drop_front(n);
         self.front_pos += n as u64;
 
@@ -946,8 +1002,14 @@ impl Dedupe {
         }
 
         self.messages.remove(msg_hash(&self.msg_key, send.conn, send.message_id, send.kind), |v| v == seq as u32);
-        let verdict = send_verdict(&acc);
-        self.evidence.on_leave(send.payload, send.stored(), verdict, &mut self.anomalies);
+        if let Some(h) = single {
+            // A payload sent once in the window: no evidence, and its entry in `singles` goes.
+            self.singles.remove(h, |v| v == seq as u32);
+            self.evidence.release(send.ctx);
+        } else {
+            let verdict = send_verdict(&acc);
+            self.evidence.on_leave(send.payload, send.stored(), verdict, &mut self.anomalies);
+        }
     }
 
     fn note_peaks(&mut self) {
@@ -973,6 +1035,7 @@ impl Dedupe {
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
             + self.messages.held_bytes()
+            + self.singles.held_bytes()
             + self.edge_blocks.held_bytes()
             + self.global_blocks.held_bytes()
             + self.inbound.held_bytes()
@@ -998,6 +1061,7 @@ impl Dedupe {
             + self.inbound.bytes();
         let sends = (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + messages
+            + self.singles.bytes()
             + self.evidence.allocated_bytes();
         (blocks, sends)
     }
