@@ -46,7 +46,8 @@ def series_rows(result: Any) -> list[list[Any]]:
         return []
     interval = series.get("interval_seconds")
     out = []
-    for row in series.get("rows") or []:
+    rows = series.get("rows")
+    for row in rows if isinstance(rows, list) else []:
         if not isinstance(row, dict):
             continue
         out.append([row.get("t"), utc(row.get("t")), interval, row.get("src"), row.get("dst"),

@@ -232,3 +232,12 @@ def test_html_and_csv_never_raise_on_damaged_results(data: Any) -> None:
     render_html(r)
     to_csv(SERIES_COLUMNS, series_rows(r))
     to_csv(EDGE_COLUMNS, edge_rows(r))
+
+
+def test_csv_series_rows_that_are_not_a_list_give_no_rows() -> None:
+    # Found by the property test above (rows replaced by `True`: iterating it raised).
+    for damaged in (True, 3, "rows", {"t": 1}):
+        r = _with_series(sample_result())
+        r["series"]["rows"] = damaged
+        assert series_rows(r) == []
+        assert to_csv(SERIES_COLUMNS, series_rows(r)).count("\r\n") == 1
