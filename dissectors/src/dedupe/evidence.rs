@@ -8,7 +8,7 @@ use super::{SendKind, Transport};
 use crate::anomaly::Anomalies;
 use serde::{Serialize, Serializer};
 use std::cmp::Reverse;
-use super::postable::PosTable;
+use super::postable::{fold_mul, PosTable};
 use super::ring::Chunked;
 use std::collections::BinaryHeap;
 use std::io::Write;
@@ -304,10 +304,6 @@ struct Open {
     departed: Option<Box<Vec<StoredSend>>>,
 }
 
-/// An open payload's slot with its lookup entry (a control byte and a 4-byte id per
-/// 8/7 slots), for the index's memory figures.
-pub(super) const OPEN_ENTRY_BYTES: usize = std::mem::size_of::<Open>() + 6;
-
 /// No payload: an empty one is not tracked.
 pub(super) const NO_PAYLOAD: u32 = u32::MAX;
 
@@ -315,8 +311,7 @@ pub(super) const NO_PAYLOAD: u32 = u32::MAX;
 #[inline]
 fn payload_hash(digest: &[u8; 32], len: u64) -> u64 {
     let d = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
-    let p = ((d ^ len.wrapping_mul(0x9E37_79B9_7F4A_7C15)) as u128).wrapping_mul(0xa076_1d64_78bd_642f);
-    (p as u64) ^ ((p >> 64) as u64)
+    fold_mul(d ^ len.wrapping_mul(0x9E37_79B9_7F4A_7C15), 0xa076_1d64_78bd_642f)
 }
 
 /// Top-list entry ordered by duplicate bytes, then digest and size, then the time of its
@@ -640,10 +635,13 @@ impl Evidence {
         (self.open.len() - self.free.len(), self.stored_sends)
     }
 
-    /// Bytes of the send entries held for open payloads and of their shared contexts (the
-    /// contexts' table as hashbrown sizes it: 8/7 buckets per entry, a control byte each).
-    pub fn stored_bytes(&self) -> u64 {
-        self.stored_bytes_of(self.stored_sends)
+    /// What the open payloads hold, from lengths rather than capacities (what
+    /// `max_index_bytes` bounds): their slots and lookup entries, the sends stored for them
+    /// and their shared contexts (the contexts' table as hashbrown sizes it: 8/7 buckets per
+    /// entry, a control byte each).
+    pub fn held_bytes(&self) -> u64 {
+        let (open, _) = self.open_counts();
+        (open * std::mem::size_of::<Open>()) as u64 + self.lookup.held_bytes() + self.stored_bytes_of(self.stored_sends)
     }
 
     /// `stored_bytes` with the room the send lists hold rather than what they hold, and

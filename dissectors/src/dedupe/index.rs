@@ -29,7 +29,7 @@ use crate::anomaly::Anomalies;
 use crate::ledger::{Event, LedgerError, LedgerWriter};
 use crate::fasthash::FastMap;
 use crate::payload::BLOCK_SIZE;
-use super::postable::PosTable;
+use super::postable::{fold_mul, PosTable};
 use super::ring::Ring;
 use std::sync::Arc;
 use super::Anomaly;
@@ -149,6 +149,13 @@ fn h_single(hash: &[u8; 16], len: u32) -> u64 {
     fold_mul(u64::from_le_bytes(hash[..8].try_into().unwrap()) ^ u64::from(len).wrapping_mul(HK1), HK2)
 }
 
+/// The `singles` key of a live `SINGLE` send: its one block's digest (in the ring, whose
+/// front is at position `front`) and length.
+#[inline]
+fn single_key(e: &LiveSend, ring: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front: u64) -> ([u8; 16], u32) {
+    (ring[(e.first_pos - front) as usize].hash, e.last_len)
+}
+
 /// `LiveSend::completed_ns` before the response is seen. Compared as "completed after the
 /// later send started", it says the same as no completion (no later send starts after it).
 const NOT_COMPLETED: u64 = u64::MAX;
@@ -238,12 +245,6 @@ pub const DEFAULT_MAX_EDGES: usize = 65_536;
 const HK0: u64 = 0xa076_1d64_78bd_642f;
 const HK1: u64 = 0xe703_7ed1_a0b4_28db;
 const HK2: u64 = 0x8ebc_6af0_9c88_c6e3;
-
-#[inline]
-fn fold_mul(a: u64, b: u64) -> u64 {
-    let p = (a as u128).wrapping_mul(b as u128);
-    (p as u64) ^ ((p >> 64) as u64)
-}
 
 /// Table hashes. Block digests are BLAKE3 output (uniform, not steerable without a
 /// preimage), so their first 8 bytes suffice; the edge / receiver is mixed in.
@@ -480,16 +481,9 @@ impl Dedupe {
 
         let front_seq = self.next_seq - self.sends.len() as u64;
         let msg = msg_hash(&self.msg_key, s.conn, s.message_id, s.kind);
-        {
-            let sends = &self.sends;
-            let same = |v: u32| {
-                let e = &sends[seq_index(front_seq, v)];
-                e.conn == s.conn && e.message_id == s.message_id && e.kind == s.kind
-            };
-            if self.messages.find(msg, same).is_some() {
-                self.anomalies.raise(Anomaly::RepeatedMessage);
-                return;
-            }
+        if self.live_message(msg, s.conn, s.message_id, s.kind, front_seq).is_some() {
+            self.anomalies.raise(Anomaly::RepeatedMessage);
+            return;
         }
 
         let (mut src, mut dst) = (self.topo.node_of(s.src), self.topo.node_of(s.dst));
@@ -527,7 +521,6 @@ impl Dedupe {
             .filter(|b| !b.trivial)
             .map(|b| b.len as u64)
             .sum();
-        let front_seq = self.next_seq - self.sends.len() as u64;
         let single = match s.digest.blocks.as_slice() {
             [b] if payload_key.1 > 0 => Some((b.hash, b.len, h_single(&b.hash, b.len))),
             _ => None,
@@ -540,10 +533,7 @@ impl Dedupe {
                     // Its first send in the window, if any, opens the payload now.
                     let Dedupe { sends, blocks, singles, front_pos, .. } = &mut *self;
                     let (front, ring) = (*front_pos, &*blocks);
-                    let earlier = singles.remove(h, |v| {
-                        let e = &sends[seq_index(front_seq, v)];
-                        e.n_blocks == 1 && e.last_len == len && ring[(e.first_pos - front) as usize].hash == hash
-                    });
+                    let earlier = singles.remove(h, |v| single_key(&sends[seq_index(front_seq, v)], ring, front) == (hash, len));
                     match earlier {
                         Some(v) => {
                             let first = self.evidence.on_send(&payload_key, nontrivial_len);
@@ -707,7 +697,6 @@ impl Dedupe {
 
         {
             let Dedupe { sends, messages, msg_key, .. } = self;
-            let front_seq = seq + 1 - sends.len() as u64;
             let key_of = |v: u32| {
                 let e = &sends[seq_index(front_seq, v)];
                 msg_hash(msg_key, e.conn, e.message_id, e.kind)
@@ -716,11 +705,10 @@ impl Dedupe {
         }
         if let (SINGLE, Some((_, _, h))) = (payload, single) {
             let Dedupe { sends, blocks, singles, front_pos, .. } = self;
-            let front_seq = seq + 1 - sends.len() as u64;
             let (front, ring) = (*front_pos, &*blocks);
             let key_of = |v: u32| {
-                let e = &sends[seq_index(front_seq, v)];
-                h_single(&ring[(e.first_pos - front) as usize].hash, e.last_len)
+                let (hash, len) = single_key(&sends[seq_index(front_seq, v)], ring, front);
+                h_single(&hash, len)
             };
             singles.insert_unique(h, seq as u32, key_of, |v| crate::hint::prefetch_one(&sends[seq_index(front_seq, v)]));
         }
@@ -761,7 +749,7 @@ impl Dedupe {
         }
         let front_seq = self.next_seq - self.sends.len() as u64;
         for kind in [SendKind::Write, SendKind::Read] {
-            let i = self.live_message(conn, message_id, kind, front_seq);
+            let i = self.live_message(msg_hash(&self.msg_key, conn, message_id, kind), conn, message_id, kind, front_seq);
             if let Some(send) = i.map(|i| &mut self.sends[i]) {
                 if send.completed_ns == NOT_COMPLETED {
                     send.completed_ns = ts_ns;
@@ -770,9 +758,9 @@ impl Dedupe {
         }
     }
 
-    /// Index in `sends` of the live send of (conn, MessageId, kind), if any.
-    fn live_message(&self, conn: u64, message_id: u64, kind: SendKind, front_seq: u64) -> Option<usize> {
-        let hash = msg_hash(&self.msg_key, conn, message_id, kind);
+    /// Index in `sends` of the live send of (conn, MessageId, kind), if any; `hash` is the
+    /// key's (`msg_hash`).
+    fn live_message(&self, hash: u64, conn: u64, message_id: u64, kind: SendKind, front_seq: u64) -> Option<usize> {
         let sends = &self.sends;
         self.messages
             .find(hash, |v| {
@@ -994,7 +982,10 @@ impl Dedupe {
             self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
             self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
         }
-        let single = (send.payload == SINGLE).then(|| h_single(&self.blocks[0].hash, send.last_len));
+        let single = (send.payload == SINGLE).then(|| {
+            let (hash, len) = single_key(&send, &self.blocks, self.front_pos);
+            h_single(&hash, len)
+        });
         self.blocks.drop_front(n);
         self.front_pos += n as u64;
 
@@ -1034,10 +1025,9 @@ impl Dedupe {
 
     /// Memory the window's contents take (what `max_index_bytes` bounds): like
     /// `bytes_estimate`, from the structures' lengths rather than their capacities, so it
-    /// shrinks as sends leave. The allocations behind it grow by doubling, so their total
-    /// (`bytes_estimate`) stays within about twice this.
+    /// shrinks as sends leave. The lookup tables grow by doubling, so the allocations'
+    /// total (`bytes_estimate_parts`) stays within about twice this.
     pub(super) fn held_bytes(&self) -> u64 {
-        let (open_payloads, _) = self.evidence.open_counts();
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
             + self.messages.held_bytes()
@@ -1045,28 +1035,23 @@ impl Dedupe {
             + self.edge_blocks.held_bytes()
             + self.global_blocks.held_bytes()
             + self.inbound.held_bytes()
-            + (open_payloads * super::evidence::OPEN_ENTRY_BYTES) as u64
-            + self.evidence.stored_bytes()
+            + self.evidence.held_bytes()
     }
 
     /// Memory held by the window, from the structures' capacities (not their lengths), in
     /// two parts: the blocks (their ring and the three block tables: 5 bytes per slot, both
     /// slot arrays while one grows into the other, `PosTable`), and the sends (the send
-    /// table, the message table, the evidence of open payloads).
+    /// table, the message and single-payload tables, the evidence of open payloads).
     /// Strings shared with the SMB state are not counted. `messages` is seeded per process
     /// (`msg_key`), so when it grows depends on where its keys fall: its size is taken as the
     /// table its length needs, so the figure is the same in every run.
     fn bytes_estimate_parts(&self) -> (u64, u64) {
-        let messages = match self.messages.len() {
-            0 => 0,
-            n => ((n * 8 / 7 + 1).max(16)).next_power_of_two() as u64 * 5,
-        };
         let blocks = (self.blocks.capacity() * std::mem::size_of::<LiveBlock>()) as u64
             + self.edge_blocks.bytes()
             + self.global_blocks.bytes()
             + self.inbound.bytes();
         let sends = (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
-            + messages
+            + PosTable::bytes_for_len(self.messages.len())
             + self.singles.bytes()
             + self.evidence.allocated_bytes();
         (blocks, sends)

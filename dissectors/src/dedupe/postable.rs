@@ -25,6 +25,13 @@ const MIN_BUCKETS: usize = 16;
 /// A control byte and a 4-byte value.
 const SLOT_BYTES: u64 = 5;
 
+/// The tables' hash step: a 64x64 -> 128-bit multiply folded to 64 bits.
+#[inline]
+pub(super) fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = (a as u128).wrapping_mul(b as u128);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
 #[inline]
 fn tag(hash: u64) -> u8 {
     0x80 | (hash >> 57) as u8
@@ -158,6 +165,16 @@ impl PosTable {
     /// `max_index_bytes` bounds): 8/7 slots per entry.
     pub(super) fn held_bytes(&self) -> u64 {
         (self.len() as u64 * 8 / 7) * SLOT_BYTES
+    }
+
+    /// Bytes of the slot array a table of `len` entries grows to: the smallest power of two
+    /// of at least `MIN_BUCKETS` slots that keeps it under 7/8 full (for a table whose hash is
+    /// seeded per process, so that its figure is the same in every run).
+    pub(super) fn bytes_for_len(len: usize) -> u64 {
+        match len {
+            0 => 0,
+            n => (n * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two() as u64 * SLOT_BYTES,
+        }
     }
 
     /// Start loading the slots a lookup of `hash` will probe first (the tables are larger
