@@ -35,7 +35,8 @@
 //! - **Memory.** At most `DEPTH` (16; 3 without mapped inputs) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
-//!   buffer. Buffers are reused.
+//!   buffer. Buffers are reused. The mapping's pages before the first frame a worker has yet
+//!   to read are handed back (`Parallel::first_unread`, `Source::keep_from`).
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -534,8 +535,11 @@ pub struct Parallel {
     pub clock: Clock,
     /// The reader's own anomalies (time stepping back; the capture readers').
     pub anomalies: Anomalies,
-    /// Batches handed out and not yet replayed.
-    in_flight: VecDeque<Vec<Order>>,
+    /// Batches handed out and not yet replayed, each with the offset of its first frame in
+    /// each mapping (`usize::MAX`: none there).
+    in_flight: VecDeque<(Vec<Order>, Vec<usize>)>,
+    /// The same for the batch being filled.
+    firsts: Vec<usize>,
     order: Vec<Order>,
     frames_in_batch: usize,
     bytes_in_batch: usize,
@@ -599,6 +603,7 @@ impl Parallel {
             clock: Clock::default(),
             anomalies: Anomalies::default(),
             in_flight: VecDeque::new(),
+            firsts: Vec::new(),
             order: Vec::new(),
             frames_in_batch: 0,
             bytes_in_batch: 0,
@@ -616,6 +621,7 @@ impl Parallel {
     /// The inputs' mappings: frames inside them reach the workers without a copy.
     pub fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
         self.ranges = maps.iter().map(|m| (m.as_ptr() as usize, m.len())).collect();
+        self.firsts = vec![usize::MAX; maps.len()];
         self.maps = Arc::new(maps);
         for wk in self.workers.iter_mut() {
             wk.batch.maps = self.maps.clone();
@@ -632,6 +638,19 @@ impl Parallel {
         self.workers.len()
     }
 
+    /// For each mapping, the offset of the first frame a worker has yet to read (in the
+    /// oldest batch in flight, or in the one being filled, that has frames there), so that
+    /// only pages before it are handed back (`Source::keep_from`).
+    pub(crate) fn first_unread(&self, out: &mut Vec<usize>) {
+        out.clear();
+        out.extend_from_slice(&self.firsts);
+        for (_, firsts) in self.in_flight.iter() {
+            for (o, &f) in out.iter_mut().zip(firsts) {
+                *o = (*o).min(f);
+            }
+        }
+    }
+
     /// Process one captured frame (its events reach the ordered stage a few batches later).
     pub fn process(&mut self, frame: &RawFrame<'_>) {
         let ctx = self.clock.frame(frame, &mut self.anomalies);
@@ -642,6 +661,8 @@ impl Parallel {
         match place {
             Some((map, start)) => {
                 self.handed.0 += 1;
+                let first = &mut self.firsts[map as usize];
+                *first = (*first).min(start);
                 b.steps.push(Step::Frame { info: frame.info, ctx, map, start, len });
             }
             None => {
@@ -675,7 +696,8 @@ impl Parallel {
             wk.jobs.send(Job::Batch(b)).expect("worker alive");
         }
         self.pool.notify_idle();
-        self.in_flight.push_back(std::mem::take(&mut self.order));
+        let firsts = std::mem::replace(&mut self.firsts, vec![usize::MAX; self.ranges.len()]);
+        self.in_flight.push_back((std::mem::take(&mut self.order), firsts));
         self.frames_in_batch = 0;
         self.bytes_in_batch = 0;
         let depth = if self.maps.is_empty() { DEPTH_COPIED } else { DEPTH };
@@ -685,7 +707,7 @@ impl Parallel {
     }
 
     fn replay_oldest(&mut self) {
-        let Some(order) = self.in_flight.pop_front() else { return };
+        let Some((order, _)) = self.in_flight.pop_front() else { return };
         let pool = &self.pool;
         for wk in self.workers.iter_mut() {
             // Waiting for a worker, the reader digests block batches other workers queued.
@@ -912,6 +934,9 @@ impl Engine {
 
 /// Progress is reported about every this many input bytes.
 const PROGRESS_EVERY: u64 = 8 << 20;
+/// The workers' first unread frame is looked up about every this many input bytes (pages
+/// are handed back in larger steps, `source::RELEASE_STEP`).
+const KEEP_EVERY: u64 = 1 << 20;
 
 /// What reads the inputs frame by frame: a pipeline, the `--threads` engine, a `--dask` shard.
 pub(crate) trait FrameSink {
@@ -920,9 +945,10 @@ pub(crate) trait FrameSink {
     fn process(&mut self, frame: &RawFrame<'_>);
     /// The inputs' mappings (frames read from them are slices of them).
     fn use_maps(&mut self, _maps: Vec<Arc<memmap2::Mmap>>) {}
-    /// How far behind the reading the frames of a mapped input are still read.
-    fn release_lag(&self) -> usize {
-        crate::capture::source::RELEASE_LAG
+    /// For each mapping, the offset of the first frame still to be read there (by a
+    /// `--threads` worker); nothing when frames are read only while they are processed.
+    fn first_unread(&self, _out: &mut Vec<usize>) -> bool {
+        false
     }
 }
 
@@ -938,12 +964,13 @@ impl FrameSink for Engine {
             p.use_maps(maps);
         }
     }
-    fn release_lag(&self) -> usize {
+    fn first_unread(&self, out: &mut Vec<usize>) -> bool {
         match self {
-            // Every batch in flight, with room for the frame that ends each and for the
-            // records' headers (25.5 MiB).
-            Engine::Many(_) => (DEPTH + 1) * (BATCH_BYTES + BATCH_BYTES / 2),
-            _ => crate::capture::source::RELEASE_LAG,
+            Engine::Many(p) => {
+                p.first_unread(out);
+                true
+            }
+            _ => false,
         }
     }
 }
@@ -969,7 +996,7 @@ pub(crate) fn read_inputs(
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
     sink.use_maps(merged.maps());
-    merged.set_release_lag(sink.release_lag());
+    let mut unread = Vec::new();
     let mut container = Accounting::default();
     for (i, e) in &merged.skipped {
         // Its bytes are accounted too (every input byte in one category), as far as they can
@@ -984,6 +1011,7 @@ pub(crate) fn read_inputs(
     }
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
+    let mut next_keep = 0;
     while let Some(frame) = merged.next_frame(&mut container, sink.inputs().1) {
         if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
             *n += 1;
@@ -995,6 +1023,13 @@ pub(crate) fn read_inputs(
         }
         sink.process(&frame);
         let pos = merged.position();
+        if pos >= next_keep {
+            // Pages of frames the workers have yet to read stay mapped (`Source::keep_from`).
+            next_keep = pos + KEEP_EVERY;
+            if sink.first_unread(&mut unread) {
+                merged.keep_mapped_from(&unread);
+            }
+        }
         if pos >= next_tick {
             next_tick = pos + PROGRESS_EVERY;
             if !tick(pos, total) {

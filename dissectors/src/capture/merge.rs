@@ -91,10 +91,12 @@ impl Merged {
         self.readers[i].source()
     }
 
-    /// How far behind its reading each mapped input hands pages back (`Source::set_release_lag`).
-    pub fn set_release_lag(&mut self, bytes: usize) {
-        for r in self.readers.iter_mut() {
-            r.source_mut().set_release_lag(bytes);
+    /// For each mapping of `maps` (in its order), the offset of the first frame still to be
+    /// read in it (`Source::keep_from`).
+    pub fn keep_mapped_from(&mut self, from: &[usize]) {
+        let mapped = self.readers.iter_mut().filter(|r| r.source().is_mapped());
+        for (r, &f) in mapped.zip(from) {
+            r.source_mut().keep_from(f);
         }
     }
 

@@ -142,9 +142,10 @@ impl AsRef<[u8]> for MapBytes {
 
 /// Mapped pages are handed back in steps of this many bytes (one `madvise` each) ...
 const RELEASE_STEP: usize = 8 << 20;
-/// ... when they are at least this far behind the reading (one pipeline; `--threads` sets
-/// its own, `Source::set_release_lag`).
-pub const RELEASE_LAG: usize = 16 << 20;
+/// ... when they are at least this far behind the reading (the frame being read and
+/// processed lies within it) and, with `--threads`, before every frame still in a worker's
+/// batch (`Source::keep_from`).
+const RELEASE_LAG: usize = 1 << 20;
 
 pub struct Source {
     file: Box<dyn Read + Send>,
@@ -154,8 +155,10 @@ pub struct Source {
     /// Mapped bytes before this offset were handed back to the kernel (`consume`), so a
     /// long capture's pages do not pile up in the process's resident set.
     released: usize,
-    /// Pages this far behind `start` may be handed back (`release_consumed`).
-    release_lag: usize,
+    /// Pages `RELEASE_LAG` behind `start` may be handed back (`release_consumed`) if they
+    /// are before this offset too (frames still to be read by `--threads`
+    /// workers start here; `usize::MAX`: no such frame).
+    keep_from: usize,
     buf: Vec<u8>,
     /// First unconsumed byte in `buf`.
     start: usize,
@@ -250,7 +253,7 @@ impl Source {
             end: map.len(),
             map: Some(Arc::new(map)),
             released: 0,
-            release_lag: RELEASE_LAG,
+            keep_from: usize::MAX,
             consumed: 0,
             known_size: Some(size),
             eof: true,
@@ -285,7 +288,7 @@ impl Source {
             file: Box::new(Counting { inner: reader, count: count.clone() }),
             map: None,
             released: 0,
-            release_lag: RELEASE_LAG,
+            keep_from: usize::MAX,
             buf: vec![0; BUF_LEN],
             start: 0,
             end: 0,
@@ -308,7 +311,7 @@ impl Source {
             file: Box::new(Counting { inner: file, count: count.clone() }),
             map: None,
             released: 0,
-            release_lag: RELEASE_LAG,
+            keep_from: usize::MAX,
             buf: vec![0; BUF_LEN],
             start: 0,
             end: 0,
@@ -451,6 +454,11 @@ impl Source {
         self.end - self.start
     }
 
+    /// Are its frames read from a mapping (`shared_map`)?
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+
     /// The file's mapping, when its frames are read from one (a regular, uncompressed file):
     /// frames handed out are slices of it.
     pub fn shared_map(&self) -> Option<Arc<memmap2::Mmap>> {
@@ -477,20 +485,19 @@ impl Source {
         self.release_consumed();
     }
 
-    /// Hand back mapped pages only this far behind the reading (default `RELEASE_LAG`):
-    /// `--threads` workers read frames a few batches after the reader, and a page handed back
-    /// before they do is read in again and stays resident.
-    pub fn set_release_lag(&mut self, bytes: usize) {
-        self.release_lag = bytes;
+    /// Keep the mapped pages from `offset` on (the first frame a `--threads` worker has yet
+    /// to read): pages before it and `RELEASE_LAG` behind the reading are handed back.
+    pub fn keep_from(&mut self, offset: usize) {
+        self.keep_from = offset;
     }
 
-    /// Every `RELEASE_STEP` of a mapped file, the pages read more than `release_lag` bytes ago
-    /// leave the resident set (MADV_DONTNEED): read once, they would otherwise count as the
-    /// process's memory for the whole run (1.1 GB of RSS for a 1.1 GB capture). The page cache
+    /// Every `RELEASE_STEP` of a mapped file, the pages read more than `RELEASE_LAG` bytes ago
+    /// and before `keep_from` leave the resident set (MADV_DONTNEED): read once, they would
+    /// otherwise count as the process's memory for the whole run (1.1 GB of RSS for a 1.1 GB capture). The page cache
     /// keeps them; touching one again re-reads it from the unchanged file.
     fn release_consumed(&mut self) {
         let Some(map) = &self.map else { return };
-        let upto = self.start.saturating_sub(self.release_lag) & !0xfff;
+        let upto = self.start.saturating_sub(RELEASE_LAG).min(self.keep_from) & !0xfff;
         if upto < self.released + RELEASE_STEP {
             return;
         }
@@ -523,5 +530,37 @@ impl Source {
     /// Consume everything up to the end of the file; returns the byte count.
     pub fn skip_to_end(&mut self) -> u64 {
         self.skip(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mapped pages are handed back `RELEASE_LAG` behind the reading, in `RELEASE_STEP`
+    /// steps, and never from `keep_from` on.
+    #[test]
+    fn mapped_pages_are_handed_back_behind_the_reading_and_before_keep_from() {
+        let path = std::env::temp_dir().join(format!("smbwire-release-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 48 << 20]).unwrap();
+        let mut s = Source::open(path.to_str().unwrap()).unwrap();
+        assert!(s.is_mapped());
+        let keep = 20 << 20;
+        s.keep_from(keep);
+        let chunk = 64 << 10;
+        while s.start < (40 << 20) {
+            s.consume(chunk);
+            assert!(s.released <= keep, "released {} past keep_from {keep}", s.released);
+            assert!(s.released + RELEASE_LAG <= s.start.max(RELEASE_LAG));
+            if s.start >= keep + RELEASE_LAG + RELEASE_STEP {
+                assert!(s.released + RELEASE_STEP >= keep, "released {} at {}", s.released, s.start);
+            }
+        }
+        // Nothing held for the workers: pages go `RELEASE_LAG` behind the reading.
+        s.keep_from(usize::MAX);
+        s.consume(chunk);
+        assert!(s.released + RELEASE_LAG + RELEASE_STEP >= s.start, "released {} at {}", s.released, s.start);
+        assert!(s.peek().iter().all(|&b| b == 7));
+        std::fs::remove_file(&path).ok();
     }
 }

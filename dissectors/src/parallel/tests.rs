@@ -261,3 +261,40 @@ fn an_idle_worker_digests_blocks_for_the_busy_one() {
     }
     assert!(helped > 0, "no batch was digested by the idle worker in 20 runs");
 }
+
+/// Pages of a mapped capture are handed back only before the first frame a worker has yet
+/// to read: `first_unread` is, after every frame, exactly the lowest offset of the frames
+/// handed out and not yet replayed (in batches in flight or in the one being filled).
+#[test]
+fn first_unread_is_the_oldest_frame_not_replayed() {
+    use crate::accounting::Accounting;
+    // Small batches (as `threads_give_one_pipelines_result_with_a_short_window_and_merged_files`
+    // sets: results do not depend on it), so that batches are replayed during this capture.
+    BATCH_FRAMES.store(7, std::sync::atomic::Ordering::Relaxed);
+    let caps = captures();
+    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
+    let paths = vec![cap.to_string_lossy().into_owned()];
+    let mut merged = Merged::open(&paths).unwrap();
+    let mut many = Parallel::new(&Config::default(), 2, None);
+    many.use_maps(merged.maps());
+    let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+    let mut offsets = std::collections::VecDeque::new();
+    let (mut out, mut checked, mut replayed_some) = (Vec::new(), 0u64, false);
+    while let Some(frame) = merged.next_frame(&mut acct, &mut an) {
+        let (map, start) = many.place(frame.data).expect("a mapped frame");
+        assert_eq!(map, 0);
+        offsets.push_back(start);
+        many.process(&frame);
+        let frames = |o: &Vec<Order>| o.iter().filter(|o| matches!(o, Order::Frame { .. })).count();
+        let unreplayed = many.in_flight.iter().map(|(o, _)| frames(o)).sum::<usize>() + frames(&many.order);
+        while offsets.len() > unreplayed {
+            offsets.pop_front();
+            replayed_some = true;
+        }
+        many.first_unread(&mut out);
+        let want = offsets.iter().copied().min().unwrap_or(usize::MAX);
+        assert_eq!(out, vec![want], "after {checked} frames");
+        checked += 1;
+    }
+    assert!(checked > 1000 && replayed_some, "{checked} frames");
+}
