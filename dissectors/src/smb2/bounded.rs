@@ -41,8 +41,11 @@ impl<K: Hash + Eq + Clone, V> BoundedMap<K, V> {
             }
         }
         // Stale order entries (removed or replaced keys) are compacted away so the queue
-        // stays within a constant factor of the cap.
-        if self.order.len() > 2 * self.cap + 16 {
+        // stays within twice the live entries (not the cap: a map whose entries are removed
+        // soon after they come, such as requests awaiting their response, held up to twice
+        // the cap of stale keys, several MiB). Each compaction keeps at most half of what it
+        // reads, so its cost is constant per insert.
+        if self.order.len() > 2 * self.map.len() + 16 {
             let map = &self.map;
             self.order.retain(|(k, s)| map.get(k).map(|e| e.1) == Some(*s));
         }
@@ -101,5 +104,31 @@ mod tests {
         }
         assert!(m.len() <= 3);
         assert!(m.order.len() <= 2 * 3 + 16 + 1);
+    }
+
+    /// Entries removed soon after they come (requests awaiting their response) leave the
+    /// insertion queue within twice the live entries, whatever the cap; eviction still
+    /// takes the oldest live entry.
+    #[test]
+    fn a_large_cap_with_short_lived_entries_holds_little() {
+        let mut m = BoundedMap::new(1 << 18);
+        for k in 0..100_000u64 {
+            m.insert(k, ());
+            assert!(m.order.len() <= 2 * m.len() + 16, "{} queued for {} live", m.order.len(), m.len());
+            if k >= 5 {
+                m.remove(&(k - 5));
+            }
+        }
+        assert_eq!(m.len(), 5);
+        let mut small = BoundedMap::new(4);
+        for k in 0..1000u64 {
+            small.insert(k, ());
+            if k % 3 == 0 {
+                small.remove(&k);
+            }
+        }
+        let live: Vec<u64> = (990..1000).filter(|k| small.contains_key(k)).collect();
+        // 999 came when 994, 995, 997 and 998 were live: 994 went, then 999 was removed.
+        assert_eq!(live, vec![995, 997, 998], "the newest live entries are kept");
     }
 }
