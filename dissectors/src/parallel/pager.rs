@@ -4,8 +4,8 @@
 //! Reading a mapped capture, it took every page fault (a fault maps a few pages, with their
 //! memory-cgroup accounting) and made every `madvise(MADV_DONTNEED)` call that hands read
 //! pages back: 13% of its time on the 4 KiB bench capture (perf, 2026-11-27). The pager
-//! thread does both instead: it maps in the pages a few MiB ahead of the reading (a
-//! read per page) and hands back
+//! thread does both instead: it maps in the pages a few MiB ahead of the reading
+//! (`MADV_POPULATE_READ`, or one read per page where the kernel lacks it) and hands back
 //! the pages before the first frame a worker has yet to read (`Parallel::first_unread`).
 //!
 //! Neither changes what any thread reads: a page handed back reads back as the same file
@@ -129,9 +129,14 @@ impl Drop for Pager {
 }
 
 fn populate(map: &memmap2::Mmap, from: usize, to: usize) {
-    // A read per page faults the pages in: each fault maps the pages around it too (the
-    // kernel's fault-around, 64 KiB by default), so most reads find their page mapped.
-    // (MADV_POPULATE_READ cost this thread as much, and needs Linux 5.14.)
+    if from >= to {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    if map.advise_range(memmap2::Advice::PopulateRead, from, to - from).is_ok() {
+        return;
+    }
+    // Without MADV_POPULATE_READ (Linux before 5.14): a read per page faults it in.
     let mut sum = 0u8;
     for p in (from..to).step_by(PAGE) {
         sum ^= map[p];
