@@ -35,8 +35,8 @@
 //! - **Memory.** At most `DEPTH` (16; 3 without mapped inputs) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
-//!   buffer. Buffers are reused. A pager thread maps the pages in ahead of the reading and
-//!   hands them back behind the first frame a worker has yet to read (`pager`).
+//!   buffer. Buffers are reused. The mapping's pages before the first frame a worker has yet
+//!   to read are handed back (`Parallel::first_unread`, `Source::keep_from`).
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -554,11 +554,6 @@ pub struct Parallel {
     sharder: Sharder,
     /// Block hashing idle workers take over (`offload`).
     pool: Arc<HashPool>,
-    /// The mapped inputs' pages, mapped in ahead and handed back behind (`pager`).
-    pager: Option<pager::Pager>,
-    unread: Vec<usize>,
-    /// What each thread of ours calls first.
-    start: Option<fn()>,
 }
 
 impl Parallel {
@@ -620,9 +615,6 @@ impl Parallel {
             handed: (0, 0),
             sharder: Sharder::new(n),
             pool,
-            pager: None,
-            unread: Vec::new(),
-            start,
         }
     }
 
@@ -630,7 +622,6 @@ impl Parallel {
     pub fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
         self.ranges = maps.iter().map(|m| (m.as_ptr() as usize, m.len())).collect();
         self.firsts = vec![usize::MAX; maps.len()];
-        self.pager = (!maps.is_empty()).then(|| pager::Pager::new(maps.clone(), self.start));
         self.maps = Arc::new(maps);
         for wk in self.workers.iter_mut() {
             wk.batch.maps = self.maps.clone();
@@ -649,7 +640,7 @@ impl Parallel {
 
     /// For each mapping, the offset of the first frame a worker has yet to read (in the
     /// oldest batch in flight, or in the one being filled, that has frames there), so that
-    /// only pages before it are handed back (`pager`).
+    /// only pages before it are handed back (`Source::keep_from`).
     pub(crate) fn first_unread(&self, out: &mut Vec<usize>) {
         out.clear();
         out.extend_from_slice(&self.firsts);
@@ -672,9 +663,6 @@ impl Parallel {
                 self.handed.0 += 1;
                 let first = &mut self.firsts[map as usize];
                 *first = (*first).min(start);
-                if let Some(p) = self.pager.as_mut() {
-                    p.read_to(map as usize, start + len);
-                }
                 b.steps.push(Step::Frame { info: frame.info, ctx, map, start, len });
             }
             None => {
@@ -715,14 +703,6 @@ impl Parallel {
         let depth = if self.maps.is_empty() { DEPTH_COPIED } else { DEPTH };
         while self.in_flight.len() >= depth {
             self.replay_oldest();
-        }
-        if self.pager.is_some() {
-            let mut unread = std::mem::take(&mut self.unread);
-            self.first_unread(&mut unread);
-            if let Some(p) = self.pager.as_mut() {
-                p.done_before(&unread);
-            }
-            self.unread = unread;
         }
     }
 
@@ -954,6 +934,9 @@ impl Engine {
 
 /// Progress is reported about every this many input bytes.
 const PROGRESS_EVERY: u64 = 8 << 20;
+/// The workers' first unread frame is looked up about every this many input bytes (pages
+/// are handed back in larger steps, `source::RELEASE_STEP`).
+const KEEP_EVERY: u64 = 1 << 20;
 
 /// What reads the inputs frame by frame: a pipeline, the `--threads` engine, a `--dask` shard.
 pub(crate) trait FrameSink {
@@ -961,10 +944,10 @@ pub(crate) trait FrameSink {
     fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>);
     fn process(&mut self, frame: &RawFrame<'_>);
     /// The inputs' mappings (frames read from them are slices of them).
-    /// The inputs' mappings (frames read from them are slices of them). True when the sink
-    /// hands their pages back itself (`--threads`: `pager`); else each input does, behind
-    /// its reading.
-    fn use_maps(&mut self, _maps: Vec<Arc<memmap2::Mmap>>) -> bool {
+    fn use_maps(&mut self, _maps: Vec<Arc<memmap2::Mmap>>) {}
+    /// For each mapping, the offset of the first frame still to be read there (by a
+    /// `--threads` worker); nothing when frames are read only while they are processed.
+    fn first_unread(&self, _out: &mut Vec<usize>) -> bool {
         false
     }
 }
@@ -976,10 +959,15 @@ impl FrameSink for Engine {
     fn process(&mut self, frame: &RawFrame<'_>) {
         Engine::process(self, frame)
     }
-    fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) -> bool {
+    fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
+        if let Engine::Many(p) = self {
+            p.use_maps(maps);
+        }
+    }
+    fn first_unread(&self, out: &mut Vec<usize>) -> bool {
         match self {
-            Engine::Many(p) if !maps.is_empty() => {
-                p.use_maps(maps);
+            Engine::Many(p) => {
+                p.first_unread(out);
                 true
             }
             _ => false,
@@ -1007,12 +995,8 @@ pub(crate) fn read_inputs(
 ) -> Result<(Vec<InputFile>, Accounting), AnalyzeError> {
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
-    let maps = merged.maps();
-    let n_maps = maps.len();
-    if sink.use_maps(maps) {
-        // The sink hands the pages back: the inputs keep them all.
-        merged.keep_mapped_from(&vec![0; n_maps]);
-    }
+    sink.use_maps(merged.maps());
+    let mut unread = Vec::new();
     let mut container = Accounting::default();
     for (i, e) in &merged.skipped {
         // Its bytes are accounted too (every input byte in one category), as far as they can
@@ -1027,6 +1011,7 @@ pub(crate) fn read_inputs(
     }
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
+    let mut next_keep = 0;
     while let Some(frame) = merged.next_frame(&mut container, sink.inputs().1) {
         if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
             *n += 1;
@@ -1038,7 +1023,13 @@ pub(crate) fn read_inputs(
         }
         sink.process(&frame);
         let pos = merged.position();
-
+        if pos >= next_keep {
+            // Pages of frames the workers have yet to read stay mapped (`Source::keep_from`).
+            next_keep = pos + KEEP_EVERY;
+            if sink.first_unread(&mut unread) {
+                merged.keep_mapped_from(&unread);
+            }
+        }
         if pos >= next_tick {
             next_tick = pos + PROGRESS_EVERY;
             if !tick(pos, total) {
@@ -1111,6 +1102,5 @@ pub fn analyze_files(
 }
 
 
-mod pager;
 #[cfg(test)]
 mod tests;

@@ -143,7 +143,8 @@ impl AsRef<[u8]> for MapBytes {
 /// Mapped pages are handed back in steps of this many bytes (one `madvise` each) ...
 const RELEASE_STEP: usize = 8 << 20;
 /// ... when they are at least this far behind the reading (the frame being read and
-/// processed lies within it) and before `Source::keep_from`.
+/// processed lies within it) and, with `--threads`, before every frame still in a worker's
+/// batch (`Source::keep_from`).
 const RELEASE_LAG: usize = 1 << 20;
 
 pub struct Source {
@@ -484,9 +485,8 @@ impl Source {
         self.release_consumed();
     }
 
-    /// Keep the mapped pages from `offset` on: only pages before it and `RELEASE_LAG` behind
-    /// the reading are handed back (0: none; `--threads` hands them back itself, behind its
-    /// workers, `parallel::pager`).
+    /// Keep the mapped pages from `offset` on (the first frame a `--threads` worker has yet
+    /// to read): pages before it and `RELEASE_LAG` behind the reading are handed back.
     pub fn keep_from(&mut self, offset: usize) {
         self.keep_from = offset;
     }
