@@ -91,8 +91,8 @@ impl Merged {
         self.readers[i].source()
     }
 
-    /// For each mapping of `maps` (in its order), the offset of the first frame still to be
-    /// read in it (`Source::keep_from`).
+    /// For each mapping of `maps` (in its order: the mapped readers', `Source::is_mapped`),
+    /// the offset of the first frame still to be read in it (`Source::keep_from`).
     pub fn keep_mapped_from(&mut self, from: &[usize]) {
         let mapped = self.readers.iter_mut().filter(|r| r.source().is_mapped());
         for (r, &f) in mapped.zip(from) {

@@ -156,8 +156,8 @@ pub struct Source {
     /// long capture's pages do not pile up in the process's resident set.
     released: usize,
     /// Pages `RELEASE_LAG` behind `start` may be handed back (`release_consumed`) if they
-    /// are before this offset too (frames still to be read by `--threads`
-    /// workers start here; `usize::MAX`: no such frame).
+    /// are before this offset too (frames still to be read by `--threads` workers start
+    /// here; `usize::MAX`: no such frame).
     keep_from: usize,
     buf: Vec<u8>,
     /// First unconsumed byte in `buf`.
@@ -493,8 +493,9 @@ impl Source {
 
     /// Every `RELEASE_STEP` of a mapped file, the pages read more than `RELEASE_LAG` bytes ago
     /// and before `keep_from` leave the resident set (MADV_DONTNEED): read once, they would
-    /// otherwise count as the process's memory for the whole run (1.1 GB of RSS for a 1.1 GB capture). The page cache
-    /// keeps them; touching one again re-reads it from the unchanged file.
+    /// otherwise count as the process's memory for the whole run (1.1 GB of RSS for a 1.1 GB
+    /// capture). The page cache keeps them; touching one again re-reads it from the unchanged
+    /// file.
     fn release_consumed(&mut self) {
         let Some(map) = &self.map else { return };
         let upto = self.start.saturating_sub(RELEASE_LAG).min(self.keep_from) & !0xfff;
