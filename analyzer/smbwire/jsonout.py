@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from typing import Any, TextIO
 
@@ -35,32 +36,59 @@ def write_json(result: Any, out: str, *, stdout: TextIO | None = None) -> None:
 
 
 def write_text(text: str, out: str, *, stdout: TextIO | None = None, suffix: str = ".tmp") -> None:
-    """Write `text` to the file `out` (atomically, mode as a plain open() would give) or to
-    stdout when `out` is `-` (the CSV and HTML writers use it too)."""
+    """Write `text` to the file `out` or to stdout when `out` is `-` (the CSV and HTML writers
+    use it too).
+
+    A regular file (new, or replaced: through a symbolic link, its target) is written
+    atomically, with the mode a plain open() would give: a reader never sees half a file.
+    Anything else that exists (/dev/null, /dev/stdout, a named pipe) is written in place: a
+    rename would put a regular file where the device or pipe was (as root, /dev/null)."""
     if out == "-":
         stream = stdout if stdout is not None else sys.stdout
         stream.write(text)
         stream.flush()
         return
     check_writable(out)
-    parent = os.path.dirname(os.path.abspath(out))
     try:
-        import tempfile  # only here: it costs start-up time (random, shutil)
-
-        fd, tmp = tempfile.mkstemp(prefix=".smbwire-", suffix=suffix, dir=parent)
+        regular = stat.S_ISREG(os.stat(out).st_mode)
+    except FileNotFoundError:
+        regular = True
     except OSError as e:
         raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+    if not regular:
+        try:
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+        return
+    target = os.path.realpath(out)
+    fd, tmp = _create_beside(target, suffix, out)
     try:
-        # mkstemp makes the file 0600; give the result the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, out)
+        os.replace(tmp, target)
     except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+
+
+def _create_beside(target: str, suffix: str, out: str) -> tuple[int, str]:
+    """A new file in `target`'s directory, opened for writing, with a name no one else has:
+    (descriptor, path). Its mode is what open() gives (0666 less the umask). (Not
+    tempfile.mkstemp: importing tempfile costs every run start-up time, and its files are
+    0600.)"""
+    parent = os.path.dirname(target)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = os.path.join(parent, f".smbwire-{os.urandom(6).hex()}{suffix}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+    raise UserError(f"{out}: cannot write: no free temporary name in {parent}")

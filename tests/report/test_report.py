@@ -12,6 +12,9 @@ import copy
 import io
 import json
 import math
+import os
+import stat
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -359,6 +362,52 @@ def test_write_json_roundtrip_file(tmp_path):
     assert json.loads(text) == sample_result()
     assert text.startswith('{\n  "schema": "smbwire/1"') and text.endswith("}\n")
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_write_json_gives_a_new_file_the_mode_open_gives(tmp_path):
+    out = tmp_path / "r.json"
+    umask = os.umask(0o022)
+    try:
+        write_json({"a": 1}, str(out))
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        os.umask(0o077)
+        write_json({"a": 2}, str(out))  # replaced: the mode a plain open() gives a new file
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    finally:
+        os.umask(umask)
+    assert json.loads(out.read_text()) == {"a": 2}
+
+
+def test_write_json_writes_through_a_link_and_into_a_pipe_in_place(tmp_path):
+    # A symbolic link stays a link; its target gets the result (atomically).
+    target = tmp_path / "target.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_json({"a": 1}, str(link))
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+    # A named pipe (as /dev/null or /dev/stdout, which a test must not touch) is written
+    # into, not replaced by a regular file.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_json({"b": 2}, str(fifo))
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert json.loads(got[0]) == {"b": 2}
+    # Through a link to the pipe, the same.
+    fifo_link = tmp_path / "fifo-link"
+    fifo_link.symlink_to(fifo)
+    got.clear()
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_json({"c": 3}, str(fifo_link))
+    reader.join(timeout=10)
+    assert fifo_link.is_symlink() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert json.loads(got[0]) == {"c": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "fifo-link", "link.json", "target.json"]
 
 
 def test_write_json_stdout():

@@ -971,6 +971,49 @@ fn assert_same_report(a: &DedupeReport, b: &DedupeReport) {
     assert_eq!(a.anomalies, b.anomalies);
 }
 
+/// `finish` folds the sends still in the window without taking them out of the lookup
+/// tables (`fold_front_keeping(false)`): the same report and evidence as folding them one by
+/// one the usual way (a time past the window, `advance`), on a run with every kind of send:
+/// singles, per-copy and repeated payloads, forwarding, reads, trivial blocks, one left
+/// uncompleted.
+#[test]
+fn the_fold_that_ends_a_run_gives_what_folding_by_time_gives() {
+    let run = |by_time: bool| {
+        let out = Shared::default();
+        let cfg = DedupeConfig { window_ns: 1_000 * MS, top_n: 50, ..Default::default() };
+        let mut n = Net::with(cfg, json!({"assume_members": true}), Some(Box::new(out.clone())));
+        let mut t = 0;
+        for i in 0..40u64 {
+            let d = data(500 + i % 7, 1 + (i % 3) as usize);
+            n.write_done(1, 2, t, &d);
+            if i % 2 == 0 {
+                n.write_done(2, 3, t + 1, &d); // forwarded: redirection
+            }
+            if i % 5 == 0 {
+                n.send(SendKind::Read, 3, 1, 2, t + 2, &d);
+            }
+            n.write_done(1, 2, t + 3, &data(900 + i, 1)); // sent once
+            n.write_done(1, 2, t + 4, &vec![0u8; 8192]); // trivial blocks
+            t += 10;
+        }
+        n.send(SendKind::Write, 1, 3, 3, t, &data(500, 2)); // never completed
+        if by_time {
+            n.d.advance((t + 5_000) * MS);
+        }
+        let r = n.finish();
+        let evidence = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        (r, evidence)
+    };
+    let (at_end, ev_end) = run(false);
+    let (by_time, ev_time) = run(true);
+    check_invariants(&at_end);
+    assert!(at_end.duplicated_payloads > 5 && !ev_end.is_empty(), "{}", at_end.duplicated_payloads);
+    assert!(at_end.edges.iter().any(|e| e.class == Class::Redirection));
+    assert_same_report(&by_time, &at_end);
+    assert_eq!(ev_time, ev_end);
+    assert_eq!(serde_json::to_value(&at_end.series).unwrap(), serde_json::to_value(&by_time.series).unwrap());
+}
+
 #[test]
 fn snapshot_does_not_change_the_index() {
     // The redirect scenario with snapshots between every send: same final report as
