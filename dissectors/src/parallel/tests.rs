@@ -199,7 +199,18 @@ fn the_shortcut_finds_the_ends_decode_finds() {
     use crate::accounting::Accounting;
     let (mut taken, mut frames) = (0u64, 0u64);
     let check = |linktype: u32, data: &[u8]| -> bool {
-        let Some((x, y)) = tcp_ends(linktype, data) else { return false };
+        let raw = raw_v4_ends(linktype, data);
+        let Some((x, y)) = tcp_ends(linktype, data) else {
+            assert_eq!(raw, None, "{data:02x?}");
+            return false;
+        };
+        if let Some(k) = raw {
+            let ip = |b: &[u8]| std::net::IpAddr::from(<[u8; 4]>::try_from(b).unwrap());
+            let port = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+            assert_eq!(((ip(&k[..4]), port(&k[8..10])), (ip(&k[4..8]), port(&k[10..]))), (x, y), "{data:02x?}");
+            assert_eq!(reversed_v4(reversed_v4(k)), k);
+            assert_eq!(&reversed_v4(k)[..4], &k[4..8]);
+        }
         if let Ok(d) = wire::decode(linktype, data) {
             match d.transport {
                 Transport::Tcp(seg) => {
