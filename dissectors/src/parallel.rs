@@ -566,6 +566,8 @@ struct Worker {
     /// The batch being filled, and emptied buffers to fill next.
     batch: Batch,
     spare: Vec<Batch>,
+    /// Batches handed to it.
+    handed: u64,
 }
 
 /// What the reader did with one batch, in order: what the ordered stage replays.
@@ -582,8 +584,8 @@ pub struct Parallel {
     /// The reader's own anomalies (time stepping back; the capture readers').
     pub anomalies: Anomalies,
     /// Batches handed out and not yet replayed, each with the offset of its first frame in
-    /// each mapping (`usize::MAX`: none there).
-    in_flight: VecDeque<(Vec<Order>, Vec<usize>)>,
+    /// each mapping (`usize::MAX`: none there), and which workers were handed a part.
+    in_flight: VecDeque<(Vec<Order>, Vec<usize>, Vec<bool>)>,
     /// The same for the batch being filled.
     firsts: Vec<usize>,
     order: Vec<Order>,
@@ -640,6 +642,7 @@ impl Parallel {
                     pending: VecDeque::new(),
                     batch: Batch::new(),
                     spare: Vec::new(),
+                    handed: 0,
                 }
             })
             .collect();
@@ -690,7 +693,7 @@ impl Parallel {
     pub(crate) fn first_unread(&self, out: &mut Vec<usize>) {
         out.clear();
         out.extend_from_slice(&self.firsts);
-        for (_, firsts) in self.in_flight.iter() {
+        for (_, firsts, _) in self.in_flight.iter() {
             for (o, &f) in out.iter_mut().zip(firsts) {
                 *o = (*o).min(f);
             }
@@ -734,7 +737,16 @@ impl Parallel {
 
     /// Hand the batch being filled to the workers; replay the oldest when too many are out.
     fn hand_out(&mut self) {
-        for wk in self.workers.iter_mut() {
+        let mut sent = vec![false; self.workers.len()];
+        for (wk, sent) in self.workers.iter_mut().zip(sent.iter_mut()) {
+            // A worker with nothing in this batch (no frame of its connections, no sweep)
+            // is not woken for it: with one busy connection, the other workers stay free
+            // to digest its blocks (`offload`).
+            if wk.batch.steps.is_empty() {
+                continue;
+            }
+            *sent = true;
+            wk.handed += 1;
             let mut next = wk.spare.pop().unwrap_or(Batch::new());
             next.maps = self.maps.clone();
             let b = std::mem::replace(&mut wk.batch, next);
@@ -743,7 +755,7 @@ impl Parallel {
         }
         self.pool.notify_idle();
         let firsts = std::mem::replace(&mut self.firsts, vec![usize::MAX; self.ranges.len()]);
-        self.in_flight.push_back((std::mem::take(&mut self.order), firsts));
+        self.in_flight.push_back((std::mem::take(&mut self.order), firsts, sent));
         self.frames_in_batch = 0;
         self.bytes_in_batch = 0;
         let depth = if self.maps.is_empty() { DEPTH_COPIED } else { DEPTH };
@@ -753,9 +765,9 @@ impl Parallel {
     }
 
     fn replay_oldest(&mut self) {
-        let Some((order, _)) = self.in_flight.pop_front() else { return };
+        let Some((order, _, sent)) = self.in_flight.pop_front() else { return };
         let pool = &self.pool;
-        for wk in self.workers.iter_mut() {
+        for (wk, _) in self.workers.iter_mut().zip(sent).filter(|(_, sent)| *sent) {
             // Waiting for a worker, the reader digests block batches other workers queued.
             let done = match wk.done.try_recv() {
                 Ok(d) => Some(d),

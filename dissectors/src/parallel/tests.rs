@@ -297,7 +297,7 @@ fn first_unread_is_the_oldest_frame_not_replayed() {
         offsets.push_back(start);
         many.process(&frame);
         let frames = |o: &Vec<Order>| o.iter().filter(|o| matches!(o, Order::Frame { .. })).count();
-        let unreplayed = many.in_flight.iter().map(|(o, _)| frames(o)).sum::<usize>() + frames(&many.order);
+        let unreplayed = many.in_flight.iter().map(|(o, _, _)| frames(o)).sum::<usize>() + frames(&many.order);
         while offsets.len() > unreplayed {
             offsets.pop_front();
             replayed_some = true;
@@ -308,4 +308,52 @@ fn first_unread_is_the_oldest_frame_not_replayed() {
         checked += 1;
     }
     assert!(checked > 1000 && replayed_some, "{checked} frames");
+}
+
+/// A worker none of whose connections has a frame in a batch is not handed it (unless a
+/// sweep falls in it): one busy connection leaves the other workers asleep or digesting its
+/// blocks, not woken for every batch. Results stay those of one pipeline.
+#[test]
+fn a_worker_is_handed_only_the_batches_with_work_for_it() {
+    use crate::accounting::Accounting;
+    BATCH_FRAMES.store(7, std::sync::atomic::Ordering::Relaxed);
+    let caps = captures();
+    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
+    let mut merged = Merged::open(&[cap.to_string_lossy().into_owned()]).unwrap();
+    let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
+    // The frames of the capture's first TCP connection only.
+    let mut first = None;
+    let mut frames: Vec<(FrameInfo, Vec<u8>)> = Vec::new();
+    while let Some(f) = merged.next_frame(&mut acct, &mut an) {
+        let Some((x, y)) = tcp_ends(f.info.linktype, f.data) else { continue };
+        let key = if x <= y { (x, y) } else { (y, x) };
+        if *first.get_or_insert(key) == key {
+            frames.push((f.info, f.data.to_vec()));
+        }
+    }
+    assert!(frames.len() > 100, "{} frames", frames.len());
+    let config = Config::default();
+    let mut many = Parallel::new(&config, 3, None);
+    let mut one = Engine::new(&Config { threads: 1, ..config.clone() }, None);
+    for (info, data) in frames.iter() {
+        let frame = RawFrame { info: *info, data };
+        many.process(&frame);
+        one.process(&frame);
+    }
+    let handed: Vec<u64> = many.workers.iter().map(|w| w.handed).collect();
+    let busy = handed.iter().copied().max().unwrap();
+    assert!(busy as usize >= frames.len() / 7, "{handed:?}");
+    assert_eq!(handed.iter().filter(|&&h| h == busy).count(), 1, "{handed:?}");
+    for &h in handed.iter().filter(|&&h| h != busy) {
+        assert!(h * 10 < busy, "an idle worker was handed {h} of {busy} batches: {handed:?}");
+    }
+    let started = std::time::Instant::now();
+    let (a, _, _) = many.finish_recorded(Vec::new(), Accounting::default(), started);
+    let (b, _, _) = one.finish_recorded(Vec::new(), Accounting::default(), started);
+    let strip = |r: &crate::report::Results| {
+        let mut v = serde_json::to_value(r).unwrap();
+        v["analysis"] = Value::Null;
+        v
+    };
+    assert_eq!(strip(&a), strip(&b));
 }
