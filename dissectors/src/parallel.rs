@@ -332,7 +332,8 @@ fn tcp_key((x, y): Ends) -> u64 {
 fn tcp_ends(linktype: u32, d: &[u8]) -> Option<Ends> {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     const TCP: u8 = 6;
-    if linktype != wire::linktype::ETHERNET || d.len() < 14 + 40 + 4 {
+    // An IPv4 header's 20 bytes (the ports are read with `get`); IPv6 checks its own below.
+    if linktype != wire::linktype::ETHERNET || d.len() < 14 + 20 {
         return None;
     }
     let port = |at: usize| d.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
@@ -369,7 +370,7 @@ fn tcp_ends(linktype: u32, d: &[u8]) -> Option<Ends> {
 #[inline]
 fn raw_v4_ends(linktype: u32, d: &[u8]) -> Option<[u8; 12]> {
     const TCP: u8 = 6;
-    if linktype != wire::linktype::ETHERNET || d.len() < 14 + 40 + 4 || d[12] != 0x08 || d[13] != 0x00 {
+    if linktype != wire::linktype::ETHERNET || d.len() < 14 + 20 || d[12] != 0x08 || d[13] != 0x00 {
         return None;
     }
     let ip = &d[14..];
@@ -419,21 +420,27 @@ pub(crate) struct Sharder {
     /// a frame of the same connection goes there without hashing or a lookup (a
     /// connection's worker never changes).
     last: Option<(Ends, usize)>,
-    /// The last IPv4 TCP frame's `raw_v4_ends`, those of the other direction, and its worker:
-    /// the same, compared as bytes.
-    last_v4: Option<([u8; 12], [u8; 12], usize)>,
+    /// The last few IPv4 TCP connections' `raw_v4_ends` (both directions) and workers: the
+    /// same, compared as bytes, for several connections whose frames interleave (two busy
+    /// connections alternating missed a one-entry cache on most frames). Replaced in turn.
+    recent_v4: [([u8; 12], [u8; 12], usize); RECENT_V4],
+    next_v4: usize,
 }
+
+/// Connections `Sharder::recent_v4` remembers.
+const RECENT_V4: usize = 4;
 
 impl Sharder {
     pub(crate) fn new(n: usize) -> Self {
-        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)], last: None, last_v4: None }
+        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)], last: None, recent_v4: [([0; 12], [0; 12], usize::MAX); RECENT_V4], next_v4: 0 }
     }
 
     /// The worker of this frame (frames that do not decode: worker 0).
     pub(crate) fn pick(&mut self, info: &FrameInfo, data: &[u8]) -> usize {
         let raw = raw_v4_ends(info.linktype, data);
-        if let (Some(k), Some((fwd, rev, w))) = (raw, self.last_v4) {
-            if k == fwd || k == rev {
+        if let Some(k) = raw {
+            // An empty entry's worker is usize::MAX: never returned (an all-zero key matches it).
+            if let Some(&(_, _, w)) = self.recent_v4.iter().find(|(fwd, rev, w)| *w != usize::MAX && (k == *fwd || k == *rev)) {
                 self.load[w] += data.len() as u64;
                 return w;
             }
@@ -466,7 +473,8 @@ impl Sharder {
             self.last = Some((e, w));
         }
         if let Some(k) = raw {
-            self.last_v4 = Some((k, reversed_v4(k), w));
+            self.recent_v4[self.next_v4] = (k, reversed_v4(k), w);
+            self.next_v4 = (self.next_v4 + 1) % RECENT_V4;
         }
         w
     }
