@@ -332,25 +332,20 @@ fn tcp_key((x, y): Ends) -> u64 {
 fn tcp_ends(linktype: u32, d: &[u8]) -> Option<Ends> {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     const TCP: u8 = 6;
-    // An IPv4 header's 20 bytes (the ports are read with `get`); IPv6 checks its own below.
+    // An IPv4 header's 20 bytes (`raw_v4_ends` reads the ports with `get`); IPv6 checks its
+    // own below.
     if linktype != wire::linktype::ETHERNET || d.len() < 14 + 20 {
         return None;
     }
-    let port = |at: usize| d.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
     match [d[12], d[13]] {
         [0x08, 0x00] => {
-            let ip = &d[14..];
-            let ihl = usize::from(ip[0] & 0x0f) * 4;
-            // Version 4, a whole header; neither more fragments nor an offset (a fragment's
-            // ends are its address pair only).
-            if ip[0] >> 4 != 4 || ihl < 20 || ip[6] & 0x3f != 0 || ip[7] != 0 || ip[9] != TCP {
-                return None;
-            }
-            let src = IpAddr::V4(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]));
-            let dst = IpAddr::V4(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
-            Some(((src, port(14 + ihl)?), (dst, port(14 + ihl + 2)?)))
+            let k = raw_v4_ends(linktype, d)?;
+            let addr = |at: usize| IpAddr::V4(Ipv4Addr::new(k[at], k[at + 1], k[at + 2], k[at + 3]));
+            let port = |at: usize| u16::from_be_bytes([k[at], k[at + 1]]);
+            Some(((addr(0), port(8)), (addr(4), port(10))))
         }
         [0x86, 0xdd] => {
+            let port = |at: usize| d.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
             let ip = &d[14..];
             if ip[0] >> 4 != 6 || ip[6] != TCP || d.len() < 14 + 40 + 20 {
                 return None;
@@ -363,10 +358,10 @@ fn tcp_ends(linktype: u32, d: &[u8]) -> Option<Ends> {
 }
 
 /// The ends of an untagged Ethernet frame carrying IPv4 (not a fragment) with TCP, as they
-/// lie on the wire: source and destination address, then source and destination port. Where
-/// it gives a key, `tcp_ends` gives these ends (`tests::the_shortcut_finds_the_ends_decode_finds`);
-/// `Sharder` compares it with the last frame's without building addresses (building and
-/// ordering them was 2% of a `--threads 2` run's samples, on the reader).
+/// lie on the wire: source and destination address, then source and destination port
+/// (`tcp_ends` builds its IPv4 ends from these bytes). `Sharder` compares them with recent
+/// frames' without building addresses (building and ordering them was 2% of a `--threads 2`
+/// run's samples, on the reader).
 #[inline]
 fn raw_v4_ends(linktype: u32, d: &[u8]) -> Option<[u8; 12]> {
     const TCP: u8 = 6;
@@ -375,6 +370,8 @@ fn raw_v4_ends(linktype: u32, d: &[u8]) -> Option<[u8; 12]> {
     }
     let ip = &d[14..];
     let ihl = usize::from(ip[0] & 0x0f) * 4;
+    // Version 4, a whole header; neither more fragments nor an offset (a fragment's ends are
+    // its address pair only).
     if ip[0] >> 4 != 4 || ihl < 20 || ip[6] & 0x3f != 0 || ip[7] != 0 || ip[9] != TCP {
         return None;
     }
@@ -416,9 +413,9 @@ pub(crate) struct Sharder {
     n: usize,
     assigned: crate::fasthash::FastMap<u64, u32>,
     load: Vec<u64>,
-    /// The ends of the last TCP frame the shortcut read (lower end first), and its worker:
-    /// a frame of the same connection goes there without hashing or a lookup (a
-    /// connection's worker never changes).
+    /// The ends of the last IPv6 TCP frame the shortcut read (lower end first), and its
+    /// worker: a frame of the same connection goes there without hashing or a lookup (a
+    /// connection's worker never changes). IPv4 frames use `recent_v4`.
     last: Option<(Ends, usize)>,
     /// The last few IPv4 TCP connections' `raw_v4_ends` (both directions) and workers: the
     /// same, compared as bytes, for several connections whose frames interleave (two busy
@@ -446,7 +443,7 @@ impl Sharder {
             }
         }
         let ends = tcp_ends(info.linktype, data).map(|(x, y)| if x <= y { (x, y) } else { (y, x) });
-        if let (Some(e), Some((last, w))) = (ends, self.last) {
+        if let (None, Some(e), Some((last, w))) = (raw, ends, self.last) {
             if e == last {
                 self.load[w] += data.len() as u64;
                 return w;
@@ -469,12 +466,13 @@ impl Sharder {
             },
         };
         self.load[w] += data.len() as u64;
-        if let Some(e) = ends {
-            self.last = Some((e, w));
-        }
-        if let Some(k) = raw {
-            self.recent_v4[self.next_v4] = (k, reversed_v4(k), w);
-            self.next_v4 = (self.next_v4 + 1) % RECENT_V4;
+        match (raw, ends) {
+            (Some(k), _) => {
+                self.recent_v4[self.next_v4] = (k, reversed_v4(k), w);
+                self.next_v4 = (self.next_v4 + 1) % RECENT_V4;
+            }
+            (None, Some(e)) => self.last = Some((e, w)),
+            (None, None) => {}
         }
         w
     }

@@ -974,10 +974,11 @@ impl Dedupe {
                 t.inbound.prefetch(h_node(send.dst, &b.hash));
             }
         };
-        for b in self.blocks.range(0, if tables { n.min(PREFETCH_BLOCKS) } else { 0 }) {
+        let removals = if tables { n } else { 0 };
+        for b in self.blocks.range(0, removals.min(PREFETCH_BLOCKS)) {
             prefetch(b, self);
         }
-        for i in 0..if tables { n } else { 0 } {
+        for i in 0..removals {
             if let Some(ahead) = self.blocks.get(i + PREFETCH_BLOCKS).filter(|_| i + PREFETCH_BLOCKS < n) {
                 prefetch(ahead, self);
             }
@@ -991,11 +992,11 @@ impl Dedupe {
             self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
             self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
         }
-        let single = (send.payload == SINGLE).then(|| {
-            tables.then(|| {
-                let (hash, len) = single_key(&send, &self.blocks, self.front_pos);
-                h_single(&hash, len)
-            })
+        // A payload sent once in the window: its `singles` slot (read from its blocks, before
+        // they go).
+        let single_slot = (send.payload == SINGLE && tables).then(|| {
+            let (hash, len) = single_key(&send, &self.blocks, self.front_pos);
+            h_single(&hash, len)
         });
         self.blocks.drop_front(n);
         self.front_pos += n as u64;
@@ -1012,11 +1013,11 @@ impl Dedupe {
         if tables {
             self.messages.remove(msg_hash(&self.msg_key, send.conn, send.message_id, send.kind), |v| v == seq as u32);
         }
-        if let Some(h) = single {
-            // A payload sent once in the window: no evidence, and its entry in `singles` goes.
-            if let Some(h) = h {
-                self.singles.remove(h, |v| v == seq as u32);
-            }
+        if let Some(h) = single_slot {
+            self.singles.remove(h, |v| v == seq as u32);
+        }
+        if send.payload == SINGLE {
+            // No evidence: only its context goes.
             self.evidence.release(send.ctx);
         } else {
             let verdict = send_verdict(&acc);
