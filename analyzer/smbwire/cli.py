@@ -723,7 +723,7 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
             with open(topology_out, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            raise UserError(f"{topology_out}: cannot write: {e.strerror or e}") from None
+            raise jsonout.cannot_write(topology_out, e) from None
     click.echo(f"wrote {out}", err=True)
     return 0
 

@@ -54,13 +54,13 @@ def write_text(text: str, out: str, *, stdout: TextIO | None = None, suffix: str
     except FileNotFoundError:
         regular = True
     except OSError as e:
-        raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+        raise cannot_write(out, e) from None
     if not regular:
         try:
             with open(out, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as e:
-            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+            raise cannot_write(out, e) from None
         return
     target = os.path.realpath(out)
     fd, tmp = _create_beside(target, suffix, out)
@@ -73,7 +73,7 @@ def write_text(text: str, out: str, *, stdout: TextIO | None = None, suffix: str
             os.unlink(tmp)
         except OSError:
             pass
-        raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+        raise cannot_write(out, e) from None
 
 
 def _create_beside(target: str, suffix: str, out: str) -> tuple[int, str]:
@@ -90,5 +90,10 @@ def _create_beside(target: str, suffix: str, out: str) -> tuple[int, str]:
         except FileExistsError:
             continue
         except OSError as e:
-            raise UserError(f"{out}: cannot write: {e.strerror or e}") from None
+            raise cannot_write(out, e) from None
     raise UserError(f"{out}: cannot write: no free temporary name in {parent}")
+
+
+def cannot_write(out: str, e: OSError) -> UserError:
+    """The one-line error for an output that cannot be written."""
+    return UserError(f"{out}: cannot write: {e.strerror or e}")
