@@ -42,6 +42,7 @@ use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -214,7 +215,14 @@ impl Decoder {
     }
 }
 
-fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Option<fn()>, pool: Arc<HashPool>) {
+fn worker(
+    config: Config,
+    jobs: Receiver<Job>,
+    queued: Arc<AtomicUsize>,
+    done: SyncSender<Done>,
+    start: Option<fn()>,
+    pool: Arc<HashPool>,
+) {
     if let Some(f) = start {
         f();
     }
@@ -231,6 +239,10 @@ fn worker(config: Config, jobs: Receiver<Job>, done: SyncSender<Done>, start: Op
     while let Some(job) = next() {
         match job {
             Job::Batch(mut b) => {
+                // Its blocks go to idle workers only while more batches wait for it: a worker
+                // that keeps up (a live capture below its rate) digests its own, without
+                // waking another thread and moving the blocks to its core (`offload`).
+                offload::set_behind(queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) > 1);
                 for step in b.steps.iter() {
                     match *step {
                         Step::Frame { info, ctx, map, start, len } => {
@@ -565,6 +577,9 @@ impl Ordered {
 
 struct Worker {
     jobs: SyncSender<Job>,
+    /// Batches sent to it that it has not started on (it reads this to decide whether to
+    /// offer its blocks to idle workers).
+    queued: Arc<AtomicUsize>,
     done: Receiver<Done>,
     handle: Option<JoinHandle<()>>,
     /// Events received, not yet replayed.
@@ -637,12 +652,15 @@ impl Parallel {
                 let (dt, dr) = sync_channel(DEPTH + 1);
                 let c = wc.clone();
                 let p = pool.clone();
+                let queued = Arc::new(AtomicUsize::new(0));
+                let q = queued.clone();
                 let handle = std::thread::Builder::new()
                     .name(format!("smbwire-worker-{i}"))
-                    .spawn(move || worker(c, jr, dt, start, p))
+                    .spawn(move || worker(c, jr, q, dt, start, p))
                     .expect("a worker thread can be started");
                 Worker {
                     jobs: jt,
+                    queued,
                     done: dr,
                     handle: Some(handle),
                     pending: VecDeque::new(),
@@ -757,6 +775,7 @@ impl Parallel {
             next.maps = self.maps.clone();
             let b = std::mem::replace(&mut wk.batch, next);
             // A worker only ends when its channel closes: it is alive while we hold `jobs`.
+            wk.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             wk.jobs.send(Job::Batch(b)).expect("worker alive");
         }
         self.pool.notify_idle();

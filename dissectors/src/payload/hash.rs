@@ -159,7 +159,8 @@ impl PayloadHasher {
     }
 
     /// Digest the staged whole blocks (and move a partial block to the front). A full batch
-    /// of several blocks goes to an idle `--threads` worker when there is one (`offload`).
+    /// of several blocks goes to an idle `--threads` worker when there is one and this
+    /// thread is behind (`offload`).
     fn flush_staged(&mut self) {
         let n = self.staging.len() / BLOCK_SIZE * BLOCK_SIZE;
         if n == 0 {
@@ -168,7 +169,7 @@ impl PayloadHasher {
         if n == self.staging.len() && n > BLOCK_SIZE {
             // Once a batch is out, the later ones queue behind it (digested here when no
             // worker is idle), so this one waits for the helper only at the payload's end.
-            if let Some(pool) = offload::pool().filter(|p| p.has_idle() || !self.pending.is_empty()) {
+            if let Some(pool) = offload::pool().filter(|p| (p.has_idle() && offload::behind()) || !self.pending.is_empty()) {
                 let capacity = self.staging.capacity();
                 let data = std::mem::take(&mut self.staging);
                 self.pending.push(pool.submit(data));
