@@ -332,18 +332,34 @@ mod tests {
             .collect()
     }
 
+    /// A worker with nothing of its own to do, digesting what the pool is offered until
+    /// stopped.
+    struct IdleHelper {
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    impl IdleHelper {
+        fn start(pool: &Arc<HashPool>) -> IdleHelper {
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (p, s) = (pool.clone(), stop.clone());
+            let thread = std::thread::spawn(move || p.idle_until(|| s.load(Ordering::Acquire).then_some(())));
+            IdleHelper { stop, thread }
+        }
+
+        fn stop(self, pool: &HashPool) {
+            self.stop.store(true, Ordering::Release);
+            pool.notify_idle();
+            self.thread.join().unwrap();
+        }
+    }
+
     /// A hasher with a pool and a helper thread gives the digests of one without, whatever
     /// the payload's length and the size of the pieces it arrives in; the helper took part.
     #[test]
     fn offloaded_digests_are_the_same() {
         let pool = HashPool::new();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let helper = {
-            let (pool, stop) = (pool.clone(), stop.clone());
-            std::thread::spawn(move || {
-                pool.idle_until(|| stop.load(Ordering::Acquire).then_some(()));
-            })
-        };
+        let helper = IdleHelper::start(&pool);
         install(Some(pool.clone()));
         for (len, piece) in [(0, 1), (1, 1), (4095, 1000), (4096, 4096), (65_536, 1448), (65_537, 8948), (1 << 20, 1448), (3 << 20, 65_536), (1_000_001, 7)] {
             let data = sample(len, len as u64);
@@ -362,9 +378,7 @@ mod tests {
             assert_eq!(got, want, "{len} bytes in pieces of {piece}");
         }
         install(None);
-        stop.store(true, Ordering::Release);
-        pool.notify_idle();
-        helper.join().unwrap();
+        helper.stop(&pool);
         assert!(pool.helped.load(Ordering::Relaxed) > 0, "the helper digested no batch");
     }
 
@@ -381,18 +395,13 @@ mod tests {
         assert_eq!(pool.queue.lock().unwrap().len(), 0);
         assert_eq!(pool.helped.load(Ordering::Relaxed), 0);
     }
+
     /// A thread that is not behind digests its own blocks even with an idle worker waiting;
     /// once behind, it offers them again.
     #[test]
     fn a_thread_that_keeps_up_offers_nothing() {
         let pool = HashPool::new();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let helper = {
-            let (pool, stop) = (pool.clone(), stop.clone());
-            std::thread::spawn(move || {
-                pool.idle_until(|| stop.load(Ordering::Acquire).then_some(()));
-            })
-        };
+        let helper = IdleHelper::start(&pool);
         while !pool.has_idle() {
             std::thread::yield_now();
         }
@@ -416,9 +425,7 @@ mod tests {
         }
         set_behind(true);
         install(None);
-        stop.store(true, Ordering::Release);
-        pool.notify_idle();
-        helper.join().unwrap();
+        helper.stop(&pool);
     }
 
     /// An idle thread whose work keeps coming long after it fell asleep stops yielding before
