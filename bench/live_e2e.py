@@ -40,6 +40,8 @@ Needs root. Usage: python bench/live_e2e.py [--bytes 1GiB] [--threads 1,2] [--si
     [--placements shared,split] [--bisect 4] [--budget 1200] [--keep] [--no-build]
     [--live-args "OPTIONS"]   (extra `smbwire live` options, for experiments)
     python bench/live_e2e.py --render bench/out/live_e2e.json   (the tables of a saved run)
+    python bench/live_e2e.py --fixed 2700 --sizes jumbo --threads 1,2 --repeat 3
+        (no search: every step at one rate, the --threads values alternating; CPU per step)
 Two namespaces joined by a veth (no addresses: the replayed frames carry their own, all in
 198.18.0.0/15, and are addressed to MACs that are not B's, as on a mirror port), named with this
 script's PID, removed on exit, SIGINT, SIGTERM and SIGHUP; only processes this script started
@@ -483,6 +485,38 @@ def parse_size(s: str) -> int:
     return int(s)
 
 
+def fixed_steps(args, sizes, placements, threads_list, caps, refs) -> int:
+    """`--fixed`: the same replay rate --repeat times per --threads value, alternating, each
+    step's row printed (stderr, as in a search) and summed up per value (stdout)."""
+    summary = []
+    try:
+        for placement in placements:
+            live_cpus = PLACEMENTS[placement][1]
+            tl = threads_list if live_cpus is None else [1]
+            for name in sizes:
+                setup(SIZES[name][1])
+                idle = {t: idle_step(t, 2.0, placement) for t in tl}
+                rows = {t: [] for t in tl}
+                for _ in range(args.repeat):
+                    for t in tl:
+                        rows[t].append(step(name, caps[name], refs[name], t, args.fixed, idle[t], placement))
+                teardown()
+                for t in tl:
+                    r = rows[t]
+                    summary.append(f"{name} {placement} --threads {t} at {args.fixed:.0f} Mbit/s: smbwire CPU s "
+                                   + ", ".join(f"{x['smbwire_cpu_s']:.2f}" for x in r)
+                                   + f"; achieved {min(x['achieved_gbit_s'] for x in r):.2f}-"
+                                   f"{max(x['achieved_gbit_s'] for x in r):.2f} Gbit/s; "
+                                   f"{sum(x['pass'] for x in r)} of {len(r)} exact")
+    finally:
+        teardown()
+        if not args.keep:
+            for f in WORK.glob("nested4-*"):
+                f.unlink()
+    print("\n".join(summary))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bytes", default="1GiB", help="payload the scenario writes (the wire carries it twice)")
@@ -496,6 +530,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the generated captures in bench/out/e2e/")
     ap.add_argument("--no-build", action="store_true", help="use target/release/examples/blast as it is")
     ap.add_argument("--render", metavar="JSON", help="print the tables of a saved live_e2e.json again (no run)")
+    ap.add_argument("--fixed", type=float, metavar="MBPS",
+                    help="no search: replay at this rate (0 = top speed), --repeat times per --threads value, "
+                         "the values alternating, and print each step's row (CPU seconds, pass); for A/B "
+                         "comparisons of builds; writes no results file")
+    ap.add_argument("--repeat", type=int, default=3, help="with --fixed: steps per --threads value")
     args = ap.parse_args()
     global DEADLINE
     if args.render:
@@ -526,7 +565,10 @@ def main() -> int:
     try:
         for name in sizes:
             caps[name], refs[name] = make_capture(name, nbytes)
+        cap_mib = {n: caps[n].stat().st_size / 2**20 for n in caps}
         DEADLINE = time.monotonic() + args.budget
+        if args.fixed is not None:
+            return fixed_steps(args, sizes, placements, threads_list, caps, refs)
         for placement in placements:
             gen_cpus, live_cpus = PLACEMENTS[placement]
             # With live pinned to one CPU, more decoding workers only share that CPU.
@@ -565,8 +607,8 @@ def main() -> int:
             f"{when}; "
             f"{sum(len(r['runs']) for r in results)} steps, {elapsed:.0f} s; load average before {load[0]:.2f}; "
             f"captures: nested4, 1 MiB writes, " + ", ".join(
-                f"{SIZES[n][0]} MSS {caps[n].stat().st_size / 2**20:.0f} MiB, {refs[n]['totals']['payload_bytes'] / 2**20:.0f} MiB payload"
-                for n in caps if caps[n].exists()) + "; Gbit/s count Ethernet frames without FCS")
+                f"{SIZES[n][0]} MSS {cap_mib[n]:.0f} MiB, {refs[n]['totals']['payload_bytes'] / 2**20:.0f} MiB payload"
+                for n in cap_mib) + "; Gbit/s count Ethernet frames without FCS")
     text = markdown(results, model, gen_alone, refs, meta)
     print(text)
     OUT.mkdir(exist_ok=True)
