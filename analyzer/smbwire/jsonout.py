@@ -91,9 +91,11 @@ def _create_beside(target: str, suffix: str, out: str) -> tuple[int, str]:
             continue
         except OSError as e:
             raise cannot_write(out, e) from None
-    raise UserError(f"{out}: cannot write: no free temporary name in {parent}")
+    raise cannot_write(out, f"no free temporary name in {parent}")
 
 
-def cannot_write(out: str, e: OSError) -> UserError:
+def cannot_write(out: str, why: OSError | str) -> UserError:
     """The one-line error for an output that cannot be written."""
-    return UserError(f"{out}: cannot write: {e.strerror or e}")
+    if isinstance(why, OSError):
+        why = why.strerror or str(why)
+    return UserError(f"{out}: cannot write: {why}")
