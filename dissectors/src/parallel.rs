@@ -432,7 +432,7 @@ pub(crate) struct Sharder {
     /// The last few IPv4 TCP connections' `raw_v4_ends` (both directions) and workers: the
     /// same, compared as bytes, for several connections whose frames interleave (two busy
     /// connections alternating missed a one-entry cache on most frames). Replaced in turn.
-    recent_v4: [([u8; 12], [u8; 12], usize); RECENT_V4],
+    recent_v4: [Option<([u8; 12], [u8; 12], usize)>; RECENT_V4],
     next_v4: usize,
 }
 
@@ -441,15 +441,15 @@ const RECENT_V4: usize = 4;
 
 impl Sharder {
     pub(crate) fn new(n: usize) -> Self {
-        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)], last: None, recent_v4: [([0; 12], [0; 12], usize::MAX); RECENT_V4], next_v4: 0 }
+        Sharder { n: n.max(1), assigned: Default::default(), load: vec![0; n.max(1)], last: None, recent_v4: [None; RECENT_V4], next_v4: 0 }
     }
 
     /// The worker of this frame (frames that do not decode: worker 0).
     pub(crate) fn pick(&mut self, info: &FrameInfo, data: &[u8]) -> usize {
         let raw = raw_v4_ends(info.linktype, data);
         if let Some(k) = raw {
-            // An empty entry's worker is usize::MAX: never returned (an all-zero key matches it).
-            if let Some(&(_, _, w)) = self.recent_v4.iter().find(|(fwd, rev, w)| *w != usize::MAX && (k == *fwd || k == *rev)) {
+            if let Some((_, _, w)) = self.recent_v4.iter().flatten().find(|(fwd, rev, _)| k == *fwd || k == *rev) {
+                let w = *w;
                 self.load[w] += data.len() as u64;
                 return w;
             }
@@ -480,7 +480,7 @@ impl Sharder {
         self.load[w] += data.len() as u64;
         match (raw, ends) {
             (Some(k), _) => {
-                self.recent_v4[self.next_v4] = (k, reversed_v4(k), w);
+                self.recent_v4[self.next_v4] = Some((k, reversed_v4(k), w));
                 self.next_v4 = (self.next_v4 + 1) % RECENT_V4;
             }
             (None, Some(e)) => self.last = Some((e, w)),
