@@ -354,11 +354,12 @@ struct Capture {
 /// A shed connection stays shed for the rest of the session.
 ///
 /// Policy: after every batch (at most 2 ms, `live::batch_full`), when the fullest queue is at
-/// least `SHED_HIGH` full and fuller than at the previous look (2 to 50 ms before: a queue
-/// that fills while it is read is overload, one that drains after a stall, such as an index
-/// table growing, is not), or is `SHED_URGENT` full, the next storage frame's connection is
-/// shed (a draw weighted by frames, so the busiest connection is the likeliest); the next
-/// shedding waits `SHED_SPACING`.
+/// least `SHED_HIGH` full and was fuller at `SHED_RISES` looks since it last drained than at
+/// the look before (each 2 to 50 ms after it: a queue that keeps filling while it is read is
+/// overload; one that filled during a stall, such as an index table growing or the thread
+/// waiting for a CPU, and drains once it is read again is not), or is `SHED_URGENT` full, the
+/// next storage frame's connection is shed (a draw weighted by frames, so the busiest
+/// connection is the likeliest); the next shedding waits `SHED_SPACING`.
 struct Shedder {
     enabled: bool,
     tcp_ports: Vec<u16>,
@@ -376,9 +377,10 @@ struct Shedder {
     bytes: u64,
     /// Connections the capture point stopped copying (`LiveSource::shed` said yes).
     at_capture_point: u64,
-    /// The last look at the backlog (when, how full) and whether it was filling then.
+    /// The last look at the backlog (when, how full), and how many looks since it last
+    /// drained (or since a stall) found the backlog fuller than the look before.
     sample: Option<(Instant, f64)>,
-    filling: bool,
+    rises: u32,
 }
 
 const SHED_HIGH: f64 = 0.5;
@@ -388,6 +390,12 @@ const SHED_SPACING: Duration = Duration::from_millis(10);
 /// this far: a look after a longer gap (a stall) only starts a new comparison.
 const SHED_SAMPLE_MIN_AGE: Duration = Duration::from_millis(2);
 const SHED_SAMPLE_MAX_AGE: Duration = Duration::from_millis(50);
+/// Looks since the queue last drained that must find it fuller than the look before (a look
+/// that finds it as full counts neither way) before it counts as filling: one rise may
+/// be a stall (on a 2-core host with a 4.5 Gbit/s replay, one of about 30 ms took the queue
+/// past `SHED_HIGH` and shed the only connection, 2026-11-27), two are the queue filling
+/// while it is read.
+const SHED_RISES: u32 = 2;
 const SHED_LISTED: usize = 32;
 /// Connections shed at most: past it the queues may overflow again (ring drops).
 const SHED_MAX: usize = 65_536;
@@ -406,7 +414,7 @@ impl Shedder {
             bytes: 0,
             at_capture_point: 0,
             sample: None,
-            filling: false,
+            rises: 0,
         }
     }
 
@@ -451,23 +459,30 @@ impl Shedder {
         }
         let now = Instant::now();
         let backlog = source.backlog();
-        // Above the mark and still filling since the previous look (one within
-        // SHED_SAMPLE_MAX_AGE: after a long stall the queue may be draining fast, and one
-        // stall, such as an index table growing, is no overload).
-        let filling = match self.sample {
+        // Above the mark and filling at each of the last `SHED_RISES` looks, each compared
+        // with the look before it (one within SHED_SAMPLE_MAX_AGE: after a long stall the
+        // queue may be draining fast, and one stall, such as an index table growing, is no
+        // overload).
+        self.rises = match self.sample {
             // Too close to the last look to tell: keep that one.
-            Some((at, _)) if now.duration_since(at) < SHED_SAMPLE_MIN_AGE => self.filling,
+            Some((at, _)) if now.duration_since(at) < SHED_SAMPLE_MIN_AGE => self.rises,
             Some((at, b)) => {
-                let f = now.duration_since(at) <= SHED_SAMPLE_MAX_AGE && backlog > b;
                 self.sample = Some((now, backlog));
-                f
+                if now.duration_since(at) > SHED_SAMPLE_MAX_AGE || backlog < b {
+                    0
+                } else if backlog > b {
+                    self.rises.saturating_add(1)
+                } else {
+                    // As full as then (AF_PACKET counts whole blocks): no news either way.
+                    self.rises
+                }
             }
             None => {
                 self.sample = Some((now, backlog));
-                false
+                0
             }
         };
-        self.filling = filling;
+        let filling = self.rises >= SHED_RISES;
         let spaced = self.last.is_none_or(|t| t.elapsed() >= SHED_SPACING);
         if (backlog >= SHED_URGENT || (backlog >= SHED_HIGH && filling)) && spaced {
             self.want = true;
@@ -918,10 +933,31 @@ mod tests {
         std::thread::sleep(SHED_SAMPLE_MIN_AGE);
         shed.after_batch(&mut src);
         assert!(!shed.want, "draining");
-        // Above it and filling: the next storage frame's connection (not other traffic).
+        // Fuller than at the last look once: may be a stall; nothing.
         src.backlog = 0.6;
         std::thread::sleep(SHED_SAMPLE_MIN_AGE);
         shed.after_batch(&mut src);
+        assert!(!shed.want, "one rise may be a stall");
+        // As full as at the last look: the rise still counts, alone it sheds nothing.
+        src.backlog = 0.6;
+        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
+        shed.after_batch(&mut src);
+        assert!(!shed.want && shed.rises == 1, "{}", shed.rises);
+        // Drained since: the rises count again from there.
+        src.backlog = 0.58;
+        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
+        shed.after_batch(&mut src);
+        assert_eq!(shed.rises, 0);
+        src.backlog = 0.6;
+        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
+        shed.after_batch(&mut src);
+        assert!(!shed.want, "one rise since it drained");
+        // Above it and filling at two looks in a row: the next storage frame's connection
+        // (not other traffic).
+        src.backlog = 0.61;
+        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
+        shed.after_batch(&mut src);
+        assert!(shed.want);
         assert!(admit(&mut shed, &other), "not storage traffic: never the one shed");
         assert!(!admit(&mut shed, &a_back), "the next storage frame's connection is shed");
         // From then on both directions of it are discarded, others pass.
@@ -932,9 +968,9 @@ mod tests {
         shed.after_batch(&mut src);
         assert_eq!(src.told.len(), 1);
         assert_eq!(src.told[0], super::super::classify::classify(&a_out, &[445]).unwrap().connection());
-        assert!(!shed.want, "within SHED_SPACING of the last shed at 0.6");
+        assert!(!shed.want, "within SHED_SPACING of the last shed at 0.61");
         // Urgent: filling or not, once the spacing has passed.
-        src.backlog = 0.8;
+        src.backlog = 0.95;
         std::thread::sleep(SHED_SPACING);
         shed.after_batch(&mut src);
         assert!(shed.want);
