@@ -929,35 +929,24 @@ mod tests {
         std::thread::sleep(SHED_SAMPLE_MAX_AGE + Duration::from_millis(5));
         shed.after_batch(&mut src);
         assert!(!shed.want, "a look after a stall only starts a comparison");
-        src.backlog = 0.55;
-        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
-        shed.after_batch(&mut src);
-        assert!(!shed.want, "draining");
+        // One look at the queue, far enough after the last one to compare with it.
+        let look = |shed: &mut Shedder, src: &mut Filling, backlog: f64| {
+            src.backlog = backlog;
+            std::thread::sleep(SHED_SAMPLE_MIN_AGE);
+            shed.after_batch(src);
+            (shed.want, shed.rises)
+        };
+        assert_eq!(look(&mut shed, &mut src, 0.55), (false, 0), "draining");
         // Fuller than at the last look once: may be a stall; nothing.
-        src.backlog = 0.6;
-        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
-        shed.after_batch(&mut src);
-        assert!(!shed.want, "one rise may be a stall");
+        assert_eq!(look(&mut shed, &mut src, 0.6), (false, 1), "one rise may be a stall");
         // As full as at the last look: the rise still counts, alone it sheds nothing.
-        src.backlog = 0.6;
-        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
-        shed.after_batch(&mut src);
-        assert!(!shed.want && shed.rises == 1, "{}", shed.rises);
+        assert_eq!(look(&mut shed, &mut src, 0.6), (false, 1));
         // Drained since: the rises count again from there.
-        src.backlog = 0.58;
-        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
-        shed.after_batch(&mut src);
-        assert_eq!(shed.rises, 0);
-        src.backlog = 0.6;
-        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
-        shed.after_batch(&mut src);
-        assert!(!shed.want, "one rise since it drained");
-        // Above it and filling at two looks in a row: the next storage frame's connection
-        // (not other traffic).
-        src.backlog = 0.61;
-        std::thread::sleep(SHED_SAMPLE_MIN_AGE);
-        shed.after_batch(&mut src);
-        assert!(shed.want);
+        assert_eq!(look(&mut shed, &mut src, 0.58), (false, 0));
+        assert_eq!(look(&mut shed, &mut src, 0.6), (false, 1), "one rise since it drained");
+        // Above it and filling at two looks since it drained: the next storage frame's
+        // connection (not other traffic).
+        assert_eq!(look(&mut shed, &mut src, 0.61), (true, 2));
         assert!(admit(&mut shed, &other), "not storage traffic: never the one shed");
         assert!(!admit(&mut shed, &a_back), "the next storage frame's connection is shed");
         // From then on both directions of it are discarded, others pass.
