@@ -459,10 +459,10 @@ impl Shedder {
         }
         let now = Instant::now();
         let backlog = source.backlog();
-        // Above the mark and filling at each of the last `SHED_RISES` looks, each compared
-        // with the look before it (one within SHED_SAMPLE_MAX_AGE: after a long stall the
-        // queue may be draining fast, and one stall, such as an index table growing, is no
-        // overload).
+        // Above the mark and filling: `SHED_RISES` looks since it last drained found it
+        // fuller than the look before, each within SHED_SAMPLE_MAX_AGE of it (after a long
+        // stall the queue may be draining fast, and one stall, such as an index table
+        // growing, is no overload).
         self.rises = match self.sample {
             // Too close to the last look to tell: keep that one.
             Some((at, _)) if now.duration_since(at) < SHED_SAMPLE_MIN_AGE => self.rises,
@@ -958,11 +958,12 @@ mod tests {
         assert_eq!(src.told.len(), 1);
         assert_eq!(src.told[0], super::super::classify::classify(&a_out, &[445]).unwrap().connection());
         assert!(!shed.want, "within SHED_SPACING of the last shed at 0.61");
-        // Urgent: filling or not, once the spacing has passed.
+        // Urgent: not filling (it drained since), once the spacing has passed.
+        assert_eq!(look(&mut shed, &mut src, 0.3), (false, 0));
         src.backlog = 0.95;
         std::thread::sleep(SHED_SPACING);
         shed.after_batch(&mut src);
-        assert!(shed.want);
+        assert!(shed.want && shed.rises < SHED_RISES, "{}", shed.rises);
         assert!(!admit(&mut shed, &b_out));
         let section = shed.section(&LiveStats { shed_frames: 5, shed_bytes: 500, ..Default::default() });
         assert_eq!(section["connections"], 2);
