@@ -485,14 +485,19 @@ def parse_size(s: str) -> int:
     return int(s)
 
 
+def threads_for(placement: str, threads_list: list[int]) -> list[int]:
+    """The --threads values a placement runs: with live pinned to one CPU, more decoding
+    workers only share that CPU, so just 1."""
+    return threads_list if PLACEMENTS[placement][1] is None else [1]
+
+
 def fixed_steps(args, sizes, placements, threads_list, caps, refs) -> int:
     """`--fixed`: the same replay rate --repeat times per --threads value, alternating, each
     step's row printed (stderr, as in a search) and summed up per value (stdout)."""
     summary = []
     try:
         for placement in placements:
-            live_cpus = PLACEMENTS[placement][1]
-            tl = threads_list if live_cpus is None else [1]
+            tl = threads_for(placement, threads_list)
             for name in sizes:
                 setup(SIZES[name][1])
                 idle = {t: idle_step(t, 2.0, placement) for t in tl}
@@ -570,9 +575,8 @@ def main() -> int:
         if args.fixed is not None:
             return fixed_steps(args, sizes, placements, threads_list, caps, refs)
         for placement in placements:
-            gen_cpus, live_cpus = PLACEMENTS[placement]
-            # With live pinned to one CPU, more decoding workers only share that CPU.
-            tl = threads_list if live_cpus is None else [1]
+            gen_cpus = PLACEMENTS[placement][0]
+            tl = threads_for(placement, threads_list)
             for name in sizes:
                 setup(SIZES[name][1])
                 # The generator alone: its top speed with nothing capturing.
