@@ -11,6 +11,14 @@
 //! is longer than a capture ring holds at a few Gbit/s (the live capture thread runs that
 //! stage). Here no single call moves more than `MIGRATE_STEP` slots.
 //!
+//! The index's tables fill together (the block tables hold about one entry per new block
+//! each), so they would all reach their limit on the same insert and move their entries in
+//! the same stretch of inserts: three times the work per insert (a 1 MiB send took 8 times
+//! as long while it lasted, and the live capture sheds load when its stage falls behind).
+//! A table made `staggered(turn)` starts doubling `turn` moves' worth of inserts early (when
+//! it holds that many entries fewer than its limit), so tables given turns 0, 1 and 2 that
+//! fill together take turns instead, one moving at a time.
+//!
 //! Everything depends only on the hashes (no per-process seed): the same events give the
 //! same tables and the same memory figures in every run.
 
@@ -144,11 +152,19 @@ pub(super) struct PosTable {
     old: Slots,
     /// Next slot of `old` to move.
     cursor: usize,
+    /// Moves' worth of inserts it doubles before its limit (see the module comment).
+    turn: usize,
 }
 
 impl PosTable {
     pub(super) fn new() -> Self {
         Self::default()
+    }
+
+    /// A table that doubles `turn` moves of its array early (`turn` 0: at its limit, as
+    /// `new`), so that tables filling together do not move their entries at once.
+    pub(super) fn staggered(turn: usize) -> Self {
+        PosTable { turn, ..Self::default() }
     }
 
     pub(super) fn len(&self) -> usize {
@@ -225,8 +241,16 @@ impl PosTable {
     /// the hash of any value in the table, and `prefetch` starts loading what `hasher` will
     /// read for a value: both are used for the entries moved on this call.
     pub(super) fn insert_unique(&mut self, hash: u64, val: u32, hasher: impl Fn(u32) -> u64, prefetch: impl Fn(u32)) {
-        if self.cur.len + self.cur.deleted + 1 > self.cur.limit() {
-            self.grow(&hasher, &prefetch);
+        let limit = self.cur.limit();
+        if self.cur.len + self.cur.deleted + 1 > limit {
+            self.grow(false, &hasher, &prefetch);
+        } else if self.turn != 0 && self.old.buckets() == 0 {
+            // Its turn: the entries alone (not deleted slots, which a rebuild at the same
+            // size clears) are within `turn` moves of the limit.
+            let early = self.turn * (self.cur.buckets() / MIGRATE_STEP).max(1);
+            if self.cur.len + 1 > limit.saturating_sub(early) {
+                self.grow(true, &hasher, &prefetch);
+            }
         }
         self.cur.insert(hash, val);
         self.migrate(MIGRATE_STEP, &hasher, &prefetch);
@@ -236,12 +260,15 @@ impl PosTable {
     /// under 7/8 full with the live entries plus every insert that can come while `cur` is
     /// being emptied (`MIGRATE_STEP` of its slots per insert): a full array doubles (the
     /// new one starts 7/16 full, as hashbrown's), one mostly of deleted slots keeps its size
-    /// or halves. So an older array is always empty before the next growth; were one not,
-    /// it would be finished first.
-    fn grow(&mut self, hasher: &impl Fn(u32) -> u64, prefetch: &impl Fn(u32)) {
+    /// or halves; a table taking its turn early (`double`) doubles. So an older array is
+    /// always empty before the next growth; were one not, it would be finished first.
+    fn grow(&mut self, double: bool, hasher: &impl Fn(u32) -> u64, prefetch: &impl Fn(u32)) {
         self.migrate(usize::MAX, hasher, prefetch);
         let during = self.cur.buckets() / MIGRATE_STEP;
-        let want = ((self.cur.len + during) * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two();
+        let mut want = ((self.cur.len + during) * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two();
+        if double {
+            want = want.max(self.cur.buckets() * 2);
+        }
         let fresh = Slots::with_buckets(want);
         self.old = std::mem::replace(&mut self.cur, fresh);
         self.cursor = 0;
@@ -356,7 +383,13 @@ mod tests {
 
     #[test]
     fn growth_moves_a_bounded_number_of_slots_per_insert() {
-        let mut t = PosTable::new();
+        for turn in 0..3 {
+            growth_moves_a_bounded_number_of_slots_per_insert_with(turn);
+        }
+    }
+
+    fn growth_moves_a_bounded_number_of_slots_per_insert_with(turn: usize) {
+        let mut t = PosTable::staggered(turn);
         let mut calls_max = 0;
         let mut since_growth: Option<(usize, usize)> = None;
         for k in 0..300_000u32 {
@@ -394,6 +427,53 @@ mod tests {
         // 5 bytes per slot: the current array at most 7/16 full when made, and the old one,
         // half its size, while it is emptied.
         assert!(t.bytes() <= 300_000 * SLOT_BYTES * 16 / 7 * 3 / 2 + SLOT_BYTES * 16, "{} bytes", t.bytes());
+    }
+
+    #[test]
+    fn tables_filling_together_take_turns_to_move_their_entries() {
+        // The index's block tables: the same inserts (keys hashed differently), turns 0, 1, 2.
+        let hashers: [fn(u32) -> u64; 3] = [h, |v| h(v ^ 0x5555_5555), |v| h(v.wrapping_mul(7) ^ 0xaaaa)];
+        let mut tables: Vec<PosTable> = (0..3).map(PosTable::staggered).collect();
+        let (mut growths, mut overlaps) = ([0usize; 3], 0usize);
+        for k in 0..400_000u32 {
+            for (i, t) in tables.iter_mut().enumerate() {
+                let had_old = t.old.buckets() != 0;
+                t.insert_unique(hashers[i](k), k, hashers[i], |_| {});
+                if !had_old && t.old.buckets() != 0 {
+                    growths[i] += 1;
+                }
+            }
+            let moving = tables.iter().filter(|t| t.old.buckets() != 0).count();
+            // Once past the smallest sizes (where a turn is a few inserts), one at a time.
+            if moving > 1 && tables[0].cur.buckets() >= 1024 {
+                overlaps += 1;
+            }
+        }
+        assert_eq!(overlaps, 0, "inserts with two tables moving entries at once");
+        // Each doubled as often, a later turn at most once more (400,000 entries are within
+        // two turns of 2^19 slots' limit: the third table has doubled again), and each still
+        // finds every key.
+        assert!(growths[0] >= 14 && growths.iter().all(|&g| g == growths[0] || g == growths[0] + 1), "{growths:?}");
+        assert_eq!(growths[2], growths[0] + 1, "{growths:?}");
+        for (i, t) in tables.iter_mut().enumerate() {
+            assert_eq!(t.len(), 400_000);
+            assert_consistent(t);
+            for k in (0..400_000u32).step_by(11) {
+                assert_eq!(t.find_mut(hashers[i](k), |v| v == k).copied(), Some(k));
+            }
+            // Early by `turn` moves: at most the array a table at its limit would have.
+            assert!(t.cur.buckets() <= 1 << 20, "table {i}: {} slots", t.cur.buckets());
+        }
+        // Without turns they all move at once.
+        let mut plain: Vec<PosTable> = (0..3).map(|_| PosTable::new()).collect();
+        let mut together = 0;
+        for k in 0..400_000u32 {
+            for (i, t) in plain.iter_mut().enumerate() {
+                t.insert_unique(hashers[i](k), k, hashers[i], |_| {});
+            }
+            together += usize::from(plain.iter().all(|t| t.old.buckets() != 0) && plain[0].cur.buckets() >= 1024);
+        }
+        assert!(together > 10_000, "{together}");
     }
 
     #[test]
