@@ -255,12 +255,18 @@ def _interpreter_start_up(err: str) -> bool:
     (`site` and the .pth hooks of installed packages, `<frozen site>` in the frames), the
     check of the script's path ("Failed checking if argv[0] is an import path entry"), or an
     interrupt CPython reported from the import system's lock callback and carried on after
-    ("Exception ignored in": no frame of ours can be in it). Outside the program: before
-    `smbwire.__main__` replaces the SIGINT handler, an interrupt is the interpreter's."""
+    ("Exception ignored in": no frame of ours can be in it), or `python -m`'s own import of
+    `runpy` ("Could not import runpy module", CPython's message when that import fails: the
+    module named after `-m` has not been looked for yet; an interrupt there may land in a
+    meta-path hook a .pth file installed, such as setuptools' `_distutils_hack`). Outside the
+    program: before `smbwire.__main__` replaces the SIGINT handler, an interrupt is the
+    interpreter's."""
     frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("File ")]
     if any("/smbwire/" in f for f in frames):
         return False
     if "<frozen site>" in err or err.startswith("Failed checking if argv[0] is an import path entry"):
+        return True
+    if err.startswith("Could not import runpy module\n"):
         return True
     if err.startswith("Exception ignored in: <function _get_module_lock.<locals>.cb"):
         return all(f.startswith('File "<frozen importlib._bootstrap>"') for f in frames)
