@@ -206,19 +206,6 @@ fn send_at(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, po
     locate(sends.len(), |i| (sends[i].first_pos, sends[i].n_blocks), front, live, pos)
 }
 
-/// `locate`'s first try: the span holding offset `off` of `width` positions if all `n`
-/// spans were as long (`off < width`, `n > 0`).
-#[inline]
-fn first_guess(off: u64, n: usize, width: u64) -> usize {
-    // In 64 bits (a 128-bit division is a library call): positions and counts are below
-    // 2^32, so the product fits.
-    let step = match off.checked_mul(n as u64) {
-        Some(x) => x / width,
-        None => (off as u128 * n as u128 / width as u128) as u64,
-    };
-    step.min(n as u64 - 1) as usize
-}
-
 /// Of `n` consecutive spans (first position, length) starting at `front` and covering `live`
 /// positions, the one holding `pos`. Interpolation first: the span where `pos` would be if
 /// the spans between the bounds known so far were all as long, then the bounds narrowed to
@@ -236,7 +223,14 @@ fn locate(n: usize, span: impl Fn(usize) -> (u64, u32), front: u64, live: usize,
         if lo >= hi || pos < lo_pos || pos >= hi_pos {
             break;
         }
-        let guess = lo + first_guess(pos - lo_pos, hi - lo, hi_pos - lo_pos);
+        // In 64 bits (a 128-bit division is a library call): positions and counts are
+        // below 2^32, so the product fits.
+        let (off, width, count) = (pos - lo_pos, hi_pos - lo_pos, (hi - lo) as u64);
+        let step = match off.checked_mul(count) {
+            Some(x) => x / width,
+            None => (off as u128 * count as u128 / width as u128) as u64,
+        };
+        let guess = lo + step.min(count - 1) as usize;
         let (first, len) = span(guess);
         if pos < first {
             (hi, hi_pos) = (guess, first);
@@ -1221,8 +1215,8 @@ fn msg_hash(state: &crate::fasthash::FastState, conn: u64, message_id: u64, kind
 mod tests {
     use super::locate;
 
-    /// `locate` finds every position's span, whatever the span lengths (one size: found by
-    /// the guess; mixed, and empty spans: by bisection).
+    /// `locate` finds every position's span, whatever the span lengths (one size, mixed,
+    /// empty spans, the last one shorter).
     #[test]
     fn locate_finds_the_span_of_every_position() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
