@@ -6,6 +6,7 @@
 
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
+use crate::payload::hash::{Finished, PendingDigest};
 use crate::payload::send::SendRecord;
 use std::sync::Arc;
 
@@ -13,6 +14,13 @@ use std::sync::Arc;
 /// recorder under `--threads`, a recorder in tests).
 pub trait PayloadSink {
     fn send(&mut self, rec: SendRecord);
+    /// A send whose digest other workers are still completing (`PayloadHasher::finish_deferred`):
+    /// `rec.digest` is set when it settles. A sink that needs the digest now settles it here;
+    /// a `--threads` worker's recorder hands it on, and the ordered stage settles it.
+    fn send_pending(&mut self, mut rec: SendRecord, digest: PendingDigest) {
+        rec.digest = digest.settle();
+        self.send(rec);
+    }
     /// The request `message_id` on `conn` got its response: no more sends belong to it.
     fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64);
     /// What the sends and completions that follow come from (a frame, a flow closed by a
@@ -22,6 +30,18 @@ pub trait PayloadSink {
     /// Names bound and unbound since the last call, in order (only when the SMB2 state keeps
     /// a journal, as a `--threads` worker's does).
     fn names(&mut self, _ops: Vec<NameOp>) {}
+}
+
+/// Hand `rec` to `sink` with its digest, `finished` (which replaces `rec.digest`): at once when
+/// it is complete, else as a pending send (`PayloadSink::send_pending`).
+pub fn send_finished(sink: &mut dyn PayloadSink, finished: Finished, mut rec: SendRecord) {
+    match finished {
+        Finished::Ready(d) => {
+            rec.digest = d;
+            sink.send(rec);
+        }
+        Finished::Pending(p) => sink.send_pending(rec, p),
+    }
 }
 
 /// A change of what a send is named by (`SmbState::share`, `SmbState::file_name`), kept by

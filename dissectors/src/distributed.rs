@@ -87,8 +87,15 @@ impl ShardRun {
         let out = std::mem::take(self.decoder.out());
         for (mark, item) in out {
             let key = PartKey { pos, step, mark };
+            let item = match item.into_send() {
+                Ok(s) => {
+                    self.push(key, at_ns, &PartItem::Event(Event::Send(s)));
+                    continue;
+                }
+                Err(other) => other,
+            };
             match item {
-                Item::Send(s) => self.push(key, at_ns, &PartItem::Event(Event::Send(s))),
+                Item::Send(_) | Item::SendPending(_) => {} // taken above
                 Item::Complete { conn, message_id, ts_ns } => {
                     self.push(key, at_ns, &PartItem::Event(Event::Complete { conn, message_id, ts_ns }))
                 }

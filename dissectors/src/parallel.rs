@@ -55,6 +55,7 @@ use crate::smb2::bounded::BoundedMap;
 use crate::dedupe::Dedupe;
 use crate::frame::FrameCtx;
 use crate::ledger::LedgerWriter;
+use crate::payload::hash::PendingDigest;
 use crate::payload::offload::{self, HashPool};
 use crate::payload::send::SendRecord;
 use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Finished, Pipeline, Run};
@@ -84,10 +85,28 @@ const BATCH_BYTES: usize = 1 << 20;
 /// What a worker recorded, in order, with the mark it was recorded under.
 pub(crate) enum Item {
     Send(Box<SendRecord>),
+    /// A send whose digest other workers are still completing (its blocks were handed out):
+    /// the ordered stage settles it (`Item::settled`).
+    SendPending(Box<(SendRecord, PendingDigest)>),
     Complete { conn: u64, message_id: u64, ts_ns: u64 },
     Names(Vec<NameOp>),
     /// The worker's out-of-order bytes now, in its TCP and MPA tables.
     Buffered(u64, u64),
+}
+
+impl Item {
+    /// A send's record with its digest complete (`Send`, or `SendPending` settled here).
+    pub(crate) fn into_send(self) -> Result<Box<SendRecord>, Item> {
+        match self {
+            Item::Send(rec) => Ok(rec),
+            Item::SendPending(b) => {
+                let (mut rec, digest) = *b;
+                rec.digest = digest.settle();
+                Ok(Box::new(rec))
+            }
+            other => Err(other),
+        }
+    }
 }
 
 /// A worker's payload sink: records everything, with its mark.
@@ -105,6 +124,9 @@ impl Recorder {
 impl PayloadSink for Recorder {
     fn send(&mut self, rec: SendRecord) {
         self.out.push((self.mark, Item::Send(Box::new(rec))));
+    }
+    fn send_pending(&mut self, rec: SendRecord, digest: PendingDigest) {
+        self.out.push((self.mark, Item::SendPending(Box::new((rec, digest)))));
     }
     fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
         self.out.push((self.mark, Item::Complete { conn, message_id, ts_ns }));
@@ -546,8 +568,8 @@ impl Ordered {
     }
 
     pub(crate) fn apply(&mut self, worker: usize, item: Item) {
-        match item {
-            Item::Send(mut s) => {
+        let item = match item.into_send() {
+            Ok(mut s) => {
                 // A send's names are those one pipeline gives it: what the ordered stage found
                 // from every connection's names at the point its worker named the payload (a
                 // file opened on one channel and written on another).
@@ -557,7 +579,12 @@ impl Ordered {
                     s.file_name = file;
                 }
                 self.dedupe.send(*s);
+                return;
             }
+            Err(other) => other,
+        };
+        match item {
+            Item::Send(_) | Item::SendPending(_) => {} // taken above
             Item::Complete { conn, message_id, ts_ns } => self.dedupe.complete(conn, message_id, ts_ns),
             Item::Names(ops) => {
                 let mut scratch = Anomalies::default();

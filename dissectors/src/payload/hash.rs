@@ -188,19 +188,7 @@ impl PayloadHasher {
 
     /// The digests of the batches handed out, in order (each digested here if nobody took it).
     fn resolve_pending(&mut self) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let pool = offload::pool();
-        let (payload, blocks) = (&mut self.payload, &mut self.blocks);
-        for job in self.pending.drain(..) {
-            job.resolve(pool.as_deref(), |digest, trivial| {
-                payload.update(digest);
-                let mut hash = [0u8; 16];
-                hash.copy_from_slice(&digest[..16]);
-                blocks.push(BlockDigest { hash, len: BLOCK_SIZE as u32, trivial });
-            });
-        }
+        resolve_jobs(&mut self.pending, &mut self.payload, &mut self.blocks);
     }
 
     /// Digest whole blocks (`run.len()` a multiple of `BLOCK_SIZE`, at most `LANES` blocks).
@@ -212,6 +200,50 @@ impl PayloadHasher {
         for (block, digest) in run.chunks_exact(BLOCK_SIZE).zip(&out[..n]) {
             push_digest(&mut self.payload, &mut self.blocks, block, digest);
         }
+    }
+
+    /// Like `finish`, without waiting for blocks other workers are still digesting: when
+    /// batches of this payload went to other workers (`offload`), the rest is digested here and
+    /// the payload digest is completed later (`PendingDigest::settle`, by the ordered stage).
+    ///
+    /// `finish` waited at every payload's end for the helpers that had taken its last batches.
+    /// On one busy connection with `--threads 2` that wait was the busy worker's only idle time:
+    /// perf (2026-11-28) showed every scheduler entry of that worker under this wait, the
+    /// helper it waited for having lost its CPU to the third busy thread.
+    pub fn finish_deferred(mut self) -> Finished {
+        if self.pending.iter().all(|j| j.is_done()) {
+            return Finished::Ready(self.finish());
+        }
+        // A full batch joins the others (they are queued, or digested here when the queue is
+        // full); what is left is digested here, its digests kept aside until the ones handed
+        // out are in.
+        let n = self.staging.len() / BLOCK_SIZE * BLOCK_SIZE;
+        if n == self.staging.len() && n > BLOCK_SIZE {
+            self.flush_staged();
+        }
+        let mut tail = Vec::new();
+        let staging = std::mem::take(&mut self.staging);
+        let whole = staging.len() / BLOCK_SIZE * BLOCK_SIZE;
+        for run in staging[..whole].chunks(LANES * BLOCK_SIZE) {
+            let mut out = [[0u8; 32]; LANES];
+            let k = run.len() / BLOCK_SIZE;
+            batch::digest_blocks(run, &mut out[..k]);
+            for (block, digest) in run.chunks_exact(BLOCK_SIZE).zip(&out[..k]) {
+                tail.push((*digest, block.len() as u32, is_trivial(block)));
+            }
+        }
+        if whole < staging.len() {
+            let block = &staging[whole..];
+            tail.push((*blake3::hash(block).as_bytes(), block.len() as u32, is_trivial(block)));
+        }
+        self.staging = staging;
+        Finished::Pending(PendingDigest {
+            payload: std::mem::replace(&mut self.payload, blake3::Hasher::new()),
+            blocks: std::mem::take(&mut self.blocks),
+            pending: std::mem::take(&mut self.pending),
+            tail,
+            len: self.len,
+        })
     }
 
     pub fn finish(mut self) -> PayloadDigest {
@@ -226,6 +258,94 @@ impl PayloadHasher {
             len: self.len,
             digest: *self.payload.finalize().as_bytes(),
             blocks: std::mem::take(&mut self.blocks),
+        }
+    }
+}
+
+/// The digests of `jobs` (batches handed to other workers), in order, into the payload hasher
+/// and the block list; each job run here if nobody took it, else waited for.
+fn resolve_jobs(jobs: &mut Vec<std::sync::Arc<offload::HashJob>>, payload: &mut blake3::Hasher, blocks: &mut Vec<BlockDigest>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let pool = offload::pool();
+    for job in jobs.drain(..) {
+        job.resolve(pool.as_deref(), |digest, trivial| {
+            payload.update(digest);
+            let mut hash = [0u8; 16];
+            hash.copy_from_slice(&digest[..16]);
+            blocks.push(BlockDigest { hash, len: BLOCK_SIZE as u32, trivial });
+        });
+    }
+}
+
+/// A payload's digest, complete or still waiting for blocks other workers digest.
+pub enum Finished {
+    Ready(PayloadDigest),
+    Pending(PendingDigest),
+}
+
+impl Finished {
+    /// The digest (waiting for the other workers' blocks if it must).
+    pub fn settle(self) -> PayloadDigest {
+        match self {
+            Finished::Ready(d) => d,
+            Finished::Pending(p) => p.settle(),
+        }
+    }
+}
+
+/// A payload whose last blocks were digested where it was hashed while batches of it were
+/// still with other workers (`PayloadHasher::finish_deferred`).
+pub struct PendingDigest {
+    payload: blake3::Hasher,
+    /// Blocks before the batches handed out.
+    blocks: Vec<BlockDigest>,
+    pending: Vec<std::sync::Arc<offload::HashJob>>,
+    /// The blocks after them: full digest, length, trivial.
+    tail: Vec<([u8; 32], u32, bool)>,
+    len: u64,
+}
+
+impl std::fmt::Debug for PendingDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingDigest").field("len", &self.len).field("batches", &self.pending.len()).finish_non_exhaustive()
+    }
+}
+
+impl PendingDigest {
+    /// Bytes of the payload.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The payload digest: the handed-out batches' digests (each run here if nobody took it,
+    /// else waited for), then the rest, as `finish` would have given.
+    pub fn settle(mut self) -> PayloadDigest {
+        resolve_jobs(&mut self.pending, &mut self.payload, &mut self.blocks);
+        for (digest, len, trivial) in std::mem::take(&mut self.tail) {
+            self.payload.update(&digest);
+            let mut hash = [0u8; 16];
+            hash.copy_from_slice(&digest[..16]);
+            self.blocks.push(BlockDigest { hash, len, trivial });
+        }
+        self.payload.update(&self.len.to_le_bytes());
+        PayloadDigest {
+            len: self.len,
+            digest: *self.payload.finalize().as_bytes(),
+            blocks: std::mem::take(&mut self.blocks),
+        }
+    }
+}
+
+impl Drop for PendingDigest {
+    fn drop(&mut self) {
+        for job in self.pending.drain(..) {
+            job.cancel();
         }
     }
 }

@@ -23,7 +23,7 @@ pub struct BlockDigest {
 }
 
 /// Digest of a whole payload.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PayloadDigest {
     pub len: u64,
     /// BLAKE3-256 payload digest (construction documented in `hash.rs`).

@@ -88,6 +88,11 @@ impl HashJob {
         }
     }
 
+    /// Digested already (its digests can be taken without waiting).
+    pub(crate) fn is_done(&self) -> bool {
+        self.state.load(Ordering::Acquire) == DONE
+    }
+
     /// Its hasher is gone: a helper that finds it queued leaves it.
     pub(crate) fn cancel(&self) {
         let _ = self.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire);
@@ -380,6 +385,114 @@ mod tests {
         install(None);
         helper.stop(&pool);
         assert!(pool.helped.load(Ordering::Relaxed) > 0, "the helper digested no batch");
+    }
+
+    /// A payload whose batches still wait for a helper at its end is handed on unfinished
+    /// (`finish_deferred`), and settles to the digest of one pipeline, whatever its length and
+    /// pieces; one with nothing out is ready at once; one dropped unsettled leaves its queued
+    /// batches to nobody.
+    #[test]
+    fn a_payload_with_batches_still_out_settles_later_to_the_same_digest() {
+        use crate::payload::hash::Finished;
+        let pool = HashPool::new();
+        // A worker counted idle that never takes a batch: what was queued is still queued at
+        // the payload's end.
+        pool.helpers.fetch_add(1, Ordering::SeqCst);
+        install(Some(pool.clone()));
+        let cases = [(2 * 65_536, 1448), (3 * 65_536 + 5000, 1448), (65_536 + 4096, 8948), (1 << 20, 65_537), (4 * 65_536 + 1, 7000)];
+        let settled_leave = |pool: &HashPool| {
+            // Batches their hashers settled stay queued until a helper passes them over.
+            assert!(!pool.help_once(), "a queued batch was left to be digested");
+        };
+        for (len, piece) in cases {
+            settled_leave(&pool);
+            let data = sample(len, len as u64 + 1);
+            let mut h = PayloadHasher::with_len_hint(len as u64);
+            for p in data.chunks(piece) {
+                h.update(p);
+            }
+            let finished = h.finish_deferred();
+            assert!(matches!(finished, Finished::Pending(_)), "{len} bytes in pieces of {piece}: nothing was still out");
+            install(None);
+            let want = digest_of(&data);
+            install(Some(pool.clone()));
+            assert_eq!(finished.settle(), want, "{len} bytes in pieces of {piece}");
+        }
+        // Shorter than two blocks: nothing is handed out, the digest is there at once.
+        let data = sample(5000, 3);
+        let mut h = PayloadHasher::with_len_hint(5000);
+        h.update(&data);
+        match h.finish_deferred() {
+            Finished::Ready(d) => assert_eq!(d, digest_of(&data)),
+            Finished::Pending(_) => panic!("a 5000-byte payload waited for a helper"),
+        }
+        // Dropped unsettled (a send shed or lost): its queued batches are left to nobody.
+        settled_leave(&pool);
+        let data = sample(3 * 65_536, 4);
+        let mut h = PayloadHasher::with_len_hint(data.len() as u64);
+        for p in data.chunks(1448) {
+            h.update(p);
+        }
+        let finished = h.finish_deferred();
+        assert!(matches!(finished, Finished::Pending(_)));
+        let queued: Vec<_> = pool.queue.lock().unwrap().iter().cloned().collect();
+        assert!(queued.iter().any(|j| j.state.load(Ordering::Acquire) == QUEUED));
+        drop(finished);
+        assert!(queued.iter().all(|j| j.state.load(Ordering::Acquire) != QUEUED), "a dropped payload's batch is still offered");
+        settled_leave(&pool);
+        assert_eq!(pool.helped.load(Ordering::Relaxed), 0, "a helper digested a dropped payload's batch");
+        install(None);
+    }
+
+    /// A sink that needs the digest settles a pending one itself (`PayloadSink::send_pending`'s
+    /// default), with the same record and digest as one pipeline.
+    #[test]
+    fn a_sink_without_its_own_way_settles_pending_sends_at_once() {
+        use crate::context::PayloadSink;
+        use crate::payload::hash::Finished;
+        struct Keep(Vec<crate::payload::send::SendRecord>);
+        impl PayloadSink for Keep {
+            fn send(&mut self, rec: crate::payload::send::SendRecord) {
+                self.0.push(rec);
+            }
+            fn complete(&mut self, _: u64, _: u64, _: u64) {}
+        }
+        let pool = HashPool::new();
+        pool.helpers.fetch_add(1, Ordering::SeqCst);
+        install(Some(pool.clone()));
+        let data = sample(5 * 65_536 + 77, 8);
+        let mut h = PayloadHasher::with_len_hint(data.len() as u64);
+        for p in data.chunks(1448) {
+            h.update(p);
+        }
+        let finished = h.finish_deferred();
+        assert!(matches!(finished, Finished::Pending(_)));
+        install(None);
+        let rec = crate::payload::send::SendRecord {
+            conn: 1,
+            message_id: 2,
+            kind: crate::payload::send::SendKind::Write,
+            transport: crate::payload::send::Transport::Tcp,
+            src: [198, 18, 0, 1].into(),
+            dst: [198, 18, 0, 2].into(),
+            src_port: 50000,
+            dst_port: 445,
+            ip_proto: 6,
+            session_id: 3,
+            tree_id: 4,
+            file_id: [5; 16],
+            share: None,
+            file_name: None,
+            offset: 0,
+            first_frame: Default::default(),
+            last_frame: Default::default(),
+            header_frame: None,
+            ts_ns: 9,
+            digest: Default::default(),
+        };
+        let mut sink = Keep(Vec::new());
+        crate::context::send_finished(&mut sink, finished, rec.clone());
+        assert_eq!(sink.0, vec![crate::payload::send::SendRecord { digest: digest_of(&data), ..rec }]);
     }
 
     /// Without an idle worker nothing is queued: the hasher digests everything itself.

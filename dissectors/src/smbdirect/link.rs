@@ -11,7 +11,9 @@
 use crate::accounting::cat;
 use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::{FrameCtx, FrameRef};
+use crate::context::send_finished;
 use crate::payload::hash::PayloadHasher;
+use crate::payload::PayloadDigest;
 use crate::smb2::records::BufferDescriptorV1;
 use crate::smb2::Parts;
 use std::collections::{BTreeMap, VecDeque};
@@ -291,14 +293,15 @@ impl Linker {
             // A zero-length transfer (READ at end of file): nothing moved.
             return;
         };
-        let digest = hasher.finish();
+        let len = hasher.len();
+        let finished = hasher.finish_deferred();
         c.linked_transfers += 1;
-        c.linked_bytes += digest.len;
+        c.linked_bytes += len;
         p.smb.stats.payloads_sent += 1;
-        p.smb.stats.payload_bytes_sent += digest.len;
+        p.smb.stats.payload_bytes_sent += len;
         let r = t.req;
         p.smb.hand_over(p.sink);
-        p.sink.send(SendRecord {
+        send_finished(p.sink, finished, SendRecord {
             conn,
             message_id: r.message_id,
             kind: r.kind,
@@ -318,7 +321,7 @@ impl Linker {
             last_frame: t.last_frame,
             header_frame: t.header,
             ts_ns,
-            digest,
+            digest: PayloadDigest::default(),
         });
     }
 

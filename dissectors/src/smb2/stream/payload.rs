@@ -4,7 +4,9 @@
 use super::{Smb2Stream, State};
 use crate::accounting::cat;
 use crate::frame::{FrameCtx, FrameRef};
+use crate::context::send_finished;
 use crate::payload::hash::PayloadHasher;
+use crate::payload::PayloadDigest;
 use crate::payload::send::{SendKind, SendRecord};
 use crate::smb2::handle::PayloadMeta;
 use crate::smb2::{Anomaly, Parts};
@@ -62,12 +64,12 @@ impl Smb2Stream {
         if let Some(pl) = self.payload.take() {
             match pl.hasher {
                 Some(hasher) => {
-                    let digest = hasher.finish();
+                    let finished = hasher.finish_deferred();
                     p.smb.stats.payloads_sent += 1;
                     p.smb.stats.payload_bytes_sent += pl.length as u64;
                     let m = pl.meta;
                     p.smb.hand_over(p.sink);
-                    p.sink.send(SendRecord {
+                    send_finished(p.sink, finished, SendRecord {
                         conn: self.conn,
                         message_id: m.message_id,
                         kind: pl.kind,
@@ -88,7 +90,7 @@ impl Smb2Stream {
                         // Inline payload follows its header in the same message.
                         header_frame: None,
                         ts_ns: pl.ts_ns,
-                        digest,
+                        digest: PayloadDigest::default(),
                     });
                 }
                 None => {
