@@ -168,7 +168,8 @@ impl PayloadHasher {
         }
         if n == self.staging.len() && n > BLOCK_SIZE {
             // Once a batch is out, the later ones queue behind it (digested here when no
-            // worker is idle), so this one waits for the helper only at the payload's end.
+            // worker is idle), so this one waits for the helper only at the payload's end
+            // (`finish`; `finish_deferred` does not wait).
             if let Some(pool) = offload::pool().filter(|p| (p.has_idle() && offload::behind()) || !self.pending.is_empty()) {
                 let capacity = self.staging.capacity();
                 let data = std::mem::take(&mut self.staging);

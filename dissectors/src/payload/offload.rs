@@ -6,10 +6,13 @@
 //! hasher (`hash::PayloadHasher`) then hands each full staging batch (`LANES` whole blocks,
 //! 64 KiB) to the run's `HashPool` instead of digesting it itself, as long as another worker
 //! is idle and waiting; an idle worker takes the batch and digests it (`Helper`); and the
-//! hasher collects the digests, in order, when it needs them (the payload's end, or a batch
-//! it digests itself). A batch nobody has taken yet by then it digests itself, so nothing
+//! hasher collects the digests, in order, when it needs them (a batch it digests itself, or
+//! the payload's end). A batch nobody has taken yet by then it digests itself, so nothing
 //! waits on a helper that is not there, and a run without a pool (one pipeline, `--dask`
-//! tasks) digests everything where it is.
+//! tasks) digests everything where it is. At the payload's end a `--threads` worker does not
+//! wait for batches a helper is still digesting: it digests its last blocks and hands the send
+//! on with its digest pending (`hash::PayloadHasher::finish_deferred`, `PendingDigest`), which
+//! the ordered stage settles when it replays the send, long after the helper is done.
 //!
 //! Digests do not depend on who computed them (`tests::offloaded_digests_are_the_same`, and
 //! `parallel::tests`: every capture with 2 and 3 workers gives one pipeline's result).
