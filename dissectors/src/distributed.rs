@@ -87,15 +87,8 @@ impl ShardRun {
         let out = std::mem::take(self.decoder.out());
         for (mark, item) in out {
             let key = PartKey { pos, step, mark };
-            let item = match item.into_send() {
-                Ok(s) => {
-                    self.push(key, at_ns, &PartItem::Event(Event::Send(s)));
-                    continue;
-                }
-                Err(other) => other,
-            };
             match item {
-                Item::Send(_) | Item::SendPending(_) => {} // taken above
+                Item::Send(s, pending) => self.push(key, at_ns, &PartItem::Event(Event::Send(parallel::settled(s, pending)))),
                 Item::Complete { conn, message_id, ts_ns } => {
                     self.push(key, at_ns, &PartItem::Event(Event::Complete { conn, message_id, ts_ns }))
                 }
@@ -360,7 +353,7 @@ impl Source {
 
 fn item_of(path: &str, item: PartItem) -> Result<Item, AnalyzeError> {
     Ok(match item {
-        PartItem::Event(Event::Send(s)) => Item::Send(s),
+        PartItem::Event(Event::Send(s)) => Item::Send(s, None),
         PartItem::Event(Event::Complete { conn, message_id, ts_ns }) => Item::Complete { conn, message_id, ts_ns },
         PartItem::Event(Event::Advance { .. }) => {
             return Err(AnalyzeError::Ledger(format!("{path}: ledger part has a window advance outside a sweep")))

@@ -84,29 +84,21 @@ const BATCH_BYTES: usize = 1 << 20;
 
 /// What a worker recorded, in order, with the mark it was recorded under.
 pub(crate) enum Item {
-    Send(Box<SendRecord>),
-    /// A send whose digest other workers are still completing (its blocks were handed out):
-    /// the ordered stage settles it (`Item::settled`).
-    SendPending(Box<(SendRecord, PendingDigest)>),
+    /// A send; with a pending digest when other workers were still digesting its last blocks
+    /// (`PayloadSink::send_pending`): the ordered stage settles it (`settled`).
+    Send(Box<SendRecord>, Option<Box<PendingDigest>>),
     Complete { conn: u64, message_id: u64, ts_ns: u64 },
     Names(Vec<NameOp>),
     /// The worker's out-of-order bytes now, in its TCP and MPA tables.
     Buffered(u64, u64),
 }
 
-impl Item {
-    /// A send's record with its digest complete (`Send`, or `SendPending` settled here).
-    pub(crate) fn into_send(self) -> Result<Box<SendRecord>, Item> {
-        match self {
-            Item::Send(rec) => Ok(rec),
-            Item::SendPending(b) => {
-                let (mut rec, digest) = *b;
-                rec.digest = digest.settle();
-                Ok(Box::new(rec))
-            }
-            other => Err(other),
-        }
+/// A recorded send with its digest complete.
+pub(crate) fn settled(mut rec: Box<SendRecord>, pending: Option<Box<PendingDigest>>) -> Box<SendRecord> {
+    if let Some(digest) = pending {
+        rec.digest = digest.settle();
     }
+    rec
 }
 
 /// A worker's payload sink: records everything, with its mark.
@@ -123,10 +115,10 @@ impl Recorder {
 
 impl PayloadSink for Recorder {
     fn send(&mut self, rec: SendRecord) {
-        self.out.push((self.mark, Item::Send(Box::new(rec))));
+        self.out.push((self.mark, Item::Send(Box::new(rec), None)));
     }
     fn send_pending(&mut self, rec: SendRecord, digest: PendingDigest) {
-        self.out.push((self.mark, Item::SendPending(Box::new((rec, digest)))));
+        self.out.push((self.mark, Item::Send(Box::new(rec), Some(Box::new(digest)))));
     }
     fn complete(&mut self, conn: u64, message_id: u64, ts_ns: u64) {
         self.out.push((self.mark, Item::Complete { conn, message_id, ts_ns }));
@@ -568,8 +560,9 @@ impl Ordered {
     }
 
     pub(crate) fn apply(&mut self, worker: usize, item: Item) {
-        let item = match item.into_send() {
-            Ok(mut s) => {
+        match item {
+            Item::Send(s, pending) => {
+                let mut s = settled(s, pending);
                 // A send's names are those one pipeline gives it: what the ordered stage found
                 // from every connection's names at the point its worker named the payload (a
                 // file opened on one channel and written on another).
@@ -579,12 +572,7 @@ impl Ordered {
                     s.file_name = file;
                 }
                 self.dedupe.send(*s);
-                return;
             }
-            Err(other) => other,
-        };
-        match item {
-            Item::Send(_) | Item::SendPending(_) => {} // taken above
             Item::Complete { conn, message_id, ts_ns } => self.dedupe.complete(conn, message_id, ts_ns),
             Item::Names(ops) => {
                 let mut scratch = Anomalies::default();

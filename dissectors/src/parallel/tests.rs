@@ -143,8 +143,8 @@ fn closes_of_several_workers_apply_in_mark_order() {
     let mut o = Ordered::new(&Config::default(), 2, None);
     // Gathered worker by worker: worker 0's close (mark 5) before worker 1's (mark 3).
     o.apply_group(vec![
-        (finish(5), 0, Item::Send(Box::new(send(500, 1)))),
-        (finish(3), 1, Item::Send(Box::new(send(300, 2)))),
+        (finish(5), 0, Item::Send(Box::new(send(500, 1)), None)),
+        (finish(3), 1, Item::Send(Box::new(send(300, 2)), None)),
     ]);
     let r = serde_json::to_value(o.dedupe.finish()).unwrap();
     let sends = r["top_duplicates"][0]["sends"].as_array().expect("one duplicated payload");

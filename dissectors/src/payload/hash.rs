@@ -195,12 +195,8 @@ impl PayloadHasher {
     /// Digest whole blocks (`run.len()` a multiple of `BLOCK_SIZE`, at most `LANES` blocks).
     fn digest_run(&mut self, run: &[u8]) {
         self.resolve_pending();
-        let mut out = [[0u8; 32]; LANES];
-        let n = run.len() / BLOCK_SIZE;
-        batch::digest_blocks(run, &mut out[..n]);
-        for (block, digest) in run.chunks_exact(BLOCK_SIZE).zip(&out[..n]) {
-            push_digest(&mut self.payload, &mut self.blocks, block, digest);
-        }
+        let (payload, blocks) = (&mut self.payload, &mut self.blocks);
+        digest_whole(run, |block, digest| push_digest(payload, blocks, block, digest));
     }
 
     /// Like `finish`, without waiting for blocks other workers are still digesting: when
@@ -226,12 +222,7 @@ impl PayloadHasher {
         let staging = std::mem::take(&mut self.staging);
         let whole = staging.len() / BLOCK_SIZE * BLOCK_SIZE;
         for run in staging[..whole].chunks(LANES * BLOCK_SIZE) {
-            let mut out = [[0u8; 32]; LANES];
-            let k = run.len() / BLOCK_SIZE;
-            batch::digest_blocks(run, &mut out[..k]);
-            for (block, digest) in run.chunks_exact(BLOCK_SIZE).zip(&out[..k]) {
-                tail.push((*digest, block.len() as u32, is_trivial(block)));
-            }
+            digest_whole(run, |block, digest| tail.push((*digest, block.len() as u32, is_trivial(block))));
         }
         if whole < staging.len() {
             let block = &staging[whole..];
@@ -271,12 +262,7 @@ fn resolve_jobs(jobs: &mut Vec<std::sync::Arc<offload::HashJob>>, payload: &mut 
     }
     let pool = offload::pool();
     for job in jobs.drain(..) {
-        job.resolve(pool.as_deref(), |digest, trivial| {
-            payload.update(digest);
-            let mut hash = [0u8; 16];
-            hash.copy_from_slice(&digest[..16]);
-            blocks.push(BlockDigest { hash, len: BLOCK_SIZE as u32, trivial });
-        });
+        job.resolve(pool.as_deref(), |digest, trivial| push_block(payload, blocks, digest, BLOCK_SIZE as u32, trivial));
     }
 }
 
@@ -315,24 +301,12 @@ impl std::fmt::Debug for PendingDigest {
 }
 
 impl PendingDigest {
-    /// Bytes of the payload.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The payload digest: the handed-out batches' digests (each run here if nobody took it,
     /// else waited for), then the rest, as `finish` would have given.
     pub fn settle(mut self) -> PayloadDigest {
         resolve_jobs(&mut self.pending, &mut self.payload, &mut self.blocks);
         for (digest, len, trivial) in std::mem::take(&mut self.tail) {
-            self.payload.update(&digest);
-            let mut hash = [0u8; 16];
-            hash.copy_from_slice(&digest[..16]);
-            self.blocks.push(BlockDigest { hash, len, trivial });
+            push_block(&mut self.payload, &mut self.blocks, &digest, len, trivial);
         }
         self.payload.update(&self.len.to_le_bytes());
         PayloadDigest {
@@ -358,15 +332,26 @@ pub fn digest_of(payload: &[u8]) -> PayloadDigest {
     h.finish()
 }
 
+/// `out(block, digest)` for each whole block of `run` (at most `LANES`), digested together.
+fn digest_whole(run: &[u8], mut out: impl FnMut(&[u8], &[u8; 32])) {
+    let mut digests = [[0u8; 32]; LANES];
+    let n = run.len() / BLOCK_SIZE;
+    batch::digest_blocks(run, &mut digests[..n]);
+    for (block, digest) in run.chunks_exact(BLOCK_SIZE).zip(&digests[..n]) {
+        out(block, digest);
+    }
+}
+
 fn push_digest(payload: &mut blake3::Hasher, blocks: &mut Vec<BlockDigest>, block: &[u8], digest: &[u8; 32]) {
+    push_block(payload, blocks, digest, block.len() as u32, is_trivial(block));
+}
+
+/// A block's digest into the payload digest and the block list (its first 16 bytes kept).
+fn push_block(payload: &mut blake3::Hasher, blocks: &mut Vec<BlockDigest>, digest: &[u8; 32], len: u32, trivial: bool) {
     payload.update(digest);
     let mut hash = [0u8; 16];
     hash.copy_from_slice(&digest[..16]);
-    blocks.push(BlockDigest {
-        hash,
-        len: block.len() as u32,
-        trivial: is_trivial(block),
-    });
+    blocks.push(BlockDigest { hash, len, trivial });
 }
 
 /// All bytes equal. Compares whole strides against a stride filled with the first byte
