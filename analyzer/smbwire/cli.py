@@ -168,6 +168,24 @@ def _output_options(f: Any) -> Any:
     return f
 
 
+# Options several commands share (analyze, attribute, live): one definition each.
+_TOPOLOGY = click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
+_ASSUME_MEMBERS = click.option("--assume-members", is_flag=True,
+                               help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
+_WINDOW = click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
+                       show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
+_JSON = click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
+_EVIDENCE = click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
+_TOP = click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
+                    help="How many top duplicated payloads to keep and show.")
+_MAX_INDEX_MEMORY = click.option("--max-index-memory", type=_Size(), metavar="SIZE",
+                                 help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
+_MAX_MEMORY = click.option("--max-memory", type=_Size(), metavar="SIZE",
+                           help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
+_KEYS = click.option("--keys", metavar="FILE",
+                     help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
+
+
 def _check_outputs(csv_out: str | None, edges_csv_out: str | None, html_out: str | None) -> None:
     """Before a long run: every output can be written (and plotly is there for --html)."""
     for opt, out in (("--csv", csv_out), ("--edges-csv", edges_csv_out), ("--html", html_out)):
@@ -198,15 +216,12 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
-@click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
-@click.option("--assume-members", is_flag=True,
-              help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
-@click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
-              show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
-@click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
-@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
-@click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
-              help="How many top duplicated payloads to keep and show.")
+@_TOPOLOGY
+@_ASSUME_MEMBERS
+@_WINDOW
+@_JSON
+@_EVIDENCE
+@_TOP
 @click.option("--ledger", metavar="OUT.parquet",
               help="Also write the send ledger (Parquet, docs/ledger.md) for `smbwire attribute`.")
 @click.option("--from", "from_ns", type=_Time(), metavar="TIME",
@@ -215,12 +230,9 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--reorder-buffer", type=_Size(), metavar="SIZE",
               help="Out-of-order TCP bytes held per direction before a hole is given up (default 4MiB; 64KiB-4GiB).")
 @_output_options
-@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
-              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
-@click.option("--max-memory", type=_Size(), metavar="SIZE",
-              help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
-@click.option("--keys", metavar="FILE",
-              help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
+@_MAX_INDEX_MEMORY
+@_MAX_MEMORY
+@_KEYS
 @click.option("--quiet", "-q", is_flag=True, help="No report and no progress bar (errors only); use with --json.")
 @click.option("--annotate", metavar="OUT.pcapng",
               help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
@@ -401,20 +413,15 @@ def _remove(path: str) -> None:
 
 @cli.command()
 @click.argument("ledgers", nargs=-1, required=True, metavar="LEDGER...")
-@click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
-@click.option("--assume-members", is_flag=True,
-              help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
-@click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
-              show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
-@click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
-@click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
-@click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
-              help="How many top duplicated payloads to keep and show.")
+@_TOPOLOGY
+@_ASSUME_MEMBERS
+@_WINDOW
+@_JSON
+@_EVIDENCE
+@_TOP
 @_output_options
-@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
-              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
-@click.option("--max-memory", type=_Size(), metavar="SIZE",
-              help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
+@_MAX_INDEX_MEMORY
+@_MAX_MEMORY
 @click.option("--quiet", "-q", is_flag=True, help="No report (errors only); use with --json.")
 def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
               evidence: str | None, top: int, series_interval: float | None, csv_out: str | None,
@@ -468,11 +475,9 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @cli.command()
 @click.option("--interface", "-i", "iface", required=True, metavar="IFACE",
               help="Interface cabled to the switch's mirror (SPAN) port; put in promiscuous mode.")
-@click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
-@click.option("--assume-members", is_flag=True,
-              help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
-@click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
-              show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
+@_TOPOLOGY
+@_ASSUME_MEMBERS
+@_WINDOW
 @click.option("--duration", "-d", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long (default: until Ctrl-C or SIGTERM).")
 @click.option("--write", metavar="FILE.pcapng", help="Also keep the captured storage traffic in pcapng files.")
@@ -481,8 +486,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @click.option("--write-count", type=click.IntRange(min=1), default=10, show_default=True, metavar="N",
               help="With --write-size: keep only the newest N files.")
 @click.option("--json", "json_out", metavar="OUT", help="Write the final result as JSON to OUT.")
-@click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
-              help="How many top duplicated payloads to keep and show.")
+@_TOP
 @click.option("--require-ebpf", is_flag=True, help="Fail instead of falling back to AF_PACKET.")
 @click.option("--plain", is_flag=True, help="One status line per interval instead of the live view (default when stdout is not a terminal).")
 @click.option("--refresh", type=click.FloatRange(min=0.05, max=3600), default=1.0, hidden=True,
@@ -498,16 +502,13 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="With --hook xdp: drop storage frames after counting and copying them (a mirror port only: this host never sees them).")
 @click.option("--user", "-Z", "user", metavar="NAME",
               help="After setup, also switch to this user (uid, gid, groups), like tcpdump -Z. Capabilities are always dropped.")
-@click.option("--keys", metavar="FILE",
-              help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
+@_KEYS
 @click.option("--keep-privileges", is_flag=True, hidden=True,
               help="Do not drop capabilities after setup (debugging).")
 @click.option("--metrics", "metrics_at", metavar="HOST:PORT",
               help="Serve the live figures for Prometheus at http://HOST:PORT/metrics (docs/live.md).")
-@click.option("--max-index-memory", type=_Size(), metavar="SIZE",
-              help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
-@click.option("--max-memory", type=_Size(), metavar="SIZE",
-              help="Memory budget of the analysis (e.g. 1GiB; at least 16MiB): shared out to the dedupe index, reorder buffers, buffered encrypted/compressed messages and flow state, each of which sheds and reports when its share is reached (docs/architecture.md).")
+@_MAX_INDEX_MEMORY
+@_MAX_MEMORY
 @click.option("--threads", type=click.IntRange(1, 256), metavar="N",
               help="Decoding threads, each taking whole connections, beside the capture and the ordered stage; the result is the same for any N (default: the CPUs available; with --keys: 1).")
 @click.option("--queues", type=click.IntRange(1, 16), metavar="N",
