@@ -186,6 +186,13 @@ _KEYS = click.option("--keys", metavar="FILE",
                      help="SMB3 session keys (Wireshark smb2_seskey_list lines: SessionId,SessionKey[,S2CKey,C2SKey]); encrypted messages of these sessions are decrypted and analysed (docs/decryption.md).")
 
 
+def _result_options(f: Any) -> Any:
+    """--topology, --assume-members, --window, --json, --evidence and --top (analyze, attribute)."""
+    for opt in reversed((_TOPOLOGY, _ASSUME_MEMBERS, _WINDOW, _JSON, _EVIDENCE, _TOP)):
+        f = opt(f)
+    return f
+
+
 def _check_outputs(csv_out: str | None, edges_csv_out: str | None, html_out: str | None) -> None:
     """Before a long run: every output can be written (and plotly is there for --html)."""
     for opt, out in (("--csv", csv_out), ("--edges-csv", edges_csv_out), ("--html", html_out)):
@@ -216,12 +223,7 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
-@_TOPOLOGY
-@_ASSUME_MEMBERS
-@_WINDOW
-@_JSON
-@_EVIDENCE
-@_TOP
+@_result_options
 @click.option("--ledger", metavar="OUT.parquet",
               help="Also write the send ledger (Parquet, docs/ledger.md) for `smbwire attribute`.")
 @click.option("--from", "from_ns", type=_Time(), metavar="TIME",
@@ -413,12 +415,7 @@ def _remove(path: str) -> None:
 
 @cli.command()
 @click.argument("ledgers", nargs=-1, required=True, metavar="LEDGER...")
-@_TOPOLOGY
-@_ASSUME_MEMBERS
-@_WINDOW
-@_JSON
-@_EVIDENCE
-@_TOP
+@_result_options
 @_output_options
 @_MAX_INDEX_MEMORY
 @_MAX_MEMORY
