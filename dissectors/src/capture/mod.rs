@@ -167,10 +167,10 @@ pub mod interrupt {
     }
 }
 
-/// Test helpers, also for the synthesizer's tests (feature `testutil`).
+/// Test helpers, also for the synthesizer's tests (feature `testutil`): captures built in
+/// memory, and the public captures bundled in `captures/public/`.
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil {
-    //! Captures built in memory, and the public captures bundled in `captures/public/`.
     use super::*;
     use std::path::PathBuf;
 
@@ -214,6 +214,24 @@ pub mod testutil {
         all.sort();
         assert!(all.len() >= 30, "bundled and public captures: {}", all.len());
         all
+    }
+
+    /// The inputs every "the same result as one pipeline" test (`parallel`, `distributed`) runs
+    /// beyond each capture alone: the nested-mirror and multichannel captures (for a short
+    /// window, which folds sends while others still arrive); the public SMB3 captures merged by
+    /// time (several mirror ports' files); and generated captures of the same servers, with the
+    /// same SessionIds at the same time, whose sessions one pipeline counts once per server.
+    pub fn equality_inputs(all: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
+        let named = |p: &PathBuf, s: &str| p.to_string_lossy().contains(s);
+        let windowed: Vec<PathBuf> = all.iter().filter(|p| named(p, "nested4") || named(p, "multichannel")).cloned().collect();
+        assert!(windowed.len() >= 2, "nested-mirror and multichannel captures: {}", windowed.len());
+        let smb: Vec<PathBuf> = all.iter().filter(|p| named(p, "smb3") && !named(p, "aes")).cloned().collect();
+        assert!(smb.len() >= 5, "public SMB3 captures: {}", smb.len());
+        let same_servers = ["nested4-1MiB.pcap", "redirect4-1MiB.pcap", "mirror2-1MiB.pcap"]
+            .iter()
+            .map(|n| all.iter().find(|p| p.file_name().is_some_and(|f| f == *n)).unwrap_or_else(|| panic!("{n} not bundled")).clone())
+            .collect();
+        (windowed, smb, same_servers)
     }
 
     /// Fails with the top-level keys where two results differ (and their values, cut short).

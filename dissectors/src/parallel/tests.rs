@@ -55,20 +55,11 @@ fn threads_give_one_pipelines_result_with_a_short_window_and_merged_files() {
     let mut c = Config::default();
     c.dedupe.window_ns = 1_000_000;
     c.dedupe.top_n = 3;
-    let all = captures();
-    for p in all.iter().filter(|p| p.to_string_lossy().contains("nested4") || p.to_string_lossy().contains("multichannel")) {
-        same(&[p.clone()], &c);
+    let (windowed, smb, same_servers) = crate::capture::testutil::equality_inputs(&captures());
+    for p in windowed {
+        same(&[p], &c);
     }
-    // Two mirror ports' files merged by time (the public SMB captures together).
-    let smb: Vec<PathBuf> = all.iter().filter(|p| p.to_string_lossy().contains("smb3") && !p.to_string_lossy().contains("aes")).cloned().collect();
-    assert!(smb.len() >= 5);
     same(&smb, &Config::default());
-    // Generated captures of the same servers, with the same SessionIds at the same time, on
-    // connections of different workers: one pipeline counts each server's session once.
-    let same_servers: Vec<PathBuf> = ["nested4-1MiB.pcap", "redirect4-1MiB.pcap", "mirror2-1MiB.pcap"]
-        .iter()
-        .map(|n| all.iter().find(|p| p.file_name().unwrap() == *n).unwrap().clone())
-        .collect();
     same(&same_servers, &Config::default());
 }
 
