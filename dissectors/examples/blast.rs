@@ -92,7 +92,7 @@ fn checksum(data: &[u8], mut sum: u32) -> u16 {
 /// One frame of flow `flow`: Ethernet, IPv4, then UDP+BTH (RoCEv2) or TCP (SMB), zero
 /// payload up to `size`.
 fn frame(dst: [u8; 6], src: [u8; 6], size: usize, flow: u16) -> Vec<u8> {
-    let rocev2 = flow % 2 == 0;
+    let rocev2 = flow.is_multiple_of(2);
     let mut f = vec![0u8; size];
     f[0..6].copy_from_slice(&dst);
     f[6..12].copy_from_slice(&src);
@@ -358,7 +358,7 @@ fn main() {
         }
     }
     if let Some(path) = pcap {
-        if !(1..=1024).contains(&batch) || !(mbps >= 0.0 && mbps.is_finite()) {
+        if !((1..=1024).contains(&batch) && mbps >= 0.0 && mbps.is_finite()) {
             usage();
         }
         return replay(&iface, &path, mbps, batch);

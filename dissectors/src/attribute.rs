@@ -137,7 +137,7 @@ pub fn attribute_files(
             Event::Advance { ts_ns } => stage.advance(ts_ns),
         }
         events += 1;
-        if events % 32_768 == 0 && !tick(events, 0) {
+        if events.is_multiple_of(32_768) && !tick(events, 0) {
             return Err(AnalyzeError::Interrupted);
         }
     }

@@ -455,7 +455,7 @@ pub fn merge_parts(
             part_step::SWEEP_CLOSES => ordered.apply_group(group),
             _ => {}
         }
-        if rows % 65_536 == 0 && !tick(rows, 0) {
+        if rows.is_multiple_of(65_536) && !tick(rows, 0) {
             return Err(AnalyzeError::Interrupted);
         }
     }

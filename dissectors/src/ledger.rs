@@ -147,6 +147,9 @@ pub enum PartItem {
     Buffered(u64, u64),
 }
 
+/// A part's row as read back: its key, when it reached the ordered stage (`at_ns`), its item.
+pub type PartRow = (PartKey, u64, PartItem);
+
 /// Rows per row group: bounds the writer's buffer (about 100 bytes a row plus 16 per block).
 const ROW_GROUP_ROWS: usize = 32_768;
 /// Most rows of one row group the reader accepts: its columns are read whole, with room
@@ -356,7 +359,7 @@ impl Columns {
             }
         };
         match item {
-            PartItem::Event(e) => return self.push(at_ns, e),
+            PartItem::Event(e) => self.push(at_ns, e),
             PartItem::Name(op) => {
                 let (code, conn) = match op {
                     NameOp::Server(c, _) => (EV_NAME_SERVER, *c),
@@ -868,8 +871,8 @@ impl LedgerReader {
         Ok(Some(events))
     }
 
-    /// The rows of a part's next row group: key, `at_ns`, item.
-    pub fn next_part_group(&mut self) -> Result<Option<Vec<(PartKey, u64, PartItem)>>, LedgerError> {
+    /// The rows of a part's next row group.
+    pub fn next_part_group(&mut self) -> Result<Option<Vec<PartRow>>, LedgerError> {
         let Some((g, keys)) = self.read_group(true)? else { return Ok(None) };
         let path = self.path.as_str();
         let keys = keys.expect("part keys read");
@@ -911,10 +914,10 @@ mod tests {
         SendRecord {
             conn: 3 + i,
             message_id: 100 + i,
-            kind: if i % 2 == 0 { SendKind::Write } else { SendKind::Read },
+            kind: if i.is_multiple_of(2) { SendKind::Write } else { SendKind::Read },
             transport: [Transport::Tcp, Transport::Rdma, Transport::SmbDirect][i as usize % 3],
             src: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
-            dst: if i % 2 == 0 { IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)) } else { "2001:db8::2".parse().unwrap() },
+            dst: if i.is_multiple_of(2) { IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)) } else { "2001:db8::2".parse().unwrap() },
             src_port: if i % 3 == 2 { 0 } else { 49152 + (i % 1000) as u16 },
             dst_port: if i % 3 == 2 { 0 } else { 445 },
             ip_proto: if i % 3 == 2 { 0 } else { 6 },

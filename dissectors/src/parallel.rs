@@ -63,6 +63,9 @@ use crate::report::{InputFile, Results};
 use crate::smb2::state::SmbState;
 use crate::wire::{self, Transport};
 
+/// A payload's share and file names, where known.
+type ShareAndFile = (Option<Arc<str>>, Option<Arc<str>>);
+
 /// Payload names the ordered stage keeps for sends still to come (`Ordered::looked_up`): as
 /// many as SMB2 pending requests one pipeline keeps.
 const LOOKUPS_KEPT: usize = 1 << 18;
@@ -446,9 +449,12 @@ pub(crate) struct Sharder {
     /// The last few IPv4 TCP connections' `raw_v4_ends` (both directions) and workers: the
     /// same, compared as bytes, for several connections whose frames interleave (two busy
     /// connections alternating missed a one-entry cache on most frames). Replaced in turn.
-    recent_v4: [Option<([u8; 12], [u8; 12], usize)>; RECENT_V4],
+    recent_v4: [Option<RecentV4>; RECENT_V4],
     next_v4: usize,
 }
+
+/// A `Sharder::recent_v4` entry: a connection's `raw_v4_ends`, both directions, and its worker.
+type RecentV4 = ([u8; 12], [u8; 12], usize);
 
 /// Connections `Sharder::recent_v4` remembers.
 const RECENT_V4: usize = 4;
@@ -513,7 +519,7 @@ pub struct Ordered {
     names: SmbState,
     /// Names the ordered stage gave payloads whose worker lacked one, at the point the worker
     /// looked them up (`NameOp::Lookup`), by (connection, MessageId, READ): taken by the send.
-    looked_up: BoundedMap<(u64, u64, bool), (Option<Arc<str>>, Option<Arc<str>>)>,
+    looked_up: BoundedMap<(u64, u64, bool), ShareAndFile>,
     /// Each worker's out-of-order bytes (TCP, MPA tables) as last reported.
     buffered: Vec<(u64, u64)>,
     /// Peak of the summed out-of-order bytes, at frame ends.

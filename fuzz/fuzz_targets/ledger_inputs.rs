@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(&path, data).expect("temporary file");
     let p = path.to_string_lossy().into_owned();
     let config = Config::default();
-    if let Ok(v) = smbwire_dissectors::attribute::attribute_files(&[p.clone()], &config, None, &mut |_, _| true) {
+    if let Ok(v) = smbwire_dissectors::attribute::attribute_files(std::slice::from_ref(&p), &config, None, &mut |_, _| true) {
         let _ = serde_json::to_string(&v);
     }
     if let Ok(mut r) = LedgerReader::open_part(&p) {

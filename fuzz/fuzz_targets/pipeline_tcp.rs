@@ -12,8 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let dport = if first & 1 == 0 { 445 } else { 5445 };
     let mut p = pipeline(first & 2 != 0);
     let mut seq = [1000u32, 90_000u32];
-    let mut n = 1u64;
-    for (ctl, payload) in records(rest) {
+    for (n, (ctl, payload)) in (1u64..).zip(records(rest)) {
         let dir = usize::from(ctl & 1);
         let mut flags = 0x18u8; // PSH|ACK
         if ctl & 2 != 0 {
@@ -26,7 +25,6 @@ fuzz_target!(|data: &[u8]| {
         let s = (i64::from(seq[dir]) + if ctl >> 3 == 16 { 0 } else { shift }) as u32;
         let frame = tcp_frame(dir == 0, 50_000, dport, s, seq[1 - dir], flags, payload);
         feed(&mut p, n, ethernet(), &frame);
-        n += 1;
         seq[dir] = seq[dir].wrapping_add(payload.len() as u32 + u32::from(flags & 0x03 != 0));
     }
     let r = p.finish(Vec::new(), Default::default(), std::time::Instant::now());

@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let input: Vec<u8> = match mode % 4 {
         0 => rest.to_vec(),
         // Each byte repeated: runs of every length.
-        1 => rest.iter().flat_map(|&b| std::iter::repeat(b).take(1 + (b as usize % 64))).collect(),
+        1 => rest.iter().flat_map(|&b| std::iter::repeat_n(b, 1 + (b as usize % 64))).collect(),
         // The input tiled past one 64 KiB block.
         2 if !rest.is_empty() => rest.iter().cycle().take(70_000 + rest.len()).copied().collect(),
         // Few distinct symbols.

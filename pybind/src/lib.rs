@@ -1,6 +1,10 @@
 //! `smbwire._core`: the engine as a Python extension module (PyO3). The Python package is the
 //! documented surface (`smbwire.engine`); this layer only converts arguments and errors.
 
+// `#[pyfunction]`'s expansion converts each `PyResult` error to itself (pyo3's macro, not
+// this code): the lint fires on every function's signature line.
+#![allow(clippy::useless_conversion)]
+
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 
 /// The engine's allocations (Python's own objects keep pymalloc). With `--threads`, sends are

@@ -214,7 +214,7 @@ fn messy(bursts: &[(usize, Vec<u8>)], m: &Mangle) -> Vec<Seg> {
                 // Retransmitted a few segments later: the same bytes, or a range around them
                 // re-cut by the sender (within what this direction has sent so far).
                 let mut r = copy;
-                if rng.next_u64() % 2 == 0 {
+                if rng.next_u64().is_multiple_of(2) {
                     let start = r.rel.saturating_sub((rng.next_u64() % 700) as u32);
                     let end = (r.rel + r.bytes.len() as u32 + (rng.next_u64() % 700) as u32).min(pos[d]);
                     r.rel = start;

@@ -301,6 +301,7 @@ struct Open {
     /// Sends of it that left the window so far.
     folded: u64,
     /// Sends of it that left the window while it stayed open (at most `MAX_SENDS_PER_PAYLOAD`).
+    #[allow(clippy::box_collection)] // one pointer in every open payload, not a 24-byte `Vec`
     departed: Option<Box<Vec<StoredSend>>>,
 }
 
@@ -573,21 +574,22 @@ impl Evidence {
     /// first `SNAPSHOT_SENDS_PER_PAYLOAD` sends of those that left the window; the caller
     /// adds the ones still in it (`SnapshotEntry::open`), then ranks them (`rank_snapshot`).
     pub(super) fn snapshot_top(&self) -> Vec<SnapshotEntry> {
+        // (duplicate bytes, Reverse(digest), Reverse(size)) ranks as `Ranked::key`.
+        type OpenRank = (u64, Reverse<[u8; 32]>, Reverse<u64>);
         if self.top_n == 0 {
             return Vec::new();
         }
-        // (duplicate bytes, Reverse(digest), Reverse(size)) ranks as `Ranked::key`.
-        let mut open: Vec<(u64, Reverse<[u8; 32]>, Reverse<u64>, u32)> = self
+        let mut open: Vec<(OpenRank, u32)> = self
             .open
             .iter()
             .enumerate()
             .filter(|(_, o)| o.live() > 0 && o.sends_total >= 2)
             .map(|(id, o)| {
                 let dup = o.nontrivial_len.saturating_mul(o.sends_total - 1);
-                (dup, Reverse(o.digest), Reverse(o.len), id as u32)
+                ((dup, Reverse(o.digest), Reverse(o.len)), id as u32)
             })
             .collect();
-        open.sort_by(|a, b| (b.0, b.1, b.2).cmp(&(a.0, a.1, a.2)));
+        open.sort_by_key(|&(rank, _)| Reverse(rank));
         open.truncate(self.top_n);
         let first = |sends: &[SendEvidence]| sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)].to_vec();
         let mut out: Vec<(Option<u32>, Ranked)> = self
@@ -595,7 +597,7 @@ impl Evidence {
             .iter()
             .map(|Reverse(r)| (None, Ranked(DuplicatePayload { sends: first(&r.0.sends), ..r.0.clone_head() })))
             .collect();
-        for (dup, _, _, id) in open {
+        for ((dup, _, _), id) in open {
             let o = &self.open[id as usize];
             let departed = o.departed.as_deref().map_or(&[][..], |d| &d[..]);
             out.push((
@@ -716,7 +718,7 @@ mod tests {
         SendEvidence {
             file: 1,
             frames: [message_id * 3 + 1, message_id * 3 + 2],
-            header_frame: (message_id % 2 == 0).then_some(message_id * 3),
+            header_frame: message_id.is_multiple_of(2).then_some(message_id * 3),
             time: message_id as f64 / 1e9,
             time_ns: message_id,
             src: "198.18.0.1".parse().unwrap(),

@@ -83,8 +83,7 @@ fn the_merge_writes_the_analysis_ledger() {
     let dir = tmp("ledger");
     let cap = captures().into_iter().find(|p| p.to_string_lossy().contains("nested4-1MiB-mirrordup")).unwrap();
     let paths = strings(&[cap]);
-    let mut c = Config::default();
-    c.ledger = Some(dir.join("one.parquet").to_string_lossy().into_owned());
+    let mut c = Config { ledger: Some(dir.join("one.parquet").to_string_lossy().into_owned()), ..Config::default() };
     analyze_files(&paths, &c, None, &mut |_, _| true).unwrap();
     let parts = shard_all(&paths, &Config::default(), 2, &dir);
     c.ledger = Some(dir.join("merged.parquet").to_string_lossy().into_owned());
@@ -101,22 +100,21 @@ fn the_merge_refuses_missing_foreign_and_damaged_parts() {
     let caps = captures();
     let cap = caps.iter().find(|p| p.to_string_lossy().contains("nested4-1MiB-mirrordup")).unwrap();
     let other = caps.iter().find(|p| p.to_string_lossy().contains("redirect4")).unwrap();
-    let paths = strings(&[cap.clone()]);
+    let paths = strings(std::slice::from_ref(cap));
     let parts = shard_all(&paths, &Config::default(), 3, &dir);
-    let merge = |p: &[String]| merge_parts(p, &Config::default(), None, &mut |_, _| true).err().expect("refused").to_string();
+    let merge = |p: &[String]| merge_parts(p, &Config::default(), None, &mut |_, _| true).expect_err("refused").to_string();
     assert!(merge(&parts[..2]).contains("every shard's part"), "{}", merge(&parts[..2]));
     assert!(merge(&[parts[0].clone(), parts[1].clone(), parts[1].clone()]).contains("every shard's part"));
     // A part of another run: other inputs, or other options (tag).
     let odir = tmp("refuse-other");
-    let foreign = shard_all(&strings(&[other.clone()]), &Config::default(), 3, &odir);
+    let foreign = shard_all(&strings(std::slice::from_ref(other)), &Config::default(), 3, &odir);
     assert!(merge(&[parts[0].clone(), parts[1].clone(), foreign[2].clone()]).contains("another run"));
     let tagged = odir.join("tagged.parquet").to_string_lossy().into_owned();
     analyze_shard(&paths, &Config::default(), 2, 3, "other-options", &tagged, &mut |_, _| true).unwrap();
     assert!(merge(&[parts[0].clone(), parts[1].clone(), tagged]).contains("another run"));
     // Not a part: a ledger, garbage.
     let ledger = odir.join("ledger.parquet").to_string_lossy().into_owned();
-    let mut c = Config::default();
-    c.ledger = Some(ledger.clone());
+    let c = Config { ledger: Some(ledger.clone()), ..Config::default() };
     analyze_files(&paths, &c, None, &mut |_, _| true).unwrap();
     assert!(merge(&[ledger]).contains("is not smbwire-ledger-part/2"));
     let junk = odir.join("junk.parquet");
@@ -152,7 +150,7 @@ fn counts_survive_the_part_metadata() {
     let dir = tmp("counts");
     for cap in caps.iter().filter(|p| ["nested4", "roce", "iwarp", "compress", "aes"].iter().any(|k| p.to_string_lossy().contains(k))) {
         let part = dir.join("p.parquet").to_string_lossy().into_owned();
-        analyze_shard(&strings(&[cap.clone()]), &Config::default(), 0, 1, "t", &part, &mut |_, _| true).unwrap();
+        analyze_shard(&strings(std::slice::from_ref(cap)), &Config::default(), 0, 1, "t", &part, &mut |_, _| true).unwrap();
         let r = LedgerReader::open_part(&part).unwrap();
         let v: Value = serde_json::from_str(&r.run).unwrap();
         let m = meta_of(&part, &r.run).unwrap();
@@ -207,7 +205,7 @@ fn the_merge_refuses_parts_of_another_engine_build() {
     meta["engine"] = "0123456789abcdef".into();
     let p = dir.join("other-build.parquet").to_string_lossy().into_owned();
     LedgerWriter::create_part(&p).unwrap().close(&meta.to_string()).unwrap();
-    let e = merge(&[real[0].clone(), p]).err().expect("refused").to_string();
+    let e = merge(&[real[0].clone(), p]).expect_err("refused").to_string();
     assert!(e.contains("engine build 0123456789abcdef") && e.contains(crate::report::ENGINE_BUILD), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -331,7 +331,7 @@ pub(crate) const BATCH_CLOCK_EVERY: usize = 16;
 
 /// Whether a batch that started at `started` and has handed out `frames` is to end now.
 pub(crate) fn batch_full(frames: usize, started: std::time::Instant) -> bool {
-    frames >= BATCH_MAX_FRAMES || (frames % BATCH_CLOCK_EVERY == 0 && started.elapsed() >= BATCH_MAX_TIME)
+    frames >= BATCH_MAX_FRAMES || (frames.is_multiple_of(BATCH_CLOCK_EVERY) && started.elapsed() >= BATCH_MAX_TIME)
 }
 
 /// A queue's oldest frame not yet delivered, for `pick_queue`.

@@ -150,39 +150,6 @@ pub fn retag(out: &mut Vec<u8>, data: &[u8], tpid: u16, tci: u16) {
     out.extend_from_slice(&data[split..]);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retag_puts_tag_after_macs() {
-        let data: Vec<u8> = (0u8..20).collect();
-        let mut out = Vec::new();
-        retag(&mut out, &data, 0x8100, 0x0064);
-        assert_eq!(&out[..12], &data[..12]);
-        assert_eq!(&out[12..16], &[0x81, 0x00, 0x00, 0x64]);
-        assert_eq!(&out[16..], &data[12..]);
-        retag(&mut out, &data[..5], 0x8100, 1);
-        assert_eq!(out.len(), 9);
-    }
-
-    #[test]
-    fn missing_interface_is_named() {
-        let e = ifindex("smbwire-nope0").unwrap_err();
-        assert_eq!(e.to_string(), "no such network interface: smbwire-nope0");
-    }
-
-    #[test]
-    fn eperm_names_the_capability() {
-        let e = os_error(
-            io::Error::from_raw_os_error(libc::EPERM),
-            "AF_PACKET socket",
-            "CAP_NET_RAW",
-        );
-        assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
-    }
-}
-
 /// The interface's own receive drop counters, as a delta since `new`: sysfs
 /// `statistics/rx_dropped` (the kernel: a full receive backlog, also frames of a protocol no
 /// handler on this host takes) plus `statistics/rx_missed_errors` (the NIC: its receive ring
@@ -220,4 +187,37 @@ impl IfDrops {
 
 fn read_u64(path: &std::path::Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retag_puts_tag_after_macs() {
+        let data: Vec<u8> = (0u8..20).collect();
+        let mut out = Vec::new();
+        retag(&mut out, &data, 0x8100, 0x0064);
+        assert_eq!(&out[..12], &data[..12]);
+        assert_eq!(&out[12..16], &[0x81, 0x00, 0x00, 0x64]);
+        assert_eq!(&out[16..], &data[12..]);
+        retag(&mut out, &data[..5], 0x8100, 1);
+        assert_eq!(out.len(), 9);
+    }
+
+    #[test]
+    fn missing_interface_is_named() {
+        let e = ifindex("smbwire-nope0").unwrap_err();
+        assert_eq!(e.to_string(), "no such network interface: smbwire-nope0");
+    }
+
+    #[test]
+    fn eperm_names_the_capability() {
+        let e = os_error(
+            io::Error::from_raw_os_error(libc::EPERM),
+            "AF_PACKET socket",
+            "CAP_NET_RAW",
+        );
+        assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
+    }
 }

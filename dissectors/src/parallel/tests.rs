@@ -70,7 +70,8 @@ fn shard_keeps_both_directions_of_a_connection_together() {
     for n in [2, 3] {
         let mut m = Merged::open(&[cap.to_string_lossy().into_owned()]).unwrap();
         let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
-        let mut by_conn: std::collections::HashMap<((std::net::IpAddr, u16), (std::net::IpAddr, u16)), usize> = Default::default();
+        type Ends = ((std::net::IpAddr, u16), (std::net::IpAddr, u16));
+        let mut by_conn: std::collections::HashMap<Ends, usize> = Default::default();
         let mut first_seen = Vec::new();
         let mut sharder = Sharder::new(n);
         while let Some(f) = m.next_frame(&mut acct, &mut an) {

@@ -85,7 +85,7 @@ pub struct KeyTable {
 fn parse_hex(field: &str) -> Result<Vec<u8>, String> {
     let s: String = field.chars().filter(|c| !matches!(c, ':' | ' ' | '-')).collect();
     let s = s.strip_prefix("0x").unwrap_or(&s);
-    if s.len() % 2 != 0 || !s.chars().all(|c| c.is_ascii_hexdigit()) {
+    if !s.len().is_multiple_of(2) || !s.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(format!("{field:?} is not hex"));
     }
     Ok((0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap_or(0)).collect())

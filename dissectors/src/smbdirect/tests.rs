@@ -117,6 +117,7 @@ fn reth(va: u64, r_key: u32, len: u32) -> Vec<u8> {
 }
 
 /// Packets of one RDMA message of `data` (Read Response or Write), PSNs from `psn`.
+#[allow(clippy::too_many_arguments)] // the header fields of the message, as the test names them
 fn rdma_message(write: bool, src: IpAddr, dst: IpAddr, qp: u32, psn: u32, va: u64, key: u32, data: &[u8], of: usize) -> Vec<Pkt> {
     let chunks: Vec<&[u8]> = data.chunks(PMTU).collect();
     let n = chunks.len();

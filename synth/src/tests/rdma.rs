@@ -236,7 +236,9 @@ fn iwarp_ops(frames: &[Frame], markers: bool, crc: bool) -> Ops {
     let (flows, _) = segments(frames);
     let mut o = Ops::default();
     let mut read_requests = Vec::new(); // (sink stag, sink to, len, src stag, src to)
-    let mut tagged: HashMap<(u8, u32), Vec<(u64, Vec<u8>)>> = HashMap::new();
+    // (RDMAP opcode, STag) -> the tagged segments: (tagged offset, bytes).
+    type Pieces = Vec<(u64, Vec<u8>)>;
+    let mut tagged: HashMap<(u8, u32), Pieces> = HashMap::new();
     for (key, segs) in &flows {
         let stream = reassemble(segs);
         if stream.is_empty() {

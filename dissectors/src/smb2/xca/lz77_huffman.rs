@@ -212,12 +212,12 @@ fn code_lengths(freq: &[u32; SYMBOLS]) -> [u8; SYMBOLS] {
     use std::collections::BinaryHeap;
     let mut f = *freq;
     let mut used = f.iter().filter(|&&x| x > 0).count();
-    for s in 0..SYMBOLS {
+    for x in f.iter_mut() {
         if used >= 2 {
             break;
         }
-        if f[s] == 0 {
-            f[s] = 1;
+        if *x == 0 {
+            *x = 1;
             used += 1;
         }
     }

@@ -182,7 +182,7 @@ fn round_trip_edges() {
         // Long matches of every length form.
         for n in [7 + 3, 22 + 3, 22 + 3 + 254, 22 + 3 + 255, 70_000, 300_000] {
             let mut v = b"xyz".to_vec();
-            v.extend(std::iter::repeat(b'q').take(n));
+            v.extend(std::iter::repeat_n(b'q', n));
             v.extend_from_slice(b"tail");
             round_trip(alg, &v);
         }
@@ -225,7 +225,7 @@ fn data_strategy() -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(0u8..3, 0..20_000),
         // Runs of random length, some longer than a block.
         proptest::collection::vec((any::<u8>(), 1usize..3000), 0..60).prop_map(|runs| {
-            runs.into_iter().flat_map(|(b, n)| std::iter::repeat(b).take(n)).collect()
+            runs.into_iter().flat_map(|(b, n)| std::iter::repeat_n(b, n)).collect()
         }),
         (any::<u64>(), 60_000usize..140_000, 1usize..64).prop_map(|(seed, n, period)| {
             let base = lcg_bytes(seed, period);
