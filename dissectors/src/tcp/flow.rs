@@ -112,8 +112,8 @@ const SIG_BUCKETS: usize = 1 << SIG_BUCKET_BITS;
 /// capture of many short flows does not pay 256 bytes for each direction).
 const SIG_FILTER_FROM: usize = 16;
 
-/// A signature's bucket: its top bits after a multiply (the signature is FNV-1a, whose low
-/// bits mix less).
+/// A signature's bucket: its top bits after a multiply (the signature is a hash already;
+/// the multiply keeps buckets spread whatever bits of it vary).
 #[inline]
 fn sig_bucket(sig: u64) -> usize {
     (sig.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SIG_BUCKET_BITS)) as usize
