@@ -60,11 +60,8 @@ use crate::payload::offload::{self, HashPool};
 use crate::payload::send::SendRecord;
 use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Finished, Pipeline, Run};
 use crate::report::{InputFile, Results};
-use crate::smb2::state::SmbState;
+use crate::smb2::state::{ShareAndFile, SmbState};
 use crate::wire::{self, Transport};
-
-/// A payload's share and file names, where known.
-type ShareAndFile = (Option<Arc<str>>, Option<Arc<str>>);
 
 /// Payload names the ordered stage keeps for sends still to come (`Ordered::looked_up`): as
 /// many as SMB2 pending requests one pipeline keeps.

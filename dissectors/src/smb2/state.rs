@@ -227,6 +227,9 @@ impl Smb2Stats {
     }
 }
 
+/// A payload's share and file names, where known (`SmbState::payload_names`).
+pub type ShareAndFile = (Option<Arc<str>>, Option<Arc<str>>);
+
 /// State shared by every SMB2 stream of the run.
 #[derive(Debug)]
 pub struct SmbState {
@@ -505,7 +508,7 @@ impl SmbState {
         tree_id: u32,
         file_id: &[u8; 16],
         fallback: Option<Arc<str>>,
-    ) -> (Option<Arc<str>>, Option<Arc<str>>) {
+    ) -> ShareAndFile {
         let file = self.file_name(conn, file_id).or_else(|| fallback.clone());
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::Lookup(conn, message_id, read, session_id, tree_id, *file_id, fallback));
