@@ -31,7 +31,9 @@
 //! - **Idle workers hash.** A worker waiting for its next batch digests block batches that
 //!   busy workers' payload hashers hand to the run's `HashPool` (`payload::offload`), so one
 //!   busy connection does not leave the other workers idle while BLAKE3 runs on one core;
-//!   the reader, waiting for a worker's batch, digests queued batches too.
+//!   the reader, waiting for a worker's batch, digests queued batches too. Small payloads'
+//!   blocks (4 KiB I/O) are digested 16 at a time across payloads (`offload::gather`), each
+//!   batch's before its events are handed on.
 //! - **Memory.** At most `DEPTH` (16; 3 without mapped inputs) batches per worker are in flight. A frame of a mapped
 //!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
 //!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
@@ -241,6 +243,9 @@ fn worker(
         f();
     }
     offload::install(Some(pool.clone()));
+    // Small payloads' blocks are digested several payloads at a time, each batch's before its
+    // events go to the ordered stage (`gather_flush` below).
+    offload::set_gathering(true);
     let mut d = Decoder::new(&config);
     // Waiting for its next batch, a worker digests other workers' blocks (`offload`).
     let next = || {
@@ -271,6 +276,7 @@ fn worker(
                 }
                 b.steps.clear();
                 b.data.clear();
+                offload::gather_flush();
                 std::mem::swap(d.out(), &mut b.out);
                 if done.send(Done::Batch(b)).is_err() {
                     return;
@@ -285,6 +291,7 @@ fn worker(
             }
             Job::Finish(end_ts) => {
                 let counts = d.finish(end_ts);
+                offload::gather_flush();
                 let out = std::mem::take(d.out());
                 let _ = done.send(Done::Finish(out, Box::new(counts)));
                 return;

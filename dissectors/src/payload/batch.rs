@@ -43,8 +43,20 @@ fn platform() -> Platform {
 pub fn digest_blocks(blocks: &[u8], out: &mut [[u8; 32]]) {
     let n = out.len();
     assert!(n <= LANES && blocks.len() == n * BLOCK_SIZE, "digest_blocks: {} bytes for {n} digests", blocks.len());
+    let mut refs: [&[u8; BLOCK_SIZE]; LANES] = [&[0; BLOCK_SIZE]; LANES];
+    for (r, block) in refs.iter_mut().zip(blocks.chunks_exact(BLOCK_SIZE)) {
+        *r = block.try_into().expect("block length");
+    }
+    digest_refs(&refs[..n], out);
+}
+
+/// `out[i] = BLAKE3-256(blocks[i])`, the blocks anywhere in memory (`out.len() ==
+/// blocks.len() <= LANES`).
+pub fn digest_refs(blocks: &[&[u8; BLOCK_SIZE]], out: &mut [[u8; 32]]) {
+    let n = out.len();
+    assert!(n <= LANES && blocks.len() == n, "digest_refs: {} blocks for {n} digests", blocks.len());
     if n == 1 {
-        out[0] = *blake3::hash(blocks).as_bytes();
+        out[0] = *blake3::hash(blocks[0]).as_bytes();
         return;
     }
     let p = platform();
@@ -54,9 +66,8 @@ pub fn digest_blocks(blocks: &[u8], out: &mut [[u8; 32]]) {
     let mut chunk_refs: [&[u8; CHUNK_LEN]; LANES] = [&[0; CHUNK_LEN]; LANES];
     let mut chunk_out = [0u8; LANES * 32];
     for j in 0..CHUNKS {
-        for (i, r) in chunk_refs[..n].iter_mut().enumerate() {
-            let at = i * BLOCK_SIZE + j * CHUNK_LEN;
-            *r = blocks[at..at + CHUNK_LEN].try_into().expect("chunk length");
+        for (r, block) in chunk_refs[..n].iter_mut().zip(blocks) {
+            *r = block[j * CHUNK_LEN..(j + 1) * CHUNK_LEN].try_into().expect("chunk length");
         }
         p.hash_many(&chunk_refs[..n], &IV, j as u64, IncrementCounter::No, 0, CHUNK_START, CHUNK_END, &mut chunk_out[..n * 32]);
         for (i, cv) in cvs[..n].iter_mut().enumerate() {

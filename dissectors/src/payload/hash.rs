@@ -61,8 +61,27 @@ pub struct PayloadHasher {
     len: u64,
     payload: DigestInput,
     blocks: Vec<BlockDigest>,
-    /// Batches handed to an idle worker (`offload`), in order, their digests not yet taken.
-    pending: Vec<std::sync::Arc<offload::HashJob>>,
+    /// Blocks digested elsewhere, in order, their digests not yet taken: batches handed to
+    /// an idle worker (`offload`), blocks gathered with other payloads' (`offload::gather`).
+    pending: Vec<Part>,
+}
+
+/// Blocks of a payload in a `HashJob`: a batch of its own (`first` 0, every block of the
+/// job), or its blocks among other payloads' in a gathering job (`shared`).
+pub(crate) struct Part {
+    job: std::sync::Arc<offload::HashJob>,
+    first: u8,
+    count: u8,
+    shared: bool,
+}
+
+impl Part {
+    /// A payload dropped before its digest: a batch of its own need not be digested at all.
+    fn cancel(self) {
+        if !self.shared {
+            self.job.cancel();
+        }
+    }
 }
 
 impl Default for PayloadHasher {
@@ -79,8 +98,8 @@ const STAGING_BUDGET: usize = 64 << 20;
 
 impl Drop for PayloadHasher {
     fn drop(&mut self) {
-        for job in self.pending.drain(..) {
-            job.cancel();
+        for part in self.pending.drain(..) {
+            part.cancel();
         }
         STAGING_BYTES.fetch_sub(self.accounted, Ordering::Relaxed);
     }
@@ -171,6 +190,26 @@ impl PayloadHasher {
         if n == 0 {
             return;
         }
+        if n < offload::GATHER_BELOW * BLOCK_SIZE && offload::gathering() {
+            // A small payload: its blocks wait for other payloads' to fill the lanes, in their
+            // staging buffer (a payload staged in whole blocks: its next bytes, if any, get a
+            // new one), or copied out of it.
+            let piece = if n == self.staging.len() {
+                STAGING_BYTES.fetch_sub(self.accounted, Ordering::Relaxed);
+                self.accounted = 0;
+                std::mem::take(&mut self.staging)
+            } else {
+                let piece = self.staging[..n].to_vec();
+                self.staging.copy_within(n.., 0);
+                let rest = self.staging.len() - n;
+                self.staging.truncate(rest);
+                piece
+            };
+            let count = (n / BLOCK_SIZE) as u8;
+            let (job, first) = offload::gather(piece).map_err(|_| ()).expect("gathering is on");
+            self.pending.push(Part { job, first: first as u8, count, shared: true });
+            return;
+        }
         if n == self.staging.len() && n > BLOCK_SIZE {
             // Once a batch is out, the later ones queue behind it (digested here when no
             // worker is idle), so this one waits for the helper only at the payload's end
@@ -178,7 +217,8 @@ impl PayloadHasher {
             if let Some(pool) = offload::pool().filter(|p| (p.has_idle() && offload::behind()) || !self.pending.is_empty()) {
                 let capacity = self.staging.capacity();
                 let data = std::mem::take(&mut self.staging);
-                self.pending.push(pool.submit(data));
+                let count = (data.len() / BLOCK_SIZE) as u8;
+                self.pending.push(Part { job: pool.submit(data), first: 0, count, shared: false });
                 self.staging = pool.buffer(capacity);
                 return;
             }
@@ -213,7 +253,7 @@ impl PayloadHasher {
     /// perf (2026-11-28) showed every scheduler entry of that worker under this wait, the
     /// helper it waited for having lost its CPU to the third busy thread.
     pub fn finish_deferred(mut self) -> Finished {
-        if self.pending.iter().all(|j| j.is_done()) {
+        if self.pending.iter().all(|p| p.job.is_done()) {
             return Finished::Ready(self.finish());
         }
         // A full batch joins the others (they are queued, or digested here when the queue is
@@ -306,13 +346,14 @@ impl DigestInput {
 
 /// The digests of `jobs` (batches handed to other workers), in order, into the payload hasher
 /// and the block list; each job run here if nobody took it, else waited for.
-fn resolve_jobs(jobs: &mut Vec<std::sync::Arc<offload::HashJob>>, payload: &mut DigestInput, blocks: &mut Vec<BlockDigest>) {
+fn resolve_jobs(jobs: &mut Vec<Part>, payload: &mut DigestInput, blocks: &mut Vec<BlockDigest>) {
     if jobs.is_empty() {
         return;
     }
     let pool = offload::pool();
-    for job in jobs.drain(..) {
-        job.resolve(pool.as_deref(), |digest, trivial| push_block(payload, blocks, digest, BLOCK_SIZE as u32, trivial));
+    for part in jobs.drain(..) {
+        let range = usize::from(part.first)..usize::from(part.first + part.count);
+        part.job.resolve(pool.as_deref(), range, |digest, trivial| push_block(payload, blocks, digest, BLOCK_SIZE as u32, trivial));
     }
 }
 
@@ -338,7 +379,7 @@ pub struct PendingDigest {
     payload: DigestInput,
     /// Blocks before the batches handed out.
     blocks: Vec<BlockDigest>,
-    pending: Vec<std::sync::Arc<offload::HashJob>>,
+    pending: Vec<Part>,
     /// The blocks after them: full digest, length, trivial.
     tail: Vec<([u8; 32], u32, bool)>,
     len: u64,
@@ -351,6 +392,12 @@ impl std::fmt::Debug for PendingDigest {
 }
 
 impl PendingDigest {
+    /// The jobs its blocks wait in (tests: which payloads were gathered together).
+    #[cfg(test)]
+    pub(crate) fn jobs(&self) -> Vec<*const offload::HashJob> {
+        self.pending.iter().map(|p| std::sync::Arc::as_ptr(&p.job)).collect()
+    }
+
     /// The payload digest: the handed-out batches' digests (each run here if nobody took it,
     /// else waited for), then the rest, as `finish` would have given.
     pub fn settle(mut self) -> PayloadDigest {
@@ -368,8 +415,8 @@ impl PendingDigest {
 
 impl Drop for PendingDigest {
     fn drop(&mut self) {
-        for job in self.pending.drain(..) {
-            job.cancel();
+        for part in self.pending.drain(..) {
+            part.cancel();
         }
     }
 }
