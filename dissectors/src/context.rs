@@ -44,6 +44,14 @@ pub fn send_finished(sink: &mut dyn PayloadSink, finished: Finished, mut rec: Se
     }
 }
 
+/// A send handed on pending (`PayloadSink::send_pending`), with its digest complete.
+pub(crate) fn settled(mut rec: Box<SendRecord>, pending: Option<Box<PendingDigest>>) -> Box<SendRecord> {
+    if let Some(digest) = pending {
+        rec.digest = digest.settle();
+    }
+    rec
+}
+
 /// A change of what a send is named by (`SmbState::share`, `SmbState::file_name`), kept by
 /// a `--threads` worker for the ordered stage.
 #[derive(Debug, Clone, PartialEq)]

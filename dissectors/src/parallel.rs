@@ -95,13 +95,7 @@ pub(crate) enum Item {
     Buffered(u64, u64),
 }
 
-/// A recorded send with its digest complete.
-pub(crate) fn settled(mut rec: Box<SendRecord>, pending: Option<Box<PendingDigest>>) -> Box<SendRecord> {
-    if let Some(digest) = pending {
-        rec.digest = digest.settle();
-    }
-    rec
-}
+pub(crate) use crate::context::settled;
 
 /// A worker's payload sink: records everything, with its mark.
 pub(crate) struct Recorder {
@@ -995,7 +989,7 @@ impl Engine {
 
     pub fn dedupe(&mut self) -> &mut Dedupe {
         match self {
-            Engine::One(p) => &mut p.shared.dedupe,
+            Engine::One(p) => p.shared.dedupe.settled(),
             Engine::Many(p) => &mut p.ordered.dedupe,
         }
     }

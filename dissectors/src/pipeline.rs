@@ -25,8 +25,11 @@ use crate::tcp::flow::{FlowConfig, FlowOutcome, FlowTable};
 use crate::tcp::StreamConsumer;
 use crate::wire::{self, Transport};
 
+mod settling;
+pub use settling::Settling;
+
 /// The run state every stream consumer shares: counters, SMB sessions, the dedupe index, RDMA.
-pub type Shared = crate::context::Shared<SmbState, Dedupe, RdmaState>;
+pub type Shared = crate::context::Shared<SmbState, Settling, RdmaState>;
 
 /// UDP destination port of RoCEv2 (IBTA Annex A17).
 pub const ROCE_V2_PORT: u16 = 4791;
@@ -344,7 +347,7 @@ pub type SharedOf<D> = crate::context::Shared<SmbState, D, RdmaState>;
 /// Frame → wire decode → TCP flows / RDMA → SMB2 and SMB Direct → sends into the sink `D`:
 /// the dedupe index (one pipeline does everything), or a `--threads` worker's recorder
 /// (`crate::parallel`), whose events the ordered stage merges.
-pub struct Pipeline<D: PayloadSink = Dedupe> {
+pub struct Pipeline<D: PayloadSink = Settling> {
     pub shared: SharedOf<D>,
     flows: FlowTable<Consumer>,
     /// TCP connections found to be iWARP by their MPA frame (not on an iWARP port).
@@ -649,13 +652,14 @@ impl<D: PayloadSink> Pipeline<D> {
     }
 }
 
-impl Pipeline<Dedupe> {
+impl Pipeline<Settling> {
     pub fn new(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>) -> Self {
-        Pipeline::with_sink(config, Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence))
+        Pipeline::with_sink(config, Settling::new(Dedupe::new(config.dedupe.clone(), config.topology.clone(), evidence)))
     }
 
     /// Process one captured frame.
     pub fn process(&mut self, frame: &RawFrame<'_>) {
+        self.shared.dedupe.gather_here();
         let ctx = self.clock.frame(frame, &mut self.shared.anomalies);
         self.shared.dedupe.note_time(frame.info.ts_ns);
         self.decode(frame, &ctx);
@@ -681,7 +685,8 @@ impl Pipeline<Dedupe> {
         self.shared.dedupe.note_time(crate::ledger::AT_END);
         self.close_all(self.clock.last_ts);
         let counts = self.take_counts();
-        let ledger = self.shared.dedupe.take_ledger();
+        let mut dedupe = self.shared.dedupe.into_settled();
+        let ledger = dedupe.take_ledger();
         let run = Run {
             counts,
             clock: self.clock,
@@ -689,7 +694,7 @@ impl Pipeline<Dedupe> {
             input_findings: self.input_findings,
             unusable_input_bytes: self.unusable_input_bytes,
         };
-        let (results, input_findings) = run.results(self.shared.dedupe, inputs, container, started);
+        let (results, input_findings) = run.results(dedupe, inputs, container, started);
         (results, ledger, input_findings)
     }
 }
@@ -845,8 +850,9 @@ impl PipelineView {
 
 impl Pipeline {
     /// The live snapshot: the same parts as a `--threads` run's (`PipelineView::of`).
-    pub fn view(&self) -> PipelineView {
-        PipelineView::of(&self.shared.dedupe, &self.counts(), &self.clock, self.window_ns)
+    pub fn view(&mut self) -> PipelineView {
+        let counts = self.counts();
+        PipelineView::of(self.shared.dedupe.settled(), &counts, &self.clock, self.window_ns)
     }
 }
 

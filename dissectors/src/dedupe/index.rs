@@ -437,6 +437,11 @@ impl Dedupe {
         }
     }
 
+    /// Is a ledger being recorded (`record_ledger`)?
+    pub fn recording_ledger(&self) -> bool {
+        self.ledger.is_some()
+    }
+
     /// The ledger being recorded, with the first write error if any.
     pub fn take_ledger(&mut self) -> Option<(LedgerWriter, Option<LedgerError>)> {
         self.ledger.take().map(|t| (t.writer, t.error))

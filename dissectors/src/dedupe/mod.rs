@@ -94,4 +94,4 @@ impl Default for DedupeConfig {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -15,7 +15,7 @@ const MS: u64 = 1_000_000;
 const B: u64 = BLOCK_SIZE as u64;
 
 /// Distinct, non-trivial content: `n` blocks derived from `tag`.
-fn data(tag: u64, n: usize) -> Vec<u8> {
+pub(crate) fn data(tag: u64, n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * BLOCK_SIZE);
     let mut x = tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for _ in 0..n * BLOCK_SIZE {
@@ -31,7 +31,7 @@ fn ip(last: u8) -> IpAddr {
     IpAddr::from([198, 18, 0, last])
 }
 
-fn rec(
+pub(crate) fn rec(
     kind: SendKind,
     src: u8,
     dst: u8,

@@ -398,6 +398,11 @@ impl PendingDigest {
         self.pending.iter().map(|p| std::sync::Arc::as_ptr(&p.job)).collect()
     }
 
+    /// Are all its blocks digested (`settle` will not wait or digest)?
+    pub fn is_ready(&self) -> bool {
+        self.pending.iter().all(|p| p.job.is_done())
+    }
+
     /// The payload digest: the handed-out batches' digests (each run here if nobody took it,
     /// else waited for), then the rest, as `finish` would have given.
     pub fn settle(mut self) -> PayloadDigest {
