@@ -108,6 +108,13 @@ impl HashJob {
         }
     }
 
+    /// Run it here unless someone took it (a helper, or the hasher that needed it first).
+    fn run_unless_taken(&self, pool: Option<&HashPool>) {
+        if self.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.run(pool);
+        }
+    }
+
     /// Digested already (its digests can be taken without waiting).
     pub(crate) fn is_done(&self) -> bool {
         self.state.load(Ordering::Acquire) == DONE
@@ -122,9 +129,7 @@ impl HashJob {
     /// payload, a payload's own for a gathered job), the job run here if nobody took it,
     /// else waited for.
     pub(crate) fn resolve(&self, pool: Option<&HashPool>, blocks: std::ops::Range<usize>, mut each: impl FnMut(&[u8; 32], bool)) {
-        if self.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            self.run(pool);
-        }
+        self.run_unless_taken(pool);
         let mut spins = 0u32;
         while self.state.load(Ordering::Acquire) != DONE {
             // Another worker is digesting it (64 KiB: some 20 us); it may have lost its CPU.
@@ -223,9 +228,7 @@ impl HashPool {
                 return;
             }
         }
-        if job.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            job.run(Some(self));
-        }
+        job.run_unless_taken(Some(self));
     }
 
     /// A buffer for the next staging batch (a spare one when there is one).
@@ -374,7 +377,8 @@ pub(crate) fn behind() -> bool {
 /// Payloads staged in batches of fewer blocks than this gather their whole blocks across
 /// payloads (`gather`): on 4 KiB I/O every payload is one block, whose BLAKE3 fills 4 of
 /// AVX2's 8 lanes; 8 blocks digested together take two thirds of the time of 8 alone
-/// (`examples/hashbench.rs --piece`, 2026-11-28: 1575 against 1043 MB/s).
+/// (`batch::digest_blocks` on this project's machine, 2026-11-28: 1575 against 1043 MB/s;
+/// docs/performance-log.md).
 pub(crate) const GATHER_BELOW: usize = 8;
 
 thread_local! {
@@ -432,9 +436,7 @@ pub(crate) fn gather(piece: Vec<u8>) -> Result<(Arc<HashJob>, usize), Vec<u8>> {
 pub fn gather_flush() {
     let job = GATHER.with(|g| g.borrow_mut().as_mut().and_then(|open| open.take()));
     if let Some(job) = job {
-        if job.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            job.run(pool().as_deref());
-        }
+        job.run_unless_taken(pool().as_deref());
     }
 }
 
@@ -443,13 +445,9 @@ pub fn gather_flush() {
 fn seal(job: Option<Arc<HashJob>>) {
     let Some(job) = job else { return };
     debug_assert!(job.blocks() > 0);
-    match pool().filter(|p| p.has_idle() && behind()) {
-        Some(p) => p.offer(&job),
-        None => {
-            if job.state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                job.run(pool().as_deref());
-            }
-        }
+    match pool() {
+        Some(p) if p.has_idle() && behind() => p.offer(&job),
+        p => job.run_unless_taken(p.as_deref()),
     }
 }
 
