@@ -79,6 +79,21 @@ asan_replay() {
     [ "$code" -eq 0 ] || crashes=$((crashes + 1))
 }
 
+# Was the timeout in worker log $2 of target $1 a stall? Its input (the "Test unit written to"
+# line) replayed STALL_REPLAYS times in a row, each within a tenth of the 60 s limit: then yes,
+# and the input is renamed stall-<hash>. A run of the input that is slow, fails or cannot be
+# found: no (a finding, which stops the target's campaign as before).
+STALL_REPLAYS=${FUZZ_STALL_REPLAYS:-3}
+stalled() {
+    local t=$1 log=$2 unit
+    unit=$(sed -n 's/.*Test unit written to \(.*timeout-[0-9a-f]*\).*/\1/p' "$log" | tail -1)
+    [ -n "$unit" ] && [ -f "$unit" ] || return 1
+    timeout 30 "$OUT/bin/$SAN/$t" -runs="$STALL_REPLAYS" -timeout=6 -rss_limit_mb=2048 "$unit" \
+        >>"$log.replay" 2>&1 || return 1
+    mv "$unit" "$(dirname "$unit")/stall-${unit##*timeout-}"
+    echo "== the timeout's input ran $STALL_REPLAYS times within 6 s each: a stall, not a finding" >>"$log"
+}
+
 for t in $TARGETS; do
     mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
     while [ $stop -eq 0 ]; do
@@ -108,15 +123,23 @@ for t in $TARGETS; do
             n=$(grep -m1 '^stat::number_of_executed_units' "$log" | awk '{print $2}')
             rss=$(grep -m1 '^stat::peak_rss_mb' "$log" | awk '{print $2}')
             code=${codes[$i]}
+            # A timeout whose input runs well within the limit when replayed was a stall of the
+            # host (the process paused, or starved of CPU), not a finding: recorded as
+            # "70:stall", its input kept as artifacts/<target>/stall-*, the campaign goes on.
+            if [ "$code" -eq 70 ] && [ $stop -eq 0 ] && stalled "$t" "$log"; then code=70:stall; fi
             # After `stop`, a non-zero code is libFuzzer's interrupt exit (72), not a finding.
-            if [ "$code" -ne 0 ] && [ $stop -eq 0 ]; then crashed=1; fi
+            if [ "$code" != 0 ] && [ "$code" != 70:stall ] && [ $stop -eq 0 ]; then crashed=1; fi
             printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$t" "$SAN" "$i" "$per" "${n:-0}" "$code" "$secs" "${rss:-}" "$COMMIT" "$HOST" >>"$RESULTS"
             {
                 echo "== $start .. $end $t sanitizer=$SAN worker=$i runs=$per exit=$code"
                 grep -E '^#[0-9]+' "$log" | tail -1
                 grep -E '^stat::|ERROR|panicked|SUMMARY|Test unit written' "$log"
             } >>"$OUT/$t.log"
-            [ "$code" -ne 0 ] && [ $stop -eq 0 ] && cp "$log" "$OUT/$t.crash.$start.w$i.log"
+            if [ "$code" = 70:stall ]; then
+                cp "$log" "$OUT/$t.stall.$start.w$i.log"
+            elif [ "$code" != 0 ] && [ $stop -eq 0 ]; then
+                cp "$log" "$OUT/$t.crash.$start.w$i.log"
+            fi
         done
         # A crash ends this target's campaign (the input is in artifacts/<target>/): fix first.
         [ $crashed -eq 1 ] && { echo "$t: crash, see $OUT/artifacts/$t/" >>"$OUT/$t.log"; crashes=$((crashes + 1)); break; }

@@ -1,5 +1,6 @@
 """fuzz/long_table.py, the README's long-run table: executions summed over sessions and workers,
-libFuzzer's interrupt exit (72) not counted as a crash, a session's wall time counted once."""
+libFuzzer's interrupt exit (72) not counted as a crash nor a timeout that did not reproduce
+(70:stall, counted apart), a session's wall time counted once."""
 
 from __future__ import annotations
 
@@ -32,12 +33,13 @@ def test_sums_workers_and_sessions_and_counts_time_once(tmp_path):
         line("2026-01-01T00:00:10Z", "a", "none", 0, 300, 72, 5, commit="def5678"),
         line("2026-01-01T00:00:10Z", "a", "none", 1, 200, 72, 5, commit="def5678"),
     ], goal=2500)
-    # target, sanitizer, executions, goal reached, crashes, exec/s, dates, commits
+    # target, sanitizer, executions, goal reached, crashes, stalls, exec/s, dates, commits
     assert r["a/none"][2] == "2,500"
     assert r["a/none"][3] == "yes"
     assert r["a/none"][4] == "0"  # 72 is the interrupt exit of a stopped campaign
-    assert r["a/none"][5] == "167"  # 2,500 executions over 15 s of wall time, not 30
-    assert r["a/none"][7] == "abc1234, def5678"
+    assert r["a/none"][5] == "0"
+    assert r["a/none"][6] == "167"  # 2,500 executions over 15 s of wall time, not 30
+    assert r["a/none"][8] == "abc1234, def5678"
 
 
 def test_crash_counted_and_goal_not_reached(tmp_path):
@@ -49,3 +51,13 @@ def test_crash_counted_and_goal_not_reached(tmp_path):
     assert r["b/address"][3] == "no (40.0%)"
     assert r["b/none"][3] == "no (50.0%)"
     assert r["b/none"][4] == "0"
+
+
+def test_stall_counted_apart_from_crashes(tmp_path):
+    r = rows(tmp_path, [
+        line("2026-01-01T00:00:00Z", "c", "none", 0, 40, "70:stall", 2),
+        line("2026-01-01T00:00:00Z", "c", "none", 1, 40, 70, 2),
+        line("2026-01-01T00:00:02Z", "c", "none", 0, 40, "70:stall", 2),
+    ], goal=100)
+    assert r["c/none"][4] == "1"  # the timeout without the replay's verdict is a finding
+    assert r["c/none"][5] == "2"

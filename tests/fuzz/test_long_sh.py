@@ -1,0 +1,87 @@
+"""fuzz/long.sh on a timeout: an input that runs quickly when replayed was a stall of the host
+(a paused or starved process) and the campaign goes on; one that times out again is a finding
+and ends the target's campaign. Run with a stand-in for a libFuzzer binary (a shell script that
+answers like one), so no fuzz build is needed."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The stand-in. Fuzzing (called with -artifact_prefix=): the first session of worker 0 writes a
+# timeout input and exits 70 as libFuzzer does; every other session runs what it was asked.
+# Replaying (called with an input file): exits 0, or 70 when REPLAY_TIMES_OUT is set.
+FAKE = r"""#!/usr/bin/env bash
+runs=0; prefix=""; file=""
+for a in "$@"; do
+    case "$a" in
+        -runs=*) runs=${a#-runs=} ;;
+        -artifact_prefix=*) prefix=${a#-artifact_prefix=} ;;
+        -*) ;;
+        *) [ -f "$a" ] && file=$a ;;
+    esac
+done
+state=$(dirname "$0")/../../state
+if [ -z "$prefix" ]; then
+    echo "replayed $file" >>"$state.replays"
+    [ -n "${REPLAY_TIMES_OUT:-}" ] && { echo "==1== ERROR: libFuzzer: timeout after 7 seconds"; exit 70; }
+    exit 0
+fi
+n=$(cat "$state" 2>/dev/null || echo 0); echo $((n + 1)) >"$state"
+if [ "$n" -eq 0 ]; then
+    printf 'x' >"${prefix}timeout-0123abcd"
+    echo "ALARM: working on the last Unit for 300 seconds"
+    echo "artifact_prefix='$prefix'; Test unit written to ${prefix}timeout-0123abcd"
+    echo "==1== ERROR: libFuzzer: timeout after 300 seconds"
+    echo "stat::number_of_executed_units: 7"
+    echo "stat::peak_rss_mb: 30"
+    exit 70
+fi
+echo "stat::number_of_executed_units: $runs"
+echo "stat::peak_rss_mb: 30"
+exit 0
+"""
+
+
+def campaign(tmp_path: Path, replay_times_out: bool) -> tuple[int, list[dict], Path]:
+    out = tmp_path / "long"
+    (out / "bin" / "none").mkdir(parents=True)
+    (out / "seeds" / "t").mkdir(parents=True)
+    (out / "seeds" / "t" / "seed").write_bytes(b"s")
+    fake = out / "bin" / "none" / "t"
+    fake.write_text(FAKE)
+    fake.chmod(0o755)
+    (out / "bin" / "none" / "COMMIT").write_text("abc1234\n")
+    env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
+               FUZZ_SESSION_RUNS="10", FUZZ_WORKERS="1")
+    env.pop("REPLAY_TIMES_OUT", None)
+    if replay_times_out:
+        env["REPLAY_TIMES_OUT"] = "1"
+    # Its own session: the script renices its scheduler autogroup, which is not the tests'.
+    p = subprocess.run(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    with open(out / "results.tsv", newline="") as f:
+        return p.returncode, list(csv.DictReader(f, delimiter="\t")), out
+
+
+def test_timeout_that_does_not_reproduce_is_a_stall_and_the_campaign_goes_on(tmp_path):
+    rc, rows, out = campaign(tmp_path, replay_times_out=False)
+    assert rc == 0
+    assert [r["exit"] for r in rows] == ["70:stall", "0", "0", "0", "0"]
+    assert sum(int(r["executed"]) for r in rows) == 40  # 7 before the stall, then sessions to the goal
+    arts = sorted(p.name for p in (out / "artifacts" / "t").iterdir())
+    assert arts == ["stall-0123abcd"]
+    assert (out / "state.replays").read_text().count("replayed") == 1
+    assert list(out.glob("t.stall.*.w0.log")) and not list(out.glob("t.crash.*"))
+
+
+def test_timeout_that_reproduces_is_a_finding_and_stops_the_target(tmp_path):
+    rc, rows, out = campaign(tmp_path, replay_times_out=True)
+    assert rc == 1
+    assert [r["exit"] for r in rows] == ["70"]
+    assert sorted(p.name for p in (out / "artifacts" / "t").iterdir()) == ["timeout-0123abcd"]
+    assert list(out.glob("t.crash.*.w0.log")) and not list(out.glob("t.stall.*"))
