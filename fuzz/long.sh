@@ -10,7 +10,9 @@
 #   artifacts/<target>/        crashing, leaking or timing-out inputs
 #   <target>.log               per session: the worker logs' last progress line and final stats
 #   <target>.w<i>.log          the running session's full libFuzzer output, worker i
-#   results.tsv                one line per worker-session; `fuzz/long_table.py` makes the
+#   results.tsv                one line per worker-session (exit: libFuzzer's code, or
+#                              "70:stall" for a timeout that did not reproduce, see `stalled`);
+#                              `fuzz/long_table.py` makes the
 #                              README table from it
 # A campaign is resumable: it starts from the executions results.tsv already holds for the
 # target and sanitizer. A session is FUZZ_SESSION_RUNS executions per worker (so an interrupted
@@ -27,6 +29,9 @@ if [ -w /proc/self/autogroup ]; then echo 19 > /proc/self/autogroup 2>/dev/null 
 RUNS=${FUZZ_RUNS:-100000000}
 SESSION=${FUZZ_SESSION_RUNS:-2000000}
 WORKERS=${FUZZ_WORKERS:-2}
+# Per-input limit (s); a timeout's input replayed within a tenth of it was a stall (`stalled`).
+TIMEOUT=60
+STALL_LIMIT=$((TIMEOUT / 10))
 SAN=${FUZZ_SANITIZER:-none}
 OUT=${FUZZ_LONG_DIR:?set FUZZ_LONG_DIR to a directory outside the repository}
 TARGETS=${FUZZ_TARGETS:?set FUZZ_TARGETS (the order is the order of the run)}
@@ -70,7 +75,7 @@ asan_replay() {
     grep -q "^$t"$'\t' "$rec" 2>/dev/null && return 0
     local n code
     n=$(ls "$OUT/corpus/$t" | wc -l)
-    nice -n 19 "$bin" -runs=0 -rss_limit_mb=2048 -timeout=60 -artifact_prefix="$OUT/artifacts/$t/asan-replay-" \
+    nice -n 19 "$bin" -runs=0 -rss_limit_mb=2048 -timeout=$TIMEOUT -artifact_prefix="$OUT/artifacts/$t/asan-replay-" \
         "$OUT/corpus/$t" >"$OUT/$t.asan-replay.log" 2>&1
     code=$?
     [ $stop -eq 1 ] && return 0
@@ -80,7 +85,7 @@ asan_replay() {
 }
 
 # Was the timeout in worker log $2 of target $1 a stall? Its input (the "Test unit written to"
-# line) replayed STALL_REPLAYS times in a row, each within a tenth of the 60 s limit: then yes,
+# line) replayed STALL_REPLAYS times in a row, each within STALL_LIMIT: then yes,
 # and the input is renamed stall-<hash>. A run of the input that is slow, fails or cannot be
 # found: no (a finding, which stops the target's campaign as before).
 STALL_REPLAYS=${FUZZ_STALL_REPLAYS:-3}
@@ -88,10 +93,10 @@ stalled() {
     local t=$1 log=$2 unit
     unit=$(sed -n 's/.*Test unit written to \(.*timeout-[0-9a-f]*\).*/\1/p' "$log" | tail -1)
     [ -n "$unit" ] && [ -f "$unit" ] || return 1
-    timeout 30 "$OUT/bin/$SAN/$t" -runs="$STALL_REPLAYS" -timeout=6 -rss_limit_mb=2048 "$unit" \
+    timeout $((STALL_REPLAYS * STALL_LIMIT + 10)) "$OUT/bin/$SAN/$t" -runs="$STALL_REPLAYS" -timeout=$STALL_LIMIT -rss_limit_mb=2048 "$unit" \
         >>"$log.replay" 2>&1 || return 1
     mv "$unit" "$(dirname "$unit")/stall-${unit##*timeout-}"
-    echo "== the timeout's input ran $STALL_REPLAYS times within 6 s each: a stall, not a finding" >>"$log"
+    echo "== the timeout's input ran $STALL_REPLAYS times within $STALL_LIMIT s each: a stall, not a finding" >>"$log"
 }
 
 for t in $TARGETS; do
@@ -105,7 +110,7 @@ for t in $TARGETS; do
         pids=()
         for i in $(seq 0 $((WORKERS - 1))); do
             nice -n 19 "$OUT/bin/$SAN/$t" "$OUT/corpus/$t" "$OUT/seeds/$t" -runs="$per" \
-                -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=60 \
+                -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=$TIMEOUT \
                 -print_final_stats=1 >"$OUT/$t.w$i.log" 2>&1 &
             pids+=($!)
         done

@@ -8,6 +8,12 @@ import argparse
 import csv
 from collections import OrderedDict
 
+# Exit values in results.tsv that are not findings: a clean end; 72, libFuzzer's exit on SIGINT
+# (the campaign was stopped); STALL, a timeout whose input ran well within the limit when
+# replayed (`long.sh`, `stalled`), counted apart.
+STALL = "70:stall"
+NOT_FINDINGS = ("0", "72", STALL)
+
 
 def table(path: str, goal: int) -> str:
     rows = OrderedDict()
@@ -16,10 +22,8 @@ def table(path: str, goal: int) -> str:
             k = (r["target"], r["sanitizer"])
             a = rows.setdefault(k, {"n": 0, "crash": 0, "stall": 0, "secs": {}, "first": r["start_utc"], "last": r["end_utc"], "commits": set(), "workers": set()})
             a["n"] += int(r["executed"] or 0)
-            # 72: libFuzzer's exit on SIGINT (the campaign was stopped), not a finding. 70:stall:
-            # a timeout whose input ran well within the limit when replayed (`long.sh`).
-            a["crash"] += int(r["exit"] not in ("0", "72", "70:stall"))
-            a["stall"] += int(r["exit"] == "70:stall")
+            a["crash"] += int(r["exit"] not in NOT_FINDINGS)
+            a["stall"] += int(r["exit"] == STALL)
             # Workers of one session run side by side: a session's wall time counts once.
             a["secs"][r["start_utc"]] = int(r["seconds"])
             a["last"] = max(a["last"], r["end_utc"])
