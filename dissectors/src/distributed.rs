@@ -174,7 +174,7 @@ pub fn analyze_shard(
             )));
         }
     }
-    let merged = parallel::open_inputs(paths)?;
+    let merged = parallel::open_inputs(paths, crate::capture::source::ReadMode::Mapped)?;
     let mut wc = config.clone();
     wc.workers = shards;
     let mut run = ShardRun {

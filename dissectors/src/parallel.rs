@@ -52,6 +52,7 @@ use crate::accounting::{cat, Accounting};
 use crate::anomaly::Anomalies;
 use crate::capture::merge::Merged;
 use crate::capture::{CaptureError, FrameInfo, RawFrame};
+use crate::capture::source::ReadMode;
 use crate::context::{phase, Mark, NameOp, PayloadSink};
 use crate::smb2::bounded::BoundedMap;
 use crate::dedupe::Dedupe;
@@ -979,12 +980,17 @@ impl Engine {
 
     /// `new`, each worker thread (if any) first calling `start`.
     pub fn with_start(config: &Config, evidence: Option<Box<dyn std::io::Write + Send>>, start: Option<fn()>) -> Self {
-        // Keys derive from a session's first channel: a worker could lack them (module doc).
-        if config.threads > 1 && config.keys.is_none() {
+        if Engine::is_parallel(config) {
             Engine::Many(Box::new(Parallel::with_start(config, config.threads, evidence, start)))
         } else {
             Engine::One(Box::new(Pipeline::new(config, evidence)))
         }
+    }
+
+    /// Does `config` run workers and an ordered stage (else one pipeline)?
+    pub fn is_parallel(config: &Config) -> bool {
+        // Keys derive from a session's first channel: a worker could lack them (module doc).
+        config.threads > 1 && config.keys.is_none()
     }
 
     pub fn dedupe(&mut self) -> &mut Dedupe {
@@ -1078,8 +1084,8 @@ impl FrameSink for Engine {
 }
 
 /// Opens the inputs of an analysis (merged in time order).
-pub(crate) fn open_inputs(paths: &[String]) -> Result<Merged, AnalyzeError> {
-    Merged::open(paths).map_err(|e| match e {
+pub(crate) fn open_inputs(paths: &[String], how: ReadMode) -> Result<Merged, AnalyzeError> {
+    Merged::open_with(paths, how).map_err(|e| match e {
         CaptureError::Interrupted => AnalyzeError::Interrupted,
         e => AnalyzeError::Capture(e),
     })
@@ -1191,7 +1197,10 @@ pub fn analyze_files(
     tick: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<Results, AnalyzeError> {
     let started = Instant::now();
-    let merged = open_inputs(paths)?;
+    // Workers take a mapped file's frames without a copy; one pipeline reads faster through
+    // the buffer (`ReadMode`).
+    let how = if Engine::is_parallel(config) { ReadMode::Mapped } else { ReadMode::Buffered };
+    let merged = open_inputs(paths, how)?;
     let evidence = crate::pipeline::open_evidence(evidence_path)?;
     let mut pipeline = Engine::new(config, evidence);
     if let Some(p) = &config.ledger {

@@ -3,7 +3,8 @@
 //! A file that cannot be read at all (missing, not a capture, damaged header) does not stop
 //! the others: `open` keeps the usable files and names the unusable ones in `skipped`; it
 //! fails only when no file is usable.
-use super::{open, CaptureError, FrameReader, RawFrame};
+use super::source::ReadMode;
+use super::{open_with, CaptureError, FrameReader, RawFrame};
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
 
@@ -23,11 +24,16 @@ impl Merged {
     /// Open every file; unusable ones are left out and listed in `skipped`. Err (the first
     /// file's error) only when files were given and none is usable.
     pub fn open(paths: &[String]) -> Result<Self, CaptureError> {
+        Self::open_with(paths, ReadMode::Mapped)
+    }
+
+    /// `open`, regular uncompressed files mapped or read through a buffer (`ReadMode`).
+    pub fn open_with(paths: &[String], how: ReadMode) -> Result<Self, CaptureError> {
         let mut readers = Vec::with_capacity(paths.len());
         let mut used = Vec::with_capacity(paths.len());
         let mut skipped = Vec::new();
         for (i, p) in paths.iter().enumerate() {
-            match open(p, readers.len() as u16) {
+            match open_with(p, readers.len() as u16, how) {
                 Ok(r) => {
                     readers.push(r);
                     used.push(i);

@@ -86,7 +86,12 @@ pub trait FrameReader {
 
 /// Open one file, sniffing pcap vs pcapng from the magic number.
 pub fn open(path: &str, file_index: u16) -> Result<Box<dyn FrameReader>, CaptureError> {
-    sniff_and_open(source::Source::open(path)?, path, file_index)
+    open_with(path, file_index, source::ReadMode::Mapped)
+}
+
+/// `open`, a regular uncompressed file mapped or read through the buffer (`source::ReadMode`).
+pub fn open_with(path: &str, file_index: u16, how: source::ReadMode) -> Result<Box<dyn FrameReader>, CaptureError> {
+    sniff_and_open(source::Source::open_with(path, how)?, path, file_index)
 }
 
 /// Like `open`, over any byte stream whose total size is known (`name` is used in errors).
