@@ -588,4 +588,32 @@ mod tests {
         assert!(s.peek().iter().all(|&b| b == 7));
         std::fs::remove_file(&path).ok();
     }
+
+    /// `ReadMode::Buffered` reads a regular file through the buffer, byte for byte what the
+    /// mapping holds, and holds at most what the buffer holds.
+    #[test]
+    fn a_buffered_file_reads_the_same_bytes_as_its_mapping() {
+        let path = std::env::temp_dir().join(format!("smbwire-buffered-{}", std::process::id()));
+        let data: Vec<u8> = (0..(3 * BUF_LEN + 12_345)).map(|i| (i * 31 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let p = path.to_str().unwrap();
+        let mapped = Source::open_with(p, ReadMode::Mapped).unwrap();
+        assert!(mapped.is_mapped());
+        assert_eq!(mapped.peek(), &data[..]);
+        let mut s = Source::open_with(p, ReadMode::Buffered).unwrap();
+        assert!(!s.is_mapped() && s.shared_map().is_none());
+        let mut read = Vec::new();
+        // Uneven pieces, as records come.
+        for step in [16usize, 1514, 9014, 65_536].into_iter().cycle() {
+            let got = s.fill(step).min(step);
+            if got == 0 {
+                break;
+            }
+            assert!(s.buf.len() <= BUF_LEN.max(step), "buffer grew to {}", s.buf.len());
+            read.extend_from_slice(&s.peek()[..got]);
+            s.consume(got);
+        }
+        assert_eq!(read, data);
+        std::fs::remove_file(&path).ok();
+    }
 }
