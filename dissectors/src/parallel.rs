@@ -34,11 +34,16 @@
 //!   the reader, waiting for a worker's batch, digests queued batches too. Small payloads'
 //!   blocks (4 KiB I/O) are digested 16 at a time across payloads (`offload::gather`), each
 //!   batch's before its events are handed on.
-//! - **Memory.** At most `DEPTH` (16; 3 without mapped inputs) batches per worker are in flight. A frame of a mapped
-//!   capture file goes to its worker as a place in the mapping (`Merged::maps`), without a
-//!   copy; other frames (live rings, decompressed captures) are copied once into the batch's
-//!   buffer. Buffers are reused. The mapping's pages before the first frame a worker has yet
-//!   to read are handed back (`Parallel::first_unread`, `Source::keep_from`).
+//! - **Memory.** At most `DEPTH` (16; 3 for live rings) batches per worker are in flight. A
+//!   frame of a capture file goes to its worker as a place in the reader's 1 MiB read buffer,
+//!   which the batch holds on to (`Source::chunk`): no copy; the reader reads on into another
+//!   buffer and reuses one once no batch holds it. Live frames are copied once into the
+//!   batch's buffer. Buffers are reused. Capture files are read, not mapped: against mapping
+//!   them (the frames handed out as places in the mapping), alternating runs with
+//!   `--threads 2`, 2026-11-29, were faster and took less CPU (MSS 1448 median 0.40 against
+//!   0.41 s, 4 channels 0.38 against 0.41 s, 4 KiB I/O 0.59 against 0.63 s; user CPU 5-11%
+//!   less), and held 2-11 MiB less memory: faulting in and handing back every page of a
+//!   mapping cost more than the kernel's copy into a buffer.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -75,10 +80,11 @@ const LOOKUPS_KEPT: usize = 1 << 18;
 /// Sixteen, not three: on two cores the reader and two workers share the CPUs, and a thread
 /// that waits out the scheduler's slice (a few ms) stalled the others within 3 batches (about
 /// 3 ms of work): 4 connections of MSS-1448 writes, `--threads 2`, took 1.01-1.10 s at 3 and
-/// 0.78-0.86 s at 16 (2026-11-27). Mapped frames cost the batch 40 bytes each; frames copied
-/// into the batch (live rings, compressed captures) cost `BATCH_BYTES` a batch, so without
-/// mapped inputs `DEPTH_COPIED` are in flight: with 16, a live run's resident set grew by
-/// 8 MiB after its warm-up as bursts filled more batches (tests/live/test_live_memory.py).
+/// 0.78-0.86 s at 16 (2026-11-27). A frame in a read buffer costs the batch 40 bytes (the
+/// buffers it holds are the reader's: at most `BATCH_BYTES` of frames per batch); frames
+/// copied into the batch (live rings) cost `BATCH_BYTES` a batch each, so when a run copies
+/// `DEPTH_COPIED` are in flight: with 16, a live run's resident set grew by 8 MiB after its
+/// warm-up as bursts filled more batches (tests/live/test_live_memory.py).
 const DEPTH: usize = 16;
 const DEPTH_COPIED: usize = 3;
 /// A batch is handed out at this many frames or bytes, whichever comes first.
@@ -128,24 +134,21 @@ impl PayloadSink for Recorder {
     }
 }
 
-/// The mapped input files (`Merged::maps`): a frame inside one is handed to its worker as a
-/// place in it, not copied.
-type Maps = Arc<Vec<Arc<memmap2::Mmap>>>;
-
-/// `Step::Frame::map` of a frame copied into the batch's buffer.
+/// `Step::Frame::chunk` of a frame copied into the batch's buffer.
 const COPIED: u32 = u32::MAX;
 
 enum Step {
-    /// A frame: its context and its bytes, at `start..start + len` of mapping `map` of the
-    /// batch's `maps`, or of the batch's buffer (`COPIED`: live rings, compressed inputs).
-    Frame { info: FrameInfo, ctx: FrameCtx, map: u32, start: usize, len: usize },
+    /// A frame: its context and its bytes, at `start..start + len` of read buffer `chunk` of
+    /// the batch's `chunks`, or of the batch's own buffer (`COPIED`: live rings).
+    Frame { info: FrameInfo, ctx: FrameCtx, chunk: u32, start: usize, len: usize },
     /// Close the flows idle at this time.
     Sweep(u64),
 }
 
 struct Batch {
     data: Vec<u8>,
-    maps: Maps,
+    /// Read buffers its frames lie in (`Step::Frame::chunk`).
+    chunks: Vec<Arc<Vec<u8>>>,
     steps: Vec<Step>,
     /// What the worker recorded for it (empty on the way out; its capacity is reused).
     out: Vec<(Mark, Item)>,
@@ -153,7 +156,7 @@ struct Batch {
 
 impl Batch {
     fn new() -> Batch {
-        Batch { data: Vec::new(), maps: Maps::default(), steps: Vec::new(), out: Vec::new() }
+        Batch { data: Vec::new(), chunks: Vec::new(), steps: Vec::new(), out: Vec::new() }
     }
 }
 
@@ -259,9 +262,9 @@ fn worker(
                 offload::set_behind(queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) > 1);
                 for step in b.steps.iter() {
                     match *step {
-                        Step::Frame { info, ctx, map, start, len } => {
-                            let bytes = match b.maps.get(map as usize) {
-                                Some(m) => &m[start..start + len],
+                        Step::Frame { info, ctx, chunk, start, len } => {
+                            let bytes = match b.chunks.get(chunk as usize) {
+                                Some(c) => &c[start..start + len],
                                 None => &b.data[start..start + len],
                             };
                             d.frame(&RawFrame { info, data: bytes }, &ctx);
@@ -271,6 +274,8 @@ fn worker(
                 }
                 b.steps.clear();
                 b.data.clear();
+                // The reader reuses a buffer once no batch holds it (`Source::unshare`).
+                b.chunks.clear();
                 offload::gather_flush();
                 std::mem::swap(d.out(), &mut b.out);
                 if done.send(Done::Batch(b)).is_err() {
@@ -624,21 +629,17 @@ pub struct Parallel {
     pub clock: Clock,
     /// The reader's own anomalies (time stepping back; the capture readers').
     pub anomalies: Anomalies,
-    /// Batches handed out and not yet replayed, each with the offset of its first frame in
-    /// each mapping (`usize::MAX`: none there), and which workers were handed a part.
-    in_flight: VecDeque<(Vec<Order>, Vec<usize>, Vec<bool>)>,
-    /// The same for the batch being filled.
-    firsts: Vec<usize>,
+    /// Batches handed out and not yet replayed, and which workers were handed a part.
+    in_flight: VecDeque<(Vec<Order>, Vec<bool>)>,
     order: Vec<Order>,
     frames_in_batch: usize,
     bytes_in_batch: usize,
     window_ns: u64,
     pub input_findings: Vec<crate::findings::Finding>,
     pub unusable_input_bytes: u64,
-    /// The mapped inputs, and each one's address range (first byte, length).
-    maps: Maps,
-    ranges: Vec<(usize, usize)>,
-    /// Frames handed out as places in a mapping, and copied (tests).
+    /// Frames were copied into the batches (`DEPTH_COPIED`).
+    copies: bool,
+    /// Frames handed out as places in a read buffer, and copied (tests).
     pub handed: (u64, u64),
     sharder: Sharder,
     /// Block hashing idle workers take over (`offload`).
@@ -696,73 +697,51 @@ impl Parallel {
             clock: Clock::default(),
             anomalies: Anomalies::default(),
             in_flight: VecDeque::new(),
-            firsts: Vec::new(),
             order: Vec::new(),
             frames_in_batch: 0,
             bytes_in_batch: 0,
             window_ns: config.dedupe.window_ns,
             input_findings: Vec::new(),
             unusable_input_bytes: 0,
-            maps: Maps::default(),
-            ranges: Vec::new(),
+            copies: false,
             handed: (0, 0),
             sharder: Sharder::new(n),
             pool,
         }
     }
 
-    /// The inputs' mappings: frames inside them reach the workers without a copy.
-    pub fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
-        self.ranges = maps.iter().map(|m| (m.as_ptr() as usize, m.len())).collect();
-        self.firsts = vec![usize::MAX; maps.len()];
-        self.maps = Arc::new(maps);
-        for wk in self.workers.iter_mut() {
-            wk.batch.maps = self.maps.clone();
-        }
-    }
-
-    /// The mapping `data` lies in, and its offset there.
-    fn place(&self, data: &[u8]) -> Option<(u32, usize)> {
-        let p = data.as_ptr() as usize;
-        self.ranges.iter().position(|&(s, n)| p >= s && p + data.len() <= s + n).map(|i| (i as u32, p - self.ranges[i].0))
-    }
-
     pub fn threads(&self) -> usize {
         self.workers.len()
     }
 
-    /// For each mapping, the offset of the first frame a worker has yet to read (in the
-    /// oldest batch in flight, or in the one being filled, that has frames there), so that
-    /// only pages before it are handed back (`Source::keep_from`).
-    pub(crate) fn first_unread(&self, out: &mut Vec<usize>) {
-        out.clear();
-        out.extend_from_slice(&self.firsts);
-        for (_, firsts, _) in self.in_flight.iter() {
-            for (o, &f) in out.iter_mut().zip(firsts) {
-                *o = (*o).min(f);
-            }
-        }
-    }
-
     /// Process one captured frame (its events reach the ordered stage a few batches later).
     pub fn process(&mut self, frame: &RawFrame<'_>) {
+        self.process_in(frame, None)
+    }
+
+    /// `process`, the frame lying in `chunk` (a capture file's read buffer, `Source::chunk`):
+    /// its worker's batch holds on to the buffer rather than copy the frame.
+    pub fn process_in(&mut self, frame: &RawFrame<'_>, chunk: Option<&Arc<Vec<u8>>>) {
         let ctx = self.clock.frame(frame, &mut self.anomalies);
         let w = self.sharder.pick(&frame.info, frame.data);
-        let place = self.place(frame.data);
         let b = &mut self.workers[w].batch;
         let len = frame.data.len();
-        match place {
-            Some((map, start)) => {
+        let p = frame.data.as_ptr() as usize;
+        match chunk.filter(|c| p >= c.as_ptr() as usize && p + len <= c.as_ptr() as usize + c.len()) {
+            Some(c) => {
                 self.handed.0 += 1;
-                let first = &mut self.firsts[map as usize];
-                *first = (*first).min(start);
-                b.steps.push(Step::Frame { info: frame.info, ctx, map, start, len });
+                if !b.chunks.last().is_some_and(|l| Arc::ptr_eq(l, c)) {
+                    b.chunks.push(c.clone());
+                }
+                let chunk = (b.chunks.len() - 1) as u32;
+                b.steps.push(Step::Frame { info: frame.info, ctx, chunk, start: p - c.as_ptr() as usize, len });
             }
             None => {
+                self.copies = true;
                 self.handed.1 += 1;
                 let start = b.data.len();
                 b.data.extend_from_slice(frame.data);
-                b.steps.push(Step::Frame { info: frame.info, ctx, map: COPIED, start, len });
+                b.steps.push(Step::Frame { info: frame.info, ctx, chunk: COPIED, start, len });
             }
         }
         self.order.push(Order::Frame { worker: w, seq: ctx.seq, ts_ns: frame.info.ts_ns });
@@ -791,26 +770,24 @@ impl Parallel {
             }
             *sent = true;
             wk.handed += 1;
-            let mut next = wk.spare.pop().unwrap_or(Batch::new());
-            next.maps = self.maps.clone();
+            let next = wk.spare.pop().unwrap_or(Batch::new());
             let b = std::mem::replace(&mut wk.batch, next);
             // A worker only ends when its channel closes: it is alive while we hold `jobs`.
             wk.queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             wk.jobs.send(Job::Batch(b)).expect("worker alive");
         }
         self.pool.notify_idle();
-        let firsts = std::mem::replace(&mut self.firsts, vec![usize::MAX; self.ranges.len()]);
-        self.in_flight.push_back((std::mem::take(&mut self.order), firsts, sent));
+        self.in_flight.push_back((std::mem::take(&mut self.order), sent));
         self.frames_in_batch = 0;
         self.bytes_in_batch = 0;
-        let depth = if self.maps.is_empty() { DEPTH_COPIED } else { DEPTH };
+        let depth = if self.copies { DEPTH_COPIED } else { DEPTH };
         while self.in_flight.len() >= depth {
             self.replay_oldest();
         }
     }
 
     fn replay_oldest(&mut self) {
-        let Some((order, _, sent)) = self.in_flight.pop_front() else { return };
+        let Some((order, sent)) = self.in_flight.pop_front() else { return };
         let pool = &self.pool;
         for (wk, _) in self.workers.iter_mut().zip(sent).filter(|(_, sent)| *sent) {
             // Waiting for a worker, the reader digests block batches other workers queued.
@@ -1042,21 +1019,16 @@ impl Engine {
 
 /// Progress is reported about every this many input bytes.
 const PROGRESS_EVERY: u64 = 8 << 20;
-/// The workers' first unread frame is looked up about every this many input bytes (pages
-/// are handed back in larger steps, `source::RELEASE_STEP`).
-const KEEP_EVERY: u64 = 1 << 20;
 
 /// What reads the inputs frame by frame: a pipeline, the `--threads` engine, a `--dask` shard.
 pub(crate) trait FrameSink {
     /// Where unusable inputs are counted: their bytes, the reader's anomalies, the findings.
     fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>);
     fn process(&mut self, frame: &RawFrame<'_>);
-    /// The inputs' mappings (frames read from them are slices of them).
-    fn use_maps(&mut self, _maps: Vec<Arc<memmap2::Mmap>>) {}
-    /// For each mapping, the offset of the first frame still to be read there (by a
-    /// `--threads` worker); nothing when frames are read only while they are processed.
-    fn first_unread(&self, _out: &mut Vec<usize>) -> bool {
-        false
+    /// `process`, the frame lying in `chunk`, a read buffer the sink may hold on to rather
+    /// than copy the frame (`Source::chunk`).
+    fn process_in(&mut self, frame: &RawFrame<'_>, _chunk: Option<&Arc<Vec<u8>>>) {
+        self.process(frame);
     }
 }
 
@@ -1067,18 +1039,10 @@ impl FrameSink for Engine {
     fn process(&mut self, frame: &RawFrame<'_>) {
         Engine::process(self, frame)
     }
-    fn use_maps(&mut self, maps: Vec<Arc<memmap2::Mmap>>) {
-        if let Engine::Many(p) = self {
-            p.use_maps(maps);
-        }
-    }
-    fn first_unread(&self, out: &mut Vec<usize>) -> bool {
+    fn process_in(&mut self, frame: &RawFrame<'_>, chunk: Option<&Arc<Vec<u8>>>) {
         match self {
-            Engine::Many(p) => {
-                p.first_unread(out);
-                true
-            }
-            _ => false,
+            Engine::One(p) => p.process(frame),
+            Engine::Many(p) => p.process_in(frame, chunk),
         }
     }
 }
@@ -1103,8 +1067,6 @@ pub(crate) fn read_inputs(
 ) -> Result<(Vec<InputFile>, Accounting), AnalyzeError> {
     // Streams and compressed captures have no size before their end: no total then.
     let total = if merged.sizes_known() { merged.total_size() } else { 0 };
-    sink.use_maps(merged.maps());
-    let mut unread = Vec::new();
     let mut container = Accounting::default();
     for (i, e) in &merged.skipped {
         // Its bytes are accounted too (every input byte in one category), as far as they can
@@ -1119,8 +1081,7 @@ pub(crate) fn read_inputs(
     }
     let mut frames_per_file = vec![0u64; merged.used.len()];
     let mut next_tick = PROGRESS_EVERY;
-    let mut next_keep = 0;
-    while let Some(frame) = merged.next_frame(&mut container, sink.inputs().1) {
+    while let Some((frame, chunk)) = merged.next_shared(&mut container, sink.inputs().1) {
         if let Some(n) = frames_per_file.get_mut(frame.info.frame.file as usize) {
             *n += 1;
         }
@@ -1129,15 +1090,8 @@ pub(crate) fn read_inputs(
             container.add(cat::OUTSIDE_TIME_BOUNDS, frame.data.len() as u64);
             continue;
         }
-        sink.process(&frame);
+        sink.process_in(&frame, chunk);
         let pos = merged.position();
-        if pos >= next_keep {
-            // Pages of frames the workers have yet to read stay mapped (`Source::keep_from`).
-            next_keep = pos + KEEP_EVERY;
-            if sink.first_unread(&mut unread) {
-                merged.keep_mapped_from(&unread);
-            }
-        }
         if pos >= next_tick {
             next_tick = pos + PROGRESS_EVERY;
             if !tick(pos, total) {
@@ -1197,10 +1151,8 @@ pub fn analyze_files(
     tick: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<Results, AnalyzeError> {
     let started = Instant::now();
-    // Workers take a mapped file's frames without a copy; one pipeline reads faster through
-    // the buffer (`ReadMode`).
-    let how = if Engine::is_parallel(config) { ReadMode::Mapped } else { ReadMode::Buffered };
-    let merged = open_inputs(paths, how)?;
+    // Read, not mapped (`ReadMode`): workers hold the read buffers their frames lie in.
+    let merged = open_inputs(paths, ReadMode::Buffered)?;
     let evidence = crate::pipeline::open_evidence(evidence_path)?;
     let mut pipeline = Engine::new(config, evidence);
     if let Some(p) = &config.ledger {

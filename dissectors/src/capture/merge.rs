@@ -58,6 +58,20 @@ impl Merged {
 
     /// The next frame in timestamp order across all files (ties: lower file index first).
     pub fn next_frame(&mut self, acct: &mut Accounting, an: &mut Anomalies) -> Option<RawFrame<'_>> {
+        let i = self.pick_next(acct, an)?;
+        self.readers[i].current()
+    }
+
+    /// `next_frame`, with the read buffer it lies in when it is not mapped
+    /// (`Source::chunk`): `--threads` workers hold on to it instead of copying the frame.
+    pub fn next_shared(&mut self, acct: &mut Accounting, an: &mut Anomalies) -> Option<(RawFrame<'_>, Option<&std::sync::Arc<Vec<u8>>>)> {
+        let i = self.pick_next(acct, an)?;
+        let r = &self.readers[i];
+        Some((r.current()?, r.source().chunk()))
+    }
+
+    /// Advance past the frame picked last; the reader whose current frame comes next.
+    fn pick_next(&mut self, acct: &mut Accounting, an: &mut Anomalies) -> Option<usize> {
         if !self.started {
             self.started = true;
             for i in 0..self.readers.len() {
@@ -78,8 +92,7 @@ impl Merged {
             }
         }
         self.picked = best.map(|(_, i)| i);
-        let i = self.picked?;
-        self.readers[i].current()
+        self.picked
     }
 
     /// Are all sizes known before the end (no stream, no compressed capture)?
@@ -97,19 +110,6 @@ impl Merged {
         self.readers[i].source()
     }
 
-    /// For each mapping of `maps` (in its order: the mapped readers', `Source::is_mapped`),
-    /// the offset of the first frame still to be read in it (`Source::keep_from`).
-    pub fn keep_mapped_from(&mut self, from: &[usize]) {
-        let mapped = self.readers.iter_mut().filter(|r| r.source().is_mapped());
-        for (r, &f) in mapped.zip(from) {
-            r.source_mut().keep_from(f);
-        }
-    }
-
-    /// The mappings frames are read from (regular, uncompressed files).
-    pub fn maps(&self) -> Vec<std::sync::Arc<memmap2::Mmap>> {
-        self.readers.iter().filter_map(|r| r.source().shared_map()).collect()
-    }
 
     pub fn total_size(&self) -> u64 {
         self.readers.iter().map(|r| r.file_size()).sum()

@@ -143,23 +143,22 @@ impl AsRef<[u8]> for MapBytes {
 /// Mapped pages are handed back in steps of this many bytes (one `madvise` each) ...
 const RELEASE_STEP: usize = 8 << 20;
 /// ... when they are at least this far behind the reading (the frame being read and
-/// processed lies within it) and, with `--threads`, before every frame still in a worker's
-/// batch (`Source::keep_from`).
+/// processed lies within it).
 const RELEASE_LAG: usize = 1 << 20;
 
 pub struct Source {
     file: Box<dyn Read + Send>,
-    /// The whole file, when mapped: it stands for `buf`, with `end` its length. Shared with
-    /// `--threads` workers, which read the frames where they are (`shared_map`).
+    /// The whole file, when mapped (`ReadMode::Mapped`): it stands for `buf`, with `end` its
+    /// length.
     map: Option<Arc<memmap2::Mmap>>,
     /// Mapped bytes before this offset were handed back to the kernel (`consume`), so a
     /// long capture's pages do not pile up in the process's resident set.
     released: usize,
-    /// Pages `RELEASE_LAG` behind `start` may be handed back (`release_consumed`) if they
-    /// are before this offset too (frames still to be read by `--threads` workers start
-    /// here; `usize::MAX`: no such frame).
-    keep_from: usize,
-    buf: Vec<u8>,
+    /// The read buffer. `--threads` workers hold on to it for the frames in their batches
+    /// (`chunk`); while one does, the next read goes to another buffer (`unshare`).
+    buf: Arc<Vec<u8>>,
+    /// Buffers handed on before (`unshare`), reused once no worker holds them.
+    retired: std::collections::VecDeque<Arc<Vec<u8>>>,
     /// First unconsumed byte in `buf`.
     start: usize,
     /// End of valid bytes in `buf`.
@@ -272,12 +271,12 @@ impl Source {
         let count = Arc::new(AtomicU64::new(size));
         Some(Source {
             file: Box::new(std::io::empty()),
-            buf: Vec::new(),
+            buf: Arc::new(Vec::new()),
+            retired: Default::default(),
             start: 0,
             end: map.len(),
             map: Some(Arc::new(map)),
             released: 0,
-            keep_from: usize::MAX,
             consumed: 0,
             known_size: Some(size),
             eof: true,
@@ -312,8 +311,8 @@ impl Source {
             file: Box::new(Counting { inner: reader, count: count.clone() }),
             map: None,
             released: 0,
-            keep_from: usize::MAX,
-            buf: vec![0; BUF_LEN],
+            buf: Arc::new(vec![0; BUF_LEN]),
+            retired: Default::default(),
             start: 0,
             end: 0,
             consumed: 0,
@@ -335,8 +334,8 @@ impl Source {
             file: Box::new(Counting { inner: file, count: count.clone() }),
             map: None,
             released: 0,
-            keep_from: usize::MAX,
-            buf: vec![0; BUF_LEN],
+            buf: Arc::new(vec![0; BUF_LEN]),
+            retired: Default::default(),
             start: 0,
             end: 0,
             consumed: 0,
@@ -364,7 +363,7 @@ impl Source {
         let raw: Box<dyn Read + Send> = match self.map.take() {
             Some(map) => {
                 self.raw_read.store(0, Ordering::Relaxed);
-                self.buf = vec![0; BUF_LEN];
+                self.buf = Arc::new(vec![0; BUF_LEN]);
                 let mut cur = std::io::Cursor::new(MapBytes(map));
                 cur.set_position(self.start as u64);
                 Box::new(Counting { inner: cur, count: self.raw_read.clone() })
@@ -450,16 +449,20 @@ impl Source {
         if self.end - self.start >= n || self.map.is_some() {
             return self.end - self.start;
         }
-        if self.start + n > self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
+        if Arc::get_mut(&mut self.buf).is_none() {
+            self.unshare(n);
+        }
+        let buf = Arc::get_mut(&mut self.buf).expect("the buffer is this reader's alone");
+        if self.start + n > buf.len() {
+            buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
-            if n > self.buf.len() {
-                self.buf.resize(n, 0);
+            if n > buf.len() {
+                buf.resize(n, 0);
             }
         }
         while self.end - self.start < n && !self.eof {
-            match self.file.read(&mut self.buf[self.end..]) {
+            match self.file.read(&mut buf[self.end..]) {
                 Ok(0) => self.eof = true,
                 Ok(k) => self.end += k,
                 Err(e) if super::interrupt::is_mark(&e) => {
@@ -478,15 +481,38 @@ impl Source {
         self.end - self.start
     }
 
-    /// Are its frames read from a mapping (`shared_map`)?
-    pub fn is_mapped(&self) -> bool {
-        self.map.is_some()
+    /// Continue in a buffer no worker holds, with room for `n` bytes: a retired one all
+    /// workers let go of, else a new one; the unconsumed bytes move to its front. Buffers are
+    /// made only while every retired one is held, so they are as many as the workers' batches
+    /// in flight hold at once (each batch at most 1 MiB of frames, `parallel::BATCH_BYTES`), plus one; at most
+    /// `RETIRED` are kept for reuse.
+    fn unshare(&mut self, n: usize) {
+        const RETIRED: usize = 48;
+        let len = BUF_LEN.max(n);
+        let mut next = match self.retired.iter().position(|b| Arc::strong_count(b) == 1 && b.len() >= len) {
+            Some(i) => self.retired.remove(i).expect("found"),
+            None => Arc::new(vec![0; len]),
+        };
+        let rest = self.end - self.start;
+        Arc::get_mut(&mut next).expect("held by nobody else")[..rest].copy_from_slice(&self.buf[self.start..self.end]);
+        let old = std::mem::replace(&mut self.buf, next);
+        self.start = 0;
+        self.end = rest;
+        if self.retired.len() >= RETIRED {
+            self.retired.pop_front();
+        }
+        self.retired.push_back(old);
     }
 
-    /// The file's mapping, when its frames are read from one (a regular, uncompressed file):
-    /// frames handed out are slices of it.
-    pub fn shared_map(&self) -> Option<Arc<memmap2::Mmap>> {
-        self.map.clone()
+    /// The buffer the unconsumed bytes are in, when they are read through one (not mapped):
+    /// a `--threads` worker can hold on to it for the frames in it rather than copy them.
+    pub fn chunk(&self) -> Option<&Arc<Vec<u8>>> {
+        self.map.is_none().then_some(&self.buf)
+    }
+
+    /// Are its frames read from a mapping (`ReadMode::Mapped`)?
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
     }
 
     /// The unconsumed bytes currently buffered.
@@ -509,20 +535,14 @@ impl Source {
         self.release_consumed();
     }
 
-    /// Keep the mapped pages from `offset` on (the first frame a `--threads` worker has yet
-    /// to read): pages before it and `RELEASE_LAG` behind the reading are handed back.
-    pub fn keep_from(&mut self, offset: usize) {
-        self.keep_from = offset;
-    }
-
     /// Every `RELEASE_STEP` of a mapped file, the pages read more than `RELEASE_LAG` bytes ago
-    /// and before `keep_from` leave the resident set (MADV_DONTNEED): read once, they would
+    /// leave the resident set (MADV_DONTNEED): read once, they would
     /// otherwise count as the process's memory for the whole run (1.1 GB of RSS for a 1.1 GB
     /// capture). The page cache keeps them; touching one again re-reads it from the unchanged
     /// file.
     fn release_consumed(&mut self) {
         let Some(map) = &self.map else { return };
-        let upto = self.start.saturating_sub(RELEASE_LAG).min(self.keep_from) & !0xfff;
+        let upto = self.start.saturating_sub(RELEASE_LAG) & !0xfff;
         if upto < self.released + RELEASE_STEP {
             return;
         }
@@ -563,28 +583,19 @@ mod tests {
     use super::*;
 
     /// Mapped pages are handed back `RELEASE_LAG` behind the reading, in `RELEASE_STEP`
-    /// steps, and never from `keep_from` on.
+    /// steps.
     #[test]
-    fn mapped_pages_are_handed_back_behind_the_reading_and_before_keep_from() {
+    fn mapped_pages_are_handed_back_behind_the_reading() {
         let path = std::env::temp_dir().join(format!("smbwire-release-{}", std::process::id()));
         std::fs::write(&path, vec![7u8; 48 << 20]).unwrap();
         let mut s = Source::open(path.to_str().unwrap()).unwrap();
         assert!(s.is_mapped());
-        let keep = 20 << 20;
-        s.keep_from(keep);
         let chunk = 64 << 10;
         while s.start < (40 << 20) {
             s.consume(chunk);
-            assert!(s.released <= keep, "released {} past keep_from {keep}", s.released);
             assert!(s.released + RELEASE_LAG <= s.start.max(RELEASE_LAG));
-            if s.start >= keep + RELEASE_LAG + RELEASE_STEP {
-                assert!(s.released + RELEASE_STEP >= keep, "released {} at {}", s.released, s.start);
-            }
+            assert!(s.released + RELEASE_LAG + RELEASE_STEP >= s.start, "released {} at {}", s.released, s.start);
         }
-        // Nothing held for the workers: pages go `RELEASE_LAG` behind the reading.
-        s.keep_from(usize::MAX);
-        s.consume(chunk);
-        assert!(s.released + RELEASE_LAG + RELEASE_STEP >= s.start, "released {} at {}", s.released, s.start);
         assert!(s.peek().iter().all(|&b| b == 7));
         std::fs::remove_file(&path).ok();
     }
@@ -601,7 +612,7 @@ mod tests {
         assert!(mapped.is_mapped());
         assert_eq!(mapped.peek(), &data[..]);
         let mut s = Source::open_with(p, ReadMode::Buffered).unwrap();
-        assert!(!s.is_mapped() && s.shared_map().is_none());
+        assert!(!s.is_mapped() && s.chunk().is_some());
         let mut read = Vec::new();
         // Uneven pieces, as records come.
         for step in [16usize, 1514, 9014, 65_536].into_iter().cycle() {
@@ -615,5 +626,39 @@ mod tests {
         }
         assert_eq!(read, data);
         std::fs::remove_file(&path).ok();
+    }
+
+    /// While a `--threads` batch holds the read buffer (`chunk`), the reader reads on into
+    /// another one and leaves the held bytes as they were; a buffer nobody holds any more is
+    /// reused, so the buffers are as many as are held at once, plus one.
+    #[test]
+    fn a_held_buffer_is_never_written_and_is_reused_once_let_go() {
+        let data: Vec<u8> = (0..(8 * BUF_LEN)).map(|i| (i * 7 % 253) as u8).collect();
+        let mut s = Source::from_reader(Box::new(std::io::Cursor::new(data.clone())), data.len() as u64);
+        let mut held: Vec<(Arc<Vec<u8>>, usize, usize)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut at = 0usize;
+        let step = 1514;
+        while s.fill(step) > 0 {
+            let got = s.fill(step).min(step);
+            let c = s.chunk().expect("not mapped").clone();
+            let off = s.peek().as_ptr() as usize - c.as_ptr() as usize;
+            assert_eq!(&c[off..off + got], &data[at..at + got]);
+            seen.insert(Arc::as_ptr(&c) as usize);
+            // A batch holds the buffer of every 3rd piece, for 4 pieces' time.
+            if (at / step).is_multiple_of(3) {
+                held.push((c, off, at));
+            }
+            held.retain(|(_, _, from)| at - from < 4 * step);
+            for (c, off, from) in &held {
+                let n = step.min(data.len() - from);
+                assert_eq!(&c[*off..off + n], &data[*from..from + n], "a held frame changed");
+            }
+            s.consume(got);
+            at += got;
+        }
+        assert_eq!(at, data.len());
+        // Held buffers made the reader move on (2 or more), and let-go ones came back (few).
+        assert!((2..=3).contains(&seen.len()), "{} buffers for at most two held at a time", seen.len());
     }
 }

@@ -144,11 +144,22 @@ fn closes_of_several_workers_apply_in_mark_order() {
     assert_eq!(order, vec![(300, 1), (500, 2)], "mark 3 first: {r}");
 }
 
-/// Frames of a mapped capture reach the workers as places in the mapping (no copy); those of
-/// a compressed capture (decompressed into a buffer) are copied. Both give the same result.
+/// Frames of a capture file, plain or compressed, reach the workers as places in the
+/// reader's buffer, which their batches hold (no copy); frames handed without a buffer (as
+/// live rings hand them) are copied into the batch. All give the same result.
 #[test]
-fn mapped_frames_are_not_copied() {
+fn frames_in_a_read_buffer_are_not_copied() {
     use std::io::Write;
+    /// Hands every frame without its buffer.
+    struct Copying(Engine);
+    impl FrameSink for Copying {
+        fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>) {
+            self.0.inputs()
+        }
+        fn process(&mut self, frame: &RawFrame<'_>) {
+            self.0.process(frame)
+        }
+    }
     let caps = captures();
     let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
     let dir = std::env::temp_dir().join(format!("smbwire-par-map-{}", std::process::id()));
@@ -158,27 +169,31 @@ fn mapped_frames_are_not_copied() {
     enc.write_all(&std::fs::read(cap).unwrap()).unwrap();
     enc.finish().unwrap();
     let mut results = Vec::new();
-    for (path, mapped) in [(cap.clone(), true), (gz, false)] {
+    for (path, copy) in [(cap.clone(), false), (gz, false), (cap.clone(), true)] {
         let paths = vec![path.to_string_lossy().into_owned()];
-        let merged = Merged::open(&paths).unwrap();
-        assert_eq!(merged.maps().len(), usize::from(mapped));
-        let mut engine = Engine::Many(Box::new(Parallel::new(&Config::default(), 2, None)));
-        let (inputs, container) = read_inputs(&paths, merged, &Config::default(), &mut engine, &mut |_, _| true).unwrap();
-        let Engine::Many(many) = &engine else { unreachable!() };
+        let merged = open_inputs(&paths, ReadMode::Buffered).unwrap();
+        let mut sink = Copying(Engine::Many(Box::new(Parallel::new(&Config::default(), 2, None))));
+        let (inputs, container) = if copy {
+            read_inputs(&paths, merged, &Config::default(), &mut sink, &mut |_, _| true).unwrap()
+        } else {
+            read_inputs(&paths, merged, &Config::default(), &mut sink.0, &mut |_, _| true).unwrap()
+        };
+        let Engine::Many(many) = &sink.0 else { unreachable!() };
         let (frames, copied) = many.handed;
         assert!(frames + copied > 1000, "{frames} + {copied}");
-        if mapped {
-            assert_eq!(copied, 0, "a mapped capture's frames are not copied");
+        if copy {
+            assert_eq!(frames, 0, "frames handed without their buffer are copied");
         } else {
-            assert_eq!(frames, 0, "a decompressed capture's frames are copied");
+            assert_eq!(copied, 0, "{}: frames in a read buffer are not copied", path.display());
         }
-        let mut v = serde_json::to_value(engine.finish(inputs, container, Instant::now())).unwrap();
+        let mut v = serde_json::to_value(sink.0.finish(inputs, container, Instant::now())).unwrap();
         for k in ["analysis", "inputs"] {
             v.as_object_mut().unwrap().remove(k);
         }
         results.push(v);
     }
-    crate::capture::testutil::assert_same_json("mapped and compressed capture", &results[0], &results[1]);
+    crate::capture::testutil::assert_same_json("plain and compressed capture", &results[0], &results[1]);
+    crate::capture::testutil::assert_same_json("frames in buffers and copied", &results[0], &results[2]);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -263,43 +278,6 @@ fn an_idle_worker_digests_blocks_for_the_busy_one() {
         crate::capture::testutil::assert_same_json("nested4-1MiB.pcap with 2 threads", &want, &got);
     }
     assert!(helped > 0, "no batch was digested by the idle worker in 20 runs");
-}
-
-/// Pages of a mapped capture are handed back only before the first frame a worker has yet
-/// to read: `first_unread` is, after every frame, exactly the lowest offset of the frames
-/// handed out and not yet replayed (in batches in flight or in the one being filled).
-#[test]
-fn first_unread_is_the_oldest_frame_not_replayed() {
-    use crate::accounting::Accounting;
-    // Small batches (as `threads_give_one_pipelines_result_with_a_short_window_and_merged_files`
-    // sets: results do not depend on it), so that batches are replayed during this capture.
-    BATCH_FRAMES.store(7, std::sync::atomic::Ordering::Relaxed);
-    let caps = captures();
-    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
-    let paths = vec![cap.to_string_lossy().into_owned()];
-    let mut merged = Merged::open(&paths).unwrap();
-    let mut many = Parallel::new(&Config::default(), 2, None);
-    many.use_maps(merged.maps());
-    let (mut acct, mut an) = (Accounting::default(), Anomalies::default());
-    let mut offsets = std::collections::VecDeque::new();
-    let (mut out, mut checked, mut replayed_some) = (Vec::new(), 0u64, false);
-    while let Some(frame) = merged.next_frame(&mut acct, &mut an) {
-        let (map, start) = many.place(frame.data).expect("a mapped frame");
-        assert_eq!(map, 0);
-        offsets.push_back(start);
-        many.process(&frame);
-        let frames = |o: &Vec<Order>| o.iter().filter(|o| matches!(o, Order::Frame { .. })).count();
-        let unreplayed = many.in_flight.iter().map(|(o, _, _)| frames(o)).sum::<usize>() + frames(&many.order);
-        while offsets.len() > unreplayed {
-            offsets.pop_front();
-            replayed_some = true;
-        }
-        many.first_unread(&mut out);
-        let want = offsets.iter().copied().min().unwrap_or(usize::MAX);
-        assert_eq!(out, vec![want], "after {checked} frames");
-        checked += 1;
-    }
-    assert!(checked > 1000 && replayed_some, "{checked} frames");
 }
 
 /// A worker none of whose connections has a frame in a batch is not handed it (unless a
