@@ -183,14 +183,16 @@ pub struct Source {
 
 /// How a regular, uncompressed capture file is read.
 ///
-/// Mapped, its frames can be handed to `--threads` workers as places in the mapping, without a
-/// copy (`Parallel`). One pipeline reads it through the 1 MiB buffer instead: the kernel's copy
-/// of the page cache into the buffer, which stays in this core's cache for the decoding and
-/// hashing that follow, costs less than faulting in and handing back every page of a mapping
-/// and reading the payload from memory through it. Alternating runs, `analyze --threads 1`,
-/// 2026-11-29: 1 MiB writes with MSS 1448 0.49-0.52 s read against 0.60-0.78 s mapped (user
-/// CPU 0.33-0.40 against 0.51-0.53 s), MSS 8948 0.32-0.34 against 0.38-0.55 s, 4 KiB I/O
-/// 0.68-0.74 against 0.75-0.90 s (docs/performance-log.md).
+/// `analyze` reads it through 1 MiB buffers (`Buffered`; with `--threads` the workers' batches
+/// hold the buffers their frames lie in, `chunk`): the kernel's copy of the page cache into a
+/// buffer, which stays in this core's cache for the decoding and hashing that follow, costs
+/// less than faulting in and handing back every page of a mapping and reading the payload
+/// from memory through it. Alternating runs, 2026-11-29, `--threads 1`: 1 MiB writes with MSS
+/// 1448 0.49-0.52 s read against 0.60-0.78 s mapped (user CPU 0.33-0.40 against 0.51-0.53 s),
+/// MSS 8948 0.32-0.34 against 0.38-0.55 s, 4 KiB I/O 0.68-0.74 against 0.75-0.90 s;
+/// `--threads 2`: MSS 1448 0.30-0.34 against 0.36-0.64 s, 4 KiB I/O 0.40-0.44 against
+/// 0.48-0.65 s (docs/performance-log.md). `Mapped` is the default of `capture::open` (the
+/// `--dask` shards, which skip most frames unread, and the other readers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadMode {
     Mapped,
