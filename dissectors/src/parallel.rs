@@ -34,7 +34,7 @@
 //!   the reader, waiting for a worker's batch, digests queued batches too. Small payloads'
 //!   blocks (4 KiB I/O) are digested 16 at a time across payloads (`offload::gather`), each
 //!   batch's before its events are handed on.
-//! - **Memory.** At most `DEPTH` (16; 3 for live rings) batches per worker are in flight. A
+//! - **Memory.** At most `DEPTH` (6; 3 for live rings) batches per worker are in flight. A
 //!   frame of a capture file goes to its worker as a place in the reader's 1 MiB read buffer,
 //!   which the batch holds on to (`Source::chunk`): no copy; the reader reads on into another
 //!   buffer and reuses one once no batch holds it. Live frames are copied once into the
@@ -77,15 +77,20 @@ const LOOKUPS_KEPT: usize = 1 << 18;
 
 /// Batches in flight per worker before the reader waits for the oldest one's events.
 ///
-/// Sixteen, not three: on two cores the reader and two workers share the CPUs, and a thread
-/// that waits out the scheduler's slice (a few ms) stalled the others within 3 batches (about
-/// 3 ms of work): 4 connections of MSS-1448 writes, `--threads 2`, took 1.01-1.10 s at 3 and
-/// 0.78-0.86 s at 16 (2026-11-27). A frame in a read buffer costs the batch 40 bytes (the
-/// buffers it holds are the reader's: at most `BATCH_BYTES` of frames per batch); frames
-/// copied into the batch (live rings) cost `BATCH_BYTES` a batch each, so when a run copies
-/// `DEPTH_COPIED` are in flight: with 16, a live run's resident set grew by 8 MiB after its
-/// warm-up as bursts filled more batches (tests/live/test_live_memory.py).
-const DEPTH: usize = 16;
+/// Six, not three: on two cores the reader and two workers share the CPUs, and a thread that
+/// waits out the scheduler's slice (a few ms) stalled the others within 3 batches (about 3 ms
+/// of work): 4 connections of MSS-1448 writes, `--threads 2`, took 1.01-1.10 s at 3 and
+/// 0.78-0.86 s at 16 (2026-11-27). Not sixteen: since the batches hold the reader's buffers,
+/// what is in flight is what the workers read after the reader, and 6 MiB of it stays in the
+/// caches where 16 MiB did not: alternating runs at 4, 6, 8 and 16, 5 each (2026-11-29), took
+/// 0.29 / 0.46 / 0.19 / 0.30 s at 6 against 0.32 / 0.49 / 0.21 / 0.35 s at 16 (MSS 1448, 4 KiB
+/// I/O, jumbo, 4 channels; user CPU 4-14% less), 4 and 8 about as 6. A frame in a read
+/// buffer costs the batch 40 bytes (the buffers it holds are the reader's: at most
+/// `BATCH_BYTES` of frames per batch); frames copied into the batch (live rings) cost
+/// `BATCH_BYTES` a batch each, so when a run copies `DEPTH_COPIED` are in flight: with 16, a
+/// live run's resident set grew by 8 MiB after its warm-up as bursts filled more batches
+/// (tests/live/test_live_memory.py).
+const DEPTH: usize = 6;
 const DEPTH_COPIED: usize = 3;
 /// A batch is handed out at this many frames or bytes, whichever comes first.
 static BATCH_FRAMES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1024);
