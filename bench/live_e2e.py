@@ -62,6 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vethpair import VethPair  # noqa: E402
+import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
@@ -564,6 +565,8 @@ def main() -> int:
         signal.signal(sig, _on_signal)
     load = os.getloadavg()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    # Figures name the machine they were measured on (`machine.py`).
+    host = machine.describe()
     t0 = time.monotonic()
     results, refs, caps, gen_alone, idle = [], {}, {}, {}, {}
     complete = False
@@ -612,13 +615,13 @@ def main() -> int:
             f"{sum(len(r['runs']) for r in results)} steps, {elapsed:.0f} s; load average before {load[0]:.2f}; "
             f"captures: nested4, 1 MiB writes, " + ", ".join(
                 f"{SIZES[n][0]} MSS {cap_mib[n]:.0f} MiB, {refs[n]['totals']['payload_bytes'] / 2**20:.0f} MiB payload"
-                for n in cap_mib) + "; Gbit/s count Ethernet frames without FCS")
+                for n in cap_mib) + "; Gbit/s count Ethernet frames without FCS; machine: " + machine.line(host))
     text = markdown(results, model, gen_alone, refs, meta)
     print(text)
     OUT.mkdir(exist_ok=True)
     (OUT / "live_e2e.md").write_text(text)
     (OUT / "live_e2e.json").write_text(json.dumps(
-        {"when": when, "bytes": nbytes, "threads": threads_list, "sizes": {n: SIZES[n] for n in sizes},
+        {"when": when, "machine": host, "bytes": nbytes, "threads": threads_list, "sizes": {n: SIZES[n] for n in sizes},
          "load_average_before": load, "elapsed_seconds": elapsed, "complete": complete,
          "placements": {p: PLACEMENTS[p] for p in placements},
          "idle_cpu_s": {f"{p}/t{t}": v for (p, t), v in idle.items()},

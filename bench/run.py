@@ -38,6 +38,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
+sys.path.insert(0, str(HERE))
+import machine  # noqa: E402
 
 
 def run_measured(cmd: list[str], stdout_path: str = os.devnull, cpu: list[float] | None = None) -> tuple[float, int]:
@@ -210,10 +212,14 @@ def main() -> None:
                     help="the second smbwire row's --threads (default: the CPUs available)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
+    # Figures name the machine they were measured on (`machine.py`).
+    host = machine.describe()
+    print(f"machine: {machine.line(host)}", file=sys.stderr)
     if args.rows_only:
         smbwire = shutil.which("smbwire") or str(Path(sys.executable).parent / "smbwire")
         rows = workload_rows(smbwire, None if args.no_tshark else shutil.which("tshark"), args.rows_bytes, args.repeat, args.threads)
-        (OUT / "rows.json").write_text(json.dumps(rows, indent=2))
+        (OUT / "rows.json").write_text(json.dumps({"machine": host, "rows": rows}, indent=2))
+        print(f"\n(python bench/run.py {' '.join(sys.argv[1:])}; {host['utc']}; {machine.line(host)})")
         return
     cap = OUT / f"bench-{args.scenario}-{args.transport}-{args.bytes >> 20}MiB.pcap"
     if not cap.exists():
@@ -312,6 +318,7 @@ def main() -> None:
     summary["bounded_memory_window_0.05s"] = bounded
     if not args.no_rows:
         summary["rows"] = workload_rows(smbwire, None if args.no_tshark else tshark, args.rows_bytes, args.repeat, args.threads)
+    summary["machine"] = host
     (OUT / "results.json").write_text(json.dumps(summary, indent=2))
     print(f"\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
     for name, r in results.items():

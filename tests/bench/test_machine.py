@@ -1,0 +1,45 @@
+"""bench/machine.py: the machine the benchmark figures name, read from /proc and /etc."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("bench_machine", ROOT / "bench" / "machine.py")
+machine = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(machine)
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9B14
+flags\t\t: fpu sse4_1 avx avx2 avx512f avx512bw avx512vl sha_ni
+"""
+
+
+def test_blake3_gets_the_widest_simd_the_crate_would_pick():
+    assert machine.blake3_simd({"avx2", "avx512f", "avx512vl"}) == "AVX-512"
+    # AVX512F without AVX512VL: the blake3 crate stays on AVX2.
+    assert machine.blake3_simd({"avx2", "avx512f"}) == "AVX2"
+    assert machine.blake3_simd({"sse4_1"}) == "SSE4.1"
+    assert machine.blake3_simd(set()) == "SSE2"
+
+
+def test_describe_reads_the_cpu_memory_and_os():
+    m = machine.describe(CPUINFO, "MemTotal:       24641872 kB\n",
+                         'NAME="Debian GNU/Linux"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
+    assert m["cpu_model"] == "AMD EPYC 9B14"
+    assert m["blake3_simd"] == "AVX-512"
+    assert m["memory_gib"] == 23.5
+    assert m["os"] == "Debian GNU/Linux 12 (bookworm)"
+    assert m["cpus"] == len(os.sched_getaffinity(0))
+    assert m["kernel"] == os.uname().release
+    line = machine.line(m)
+    assert line.startswith(f"{m['cpus']} CPUs, AMD EPYC 9B14 (BLAKE3: AVX-512), 23.5 GiB, Debian GNU/Linux 12")
+
+
+def test_this_machine_is_described():
+    m = machine.describe()
+    assert m["cpu_model"] and m["cpus"] >= 1 and m["memory_gib"] > 0
+    assert m["blake3_simd"] in {"AVX-512", "AVX2", "SSE4.1", "SSE2"}
