@@ -38,12 +38,8 @@
 //!   frame of a capture file goes to its worker as a place in the reader's 1 MiB read buffer,
 //!   which the batch holds on to (`Source::chunk`): no copy; the reader reads on into another
 //!   buffer and reuses one once no batch holds it. Live frames are copied once into the
-//!   batch's buffer. Buffers are reused. Capture files are read, not mapped: against mapping
-//!   them (the frames handed out as places in the mapping), alternating runs with
-//!   `--threads 2`, 2026-11-29, were faster and took less CPU (MSS 1448 median 0.40 against
-//!   0.41 s, 4 channels 0.38 against 0.41 s, 4 KiB I/O 0.59 against 0.63 s; user CPU 5-11%
-//!   less), and held 2-11 MiB less memory: faulting in and handing back every page of a
-//!   mapping cost more than the kernel's copy into a buffer.
+//!   batch's buffer. Buffers are reused. Capture files are read, not mapped: why, and the
+//!   measurements, at `capture::source::ReadMode`.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
