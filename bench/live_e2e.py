@@ -567,6 +567,7 @@ def main() -> int:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     # Figures name the machine they were measured on (`machine.py`).
     host = machine.describe()
+    host["core_round_trip_ns"] = machine.core_round_trip_ns()
     t0 = time.monotonic()
     results, refs, caps, gen_alone, idle = [], {}, {}, {}, {}
     complete = False

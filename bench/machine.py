@@ -5,13 +5,23 @@ This project's machine kind (2 vCPU AMD EPYC, 24 GiB) is not one machine: on 202
 AVX-512, which BLAKE3 uses. So each run records the CPU, the SIMD level BLAKE3 gets on it (the
 blake3 crate's run-time choice: AVX-512 with AVX512F and AVX512VL, else AVX2, else SSE4.1,
 else SSE2), the CPUs this process may use, memory, OS, kernel and the load before the run.
+
+And the vCPUs move: the host places them near each other or far apart (`core_latency.c`), and
+runs with several threads cost up to half as much again when they are far apart. So the
+benchmarks measure the core-to-core round trip (`core_round_trip_ns`) next to each timed run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
+
+_PROBE_SRC = Path(__file__).resolve().with_name("core_latency.c")
+_probe: Path | None = None
 
 
 def blake3_simd(flags: set[str]) -> str:
@@ -58,4 +68,35 @@ def describe(cpuinfo: str | None = None, meminfo: str | None = None, os_release:
 def line(m: dict) -> str:
     """One line for a table's caption: "2 CPUs, AMD EPYC (BLAKE3: AVX-512), 23.4 GiB, ..."."""
     return (f"{m['cpus']} CPUs, {m['cpu_model']} (BLAKE3: {m['blake3_simd']}), {m['memory_gib']} GiB, "
-            f"{m['os']}, kernel {m['kernel']}, load average before {m['load_average_before']:.2f}")
+            f"{m['os']}, kernel {m['kernel']}, load average before {m['load_average_before']:.2f}"
+            + (f", core-to-core round trip {m['core_round_trip_ns']:.0f} ns" if m.get("core_round_trip_ns") else ""))
+
+
+def _probe_binary() -> Path | None:
+    """`core_latency.c` built once per process (None without a C compiler)."""
+    global _probe
+    if _probe is None:
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            return None
+        out = Path(tempfile.mkdtemp(prefix="smbwire-bench-")) / "core_latency"
+        subprocess.run([cc, "-O2", "-pthread", str(_PROBE_SRC), "-o", str(out)], check=True)
+        _probe = out
+    return _probe
+
+
+def core_round_trip_ns(cpus: tuple[int, int] | None = None, trips: int = 200_000) -> float | None:
+    """Median ns for a cache line to go from one CPU to another and back (`core_latency.c`),
+    between the first two CPUs this process may use (or `cpus`); None with fewer than two
+    CPUs or no C compiler."""
+    if cpus is None:
+        mine = sorted(os.sched_getaffinity(0))
+        if len(mine) < 2:
+            return None
+        cpus = (mine[0], mine[1])
+    probe = _probe_binary()
+    if probe is None:
+        return None
+    out = subprocess.run([str(probe), str(cpus[0]), str(cpus[1]), str(trips)], check=True,
+                         capture_output=True, text=True)
+    return float(out.stdout)

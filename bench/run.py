@@ -88,6 +88,15 @@ def summarize(samples: list[tuple[float, int]], cpu: list[float], size: int, nam
             "cpu_seconds": c, "mb_per_cpu_s": size / 1e6 / c if c else None}
 
 
+def round_trip_range(row: dict) -> str:
+    """The core-to-core round trips measured before a row's rounds, as "low-high"."""
+    rts = [r["core_round_trip_ns"] for r in row.get("rounds", []) if r["core_round_trip_ns"] is not None]
+    if not rts:
+        return "-"
+    lo, hi = min(rts), max(rts)
+    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+
+
 def measure(cmd: list[str], sink: str, size: int, repeat: int, name: str) -> dict:
     """Median wall time of `repeat` runs, max peak RSS."""
     cpu: list[float] = []
@@ -145,10 +154,13 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
         ours_cpu: dict[int, list[float]] = {1: [], threads: []}
         theirs: list[tuple[float, int]] = []
         theirs_cpu: list[float] = []
+        round_trips: list[float | None] = []
         for _ in range(max(1, repeat)):
             # tshark's gigabytes of RSS can push the capture out of the page cache: each
             # round starts warm again, so neither smbwire run pays for disk reads.
             warm(cap)
+            # Where the host put the vCPUs this round (`machine.core_round_trip_ns`).
+            round_trips.append(machine.core_round_trip_ns())
             for n in (1, threads):
                 ours[n].append(run_measured([smbwire, "analyze", str(cap), "--quiet", "--threads", str(n),
                                              "--json", str(js[n])], os.devnull, ours_cpu[n]))
@@ -172,6 +184,11 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
             row[f"messages_per_s_{key}"] = messages / r["seconds"]
         row["messages_per_s"] = row["messages_per_s_smbwire"]
         row["threads_speedup"] = row["smbwire"]["seconds"] / row["smbwire_threads"]["seconds"]
+        # Each round's pair, with the core-to-core round trip measured just before it: two
+        # threads' figures depend on it (machine.py).
+        row["rounds"] = [{"core_round_trip_ns": rt, "seconds_1": a[0], f"seconds_{threads}": b[0],
+                          "threads_speedup": a[0] / b[0]}
+                         for rt, a, b in zip(round_trips, ours[1], ours[threads])]
         if tshark:
             t = summarize(theirs, theirs_cpu, size, f"tshark -z smb2,srt ({name})")
             row["tshark_srt"] = t
@@ -180,7 +197,7 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
         rows.append(row)
     print(f"\n| workload | capture (MiB) | --threads 1 MB/s | --threads {threads} MB/s | scaling | "
           f"SMB2 messages/s ({threads} threads) | peak RSS 1 / {threads} (MiB) | index B/block (blocks' part, sends' part B/send) | "
-          "tshark -z smb2,srt MB/s | speedup 1 / {threads} threads |\n|---|---|---|---|---|---|---|---|---|---|".replace("{threads}", str(threads)))
+          "tshark -z smb2,srt MB/s | speedup 1 / {threads} threads | core round trip (ns) |\n|---|---|---|---|---|---|---|---|---|---|---|".replace("{threads}", str(threads)))
     for row in rows:
         r, m = row["smbwire"], row["smbwire_threads"]
         t = row.get("tshark_srt")
@@ -190,7 +207,7 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
               f"{row['index_bytes_per_live_block']:.0f} ({row['index_block_bytes_per_live_block']:.0f}, "
               f"{row['index_send_bytes_per_live_send']:.0f}) | {t['mb_per_s'] if t else float('nan'):.0f} | "
               f"{row.get('speedup_vs_tshark_srt', float('nan')):.1f}x / "
-              f"{row.get('speedup_vs_tshark_srt_threads', float('nan')):.1f}x |")
+              f"{row.get('speedup_vs_tshark_srt_threads', float('nan')):.1f}x | {round_trip_range(row)} |")
     return rows
 
 
@@ -214,6 +231,7 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     # Figures name the machine they were measured on (`machine.py`).
     host = machine.describe()
+    host["core_round_trip_ns"] = machine.core_round_trip_ns()
     print(f"machine: {machine.line(host)}", file=sys.stderr)
     if args.rows_only:
         smbwire = shutil.which("smbwire") or str(Path(sys.executable).parent / "smbwire")

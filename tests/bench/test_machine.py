@@ -43,3 +43,24 @@ def test_this_machine_is_described():
     m = machine.describe()
     assert m["cpu_model"] and m["cpus"] >= 1 and m["memory_gib"] > 0
     assert m["blake3_simd"] in {"AVX-512", "AVX2", "SSE4.1", "SSE2"}
+
+
+def test_core_round_trip_is_measured_between_two_cpus():
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        assert machine.core_round_trip_ns() is None
+        return
+    ns = machine.core_round_trip_ns(trips=20_000)
+    # A cache line's round trip between two cores: tens to a few thousand ns, never zero.
+    assert 5 < ns < 100_000
+    assert machine.core_round_trip_ns((mine[1], mine[0]), trips=20_000) > 5
+
+
+def test_round_trip_range_names_the_rounds():
+    run = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    m = importlib.util.module_from_spec(run)
+    run.loader.exec_module(m)
+    rounds = [{"core_round_trip_ns": x} for x in (120.4, 410.0, 208.2)]
+    assert m.round_trip_range({"rounds": rounds}) == "120-410"
+    assert m.round_trip_range({"rounds": rounds[:1]}) == "120"
+    assert m.round_trip_range({"rounds": [{"core_round_trip_ns": None}]}) == "-"
