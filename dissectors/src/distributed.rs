@@ -439,7 +439,10 @@ pub fn merge_parts(
                             PartItem::Event(Event::Advance { ts_ns }) if step == part_step::SWEEP => {
                                 ordered.dedupe.advance(ts_ns)
                             }
-                            item => ordered.apply(i, item_of(&s.path, item)?),
+                            item => {
+                                // One thread: what the stage is done with is freed here.
+                                let _ = ordered.apply(i, item_of(&s.path, item)?);
+                            }
                         }
                     }
                     _ => group.push((key.mark, i, item_of(&s.path, item)?)),
@@ -450,9 +453,9 @@ pub fn merge_parts(
             part_step::FRAME => ordered.frame_done(),
             part_step::FINISH => {
                 ordered.dedupe.note_time(AT_END);
-                ordered.apply_group(group);
+                ordered.apply_group(group, &mut |_, _| {});
             }
-            part_step::SWEEP_CLOSES => ordered.apply_group(group),
+            part_step::SWEEP_CLOSES => ordered.apply_group(group, &mut |_, _| {}),
             _ => {}
         }
         if rows.is_multiple_of(65_536) && !tick(rows, 0) {

@@ -105,6 +105,18 @@ pub(crate) enum Item {
 
 pub(crate) use crate::context::settled;
 
+/// What the ordered stage is done with that a worker allocated: handed back with the
+/// worker's next batch and freed there (`Batch::spent`). Freed by the reader, each record
+/// (its box, block list, the share and file names it holds a count of) went back to the
+/// worker's allocator pages and reference counts from the other core, a cache line's round
+/// trip each, several per 4 KiB send; the host sometimes places the two vCPUs far apart
+/// (bench/core_latency.c), and then such round trips cost 400 ns.
+#[allow(dead_code)] // held only to be dropped on the worker's thread
+pub(crate) enum Spent {
+    Send(Box<SendRecord>),
+    Names(Vec<NameOp>),
+}
+
 /// A worker's payload sink: records everything, with its mark.
 pub(crate) struct Recorder {
     mark: Mark,
@@ -153,11 +165,13 @@ struct Batch {
     steps: Vec<Step>,
     /// What the worker recorded for it (empty on the way out; its capacity is reused).
     out: Vec<(Mark, Item)>,
+    /// What the ordered stage is done with of what this worker recorded before (`Spent`).
+    spent: Vec<Spent>,
 }
 
 impl Batch {
     fn new() -> Batch {
-        Batch { data: Vec::new(), chunks: Vec::new(), steps: Vec::new(), out: Vec::new() }
+        Batch { data: Vec::new(), chunks: Vec::new(), steps: Vec::new(), out: Vec::new(), spent: Vec::new() }
     }
 }
 
@@ -261,6 +275,7 @@ fn worker(
                 // that keeps up (a live capture below its rate) digests its own, without
                 // waking another thread and moving the blocks to its core (`offload`).
                 offload::set_behind(queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) > 1);
+                b.spent.clear();
                 for step in b.steps.iter() {
                     match *step {
                         Step::Frame { info, ctx, chunk, start, len } => {
@@ -279,6 +294,15 @@ fn worker(
                 b.chunks.clear();
                 offload::gather_flush();
                 std::mem::swap(d.out(), &mut b.out);
+                // Its sends' digests are complete now (`gather_flush`): settled here, the
+                // ordered stage neither resolves their jobs nor frees them.
+                for (_, item) in b.out.iter_mut() {
+                    if let Item::Send(rec, pending @ Some(_)) = item {
+                        if let Some(p) = pending.take() {
+                            rec.digest = p.settle();
+                        }
+                    }
+                }
                 if done.send(Done::Batch(b)).is_err() {
                     return;
                 }
@@ -563,31 +587,42 @@ impl Ordered {
 
     /// Closes of several workers in the order of their marks (a stable sort keeps each
     /// close's own order).
-    pub(crate) fn apply_group(&mut self, mut group: Vec<(Mark, usize, Item)>) {
+    /// Returns what the workers allocated, for them to free (`Spent`), in `spent`.
+    pub(crate) fn apply_group(&mut self, mut group: Vec<(Mark, usize, Item)>, spent: &mut dyn FnMut(usize, Spent)) {
         group.sort_by_key(|(m, _, _)| *m);
         for (_, w, item) in group {
-            self.apply(w, item);
+            if let Some(x) = self.apply(w, item) {
+                spent(w, x);
+            }
         }
     }
 
-    pub(crate) fn apply(&mut self, worker: usize, item: Item) {
+    /// One event of `worker`'s; what it allocated and the stage is done with comes back.
+    pub(crate) fn apply(&mut self, worker: usize, item: Item) -> Option<Spent> {
         match item {
             Item::Send(s, pending) => {
                 let mut s = settled(s, pending);
                 // A send's names are those one pipeline gives it: what the ordered stage found
                 // from every connection's names at the point its worker named the payload (a
-                // file opened on one channel and written on another).
+                // file opened on one channel and written on another). The worker's own stay
+                // in the record, which goes back to it.
                 let key = (s.conn, s.message_id, s.kind == crate::payload::send::SendKind::Read);
-                if let Some((share, file)) = self.looked_up.remove(&key) {
-                    s.share = share;
-                    s.file_name = file;
+                match self.looked_up.remove(&key) {
+                    Some((mut share, mut file)) => {
+                        std::mem::swap(&mut s.share, &mut share);
+                        std::mem::swap(&mut s.file_name, &mut file);
+                        self.dedupe.send_ref(&mut s);
+                        s.share = share;
+                        s.file_name = file;
+                    }
+                    None => self.dedupe.send_ref(&mut s),
                 }
-                self.dedupe.send(*s);
+                return Some(Spent::Send(s));
             }
             Item::Complete { conn, message_id, ts_ns } => self.dedupe.complete(conn, message_id, ts_ns),
-            Item::Names(ops) => {
+            Item::Names(mut ops) => {
                 let mut scratch = Anomalies::default();
-                for op in ops {
+                for op in ops.drain(..) {
                     if let NameOp::Lookup(conn, message_id, read, session, tree, file_id, fallback) = op {
                         let names = (self.names.share(conn, session, tree), self.names.file_name(conn, &file_id).or(fallback));
                         self.looked_up.insert((conn, message_id, read), names);
@@ -595,9 +630,11 @@ impl Ordered {
                         self.names.apply(op, &mut scratch);
                     }
                 }
+                return Some(Spent::Names(ops));
             }
             Item::Buffered(t, m) => self.buffered[worker] = (t, m),
         }
+        None
     }
 }
 
@@ -817,7 +854,9 @@ impl Parallel {
                             break;
                         }
                         let (_, item) = self.workers[worker].pending.pop_front().expect("front");
-                        self.ordered.apply(worker, item);
+                        if let Some(x) = self.ordered.apply(worker, item) {
+                            self.workers[worker].batch.spent.push(x);
+                        }
                     }
                     self.ordered.frame_done();
                 }
@@ -833,7 +872,8 @@ impl Parallel {
                             group.push((m, i, item));
                         }
                     }
-                    self.ordered.apply_group(group);
+                    let workers = &mut self.workers;
+                    self.ordered.apply_group(group, &mut |w, x| workers[w].batch.spent.push(x));
                 }
             }
         }
@@ -904,7 +944,8 @@ impl Parallel {
                 None => counts = Some(*c),
             }
         }
-        self.ordered.apply_group(group);
+        // The workers have ended: what they allocated is freed here.
+        self.ordered.apply_group(group, &mut |_, _| {});
         let counts = self.ordered.with_own(counts.expect("at least two workers"), &self.anomalies);
         let ledger = self.ordered.dedupe.take_ledger();
         let threads = self.workers.len();

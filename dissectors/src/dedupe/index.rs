@@ -485,7 +485,13 @@ impl Dedupe {
     }
 
     pub fn send(&mut self, mut s: SendRecord) {
-        let (conn, community_id) = self.conn_number(&s);
+        self.send_ref(&mut s)
+    }
+
+    /// `send`, the record lent: the caller frees it (`--threads` hands it back to the worker
+    /// that made it, `parallel::Spent`). Sets its `conn` to the report's connection number.
+    pub fn send_ref(&mut self, s: &mut SendRecord) {
+        let (conn, community_id) = self.conn_number(s);
         s.conn = conn;
         if let Some(tap) = self.ledger.as_mut() {
             tap.push(&Event::Send(Box::new(s.clone())));
@@ -500,10 +506,12 @@ impl Dedupe {
             self.anomalies.raise(Anomaly::SendOutOfOrder);
         }
         let ts_ns = s.ts_ns.max(self.clock_ns);
+        // The message table is larger than the caches: its slot loads while the window moves.
+        let msg = msg_hash(&self.msg_key, s.conn, s.message_id, s.kind);
+        self.messages.prefetch(msg);
         self.advance(ts_ns);
 
         let front_seq = self.next_seq - self.sends.len() as u64;
-        let msg = msg_hash(&self.msg_key, s.conn, s.message_id, s.kind);
         if self.live_message(msg, s.conn, s.message_id, s.kind, front_seq).is_some() {
             self.anomalies.raise(Anomaly::RepeatedMessage);
             return;
@@ -771,8 +779,13 @@ impl Dedupe {
             tap.push(&Event::Complete { conn, message_id, ts_ns });
         }
         let front_seq = self.next_seq - self.sends.len() as u64;
-        for kind in [SendKind::Write, SendKind::Read] {
-            let i = self.live_message(msg_hash(&self.msg_key, conn, message_id, kind), conn, message_id, kind, front_seq);
+        // Both kinds' slots load together (the table is larger than the caches).
+        let hashes = [SendKind::Write, SendKind::Read].map(|kind| (kind, msg_hash(&self.msg_key, conn, message_id, kind)));
+        for (_, h) in hashes {
+            self.messages.prefetch(h);
+        }
+        for (kind, h) in hashes {
+            let i = self.live_message(h, conn, message_id, kind, front_seq);
             if let Some(send) = i.map(|i| &mut self.sends[i]) {
                 if send.completed_ns == NOT_COMPLETED {
                     send.completed_ns = ts_ns;

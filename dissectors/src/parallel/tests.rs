@@ -134,10 +134,23 @@ fn closes_of_several_workers_apply_in_mark_order() {
     let finish = |m: u64| Mark { phase: phase::FINISH_TCP, a: m, b: 0 };
     let mut o = Ordered::new(&Config::default(), 2, None);
     // Gathered worker by worker: worker 0's close (mark 5) before worker 1's (mark 3).
-    o.apply_group(vec![
-        (finish(5), 0, Item::Send(Box::new(send(500, 1)), None)),
-        (finish(3), 1, Item::Send(Box::new(send(300, 2)), None)),
-    ]);
+    let mut spent = Vec::new();
+    o.apply_group(
+        vec![
+            (finish(5), 0, Item::Send(Box::new(send(500, 1)), None)),
+            (finish(3), 1, Item::Send(Box::new(send(300, 2)), None)),
+        ],
+        &mut |w, x| spent.push((w, x)),
+    );
+    // Each record goes back to the worker that made it, to be freed there.
+    let back: Vec<_> = spent
+        .iter()
+        .map(|(w, x)| match x {
+            Spent::Send(s) => (*w, s.message_id),
+            Spent::Names(_) => panic!("no names were applied"),
+        })
+        .collect();
+    assert_eq!(back, vec![(1, 300), (0, 500)]);
     let r = serde_json::to_value(o.dedupe.finish()).unwrap();
     let sends = r["top_duplicates"][0]["sends"].as_array().expect("one duplicated payload");
     let order: Vec<_> = sends.iter().map(|s| (s["message_id"].as_u64().unwrap(), s["conn"].as_u64().unwrap())).collect();
