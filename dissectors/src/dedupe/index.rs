@@ -13,8 +13,10 @@
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 //! They grow a few entries per insert (`postable`), so no send stalls the stage on a rehash.
 //!
-//! Per live send (what dominates on 4 KiB I/O, where every block is a send): a 120-byte
-//! record in the send table, which also holds the send's evidence while it is in the window;
+//! Per live send (what dominates on 4 KiB I/O, where every block is a send): an 80-byte
+//! record in the send table, which also holds the send's evidence while it is in the window
+//! (times and frame numbers relative to the send in 32 bits, the rare ones too far apart
+//! kept whole beside it: `LiveSend`, `Wide`);
 //! a 5-byte slot in `messages`; and either its payload's evidence entry (`Evidence`, shared by
 //! the payload's sends) or, for a one-block payload no other send in the window carries, a
 //! 5-byte slot in `singles`. The send table and the block ring grow in chunks (`ring`).
@@ -93,27 +95,37 @@ impl LiveBlock {
 }
 
 /// A send in the window: what the index decides with, and its evidence (what a duplicated
-/// payload's list shows of it; its connection and file in a shared `SendContext`). 120
-/// bytes: on 4 KiB I/O every block is a send, so this is most of a live block's cost.
+/// payload's list shows of it; its connection and file in a shared `SendContext`). 80 bytes:
+/// on 4 KiB I/O every block is a send, so this is most of a live block's cost. Times and
+/// frame numbers are kept relative to the send's window time and first frame in 32 bits; a
+/// value that does not fit (a send handed over seconds late, a payload spread over 16
+/// million frames, a response seconds after the send, a connection number past 2^31) is
+/// kept whole in `Dedupe::wide` by the send's sequence number, and the compact field says so.
 #[derive(Clone, Copy)]
 struct LiveSend {
-    conn: u64,
     message_id: u64,
     /// Time used for the window (capture time, never earlier than the previous send's).
     ts_ns: u64,
-    /// Its own capture time (the evidence's).
-    time_ns: u64,
-    /// When its response was seen (`NOT_COMPLETED`: not yet).
-    completed_ns: u64,
-    /// Position of its first block in the ring, its block count and the last one's length
-    /// (the others are `BLOCK_SIZE`: blocks are aligned to the payload's start).
-    first_pos: u64,
-    frames: [u64; 2],
-    /// `NO_FRAME`: none.
-    header_frame: u64,
+    /// Its first payload frame.
+    frame: u64,
     offset: u64,
+    /// Its connection's number in the report (`pack_conn`; `WIDE_U32`: in `wide`).
+    conn: u32,
+    /// `ts_ns` minus its own capture time, the evidence's (`WIDE_U32`: in `wide`).
+    time_back: u32,
+    /// When its response was seen, from `ts_ns` (`NOT_COMPLETED`: not yet; `WIDE_I32`: in
+    /// `wide`).
+    completed: i32,
+    /// Position of its first block in the ring (low 32 bits: `full_pos`); its block count
+    /// and the last one's length (the others are `BLOCK_SIZE`: blocks are aligned to the
+    /// payload's start).
+    first_pos: u32,
+    /// Its last payload frame after `frame` (low 24 bits; `SPAN_WIDE`: in `wide`), and in the
+    /// high 8 its kind, ends and rule (`pack_flags`).
+    span_flags: u32,
+    /// The frame of its SMB2 header from `frame` (`NO_HEADER`: none; `WIDE_I32`: in `wide`).
+    header: i32,
     edge: u32,
-    dst: NodeIdx,
     /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty, `SINGLE` for a one-block
     /// payload no other send in the window carries): sends in the window with the same
     /// payload have the same open id.
@@ -124,14 +136,65 @@ struct LiveSend {
     /// Its evidence context (`Evidence::intern`; unused when `payload` is `NO_PAYLOAD`).
     ctx: u32,
     n_blocks: u32,
-    last_len: u32,
+    last_len: u16,
     file: u16,
-    kind: SendKind,
-    rule: Option<Class>,
-    ends: Ends,
 }
 
-/// Chunks of the send table (1024 sends, 120 KiB) and of the block ring (4096 blocks, 84 KiB):
+const _: () = assert!(std::mem::size_of::<LiveSend>() == 80);
+
+/// Values of live sends too wide for their `LiveSend` fields, by sequence number.
+#[derive(Clone, Copy, Default)]
+struct Wide {
+    conn: u64,
+    time_ns: u64,
+    completed_ns: u64,
+    last_frame: u64,
+    header_frame: u64,
+}
+
+/// A compact field whose value is in `Dedupe::wide`.
+const WIDE_U32: u32 = u32::MAX;
+const WIDE_I32: i32 = i32::MIN;
+/// `LiveSend::completed` before the response is seen. Compared as "completed after the
+/// later send started", it says the same as no completion (no later send starts after it).
+const NOT_COMPLETED: i32 = i32::MAX;
+/// `LiveSend::header` when the header came in the first payload frame (or is not known).
+const NO_HEADER: i32 = i32::MAX - 1;
+/// A `Dedupe::wide` entry: its key, value and control byte.
+const WIDE_ENTRY_BYTES: usize = 8 + std::mem::size_of::<Wide>() + 1;
+const SPAN_BITS: u32 = 24;
+const SPAN_WIDE: u32 = (1 << SPAN_BITS) - 1;
+
+/// A connection number (`Dedupe::conn_number`: 1, 2, ... and `ROCE_CONN_BASE` + 1, 2, ...)
+/// in 31 bits and a flag; `None` for one past them (numbers given after the cap).
+fn pack_conn(conn: u64) -> Option<u32> {
+    use crate::payload::send::ROCE_CONN_BASE;
+    let (n, rdma) = match conn.checked_sub(ROCE_CONN_BASE) {
+        Some(n) => (n, 1u32 << 31),
+        None => (conn, 0),
+    };
+    u32::try_from(n).ok().filter(|&n| n < (1 << 31) - 1).map(|n| n | rdma)
+}
+
+fn unpack_conn(v: u32) -> u64 {
+    let n = u64::from(v & ((1 << 31) - 1));
+    if v >> 31 == 1 {
+        crate::payload::send::ROCE_CONN_BASE + n
+    } else {
+        n
+    }
+}
+
+/// Kind (bit 0: READ), ends (bits 1-3), rule (bits 4-6: 0 none, else its class index + 1).
+fn pack_flags(kind: SendKind, ends: Ends, rule: Option<Class>) -> u32 {
+    u32::from(kind == SendKind::Read)
+        | u32::from(ends.src_member) << 1
+        | u32::from(ends.dst_member) << 2
+        | u32::from(ends.known) << 3
+        | rule.map_or(0, |c| c.index() as u32 + 1) << 4
+}
+
+/// Chunks of the send table (1024 sends, 80 KiB) and of the block ring (4096 blocks, 84 KiB):
 /// a small window holds little, and a large one grows a chunk at a time (`Ring`).
 const SEND_CHUNK_SHIFT: u32 = 10;
 const BLOCK_CHUNK_SHIFT: u32 = 12;
@@ -153,26 +216,76 @@ fn h_single(hash: &[u8; 16], len: u32) -> u64 {
 /// front is at position `front`) and length.
 #[inline]
 fn single_key(e: &LiveSend, ring: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front: u64) -> ([u8; 16], u32) {
-    (ring[(e.first_pos - front) as usize].hash, e.last_len)
+    (ring[(full_pos(front, e.first_pos) - front) as usize].hash, u32::from(e.last_len))
 }
-
-/// `LiveSend::completed_ns` before the response is seen. Compared as "completed after the
-/// later send started", it says the same as no completion (no later send starts after it).
-const NOT_COMPLETED: u64 = u64::MAX;
 
 /// Live sends at most: `messages` holds 32-bit sequence numbers.
 const MAX_LIVE_SENDS: usize = 1 << 31;
 
 impl LiveSend {
-    fn outstanding_at(&self, ts_ns: u64) -> bool {
-        self.completed_ns > ts_ns
+    fn flags(&self) -> u32 {
+        self.span_flags >> SPAN_BITS
     }
 
-    fn stored(&self) -> StoredSend {
+    fn kind(&self) -> SendKind {
+        if self.flags() & 1 == 1 {
+            SendKind::Read
+        } else {
+            SendKind::Write
+        }
+    }
+
+    fn ends(&self) -> Ends {
+        let f = self.flags();
+        Ends { src_member: f & 2 != 0, dst_member: f & 4 != 0, known: f & 8 != 0 }
+    }
+
+    fn rule(&self) -> Option<Class> {
+        match (self.flags() >> 4) & 7 {
+            0 => None,
+            i => Some(Class::ALL[i as usize - 1]),
+        }
+    }
+
+    /// Its connection number; `wide` is the send's entry in `Dedupe::wide` (read only when
+    /// a field says so).
+    fn conn(&self, wide: impl FnOnce() -> Wide) -> u64 {
+        match self.conn {
+            WIDE_U32 => wide().conn,
+            v => unpack_conn(v),
+        }
+    }
+
+    fn completed_ns(&self, wide: impl FnOnce() -> Wide) -> Option<u64> {
+        match self.completed {
+            NOT_COMPLETED => None,
+            WIDE_I32 => Some(wide().completed_ns),
+            d => Some(self.ts_ns.wrapping_add_signed(i64::from(d))),
+        }
+    }
+
+    fn outstanding_at(&self, ts_ns: u64, wide: impl FnOnce() -> Wide) -> bool {
+        self.completed_ns(wide).is_none_or(|c| c > ts_ns)
+    }
+
+    fn stored(&self, wide: Wide) -> StoredSend {
+        let time_ns = match self.time_back {
+            WIDE_U32 => wide.time_ns,
+            d => self.ts_ns - u64::from(d),
+        };
+        let last_frame = match self.span_flags & SPAN_WIDE {
+            SPAN_WIDE => wide.last_frame,
+            d => self.frame + u64::from(d),
+        };
+        let header_frame = match self.header {
+            NO_HEADER => NO_FRAME,
+            WIDE_I32 => wide.header_frame,
+            d => self.frame.wrapping_add_signed(i64::from(d)),
+        };
         StoredSend {
-            frames: self.frames,
-            header_frame: self.header_frame,
-            time_ns: self.time_ns,
+            frames: [self.frame, last_frame],
+            header_frame,
+            time_ns,
             offset: self.offset,
             message_id: self.message_id,
             n: 0,
@@ -183,6 +296,15 @@ impl LiveSend {
         }
     }
 
+    /// Has it a field kept in `Dedupe::wide`?
+    fn has_wide(&self) -> bool {
+        self.conn == WIDE_U32
+            || self.time_back == WIDE_U32
+            || self.completed == WIDE_I32
+            || self.span_flags & SPAN_WIDE == SPAN_WIDE
+            || self.header == WIDE_I32
+    }
+
     fn block_len(&self, i: usize) -> u64 {
         if i + 1 == self.n_blocks as usize {
             self.last_len as u64
@@ -190,6 +312,13 @@ impl LiveSend {
             BLOCK_SIZE as u64
         }
     }
+}
+
+/// The `Dedupe::wide` entry of live send `seq` (one of whose fields says it has one).
+fn wide_of(wide: &FastMap<u64, Wide>, seq: u64) -> Wide {
+    let w = wide.get(&seq).copied();
+    debug_assert!(w.is_some(), "send {seq} has a wide field");
+    w.unwrap_or_default()
 }
 
 /// A 32-bit table entry back to the block's running position: live positions span less than
@@ -203,7 +332,7 @@ fn full_pos(front_pos: u64, p: u32) -> u64 {
 /// blocks starting at `front` and numbering `live`.
 #[inline]
 fn send_at(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, pos: u64) -> usize {
-    locate(sends.len(), |i| (sends[i].first_pos, sends[i].n_blocks), front, live, pos)
+    locate(sends.len(), |i| (full_pos(front, sends[i].first_pos), sends[i].n_blocks), front, live, pos)
 }
 
 /// Of `n` consecutive spans (first position, length) starting at `front` and covering `live`
@@ -338,6 +467,8 @@ pub struct Dedupe {
     /// `next_seq - sends.len()`.
     next_seq: u64,
     sends: Ring<LiveSend, SEND_CHUNK_SHIFT>,
+    /// What does not fit the compact fields of a live send, by its sequence number (`Wide`).
+    wide: FastMap<u64, Wide>,
     /// Every block of every live send, in order; `blocks[0]` is at position `front_pos`.
     blocks: Ring<LiveBlock, BLOCK_CHUNK_SHIFT>,
     front_pos: u64,
@@ -402,6 +533,7 @@ impl Dedupe {
             clock_ns: 0,
             next_seq: 0,
             sends: Ring::new(),
+            wide: Default::default(),
             blocks: Ring::new(),
             front_pos: 0,
             // On 4 KiB I/O about one entry per block too: turns with the block tables below.
@@ -601,29 +733,42 @@ impl Dedupe {
         // The send goes in first, so positions of its own blocks resolve to it while its
         // blocks are indexed (a block repeated within one payload).
         let first_pos = self.front_pos + self.blocks.len() as u64;
-        self.sends.push_back(LiveSend {
+        let frame = s.first_frame.number;
+        let wide = Wide {
             conn: s.conn,
+            time_ns: s.ts_ns,
+            completed_ns: 0,
+            last_frame: s.last_frame.number,
+            header_frame: header_frame.unwrap_or(NO_FRAME),
+        };
+        let live = LiveSend {
             message_id: s.message_id,
             ts_ns,
-            time_ns: s.ts_ns,
-            completed_ns: NOT_COMPLETED,
-            first_pos,
-            frames: [s.first_frame.number, s.last_frame.number],
-            header_frame: header_frame.unwrap_or(NO_FRAME),
+            frame,
             offset: s.offset,
+            conn: pack_conn(s.conn).unwrap_or(WIDE_U32),
+            time_back: u32::try_from(ts_ns - s.ts_ns).ok().filter(|&d| d != WIDE_U32).unwrap_or(WIDE_U32),
+            completed: NOT_COMPLETED,
+            first_pos: first_pos as u32,
+            span_flags: s.last_frame.number.checked_sub(frame).and_then(|d| u32::try_from(d).ok()).filter(|&d| d < SPAN_WIDE).unwrap_or(SPAN_WIDE)
+                | pack_flags(s.kind, ends, rule) << SPAN_BITS,
+            header: match header_frame {
+                None => NO_HEADER,
+                Some(h) => i32::try_from(h as i128 - frame as i128).ok().filter(|&d| d != WIDE_I32 && d < NO_HEADER).unwrap_or(WIDE_I32),
+            },
             edge,
-            dst,
             payload,
             epoch,
             ctx,
             n_blocks: 0,
-            last_len: s.digest.blocks.last().map_or(0, |b| b.len),
+            last_len: s.digest.blocks.last().map_or(0, |b| b.len as u16),
             file: s.first_frame.file,
-            kind: s.kind,
-            rule,
-            ends,
-        });
-        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, .. } = self;
+        };
+        if live.has_wide() {
+            self.wide.insert(seq, wide);
+        }
+        self.sends.push_back(live);
+        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, edges, wide, .. } = self;
         let front = *front_pos;
         let is_write = s.kind == SendKind::Write;
         let prefetch = |b: &crate::payload::BlockDigest, g: &PosTable, e: &PosTable, inb: &PosTable| {
@@ -681,20 +826,21 @@ impl Dedupe {
             let mut forward_of = s.kind == SendKind::Write
                 && prev.is_some_and(|p| blocks.get((p - front) as usize).is_some_and(|b| b.forward_of()));
             if let Some(prev) = prev {
-                let e = &sends[send_at(sends, front, blocks.len(), prev)];
+                let i = send_at(sends, front, blocks.len(), prev);
+                let e = &sends[i];
                 let repeated = if prev >= first_pos {
                     Repeated { same_send: true, same_payload: true, outstanding: true, consecutive: true }
                 } else {
                     Repeated {
                         same_send: false,
                         same_payload: payload != SINGLE && e.payload == payload,
-                        outstanding: e.outstanding_at(s.ts_ns),
+                        outstanding: e.outstanding_at(s.ts_ns, || wide_of(wide, front_seq + i as u64)),
                         consecutive: e.epoch == epoch,
                     }
                 };
                 dup = dup_kind(&repeated);
             }
-            let dst_of = |p: u32| sends[send_at(sends, front, ring.len(), full_pos(front, p))].dst;
+            let dst_of = |p: u32| edges[sends[send_at(sends, front, ring.len(), full_pos(front, p))].edge as usize].dst;
             let mut head = None;
             if s.kind == SendKind::Write && src != dst {
                 // `src` writes the block on: every earlier WRITE of it into `src` was forwarded.
@@ -727,10 +873,11 @@ impl Dedupe {
         }
 
         {
-            let Dedupe { sends, messages, msg_key, .. } = self;
+            let Dedupe { sends, messages, msg_key, wide, .. } = self;
             let key_of = |v: u32| {
-                let e = &sends[seq_index(front_seq, v)];
-                msg_hash(msg_key, e.conn, e.message_id, e.kind)
+                let i = seq_index(front_seq, v);
+                let e = &sends[i];
+                msg_hash(msg_key, e.conn(|| wide_of(wide, front_seq + i as u64)), e.message_id, e.kind())
             };
             messages.insert_unique(msg, seq as u32, key_of, |v| crate::hint::prefetch_one(&sends[seq_index(front_seq, v)]));
         }
@@ -785,10 +932,19 @@ impl Dedupe {
             self.messages.prefetch(h);
         }
         for (kind, h) in hashes {
-            let i = self.live_message(h, conn, message_id, kind, front_seq);
-            if let Some(send) = i.map(|i| &mut self.sends[i]) {
-                if send.completed_ns == NOT_COMPLETED {
-                    send.completed_ns = ts_ns;
+            let Some(i) = self.live_message(h, conn, message_id, kind, front_seq) else { continue };
+            let send = &mut self.sends[i];
+            if send.completed == NOT_COMPLETED {
+                match i32::try_from(ts_ns as i128 - send.ts_ns as i128).ok().filter(|&d| d != WIDE_I32 && d < NO_HEADER) {
+                    Some(d) => send.completed = d,
+                    None => {
+                        send.completed = WIDE_I32;
+                        let seq = front_seq + i as u64;
+                        let e = *send;
+                        let w = self.wide.entry(seq).or_insert_with(|| Wide { conn, ..Wide::default() });
+                        w.completed_ns = ts_ns;
+                        debug_assert!(e.has_wide());
+                    }
                 }
             }
         }
@@ -797,11 +953,16 @@ impl Dedupe {
     /// Index in `sends` of the live send of (conn, MessageId, kind), if any; `hash` is the
     /// key's (`msg_hash`).
     fn live_message(&self, hash: u64, conn: u64, message_id: u64, kind: SendKind, front_seq: u64) -> Option<usize> {
-        let sends = &self.sends;
+        let (sends, wide) = (&self.sends, &self.wide);
+        let packed = pack_conn(conn).unwrap_or(WIDE_U32);
         self.messages
             .find(hash, |v| {
-                let e = &sends[seq_index(front_seq, v)];
-                e.conn == conn && e.message_id == message_id && e.kind == kind
+                let i = seq_index(front_seq, v);
+                let e = &sends[i];
+                e.conn == packed
+                    && e.message_id == message_id
+                    && e.kind() == kind
+                    && (packed != WIDE_U32 || wide_of(wide, front_seq + i as u64).conn == conn)
             })
             .map(|v| seq_index(front_seq, v))
     }
@@ -871,7 +1032,8 @@ impl Dedupe {
             .filter_map(|(i, e)| e.open.map(|id| (id, i)))
             .collect();
         if !wanted.is_empty() {
-            for live in self.sends.iter() {
+            let front_seq = self.next_seq - self.sends.len() as u64;
+            for (n, live) in self.sends.iter().enumerate() {
                 let Some(&i) = wanted.get(&live.payload) else { continue };
                 let sends = &mut entries[i].payload.sends;
                 if sends.len() >= super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD {
@@ -879,7 +1041,8 @@ impl Dedupe {
                 }
                 let (part, _) = send_figures(live, self.send_blocks(live));
                 let (class, dup) = send_verdict(&part);
-                let mut s = self.evidence.live_send(&live.stored());
+                let wide = if live.has_wide() { wide_of(&self.wide, front_seq + n as u64) } else { Wide::default() };
+                let mut s = self.evidence.live_send(&live.stored(wide));
                 s.class = Some(class);
                 s.dup_kind = Some(dup);
                 sends.push(s);
@@ -979,7 +1142,7 @@ impl Dedupe {
 
     /// The blocks of a live send.
     fn send_blocks<'a>(&'a self, send: &LiveSend) -> impl Iterator<Item = &'a LiveBlock> + 'a {
-        let start = (send.first_pos - self.front_pos) as usize;
+        let start = (full_pos(self.front_pos, send.first_pos) - self.front_pos) as usize;
         self.blocks.range(start, start + send.n_blocks as usize)
     }
 
@@ -997,17 +1160,19 @@ impl Dedupe {
         let Some(send) = self.sends.front() else {
             return;
         };
-        debug_assert_eq!(send.first_pos, self.front_pos);
+        debug_assert_eq!(send.first_pos, self.front_pos as u32);
         let (acc, globally_unique) = send_figures(send, self.send_blocks(send));
         let send = self.sends.pop_front().expect("front exists");
         let seq = self.next_seq - self.sends.len() as u64 - 1;
+        let wide = if send.has_wide() { self.wide.remove(&seq).unwrap_or_default() } else { Wide::default() };
         self.globally_unique_bytes += globally_unique;
         let n = send.n_blocks as usize;
+        let dst = self.edges[send.edge as usize].dst;
         let prefetch = |b: &LiveBlock, t: &Self| {
             if !b.trivial() {
                 t.edge_blocks.prefetch(h_edge(send.edge, &b.hash));
                 t.global_blocks.prefetch(h_global(&b.hash));
-                t.inbound.prefetch(h_node(send.dst, &b.hash));
+                t.inbound.prefetch(h_node(dst, &b.hash));
             }
         };
         let removals = if tables { n } else { 0 };
@@ -1023,10 +1188,10 @@ impl Dedupe {
                 continue;
             }
             // Entries pointing at this instance go; entries for later instances stay.
-            let p32 = (send.first_pos + i as u64) as u32;
+            let p32 = send.first_pos.wrapping_add(i as u32);
             self.edge_blocks.remove(h_edge(send.edge, &b.hash), |p| p == p32);
             self.global_blocks.remove(h_global(&b.hash), |p| p == p32);
-            self.inbound.remove(h_node(send.dst, &b.hash), |p| p == p32);
+            self.inbound.remove(h_node(dst, &b.hash), |p| p == p32);
         }
         // A payload sent once in the window: its `singles` slot (read from its blocks, before
         // they go).
@@ -1047,7 +1212,7 @@ impl Dedupe {
         }
 
         if tables {
-            self.messages.remove(msg_hash(&self.msg_key, send.conn, send.message_id, send.kind), |v| v == seq as u32);
+            self.messages.remove(msg_hash(&self.msg_key, send.conn(|| wide), send.message_id, send.kind()), |v| v == seq as u32);
         }
         if let Some(h) = single_slot {
             self.singles.remove(h, |v| v == seq as u32);
@@ -1057,7 +1222,7 @@ impl Dedupe {
             self.evidence.release(send.ctx);
         } else {
             let verdict = send_verdict(&acc);
-            self.evidence.on_leave(send.payload, send.stored(), verdict, &mut self.anomalies);
+            self.evidence.on_leave(send.payload, send.stored(wide), verdict, &mut self.anomalies);
         }
     }
 
@@ -1088,6 +1253,7 @@ impl Dedupe {
             + self.global_blocks.held_bytes()
             + self.inbound.held_bytes()
             + self.evidence.held_bytes()
+            + (self.wide.len() * WIDE_ENTRY_BYTES) as u64
     }
 
     /// Memory held by the window, from the structures' capacities (not their lengths), in
@@ -1105,7 +1271,8 @@ impl Dedupe {
         let sends = (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
             + PosTable::bytes_for_len(self.messages.len())
             + self.singles.bytes()
-            + self.evidence.allocated_bytes();
+            + self.evidence.allocated_bytes()
+            + (self.wide.capacity() * WIDE_ENTRY_BYTES) as u64;
         (blocks, sends)
     }
 }
@@ -1131,9 +1298,9 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
     let mut globally_unique = 0u64;
     // A WRITE block no rule decides and that forwarding could still turn into redirection
     // (while the send is in the window) has a provisional class.
-    let may_change = send.kind == SendKind::Write
-        && send.rule.is_none()
-        && (!send.ends.known || (send.ends.src_member && send.ends.dst_member));
+    let may_change = send.kind() == SendKind::Write
+        && send.rule().is_none()
+        && (!send.ends().known || (send.ends().src_member && send.ends().dst_member));
     let mut all_pending = may_change;
     for (i, b) in blocks.enumerate() {
         let len = send.block_len(i);
@@ -1141,7 +1308,7 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
             trivial_bytes += len;
             continue;
         }
-        let (class, by) = block_class(send.kind, send.ends, send.rule, b.forwarded(), b.forward_of());
+        let (class, by) = block_class(send.kind(), send.ends(), send.rule(), b.forwarded(), b.forward_of());
         let a = &mut acc[class.index()];
         if may_change && !b.forwarded() {
             a.pending += len;
@@ -1162,7 +1329,7 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
     }
     // The send itself and its trivial bytes go to the class that got most of its
     // non-trivial bytes (the unforwarded class on a tie or when there are none).
-    let (base, base_by) = block_class(send.kind, send.ends, send.rule, false, false);
+    let (base, base_by) = block_class(send.kind(), send.ends(), send.rule(), false, false);
     let mut main = base;
     for class in Class::ALL {
         if acc[class.index()].figures.nontrivial_bytes > acc[main.index()].figures.nontrivial_bytes
@@ -1231,7 +1398,8 @@ fn msg_hash(state: &crate::fasthash::FastState, conn: u64, message_id: u64, kind
 
 #[cfg(test)]
 mod tests {
-    use super::locate;
+    use super::*;
+    use crate::payload::send::ROCE_CONN_BASE;
 
     /// `locate` finds every position's span, whatever the span lengths (one size, mixed,
     /// empty spans, the last one shorter).
@@ -1284,5 +1452,51 @@ mod tests {
             worst = worst.max(looks.get());
         }
         assert!(worst <= 2, "{worst} looks");
+    }
+
+    /// Connection numbers round-trip through 32 bits up to 2^31 - 2 of each kind; past
+    /// them (numbers given after `MAX_CONN_NUMBERS`) they are kept whole (`Wide`).
+    #[test]
+    fn connection_numbers_pack_into_32_bits_or_are_kept_whole() {
+        for conn in [0, 1, 7, (1 << 20) + 3, (1 << 31) - 2, ROCE_CONN_BASE + 1, ROCE_CONN_BASE + (1 << 31) - 2] {
+            let v = pack_conn(conn).unwrap_or_else(|| panic!("{conn} packs"));
+            assert_ne!(v, WIDE_U32);
+            assert_eq!(unpack_conn(v), conn);
+        }
+        for conn in [(1 << 31) - 1, 1 << 39, ROCE_CONN_BASE - 1, ROCE_CONN_BASE + (1 << 31) - 1, ROCE_CONN_BASE + (1 << 39) + 5, u64::MAX] {
+            assert_eq!(pack_conn(conn), None, "{conn}");
+        }
+    }
+
+    #[test]
+    fn flags_round_trip() {
+        for kind in [SendKind::Write, SendKind::Read] {
+            for bits in 0..8u8 {
+                let ends = Ends { src_member: bits & 1 != 0, dst_member: bits & 2 != 0, known: bits & 4 != 0 };
+                for rule in std::iter::once(None).chain(Class::ALL.into_iter().map(Some)) {
+                    let s = LiveSend {
+                        message_id: 0,
+                        ts_ns: 0,
+                        frame: 0,
+                        offset: 0,
+                        conn: 0,
+                        time_back: 0,
+                        completed: NOT_COMPLETED,
+                        first_pos: 0,
+                        span_flags: SPAN_WIDE | pack_flags(kind, ends, rule) << SPAN_BITS,
+                        header: NO_HEADER,
+                        edge: 0,
+                        payload: 0,
+                        epoch: 0,
+                        ctx: 0,
+                        n_blocks: 0,
+                        last_len: 0,
+                        file: 0,
+                    };
+                    assert_eq!((s.kind(), s.ends(), s.rule()), (kind, ends, rule));
+                    assert_eq!(s.span_flags & SPAN_WIDE, SPAN_WIDE);
+                }
+            }
+        }
     }
 }

@@ -655,12 +655,12 @@ fn a_live_4k_send_costs_what_the_figures_say() {
     assert!((ix.bytes_per_live_block - sum).abs() < 1e-6, "{ix:?}");
     // Blocks: 21 bytes in the ring and three table slots (5 bytes, 7/16 to 7/8 full).
     assert!(ix.block_bytes_per_live_block <= 21.0 + 3.0 * 5.0 * 16.0 / 7.0 + 1.0, "{ix:?}");
-    // Sends: the 120-byte record (in chunks), a message slot and a `singles` slot (5 bytes,
+    // Sends: the 80-byte record (in chunks), a message slot and a `singles` slot (5 bytes,
     // 7/16 to 7/8 full: at most 11.5 each); a pair of sends of one payload (half the sends)
     // opens one 72-byte evidence entry with a lookup slot: 21 bytes per send. 150 here; 188
     // when every payload opened an entry, about 400 before the send record held its
     // evidence (issue 7).
-    assert!(ix.send_bytes_per_live_send <= 120.0 + 2.0 * 11.5 + 21.0 + 4.0, "{ix:?}");
+    assert!(ix.send_bytes_per_live_send <= 80.0 + 2.0 * 11.5 + 21.0 + 4.0, "{ix:?}");
     assert_eq!(r.duplicated_payloads, (n - 1000) / 4);
     assert_eq!(r.top_duplicates.len(), DedupeConfig::default().top_n.min(r.duplicated_payloads as usize));
     assert!(r.top_duplicates.iter().all(|p| p.sends.len() == 2 && p.sends[0].message_id + 999 == p.sends[1].message_id));
@@ -1160,4 +1160,49 @@ fn edges_past_their_bound_count_on_other() {
     assert_eq!(pairs.get(&(ip(1).to_string(), ip(2).to_string())), Some(&2));
     assert_eq!(pairs.len(), 4, "three edges and other -> other: {pairs:?}");
     assert_eq!(r.anomalies.get("dedupe.edge_cap"), Some(&3));
+}
+
+/// A send record keeps times and frame numbers in 32 bits relative to the send; values that
+/// do not fit (a response seconds after or before the send, a send handed over seconds
+/// late, a payload spread over more than 2^24 frames, a header frame billions of frames
+/// away) are kept whole beside it and give the same verdicts and evidence as small ones.
+#[test]
+fn values_too_wide_for_the_compact_send_record_are_kept_whole() {
+    let (x, y) = (data(1, 1), data(2, 1));
+    // A's response at `done_ms`; another payload in between, so only "outstanding" decides
+    // whether the repeat of A's payload at 12 s is a per-copy send.
+    for (done_ms, per_copy) in [(13_000, true), (12_001, true), (11_000, false), (7_000, false), (2_000, false)] {
+        let mut n = Net::new();
+        let a = n.send(SendKind::Write, 1, 2, 1, 10_000, &x);
+        n.send(SendKind::Write, 1, 2, 1, 10_500, &y);
+        n.d.complete(1, a, done_ms * MS);
+        n.send(SendKind::Write, 1, 2, 1, 12_000, &x);
+        let r = n.finish();
+        let f = &r.totals.figures;
+        let expect = if per_copy { (B, 0) } else { (0, B) };
+        assert_eq!((f.per_copy_duplicate_bytes, f.repeated_content_bytes), expect, "response at {done_ms} ms");
+    }
+
+    let mut n = Net::new();
+    n.send(SendKind::Write, 1, 2, 1, 10_000, &x);
+    // Handed over when the clock is at 10 s, though it started at 2 s; its payload frames
+    // span 2^24 + 5 frames, its header frame is 5e9.
+    let mut late = rec(SendKind::Write, 1, 2, 1, 2, 2_000, &x);
+    late.first_frame.number = 100;
+    late.last_frame.number = 100 + (1 << 24) + 5;
+    late.header_frame = Some(FrameRef { file: 0, number: 5_000_000_000 });
+    n.d.send(late);
+    // And one whose header frame came long before its payload.
+    let mut early = rec(SendKind::Write, 1, 2, 1, 3, 10_100, &x);
+    early.first_frame.number = 6_000_000_000;
+    early.last_frame.number = 6_000_000_001;
+    early.header_frame = Some(FrameRef { file: 0, number: 7 });
+    n.d.send(early);
+    let r = n.finish();
+    let sends = &r.top_duplicates[0].sends;
+    let s2 = sends.iter().find(|s| s.message_id == 2).expect("the late send");
+    assert_eq!((s2.time_ns, s2.frames, s2.header_frame), (2_000 * MS, [100, 100 + (1 << 24) + 5], Some(5_000_000_000)));
+    let s3 = sends.iter().find(|s| s.message_id == 3).expect("the early-header send");
+    assert_eq!((s3.time_ns, s3.frames, s3.header_frame), (10_100 * MS, [6_000_000_000, 6_000_000_001], Some(7)));
+    assert_eq!(r.anomalies.get("dedupe.send_out_of_order"), Some(&1));
 }
