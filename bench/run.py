@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import shutil
 import subprocess
@@ -86,6 +87,31 @@ def summarize(samples: list[tuple[float, int]], cpu: list[float], size: int, nam
           + (f", CPU {c:.2f} s" if c else ""), file=sys.stderr)
     return {"seconds": wall, "mb_per_s": size / 1e6 / wall, "peak_rss_bytes": rss, "samples_s": [w for w, _ in samples],
             "cpu_seconds": c, "mb_per_cpu_s": size / 1e6 / c if c else None}
+
+
+# Core-to-core round trips below this are the host's near placement of the vCPUs (on
+# 2026-11-29: 95-160 ns near, 375-475 ns far, sometimes about 210-280 ns between).
+NEAR_NS = 200.0
+
+
+def by_placement(rounds: list[dict], threads: int) -> dict:
+    """Per placement ("near": round trip under `NEAR_NS`, "far": the others), the rounds run
+    there and the medians of their wall times and of their pairs' scaling."""
+    out = {}
+    for name, keep in (("near", lambda rt: rt < NEAR_NS), ("far", lambda rt: rt >= NEAR_NS)):
+        rs = [r for r in rounds if r["core_round_trip_ns"] is not None and keep(r["core_round_trip_ns"])]
+        if rs:
+            out[name] = {"rounds": len(rs),
+                         "seconds_1": statistics.median(r["seconds_1"] for r in rs),
+                         f"seconds_{threads}": statistics.median(r[f"seconds_{threads}"] for r in rs),
+                         "threads_speedup": statistics.median(r["threads_speedup"] for r in rs)}
+    return out
+
+
+def placement_cell(row: dict) -> str:
+    """ "1.55x (3) / 1.20x (2)": the median scaling of the rounds at each placement."""
+    bp = row.get("by_placement", {})
+    return " / ".join(f"{bp[k]['threads_speedup']:.2f}x ({bp[k]['rounds']})" if k in bp else "-" for k in ("near", "far"))
 
 
 def round_trip_range(row: dict) -> str:
@@ -189,6 +215,7 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
         row["rounds"] = [{"core_round_trip_ns": rt, "seconds_1": a[0], f"seconds_{threads}": b[0],
                           "threads_speedup": a[0] / b[0]}
                          for rt, a, b in zip(round_trips, ours[1], ours[threads])]
+        row["by_placement"] = by_placement(row["rounds"], threads)
         if tshark:
             t = summarize(theirs, theirs_cpu, size, f"tshark -z smb2,srt ({name})")
             row["tshark_srt"] = t
@@ -197,7 +224,7 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
         rows.append(row)
     print(f"\n| workload | capture (MiB) | --threads 1 MB/s | --threads {threads} MB/s | scaling | "
           f"SMB2 messages/s ({threads} threads) | peak RSS 1 / {threads} (MiB) | index B/block (blocks' part, sends' part B/send) | "
-          "tshark -z smb2,srt MB/s | speedup 1 / {threads} threads | core round trip (ns) |\n|---|---|---|---|---|---|---|---|---|---|---|".replace("{threads}", str(threads)))
+          "tshark -z smb2,srt MB/s | speedup 1 / {threads} threads | core round trip (ns) | scaling near / far vCPUs (rounds) |\n|---|---|---|---|---|---|---|---|---|---|---|---|".replace("{threads}", str(threads)))
     for row in rows:
         r, m = row["smbwire"], row["smbwire_threads"]
         t = row.get("tshark_srt")
@@ -207,7 +234,8 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
               f"{row['index_bytes_per_live_block']:.0f} ({row['index_block_bytes_per_live_block']:.0f}, "
               f"{row['index_send_bytes_per_live_send']:.0f}) | {t['mb_per_s'] if t else float('nan'):.0f} | "
               f"{row.get('speedup_vs_tshark_srt', float('nan')):.1f}x / "
-              f"{row.get('speedup_vs_tshark_srt_threads', float('nan')):.1f}x | {round_trip_range(row)} |")
+              f"{row.get('speedup_vs_tshark_srt_threads', float('nan')):.1f}x | {round_trip_range(row)} | "
+              f"{placement_cell(row)} |")
     return rows
 
 

@@ -64,3 +64,16 @@ def test_round_trip_range_names_the_rounds():
     assert m.round_trip_range({"rounds": rounds}) == "120-410"
     assert m.round_trip_range({"rounds": rounds[:1]}) == "120"
     assert m.round_trip_range({"rounds": [{"core_round_trip_ns": None}]}) == "-"
+
+
+def test_rounds_are_summarised_by_placement():
+    run = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    m = importlib.util.module_from_spec(run)
+    run.loader.exec_module(m)
+    rounds = [{"core_round_trip_ns": rt, "seconds_1": a, "seconds_2": b, "threads_speedup": a / b}
+              for rt, a, b in [(100, 0.6, 0.4), (110, 0.6, 0.5), (420, 0.6, 0.6), (None, 0.6, 0.3)]]
+    bp = m.by_placement(rounds, 2)
+    assert bp["near"]["rounds"] == 2 and bp["far"]["rounds"] == 1
+    assert bp["near"]["seconds_2"] == 0.45 and bp["far"]["threads_speedup"] == 1.0
+    assert m.placement_cell({"by_placement": bp}) == "1.35x (2) / 1.00x (1)"
+    assert m.placement_cell({"by_placement": m.by_placement(rounds[:2], 2)}) == "1.35x (2) / -"
