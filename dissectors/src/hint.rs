@@ -28,3 +28,14 @@ pub fn prefetch_one<T>(v: &T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = v;
 }
+
+/// Ask for every cache line of `bytes` (at most `max` bytes of it).
+#[inline]
+pub fn prefetch_all(bytes: &[u8], max: usize) {
+    let bytes = &bytes[..bytes.len().min(max)];
+    let mut i = 0;
+    while i < bytes.len() {
+        prefetch_one(&bytes[i]);
+        i += 64;
+    }
+}
