@@ -40,6 +40,12 @@
 //!   buffer and reuses one once no batch holds it. Live frames are copied once into the
 //!   batch's buffer. Buffers are reused. Capture files are read, not mapped: why, and the
 //!   measurements, at `capture::source::ReadMode`.
+//! - **Between cores.** What one thread writes and another reads crosses between their
+//!   cores a cache line at a time, and the host may place the two vCPUs of this project's
+//!   machine kind far apart (a line's round trip 400 ns instead of 100-160;
+//!   bench/core_latency.c). So a worker asks for the bytes of the frame two ahead of the one it
+//!   decodes (`FRAMES_AHEAD`), settles its sends' digests before handing a batch on, and
+//!   frees what the ordered stage hands back (`Spent`) on its own core.
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
