@@ -187,6 +187,15 @@ impl Batch {
     fn new() -> Batch {
         Batch { data: Vec::new(), chunks: Vec::new(), steps: Vec::new(), out: Vec::new(), spent: Vec::new() }
     }
+
+    /// The bytes of a frame at `start..start + len` of read buffer `chunk`, or of the batch's
+    /// own buffer (`COPIED`).
+    fn frame_bytes(&self, chunk: u32, start: usize, len: usize) -> &[u8] {
+        match self.chunks.get(chunk as usize) {
+            Some(c) => &c[start..start + len],
+            None => &self.data[start..start + len],
+        }
+    }
 }
 
 enum Job {
@@ -296,20 +305,12 @@ fn worker(
                     // the latency of memory, and the prefetchers do not run far enough ahead
                     // across frames. Asking for the frame after next while this one is
                     // decoded keeps more of them in flight (`FRAMES_AHEAD`).
-                    if let Some(Step::Frame { chunk, start, len, .. }) = b.steps.get(k + FRAMES_AHEAD) {
-                        let bytes = match b.chunks.get(*chunk as usize) {
-                            Some(c) => &c[*start..*start + *len],
-                            None => &b.data[*start..*start + *len],
-                        };
-                        crate::hint::prefetch_all(bytes, PREFETCH_FRAME_BYTES);
+                    if let Some(&Step::Frame { chunk, start, len, .. }) = b.steps.get(k + FRAMES_AHEAD) {
+                        crate::hint::prefetch_all(b.frame_bytes(chunk, start, len), PREFETCH_FRAME_BYTES);
                     }
                     match *step {
                         Step::Frame { info, ctx, chunk, start, len } => {
-                            let bytes = match b.chunks.get(chunk as usize) {
-                                Some(c) => &c[start..start + len],
-                                None => &b.data[start..start + len],
-                            };
-                            d.frame(&RawFrame { info, data: bytes }, &ctx);
+                            d.frame(&RawFrame { info, data: b.frame_bytes(chunk, start, len) }, &ctx);
                         }
                         Step::Sweep(now) => d.sweep(now),
                     }

@@ -165,6 +165,12 @@ const WIDE_ENTRY_BYTES: usize = 8 + std::mem::size_of::<Wide>() + 1;
 const SPAN_BITS: u32 = 24;
 const SPAN_WIDE: u32 = (1 << SPAN_BITS) - 1;
 
+/// `value - base` in a compact signed field: `WIDE_I32` when it does not fit or would read
+/// as one of the field's reserved values (`WIDE_I32`, `NO_HEADER`, `NOT_COMPLETED`).
+fn rel_i32(value: u64, base: u64) -> i32 {
+    i32::try_from(i128::from(value) - i128::from(base)).ok().filter(|&d| d != WIDE_I32 && d < NO_HEADER).unwrap_or(WIDE_I32)
+}
+
 /// A connection number (`Dedupe::conn_number`: 1, 2, ... and `ROCE_CONN_BASE` + 1, 2, ...)
 /// in 31 bits and a flag; `None` for one past them (numbers given after the cap).
 fn pack_conn(conn: u64) -> Option<u32> {
@@ -754,7 +760,7 @@ impl Dedupe {
                 | pack_flags(s.kind, ends, rule) << SPAN_BITS,
             header: match header_frame {
                 None => NO_HEADER,
-                Some(h) => i32::try_from(h as i128 - frame as i128).ok().filter(|&d| d != WIDE_I32 && d < NO_HEADER).unwrap_or(WIDE_I32),
+                Some(h) => rel_i32(h, frame),
             },
             edge,
             payload,
@@ -935,16 +941,10 @@ impl Dedupe {
             let Some(i) = self.live_message(h, conn, message_id, kind, front_seq) else { continue };
             let send = &mut self.sends[i];
             if send.completed == NOT_COMPLETED {
-                match i32::try_from(ts_ns as i128 - send.ts_ns as i128).ok().filter(|&d| d != WIDE_I32 && d < NO_HEADER) {
-                    Some(d) => send.completed = d,
-                    None => {
-                        send.completed = WIDE_I32;
-                        let seq = front_seq + i as u64;
-                        let e = *send;
-                        let w = self.wide.entry(seq).or_insert_with(|| Wide { conn, ..Wide::default() });
-                        w.completed_ns = ts_ns;
-                        debug_assert!(e.has_wide());
-                    }
+                send.completed = rel_i32(ts_ns, send.ts_ns);
+                if send.completed == WIDE_I32 {
+                    // Its other fields are compact unless it has an entry already.
+                    self.wide.entry(front_seq + i as u64).or_default().completed_ns = ts_ns;
                 }
             }
         }
