@@ -13,14 +13,17 @@
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 //! They grow a few entries per insert (`postable`), so no send stalls the stage on a rehash.
 //!
-//! Per live send (what dominates on 4 KiB I/O, where every block is a send): an 80-byte
-//! record in the send table, which also holds the send's evidence while it is in the window
-//! (times and frame numbers relative to the send in 32 bits, the rare ones too far apart
-//! kept whole beside it: `LiveSend`, `Wide`);
+//! Per live send (what dominates on 4 KiB I/O, where every block is a send): a 48-byte
+//! record in the send table with what the index decides with (`LiveSend`; a connection
+//! number or response time too wide for its field kept whole beside it, `Wide`); the send's
+//! evidence fields, which only its leaving the window reads, as differences from the
+//! previous send's in a byte stream (`cold`: 8-14 bytes on 4 KiB I/O);
 //! a 5-byte slot in `messages`; and either its payload's evidence entry (`Evidence`, shared by
 //! the payload's sends) or, for a one-block payload no other send in the window carries, a
-//! 5-byte slot in `singles`. The send table and the block ring grow in chunks (`ring`).
+//! 5-byte slot in `singles`. The send table, the block ring and the stream grow in chunks
+//! (`ring`).
 
+use super::cold::{Cold, ColdLog};
 use super::attribution::{block_class, dup_kind, Class, DecidedBy, DupKind, Ends, Repeated};
 use super::evidence::{Evidence, PayloadKey, SendContext, SendDupKind, StoredSend, NO_FRAME, NO_PAYLOAD};
 use super::figures::{DecidedBytes, EdgeReport, Figures, IndexStats, Totals};
@@ -94,25 +97,19 @@ impl LiveBlock {
     }
 }
 
-/// A send in the window: what the index decides with, and its evidence (what a duplicated
-/// payload's list shows of it; its connection and file in a shared `SendContext`). 80 bytes:
-/// on 4 KiB I/O every block is a send, so this is most of a live block's cost. Times and
-/// frame numbers are kept relative to the send's window time and first frame in 32 bits; a
-/// value that does not fit (a send handed over seconds late, a payload spread over 16
-/// million frames, a response seconds after the send, a connection number past 2^31) is
-/// kept whole in `Dedupe::wide` by the send's sequence number, and the compact field says so.
+/// A send in the window: what the index decides with. 48 bytes: on 4 KiB I/O every block is
+/// a send, so this is most of a live block's cost; what only its evidence needs (frames, own
+/// capture time, offset, context, file) is in `Dedupe::cold`. The response time is kept
+/// relative to the send's window time in 32 bits; it, or a connection number past 2^31,
+/// when it does not fit, is kept whole in `Dedupe::wide` by the send's sequence number, and
+/// the compact field says so.
 #[derive(Clone, Copy)]
 struct LiveSend {
     message_id: u64,
     /// Time used for the window (capture time, never earlier than the previous send's).
     ts_ns: u64,
-    /// Its first payload frame.
-    frame: u64,
-    offset: u64,
     /// Its connection's number in the report (`pack_conn`; `WIDE_U32`: in `wide`).
     conn: u32,
-    /// `ts_ns` minus its own capture time, the evidence's (`WIDE_U32`: in `wide`).
-    time_back: u32,
     /// When its response was seen, from `ts_ns` (`NOT_COMPLETED`: not yet; `WIDE_I32`: in
     /// `wide`).
     completed: i32,
@@ -120,11 +117,6 @@ struct LiveSend {
     /// and the last one's length (the others are `BLOCK_SIZE`: blocks are aligned to the
     /// payload's start).
     first_pos: u32,
-    /// Its last payload frame after `frame` (low 24 bits; `SPAN_WIDE`: in `wide`), and in the
-    /// high 8 its kind, ends and rule (`pack_flags`).
-    span_flags: u32,
-    /// The frame of its SMB2 header from `frame` (`NO_HEADER`: none; `WIDE_I32`: in `wide`).
-    header: i32,
     edge: u32,
     /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty, `SINGLE` for a one-block
     /// payload no other send in the window carries): sends in the window with the same
@@ -133,23 +125,19 @@ struct LiveSend {
     /// Edge payload epoch when the send happened (see `EdgeState::epoch`), modulo 2^32:
     /// only compared for equality between sends in the window, which are fewer.
     epoch: u32,
-    /// Its evidence context (`Evidence::intern`; unused when `payload` is `NO_PAYLOAD`).
-    ctx: u32,
     n_blocks: u32,
     last_len: u16,
-    file: u16,
+    /// Its kind, ends and rule (`pack_flags`).
+    flags: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<LiveSend>() == 80);
+const _: () = assert!(std::mem::size_of::<LiveSend>() == 48);
 
 /// Values of live sends too wide for their `LiveSend` fields, by sequence number.
 #[derive(Clone, Copy, Default)]
 struct Wide {
     conn: u64,
-    time_ns: u64,
     completed_ns: u64,
-    last_frame: u64,
-    header_frame: u64,
 }
 
 /// A compact field whose value is in `Dedupe::wide`.
@@ -158,17 +146,13 @@ const WIDE_I32: i32 = i32::MIN;
 /// `LiveSend::completed` before the response is seen. Compared as "completed after the
 /// later send started", it says the same as no completion (no later send starts after it).
 const NOT_COMPLETED: i32 = i32::MAX;
-/// `LiveSend::header` when the header came in the first payload frame (or is not known).
-const NO_HEADER: i32 = i32::MAX - 1;
 /// A `Dedupe::wide` entry: its key, value and control byte.
 const WIDE_ENTRY_BYTES: usize = 8 + std::mem::size_of::<Wide>() + 1;
-const SPAN_BITS: u32 = 24;
-const SPAN_WIDE: u32 = (1 << SPAN_BITS) - 1;
 
 /// `value - base` in a compact signed field: `WIDE_I32` when it does not fit or would read
-/// as one of the field's reserved values (`WIDE_I32`, `NO_HEADER`, `NOT_COMPLETED`).
+/// as one of the field's reserved values (`WIDE_I32`, `NOT_COMPLETED`).
 fn rel_i32(value: u64, base: u64) -> i32 {
-    i32::try_from(i128::from(value) - i128::from(base)).ok().filter(|&d| d != WIDE_I32 && d < NO_HEADER).unwrap_or(WIDE_I32)
+    i32::try_from(i128::from(value) - i128::from(base)).ok().filter(|&d| d != WIDE_I32 && d != NOT_COMPLETED).unwrap_or(WIDE_I32)
 }
 
 /// A connection number (`Dedupe::conn_number`: 1, 2, ... and `ROCE_CONN_BASE` + 1, 2, ...)
@@ -192,15 +176,15 @@ fn unpack_conn(v: u32) -> u64 {
 }
 
 /// Kind (bit 0: READ), ends (bits 1-3), rule (bits 4-6: 0 none, else its class index + 1).
-fn pack_flags(kind: SendKind, ends: Ends, rule: Option<Class>) -> u32 {
-    u32::from(kind == SendKind::Read)
-        | u32::from(ends.src_member) << 1
-        | u32::from(ends.dst_member) << 2
-        | u32::from(ends.known) << 3
-        | rule.map_or(0, |c| c.index() as u32 + 1) << 4
+fn pack_flags(kind: SendKind, ends: Ends, rule: Option<Class>) -> u8 {
+    u8::from(kind == SendKind::Read)
+        | u8::from(ends.src_member) << 1
+        | u8::from(ends.dst_member) << 2
+        | u8::from(ends.known) << 3
+        | rule.map_or(0, |c| c.index() as u8 + 1) << 4
 }
 
-/// Chunks of the send table (1024 sends, 80 KiB) and of the block ring (4096 blocks, 84 KiB):
+/// Chunks of the send table (1024 sends, 48 KiB) and of the block ring (4096 blocks, 84 KiB):
 /// a small window holds little, and a large one grows a chunk at a time (`Ring`).
 const SEND_CHUNK_SHIFT: u32 = 10;
 const BLOCK_CHUNK_SHIFT: u32 = 12;
@@ -229,8 +213,8 @@ fn single_key(e: &LiveSend, ring: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front: u6
 const MAX_LIVE_SENDS: usize = 1 << 31;
 
 impl LiveSend {
-    fn flags(&self) -> u32 {
-        self.span_flags >> SPAN_BITS
+    fn flags(&self) -> u8 {
+        self.flags
     }
 
     fn kind(&self) -> SendKind {
@@ -274,29 +258,17 @@ impl LiveSend {
         self.completed_ns(wide).is_none_or(|c| c > ts_ns)
     }
 
-    fn stored(&self, wide: Wide) -> StoredSend {
-        let time_ns = match self.time_back {
-            WIDE_U32 => wide.time_ns,
-            d => self.ts_ns - u64::from(d),
-        };
-        let last_frame = match self.span_flags & SPAN_WIDE {
-            SPAN_WIDE => wide.last_frame,
-            d => self.frame + u64::from(d),
-        };
-        let header_frame = match self.header {
-            NO_HEADER => NO_FRAME,
-            WIDE_I32 => wide.header_frame,
-            d => self.frame.wrapping_add_signed(i64::from(d)),
-        };
+    /// Its evidence, with its fields from `Dedupe::cold`.
+    fn stored(&self, cold: &Cold) -> StoredSend {
         StoredSend {
-            frames: [self.frame, last_frame],
-            header_frame,
-            time_ns,
-            offset: self.offset,
+            frames: [cold.frame, cold.last_frame],
+            header_frame: cold.header_frame.unwrap_or(NO_FRAME),
+            time_ns: self.ts_ns - cold.time_back,
+            offset: cold.offset,
             message_id: self.message_id,
             n: 0,
-            ctx: self.ctx,
-            file: self.file,
+            ctx: cold.ctx,
+            file: cold.file,
             class: None,
             dup_kind: None,
         }
@@ -304,11 +276,7 @@ impl LiveSend {
 
     /// Has it a field kept in `Dedupe::wide`?
     fn has_wide(&self) -> bool {
-        self.conn == WIDE_U32
-            || self.time_back == WIDE_U32
-            || self.completed == WIDE_I32
-            || self.span_flags & SPAN_WIDE == SPAN_WIDE
-            || self.header == WIDE_I32
+        self.conn == WIDE_U32 || self.completed == WIDE_I32
     }
 
     fn block_len(&self, i: usize) -> u64 {
@@ -475,6 +443,8 @@ pub struct Dedupe {
     sends: Ring<LiveSend, SEND_CHUNK_SHIFT>,
     /// What does not fit the compact fields of a live send, by its sequence number (`Wide`).
     wide: FastMap<u64, Wide>,
+    /// The evidence fields of the live sends, in the order of `sends`.
+    cold: ColdLog,
     /// Every block of every live send, in order; `blocks[0]` is at position `front_pos`.
     blocks: Ring<LiveBlock, BLOCK_CHUNK_SHIFT>,
     front_pos: u64,
@@ -540,6 +510,7 @@ impl Dedupe {
             next_seq: 0,
             sends: Ring::new(),
             wide: Default::default(),
+            cold: ColdLog::default(),
             blocks: Ring::new(),
             front_pos: 0,
             // On 4 KiB I/O about one entry per block too: turns with the block tables below.
@@ -739,41 +710,32 @@ impl Dedupe {
         // The send goes in first, so positions of its own blocks resolve to it while its
         // blocks are indexed (a block repeated within one payload).
         let first_pos = self.front_pos + self.blocks.len() as u64;
-        let frame = s.first_frame.number;
-        let wide = Wide {
-            conn: s.conn,
-            time_ns: s.ts_ns,
-            completed_ns: 0,
-            last_frame: s.last_frame.number,
-            header_frame: header_frame.unwrap_or(NO_FRAME),
-        };
         let live = LiveSend {
             message_id: s.message_id,
             ts_ns,
-            frame,
-            offset: s.offset,
             conn: pack_conn(s.conn).unwrap_or(WIDE_U32),
-            time_back: u32::try_from(ts_ns - s.ts_ns).ok().filter(|&d| d != WIDE_U32).unwrap_or(WIDE_U32),
             completed: NOT_COMPLETED,
             first_pos: first_pos as u32,
-            span_flags: s.last_frame.number.checked_sub(frame).and_then(|d| u32::try_from(d).ok()).filter(|&d| d < SPAN_WIDE).unwrap_or(SPAN_WIDE)
-                | pack_flags(s.kind, ends, rule) << SPAN_BITS,
-            header: match header_frame {
-                None => NO_HEADER,
-                Some(h) => rel_i32(h, frame),
-            },
             edge,
             payload,
             epoch,
-            ctx,
             n_blocks: 0,
             last_len: s.digest.blocks.last().map_or(0, |b| b.len as u16),
-            file: s.first_frame.file,
+            flags: pack_flags(s.kind, ends, rule),
         };
         if live.has_wide() {
-            self.wide.insert(seq, wide);
+            self.wide.insert(seq, Wide { conn: s.conn, completed_ns: 0 });
         }
         self.sends.push_back(live);
+        self.cold.push(&Cold {
+            frame: s.first_frame.number,
+            last_frame: s.last_frame.number,
+            header_frame,
+            time_back: ts_ns - s.ts_ns,
+            offset: s.offset,
+            ctx,
+            file: s.first_frame.file,
+        });
         let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, edges, wide, .. } = self;
         let front = *front_pos;
         let is_write = s.kind == SendKind::Write;
@@ -1032,8 +994,7 @@ impl Dedupe {
             .filter_map(|(i, e)| e.open.map(|id| (id, i)))
             .collect();
         if !wanted.is_empty() {
-            let front_seq = self.next_seq - self.sends.len() as u64;
-            for (n, live) in self.sends.iter().enumerate() {
+            for (live, cold) in self.sends.iter().zip(self.cold.iter()) {
                 let Some(&i) = wanted.get(&live.payload) else { continue };
                 let sends = &mut entries[i].payload.sends;
                 if sends.len() >= super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD {
@@ -1041,8 +1002,7 @@ impl Dedupe {
                 }
                 let (part, _) = send_figures(live, self.send_blocks(live));
                 let (class, dup) = send_verdict(&part);
-                let wide = if live.has_wide() { wide_of(&self.wide, front_seq + n as u64) } else { Wide::default() };
-                let mut s = self.evidence.live_send(&live.stored(wide));
+                let mut s = self.evidence.live_send(&live.stored(&cold));
                 s.class = Some(class);
                 s.dup_kind = Some(dup);
                 sends.push(s);
@@ -1163,6 +1123,7 @@ impl Dedupe {
         debug_assert_eq!(send.first_pos, self.front_pos as u32);
         let (acc, globally_unique) = send_figures(send, self.send_blocks(send));
         let send = self.sends.pop_front().expect("front exists");
+        let cold = self.cold.pop_front();
         let seq = self.next_seq - self.sends.len() as u64 - 1;
         let wide = if send.has_wide() { self.wide.remove(&seq).unwrap_or_default() } else { Wide::default() };
         self.globally_unique_bytes += globally_unique;
@@ -1219,10 +1180,10 @@ impl Dedupe {
         }
         if send.payload == SINGLE {
             // No evidence: only its context goes.
-            self.evidence.release(send.ctx);
+            self.evidence.release(cold.ctx);
         } else {
             let verdict = send_verdict(&acc);
-            self.evidence.on_leave(send.payload, send.stored(wide), verdict, &mut self.anomalies);
+            self.evidence.on_leave(send.payload, send.stored(&cold), verdict, &mut self.anomalies);
         }
     }
 
@@ -1246,6 +1207,7 @@ impl Dedupe {
     /// total (`bytes_estimate_parts`) stays within about twice this.
     pub(super) fn held_bytes(&self) -> u64 {
         (self.sends.len() * std::mem::size_of::<LiveSend>()) as u64
+            + self.cold.len_bytes() as u64
             + (self.blocks.len() * std::mem::size_of::<LiveBlock>()) as u64
             + self.messages.held_bytes()
             + self.singles.held_bytes()
@@ -1269,6 +1231,7 @@ impl Dedupe {
             + self.global_blocks.bytes()
             + self.inbound.bytes();
         let sends = (self.sends.capacity() * std::mem::size_of::<LiveSend>()) as u64
+            + self.cold.capacity_bytes() as u64
             + PosTable::bytes_for_len(self.messages.len())
             + self.singles.bytes()
             + self.evidence.allocated_bytes()
@@ -1477,24 +1440,17 @@ mod tests {
                     let s = LiveSend {
                         message_id: 0,
                         ts_ns: 0,
-                        frame: 0,
-                        offset: 0,
                         conn: 0,
-                        time_back: 0,
                         completed: NOT_COMPLETED,
                         first_pos: 0,
-                        span_flags: SPAN_WIDE | pack_flags(kind, ends, rule) << SPAN_BITS,
-                        header: NO_HEADER,
                         edge: 0,
                         payload: 0,
                         epoch: 0,
-                        ctx: 0,
                         n_blocks: 0,
                         last_len: 0,
-                        file: 0,
+                        flags: pack_flags(kind, ends, rule),
                     };
                     assert_eq!((s.kind(), s.ends(), s.rule()), (kind, ends, rule));
-                    assert_eq!(s.span_flags & SPAN_WIDE, SPAN_WIDE);
                 }
             }
         }

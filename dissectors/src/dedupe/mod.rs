@@ -10,6 +10,7 @@
 //!
 //! - `topology`: nodes (several addresses each), membership, share/file rules.
 //! - `index`: the sliding-window block index and send table.
+//! - `cold`: what of a live send only its evidence needs, as a byte stream.
 //! - `attribution`: the rules that decide duplicate kind and class.
 //! - `evidence`: duplicated payloads with the frames of each send (JSON lines, top list).
 //! - `figures`: the per-(edge, class) figures and the serialisable report.
@@ -19,6 +20,7 @@
 
 pub mod anomaly;
 pub mod attribution;
+mod cold;
 pub mod evidence;
 pub mod figures;
 pub mod index;

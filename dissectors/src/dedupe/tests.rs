@@ -637,6 +637,11 @@ fn a_live_4k_send_costs_what_the_figures_say() {
         s.message_id = i;
         s.kind = if i % 10 < 7 { SendKind::Read } else { SendKind::Write };
         s.ts_ns = i * 1000;
+        // Frames a few apart, random 4 KiB-aligned offsets in a 4 TiB file (the evidence
+        // fields' stream holds them as differences from the previous send's).
+        s.first_frame.number = 4 * i + 1;
+        s.last_frame.number = 4 * i + 2;
+        s.offset = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 34) << 12;
         let content = if i % 4 == 0 && i >= 1000 { i - 999 } else { i };
         let mut digest = [0u8; 32];
         digest[..8].copy_from_slice(&content.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
@@ -655,12 +660,14 @@ fn a_live_4k_send_costs_what_the_figures_say() {
     assert!((ix.bytes_per_live_block - sum).abs() < 1e-6, "{ix:?}");
     // Blocks: 21 bytes in the ring and three table slots (5 bytes, 7/16 to 7/8 full).
     assert!(ix.block_bytes_per_live_block <= 21.0 + 3.0 * 5.0 * 16.0 / 7.0 + 1.0, "{ix:?}");
-    // Sends: the 80-byte record (in chunks), a message slot and a `singles` slot (5 bytes,
-    // 7/16 to 7/8 full: at most 11.5 each); a pair of sends of one payload (half the sends)
-    // opens one 72-byte evidence entry with a lookup slot: 21 bytes per send. 150 here; 188
-    // when every payload opened an entry, about 400 before the send record held its
-    // evidence (issue 7).
-    assert!(ix.send_bytes_per_live_send <= 80.0 + 2.0 * 11.5 + 21.0 + 4.0, "{ix:?}");
+    // Sends: the 48-byte record (in chunks) and its evidence fields in the stream (13 bytes:
+    // 7 for the offset's difference, 1 for each other field), a message slot and a `singles`
+    // slot (5 bytes, 7/16 to 7/8 full: at most 11.5 each); a pair of sends of one payload
+    // (half the sends) opens one 72-byte evidence entry with a lookup slot: 21 bytes per
+    // send. 97 here; 150 with the 80-byte record that held the evidence fields (and this
+    // test's earlier sends, all of one frame and offset), about 400 before the send record
+    // held its evidence (issue 7).
+    assert!(ix.send_bytes_per_live_send <= 48.0 + 13.0 + 2.0 * 11.5 + 21.0 + 4.0, "{ix:?}");
     assert_eq!(r.duplicated_payloads, (n - 1000) / 4);
     assert_eq!(r.top_duplicates.len(), DedupeConfig::default().top_n.min(r.duplicated_payloads as usize));
     assert!(r.top_duplicates.iter().all(|p| p.sends.len() == 2 && p.sends[0].message_id + 999 == p.sends[1].message_id));
