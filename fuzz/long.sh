@@ -68,13 +68,19 @@ executed_so_far() {
 
 # After a target's campaign without a sanitizer reaches FUZZ_RUNS: its whole corpus once through
 # the ASan build (bin/address/<target>, when there), so the inputs found without ASan are checked
-# with it. One line per target in asan-replay.tsv (target, time, inputs, exit code).
+# with it. One line per target in asan-replay.tsv (target, time, inputs, exit code). A corpus
+# that is not here (grown on another machine: corpus/<target> empty) is not replayed, and no line
+# says it was: the target's log says so.
 asan_replay() {
     local t=$1 bin="$OUT/bin/address/$1" rec="$OUT/asan-replay.tsv"
     [ "$SAN" = none ] && [ -x "$bin" ] || return 0
     grep -q "^$t"$'\t' "$rec" 2>/dev/null && return 0
     local n code
-    n=$(ls "$OUT/corpus/$t" | wc -l)
+    n=$(ls "$OUT/corpus/$t" 2>/dev/null | wc -l)
+    if [ "$n" -eq 0 ]; then
+        echo "== ASan replay: no corpus of $t here (grown elsewhere?), not replayed" >>"$OUT/$t.log"
+        return 0
+    fi
     nice -n 19 "$bin" -runs=0 -rss_limit_mb=2048 -timeout=$TIMEOUT -artifact_prefix="$OUT/artifacts/$t/asan-replay-" \
         "$OUT/corpus/$t" >"$OUT/$t.asan-replay.log" 2>&1
     code=$?

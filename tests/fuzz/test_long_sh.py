@@ -1,7 +1,8 @@
 """fuzz/long.sh on a timeout: an input that runs quickly when replayed was a stall of the host
 (a paused or starved process) and the campaign goes on; one that times out again is a finding
-and ends the target's campaign. Run with a stand-in for a libFuzzer binary (a shell script that
-answers like one), so no fuzz build is needed."""
+and ends the target's campaign. A target at its goal has its corpus replayed once through its
+ASan build, unless the corpus is not on this machine. Run with stand-ins for the libFuzzer
+binaries (shell scripts that answer like them), so no fuzz build is needed."""
 
 from __future__ import annotations
 
@@ -85,3 +86,60 @@ def test_timeout_that_reproduces_is_a_finding_and_stops_the_target(tmp_path):
     assert [r["exit"] for r in rows] == ["70"]
     assert sorted(p.name for p in (out / "artifacts" / "t").iterdir()) == ["timeout-0123abcd"]
     assert list(out.glob("t.crash.*.w0.log")) and not list(out.glob("t.stall.*"))
+
+
+# An ASan build's stand-in: replays the inputs of the directory it is given, 0 unless one is
+# named "crash".
+FAKE_ASAN = r"""#!/usr/bin/env bash
+for a in "$@"; do
+    case "$a" in
+        -*) ;;
+        *) [ -d "$a" ] && ls "$a" | grep -qx crash && { echo "==1==ERROR: AddressSanitizer"; exit 1; } ;;
+    esac
+done
+exit 0
+"""
+
+
+def replay_campaign(tmp_path: Path, corpus: list[str]) -> tuple[int, list[list[str]], str]:
+    """A target already at its goal, an ASan stand-in beside it, a corpus of `corpus` files."""
+    out = tmp_path / "long"
+    (out / "bin" / "none").mkdir(parents=True)
+    (out / "bin" / "address").mkdir(parents=True)
+    (out / "seeds" / "t").mkdir(parents=True)
+    (out / "corpus" / "t").mkdir(parents=True)
+    for name in corpus:
+        (out / "corpus" / "t" / name).write_bytes(b"x")
+    for san, text in (("none", FAKE), ("address", FAKE_ASAN)):
+        b = out / "bin" / san / "t"
+        b.write_text(text)
+        b.chmod(0o755)
+    (out / "bin" / "none" / "COMMIT").write_text("abc1234\n")
+    header = "start_utc\tend_utc\ttarget\tsanitizer\tworker\truns_asked\texecuted\texit\tseconds\tpeak_rss_mb\tcommit\thost\n"
+    (out / "results.tsv").write_text(header + "a\tb\tt\tnone\t0\t40\t40\t0\t1\t30\tabc1234\th\n")
+    env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
+               FUZZ_SESSION_RUNS="10", FUZZ_WORKERS="1")
+    p = subprocess.run(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    rec = out / "asan-replay.tsv"
+    lines = [l.split("\t") for l in rec.read_text().splitlines()] if rec.exists() else []
+    return p.returncode, lines, (out / "t.log").read_text() if (out / "t.log").exists() else ""
+
+
+def test_a_finished_target_s_corpus_is_replayed_under_asan(tmp_path):
+    rc, lines, _ = replay_campaign(tmp_path, ["a", "b", "c"])
+    assert rc == 0
+    assert [(l[0], l[2], l[3]) for l in lines] == [("t", "3", "0")]
+
+
+def test_an_asan_finding_in_the_replay_fails_the_campaign(tmp_path):
+    rc, lines, _ = replay_campaign(tmp_path, ["a", "crash"])
+    assert rc == 1
+    assert [(l[0], l[2], l[3]) for l in lines] == [("t", "2", "1")]
+
+
+def test_an_empty_corpus_is_not_recorded_as_replayed(tmp_path):
+    rc, lines, log = replay_campaign(tmp_path, [])
+    assert rc == 0
+    assert lines == []
+    assert "not replayed" in log
