@@ -94,12 +94,30 @@ def summarize(samples: list[tuple[float, int]], cpu: list[float], size: int, nam
 NEAR_NS = 200.0
 
 
+def round_trips_of(r: dict) -> list[float]:
+    """The round trips measured for a round: before its pair of runs and, when recorded, after."""
+    return [x for x in (r.get("core_round_trip_ns"), r.get("core_round_trip_ns_after")) if x is not None]
+
+
+def placement_of(r: dict) -> str | None:
+    """ "near" (every round trip measured for the round under `NEAR_NS`), "far" (all at or
+    above it), "moved" (the host moved the vCPUs between the probes), None (not measured)."""
+    rts = round_trips_of(r)
+    if not rts:
+        return None
+    if all(rt < NEAR_NS for rt in rts):
+        return "near"
+    if all(rt >= NEAR_NS for rt in rts):
+        return "far"
+    return "moved"
+
+
 def by_placement(rounds: list[dict], threads: int) -> dict:
-    """Per placement ("near": round trip under `NEAR_NS`, "far": the others), the rounds run
+    """Per placement (`placement_of`: near, far, or moved during the round), the rounds run
     there and the medians of their wall times and of their pairs' scaling."""
     out = {}
-    for name, keep in (("near", lambda rt: rt < NEAR_NS), ("far", lambda rt: rt >= NEAR_NS)):
-        rs = [r for r in rounds if r["core_round_trip_ns"] is not None and keep(r["core_round_trip_ns"])]
+    for name in ("near", "far", "moved"):
+        rs = [r for r in rounds if placement_of(r) == name]
         if rs:
             out[name] = {"rounds": len(rs),
                          "seconds_1": statistics.median(r["seconds_1"] for r in rs),
@@ -109,14 +127,18 @@ def by_placement(rounds: list[dict], threads: int) -> dict:
 
 
 def placement_cell(row: dict) -> str:
-    """ "1.55x (3) / 1.20x (2)": the median scaling of the rounds at each placement."""
+    """ "1.55x (3) / 1.20x (2)": the median scaling of the rounds at each placement; rounds
+    during which the host moved the vCPUs follow, as "; moved 1.30x (1)"."""
     bp = row.get("by_placement", {})
-    return " / ".join(f"{bp[k]['threads_speedup']:.2f}x ({bp[k]['rounds']})" if k in bp else "-" for k in ("near", "far"))
+    cell = " / ".join(f"{bp[k]['threads_speedup']:.2f}x ({bp[k]['rounds']})" if k in bp else "-" for k in ("near", "far"))
+    if "moved" in bp:
+        cell += f"; moved {bp['moved']['threads_speedup']:.2f}x ({bp['moved']['rounds']})"
+    return cell
 
 
 def round_trip_range(row: dict) -> str:
-    """The core-to-core round trips measured before a row's rounds, as "low-high"."""
-    rts = [r["core_round_trip_ns"] for r in row.get("rounds", []) if r["core_round_trip_ns"] is not None]
+    """The core-to-core round trips measured around a row's rounds, as "low-high"."""
+    rts = [rt for r in row.get("rounds", []) for rt in round_trips_of(r)]
     if not rts:
         return "-"
     lo, hi = min(rts), max(rts)
@@ -181,6 +203,7 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
         theirs: list[tuple[float, int]] = []
         theirs_cpu: list[float] = []
         round_trips: list[float | None] = []
+        round_trips_after: list[float | None] = []
         for _ in range(max(1, repeat)):
             # tshark's gigabytes of RSS can push the capture out of the page cache: each
             # round starts warm again, so neither smbwire run pays for disk reads.
@@ -190,6 +213,8 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
             for n in (1, threads):
                 ours[n].append(run_measured([smbwire, "analyze", str(cap), "--quiet", "--threads", str(n),
                                              "--json", str(js[n])], os.devnull, ours_cpu[n]))
+            # The host can move them within a round: again after the pair.
+            round_trips_after.append(machine.core_round_trip_ns())
             if tshark:
                 theirs.append(run_measured([tshark, "-n", "-q", "-z", "smb2,srt", "-r", str(cap)], os.devnull, theirs_cpu))
         results = {n: json.loads(js[n].read_text()) for n in (1, threads)}
@@ -210,11 +235,11 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
             row[f"messages_per_s_{key}"] = messages / r["seconds"]
         row["messages_per_s"] = row["messages_per_s_smbwire"]
         row["threads_speedup"] = row["smbwire"]["seconds"] / row["smbwire_threads"]["seconds"]
-        # Each round's pair, with the core-to-core round trip measured just before it: two
-        # threads' figures depend on it (machine.py).
-        row["rounds"] = [{"core_round_trip_ns": rt, "seconds_1": a[0], f"seconds_{threads}": b[0],
-                          "threads_speedup": a[0] / b[0]}
-                         for rt, a, b in zip(round_trips, ours[1], ours[threads])]
+        # Each round's pair, with the core-to-core round trips measured just before and just
+        # after it: two threads' figures depend on them (machine.py).
+        row["rounds"] = [{"core_round_trip_ns": rt, "core_round_trip_ns_after": rt2, "seconds_1": a[0],
+                          f"seconds_{threads}": b[0], "threads_speedup": a[0] / b[0]}
+                         for rt, rt2, a, b in zip(round_trips, round_trips_after, ours[1], ours[threads])]
         row["by_placement"] = by_placement(row["rounds"], threads)
         if tshark:
             t = summarize(theirs, theirs_cpu, size, f"tshark -z smb2,srt ({name})")

@@ -77,3 +77,18 @@ def test_rounds_are_summarised_by_placement():
     assert bp["near"]["seconds_2"] == 0.45 and bp["far"]["threads_speedup"] == 1.0
     assert m.placement_cell({"by_placement": bp}) == "1.35x (2) / 1.00x (1)"
     assert m.placement_cell({"by_placement": m.by_placement(rounds[:2], 2)}) == "1.35x (2) / -"
+
+
+def test_a_round_whose_probes_disagree_is_neither_near_nor_far():
+    run = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    m = importlib.util.module_from_spec(run)
+    run.loader.exec_module(m)
+    rounds = [{"core_round_trip_ns": rt, "core_round_trip_ns_after": rt2, "seconds_1": a, "seconds_2": b,
+               "threads_speedup": a / b}
+              for rt, rt2, a, b in [(100, 120, 0.6, 0.4), (110, 400, 0.6, 0.5), (420, 380, 0.6, 0.6),
+                                    (450, 150, 0.6, 0.48), (None, None, 0.6, 0.3), (130, None, 0.6, 0.4)]]
+    assert [m.placement_of(r) for r in rounds] == ["near", "moved", "far", "moved", None, "near"]
+    bp = m.by_placement(rounds, 2)
+    assert (bp["near"]["rounds"], bp["far"]["rounds"], bp["moved"]["rounds"]) == (2, 1, 2)
+    assert m.placement_cell({"by_placement": bp}) == "1.50x (2) / 1.00x (1); moved 1.23x (2)"
+    assert m.round_trip_range({"rounds": rounds}) == "100-450"
