@@ -147,7 +147,7 @@ impl ColdLog {
         };
         self.bytes.drop_front(used);
         self.front = Prev::of(&c);
-        self.sends -= 1;
+        self.sends = self.sends.saturating_sub(1);
         if self.sends == 0 {
             debug_assert!(self.bytes.is_empty());
             self.front = self.back;
