@@ -17,7 +17,7 @@
 //! record in the send table with what the index decides with (`LiveSend`; a connection
 //! number or response time too wide for its field kept whole beside it, `Wide`); the send's
 //! evidence fields, which only its leaving the window reads, as differences from the
-//! previous send's in a byte stream (`cold`: 8-14 bytes on 4 KiB I/O);
+//! previous send's in a byte stream (`cold`);
 //! a 5-byte slot in `messages`; and either its payload's evidence entry (`Evidence`, shared by
 //! the payload's sends) or, for a one-block payload no other send in the window carries, a
 //! 5-byte slot in `singles`. The send table, the block ring and the stream grow in chunks
@@ -213,12 +213,8 @@ fn single_key(e: &LiveSend, ring: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front: u6
 const MAX_LIVE_SENDS: usize = 1 << 31;
 
 impl LiveSend {
-    fn flags(&self) -> u8 {
-        self.flags
-    }
-
     fn kind(&self) -> SendKind {
-        if self.flags() & 1 == 1 {
+        if self.flags & 1 == 1 {
             SendKind::Read
         } else {
             SendKind::Write
@@ -226,12 +222,12 @@ impl LiveSend {
     }
 
     fn ends(&self) -> Ends {
-        let f = self.flags();
+        let f = self.flags;
         Ends { src_member: f & 2 != 0, dst_member: f & 4 != 0, known: f & 8 != 0 }
     }
 
     fn rule(&self) -> Option<Class> {
-        match (self.flags() >> 4) & 7 {
+        match (self.flags >> 4) & 7 {
             0 => None,
             i => Some(Class::ALL[i as usize - 1]),
         }
