@@ -108,7 +108,7 @@ def build_report(result: Any, width: int = 80, *, top: int | None = None) -> lis
     parts += _headline(result)
     parts += _edges(result, wide)
     parts += _nodes(result)
-    parts += _top_duplicates(result, wide, top)
+    parts += _top_duplicates(result, wide, top, width)
     parts += _accounting(result, wide)
     parts += _traffic(result, width)
     parts += [_heading("Warnings"), *_warning_lines(findings(result))]
@@ -292,7 +292,7 @@ def _nodes(r: dict[str, Any]) -> list[RenderableType]:
     return [_heading("Nodes"), t]
 
 
-def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[RenderableType]:
+def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None, width: int = WIDE) -> list[RenderableType]:
     dups = [d for d in _list(r, "top_duplicates") if isinstance(d, dict)]
     shown = dups if top is None else dups[: max(top, 0)]
     if not shown:
@@ -313,12 +313,23 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[Rend
             title.append(f" ({fmt_count(d['size'])} B)", style="dim")
         total = d.get("sends_total", len(sends))
         title.append(f", sent {fmt_count(total)} time{'s' if total != 1 else ''}", style="bold")
+        # Narrow: one transport for every send goes into the heading line instead of a column.
+        vias = {s.get("transport") for s in sends}
+        show_via = wide or len(vias) > 1
+        if sends and not show_via:
+            title.append(f" via {_text(next(iter(vias)))}", style="dim")
         if is_number(total) and total != len(sends):
             title.append(f" (first {len(sends)} listed)", style="dim")
         if "duplicate_bytes" in d:
             title.append(f", repeats {fmt_bytes(d.get('duplicate_bytes'))}", style="dim")
-        title.append(f"  digest {digest if wide else _short(digest, 16)}", style="dim")
-        out.append(title)
+        # Narrow: 12 hex digits (48 bits tell a top list apart; the wide layout and --evidence
+        # give the whole digest), on a line of its own when the heading has no room for it.
+        mark = f"digest {digest if wide else _short(digest, 12)}"
+        if title.cell_len + 2 + len(mark) <= width:
+            title.append(f"  {mark}", style="dim")
+            out.append(title)
+        else:
+            out += [title, Text(f"   {mark}", style="dim")]
         if sends:
             t = _table()
             t.add_column("#", justify="right", style="dim")
@@ -331,13 +342,8 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None) -> list[Rend
                 t.add_column("Session")
                 t.add_column("Tree", justify="right")
                 t.add_column("FileId")
-            # Narrow: one transport for every send goes into the heading line instead of a column.
-            vias = {s.get("transport") for s in sends}
-            show_via = wide or len(vias) > 1
             if show_via:
                 t.add_column("Via")
-            else:
-                title.append(f"  via {_text(next(iter(vias)))}", style="dim")
             t.add_column("Frames", justify="right", no_wrap=True)
             # Narrow: the file's last path component, cut with an ellipsis rather than folded
             # mid-name (the wide layout and --evidence have the whole path).

@@ -184,14 +184,33 @@ def test_narrow_and_wide_layouts_differ_as_designed():
     narrow, wide = render(sample_result(), 80), render(sample_result(), 200)
     assert "Duplicate breakdown per edge" in narrow and "Duplicate breakdown per edge" not in wide
     digest = "3fa2" + "ab" * 30
-    assert digest in wide and digest not in narrow and digest[:16] + "…" in narrow
+    assert digest in wide and digest not in narrow and digest[:12] + "…" in narrow
     assert "/captures/node-a/mirror-port-a.pcapng" in wide
     assert "mirror-port-a.pcapng" in narrow
 
 
+@pytest.mark.parametrize("width", [80, 140, 200])
+def test_duplicate_headings_are_not_broken_mid_phrase(width):
+    """A heading too long for the width gives its digest a line of its own; the rest of the
+    heading, its transport and the "digest <hex>" pair stay whole on their lines."""
+    lines = render(sample_result(), width).split("Top duplicated")[1].split("Byte accounting")[0].splitlines()
+    heads = [i for i, line in enumerate(lines) if line[:3] in ("1. ", "2. ")]
+    assert len(heads) == 2
+    for i in heads:
+        head = lines[i]
+        assert head.rstrip().endswith(("MiB", "KiB", "B", "…")) or "  digest " in head, head
+        if "  digest " not in head:
+            assert lines[i + 1].startswith("   digest "), lines[i + 1]
+    narrow = render(sample_result(), 80)
+    assert "2. 4.00 KiB, sent 1 time via tcp  digest 777777777777…" in narrow
+    assert "1. 1.00 MiB, sent 5 times via tcp (first 4 listed), repeats 4.00 MiB\n   digest 3fa2abababab…" in narrow
+    wide = render(sample_result(), 140)
+    assert "repeats 4.00 MiB\n   digest 3fa2" + "ab" * 30 + "\n" in wide
+
+
 def test_duplicate_sends_show_node_names_and_totals():
     narrow, wide = render(sample_result(), 80), render(sample_result(), 200)
-    assert "sent 5 times (first 4 listed), repeats 4.00 MiB" in narrow
+    assert "sent 5 times via tcp (first 4 listed), repeats 4.00 MiB" in narrow
     assert "client → s2d-a" in narrow and "198.18.0.10" not in narrow.split("Top duplicated")[1].split("Byte")[0]
     assert "client (198.18.0.10) → s2d-a (198.18.1.1)" in wide
 
