@@ -141,6 +141,9 @@ class CaptureResult:
     packets_dropped: int | None
     stderr: str
     backlog_drops: int = 0  # frames the kernel's receive backlog dropped while capturing
+    # Frames the span port handed to the capture socket (tcpdump's "received by filter"):
+    # every one must be in the file (captured) or counted as dropped.
+    packets_received: int | None = None
 
 
 @dataclasses.dataclass
@@ -431,8 +434,13 @@ class Lab:
             return self.capture_result
         if self.capture_proc is None:
             raise LabError("no capture running")
-        # Let the last ACKs/FINs of the workload reach the span before stopping.
+        # Let the last ACKs/FINs of the workload reach the span before stopping, then let
+        # tcpdump write out what its socket still holds: at SIGINT it stops reading, so on a
+        # busy machine frames the span received but tcpdump had not yet read would be missing
+        # from the file. It writes every frame as it reads it (-U), so the file stops growing
+        # when it has caught up.
         time.sleep(settle)
+        self._wait_capture_drained()
         self.capture_proc.send_signal(signal.SIGINT)
         try:
             self.capture_proc.wait(timeout=20)
@@ -448,11 +456,26 @@ class Lab:
         m = re.search(r"(\d+) packets? dropped by kernel", err)
         if m:
             dropped = int(m.group(1))
+        m = re.search(r"(\d+) packets? received by filter", err)
+        received = int(m.group(1)) if m else None
         if self.capture_proc.returncode != 0:
             raise LabError(f"tcpdump exited with {self.capture_proc.returncode}: {err}")
         self.capture_result = CaptureResult(self.capture_path, captured, dropped, err,
-                                            backlog_drops() - self.backlog_drops_at_start)
+                                            backlog_drops() - self.backlog_drops_at_start, received)
         return self.capture_result
+
+    def _wait_capture_drained(self, quiet: float = 0.3, limit: float = 30.0) -> None:
+        """Return once the capture file has not grown for `quiet` seconds (or after `limit`)."""
+        assert self.capture_path is not None
+        deadline = time.monotonic() + limit
+        size, since = self.capture_path.stat().st_size, time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = self.capture_path.stat().st_size
+            if now != size:
+                size, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                return
 
     # --- workloads -------------------------------------------------------------------------
     def put_file(self, node: str, name: str, data: bytes) -> Path:

@@ -55,6 +55,9 @@ def test_span_sees_every_frame_once(workload_runs, name):
     print(f"capture {run.capture.path}: {health}, kernel backlog drops {run.capture.backlog_drops}")
     assert run.capture.packets_dropped == 0
     assert run.capture.packets_captured == health.frames
+    # Every frame the span port handed to the capture is in the file (none left unread when
+    # the capture stopped).
+    assert run.capture.packets_received == run.capture.packets_captured
     assert health.tcp_frames > 1000  # 4+ MiB of SMB payload in MTU-sized segments
     assert health.duplicate_frames == 0
     # Retransmissions are real (e.g. a tail-loss probe when a node is slow to ACK) and both
