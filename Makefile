@@ -92,6 +92,10 @@ FUZZ_SESSION_RUNS ?= 2000000
 FUZZ_LONG_DIR ?= $(HOME)/smbwire-fuzzlong
 FUZZ_LONG_ORDER := xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs live_frames capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip ledger_inputs
 FUZZ_ASAN_TARGETS := capture_reader wire_decode pipeline_roce pipeline_tcp
+# The ASan campaign's goal per target (`make fuzz-long FUZZ_SANITIZER=address FUZZ_RUNS=$(FUZZ_ASAN_RUNS)`),
+# for the table.
+FUZZ_ASAN_RUNS ?= 10000000
+
 fuzz-long:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
@@ -109,7 +113,7 @@ fuzz-overflow:
 
 # The README table from the long run's results file.
 fuzz-long-table:
-	@python3 fuzz/long_table.py $(FUZZ_LONG_DIR)/results.tsv --goal $(FUZZ_RUNS)
+	@python3 fuzz/long_table.py $(FUZZ_LONG_DIR)/results.tsv --goal $(FUZZ_RUNS) --asan-goal $(FUZZ_ASAN_RUNS)
 
 bench: setup
 	$(PY) bench/run.py

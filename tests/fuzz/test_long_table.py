@@ -19,10 +19,10 @@ def line(start, target, san, worker, executed, code, secs, commit="abc1234"):
     return f"{start}\t{start}\t{target}\t{san}\t{worker}\t1000\t{executed}\t{code}\t{secs}\t30\t{commit}\thost\n"
 
 
-def rows(tmp_path, lines, goal):
+def rows(tmp_path, lines, goal, asan_goal=None):
     p = tmp_path / "results.tsv"
     p.write_text(HEADER + "".join(lines))
-    out = long_table.table(str(p), goal).splitlines()
+    out = long_table.table(str(p), goal, asan_goal).splitlines()
     return {r.split("|")[1].strip() + "/" + r.split("|")[2].strip(): [c.strip() for c in r.split("|")[1:-1]] for r in out[2:]}
 
 
@@ -61,3 +61,19 @@ def test_stall_counted_apart_from_crashes(tmp_path):
     ], goal=100)
     assert r["c/none"][4] == "1"  # the timeout without the replay's verdict is a finding
     assert r["c/none"][5] == "2"
+
+
+def test_asan_rows_reach_their_own_goal(tmp_path):
+    """The ASan campaign's goal is 10^7 against 10^8 without a sanitizer: each row is measured
+    against its sanitizer's goal."""
+    lines = [
+        line("2026-01-01T00:00:00Z", "d", "address", 0, 60, 0, 2),
+        line("2026-01-01T00:00:00Z", "d", "none", 0, 60, 0, 2),
+        line("2026-01-01T00:00:00Z", "e", "address", 0, 30, 72, 2),
+    ]
+    r = rows(tmp_path, lines, goal=100, asan_goal=50)
+    assert r["d/address"][3] == "yes"
+    assert r["d/none"][3] == "no (60.0%)"
+    assert r["e/address"][3] == "no (60.0%)"
+    # Without an ASan goal every row is measured against --goal, as before.
+    assert rows(tmp_path, lines, goal=100)["d/address"][3] == "no (60.0%)"
