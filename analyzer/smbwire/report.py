@@ -292,7 +292,7 @@ def _nodes(r: dict[str, Any]) -> list[RenderableType]:
     return [_heading("Nodes"), t]
 
 
-def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None, width: int = WIDE) -> list[RenderableType]:
+def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None, width: int) -> list[RenderableType]:
     dups = [d for d in _list(r, "top_duplicates") if isinstance(d, dict)]
     shown = dups if top is None else dups[: max(top, 0)]
     if not shown:

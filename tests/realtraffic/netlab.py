@@ -156,22 +156,33 @@ class Node:
     smbd: subprocess.Popen | None = None
 
 
-# --- transmit offloads, via the legacy ETHTOOL ioctls (no ethtool binary needed) ------------
-# linux/ethtool.h: ETHTOOL_STXCSUM 0x17, ETHTOOL_SSG 0x19, ETHTOOL_STSO 0x1f, ETHTOOL_SGSO 0x24;
-# linux/sockios.h: SIOCETHTOOL 0x8946. Runs inside the namespace via `ip netns exec`.
 _PROBE_SNIPPET = r"""
 import socket, sys
 socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"smbwire-lab-probe", (sys.argv[1], 9))
 """
 
-_OFFLOAD_SNIPPET = r"""
+# --- offloads, via the legacy ETHTOOL ioctls (no ethtool binary needed) --------------------
+# linux/ethtool.h (struct ethtool_value {cmd, data}); linux/sockios.h: SIOCETHTOOL 0x8946.
+# Set commands turn a feature off (data 0); get commands give its state in data.
+ETHTOOL_STXCSUM, ETHTOOL_SSG, ETHTOOL_STSO, ETHTOOL_SGSO = 0x17, 0x19, 0x1F, 0x24
+ETHTOOL_GTSO, ETHTOOL_GGSO, ETHTOOL_GGRO = 0x1E, 0x23, 0x2B
+# TSO, GSO, SG, TX checksum off.
+OFFLOADS_OFF = (ETHTOOL_STSO, ETHTOOL_SGSO, ETHTOOL_SSG, ETHTOOL_STXCSUM)
+# The segmentation offloads libpcap looks at when it sizes its ring's slots.
+SEGMENTATION_OFFLOADS = (ETHTOOL_GTSO, ETHTOOL_GGSO, ETHTOOL_GGRO)
+
+# Runs inside the namespace via `ip netns exec`: DEV CMD..., prints each command's data.
+_ETHTOOL_SNIPPET = r"""
 import ctypes, fcntl, socket, struct, sys
 dev = sys.argv[1].encode()
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for cmd in (0x1f, 0x24, 0x19, 0x17):  # TSO, GSO, SG, TX checksum off
+out = []
+for cmd in map(int, sys.argv[2:]):
     buf = ctypes.create_string_buffer(struct.pack("II", cmd, 0))
     ifr = struct.pack("16sP", dev, ctypes.addressof(buf)).ljust(40, b"\0")
     fcntl.ioctl(s.fileno(), 0x8946, ifr)
+    out.append(struct.unpack("II", buf.raw[:8])[1])
+print(*out)
 """
 
 
@@ -234,6 +245,11 @@ class Lab:
     def _ns(self, ns: str, *cmd: str, check: bool = True, input: bytes | None = None):
         return run(["ip", "netns", "exec", ns, *cmd], check=check, input=input)
 
+    def ethtool(self, ns: str, dev: str, cmds: tuple[int, ...]) -> list[int]:
+        """Run ETHTOOL value commands on `dev` in `ns`; each one's data (a get's state)."""
+        out = self._ns(ns, sys.executable, "-c", _ETHTOOL_SNIPPET, dev, *map(str, cmds)).stdout
+        return [int(v) for v in out.split()]
+
     def _add_netns(self, name: str) -> None:
         run(["ip", "netns", "add", name])
         self.namespaces.append(name)
@@ -260,7 +276,7 @@ class Lab:
         # 128 MiB ring (-B) held about 2,000 frames instead of 80,000, and a tcpdump kept off
         # the CPU for a few milliseconds on a busy machine dropped frames (42-72 in a CI run
         # beside a fuzzing campaign).
-        self._ns(self.mon, sys.executable, "-c", _OFFLOAD_SNIPPET, "span1")
+        self.ethtool(self.mon, "span1", OFFLOADS_OFF)
         names = ["n1", "n2"] + (["c1"] if self.want_client else [])
         for name in names:
             ns = self.prefix + name
@@ -278,7 +294,7 @@ class Lab:
             n = ["ip", "-n", ns]
             run([*n, "addr", "add", f"{node.address}/{PREFIX_LEN}", "dev", "eth0"])
             run([*n, "link", "set", "eth0", "up"])
-            self._ns(ns, sys.executable, "-c", _OFFLOAD_SNIPPET, "eth0")
+            self.ethtool(ns, "eth0", OFFLOADS_OFF)
 
     def _mirror(self, port: str, hook: str) -> None:
         """Copy every frame entering (``ingress``) or leaving (``egress``) ``port`` to the span
