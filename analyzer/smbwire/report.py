@@ -22,7 +22,7 @@ from rich.text import Text
 
 from .findings import EXPECTED_SECTIONS, findings, section
 from .tables import category_description, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_percent, fmt_ratio, fmt_seconds, is_number
+from .units import DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number
 from .wireshark import filters_by_input
 
 #: Console width from which every table shows all its columns in one piece.
@@ -129,7 +129,7 @@ def _header(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     total = sum(i.get("size_bytes", 0) for i in inputs if is_number(i.get("size_bytes")))
     frames = sum(i.get("frames", 0) for i in inputs if is_number(i.get("frames")))
     line.append(
-        f" · {len(inputs)} input{'s' if len(inputs) != 1 else ''} · {fmt_bytes(total)} · {fmt_count(frames)} frames",
+        f" · {fmt_counted(len(inputs), 'input')} · {fmt_bytes(total)} · {fmt_counted(frames, 'frame')}",
         style="dim",
     )
     out: list[RenderableType] = [line]
@@ -155,7 +155,7 @@ def _header(r: dict[str, Any], wide: bool) -> list[RenderableType]:
                 size += f" ({i['compression']} {fmt_bytes(i.get('compressed_bytes'))}, decompressed)"
             elif i.get("source") in ("stdin", "fifo", "character_device"):
                 size += f" (read from {str(i['source']).replace('_', ' ')})"
-            grid.add_row(f"[{idx}]", _path(i.get("path"), wide), size, f"{fmt_count(i.get('frames'))} frames")
+            grid.add_row(f"[{idx}]", _path(i.get("path"), wide), size, fmt_counted(i.get('frames'), 'frame'))
         out.append(Padding(grid, (0, 0, 0, 2)))
     return out
 
@@ -312,7 +312,7 @@ def _top_duplicates(r: dict[str, Any], wide: bool, top: int | None, width: int) 
         if wide and is_number(d.get("size")) and d["size"] >= 1024:
             title.append(f" ({fmt_count(d['size'])} B)", style="dim")
         total = d.get("sends_total", len(sends))
-        title.append(f", sent {fmt_count(total)} time{'s' if total != 1 else ''}", style="bold")
+        title.append(f", sent {fmt_counted(total, 'time')}", style="bold")
         # Narrow: one transport for every send goes into the heading line instead of a column.
         vias = {s.get("transport") for s in sends}
         show_via = wide or len(vias) > 1
@@ -505,31 +505,30 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
         dask = a.get("dask") if isinstance(a.get("dask"), dict) else None
         if dask:
             where = "a local Dask cluster" if dask.get("scheduler") == "local" else f"Dask scheduler {dask.get('scheduler')}"
-            how = (f", {fmt_count(dask.get('shards'))} tasks on {fmt_count(dask.get('workers'))} workers of {where};"
+            how = (f", {fmt_counted(dask.get('shards'), 'task')} on {fmt_counted(dask.get('workers'), 'worker')} of {where};"
                    f" merge {fmt_seconds(dask.get('merge_seconds'))}")
         elif is_number(a.get("threads")) and a["threads"] > 1:
             how = f", {a['threads']} decoding threads"
         else:
             how = ""
         out.append(Text(
-            f"Analysed {fmt_count(a.get('frames'))} frames in {fmt_seconds(a.get('elapsed_seconds'))}"
+            f"Analysed {fmt_counted(a.get('frames'), 'frame')} in {fmt_seconds(a.get('elapsed_seconds'))}"
             f" ({fmt_bytes(a.get('bytes_per_second'))}/s" + how + ")",
             style="dim",
         ))
     if idx:
         out.append(Text(
             f"Dedupe index (window {fmt_seconds(idx.get('window_seconds'))}): peak "
-            f"{fmt_count(idx.get('peak_live_sends'))} live sends, {fmt_count(idx.get('peak_live_blocks'))} "
-            f"live blocks, ~{fmt_bytes(idx.get('peak_bytes_estimate'))}"
-            + (f" (bound {fmt_count(idx.get('max_live_blocks'))} blocks)" if "max_live_blocks" in idx else ""),
+            f"{fmt_counted(idx.get('peak_live_sends'), 'live send')}, {fmt_counted(idx.get('peak_live_blocks'), 'live block')}, ~{fmt_bytes(idx.get('peak_bytes_estimate'))}"
+            + (f" (bound {fmt_counted(idx.get('max_live_blocks'), 'block')})" if "max_live_blocks" in idx else ""),
             style="dim",
         ))
     series = section(r, "series")
     if series:
         rows = series.get("rows")
         out.append(Text(
-            f"Time series: {fmt_count(series.get('intervals'))} intervals of {fmt_seconds(series.get('interval_seconds'))}"
-            f" with payload, {fmt_count(len(rows) if isinstance(rows, list) else None)} rows (--csv, --html, --json)",
+            f"Time series: {fmt_counted(series.get('intervals'), 'interval')} of {fmt_seconds(series.get('interval_seconds'))}"
+            f" with payload, {fmt_counted(len(rows) if isinstance(rows, list) else None, 'row')} (--csv, --html, --json)",
             style="dim",
         ))
     live = section(r, "live")
@@ -547,9 +546,8 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
             listed = [str(c) for c in shed.get("listed") or []]
             more = shed["connections"] - len(listed)
             out.append(Text(
-                f"Shed under overload: {fmt_count(shed['connections'])} connection"
-                f"{'s' if shed['connections'] != 1 else ''} not analysed from the moment the capture queues filled up "
-                f"({fmt_bytes(analysed.get('shed_bytes'))} in {fmt_count(shed.get('frames'))} frames; counted, "
+                f"Shed under overload: {fmt_counted(shed['connections'], 'connection')} not analysed from the moment the capture queues filled up "
+                f"({fmt_bytes(analysed.get('shed_bytes'))} in {fmt_counted(shed.get('frames'), 'frame')}; counted, "
                 f"never split into scattered frames): {', '.join(listed)}" + (f" and {fmt_count(more)} more" if more > 0 else ""),
                 style="yellow",
             ))

@@ -48,6 +48,13 @@ def fmt_count(v: Any) -> str:
     return f"{int(v):,}"
 
 
+def fmt_counted(v: Any, noun: str, plural: str | None = None) -> str:
+    """A count and its noun, singular for exactly one: `1, "frame"` -> `1 frame`, `1234, "frame"` ->
+    `1,234 frames` (`plural`: when it is not the noun and an s). Unknown counts take the plural."""
+    one = is_number(v) and v == 1
+    return f"{fmt_count(v)} {noun if one else (plural or noun + 's')}"
+
+
 def fmt_ratio(v: Any, suffix: str = "") -> str:
     """Two decimals: `3` -> `3.00`."""
     if v is None:

@@ -25,7 +25,7 @@ from smbwire.findings import findings
 from smbwire.jsonout import dumps, write_json
 from smbwire.errors import UserError
 from smbwire.report import build_report, render_report
-from smbwire.units import fmt_bytes, fmt_count, fmt_ratio, parse_size
+from smbwire.units import fmt_bytes, fmt_count, fmt_counted, fmt_ratio, parse_size
 from smbwire.wireshark import filters_by_input, frame_filter
 
 
@@ -357,6 +357,30 @@ def test_fmt_count_and_ratio():
     assert fmt_ratio(3) == "3.00"
     assert fmt_ratio(2.456, "×") == "2.46×"
     assert fmt_ratio(True) == "True"
+
+
+@pytest.mark.parametrize("value,text", [(1, "1 interval"), (0, "0 intervals"), (2, "2 intervals"),
+                                        (1234, "1,234 intervals"), (1.0, "1 interval"), (None, "— intervals"),
+                                        (True, "True intervals"), ("x", "x intervals")])
+def test_fmt_counted(value, text):
+    assert fmt_counted(value, "interval") == text
+    assert fmt_counted(1, "live block") == "1 live block"
+    assert fmt_counted(3, "index", "indices") == "3 indices"
+
+
+def test_footer_counts_one_of_a_thing_in_the_singular():
+    # A run with one interval, one row, one live send and block: "1 intervals" read as a slip.
+    r = sample_result()
+    r["inputs"] = r["inputs"][:1]
+    r["inputs"][0]["frames"] = 1
+    r["analysis"]["frames"] = 1
+    r["index"].update(peak_live_sends=1, peak_live_blocks=1)
+    r["series"] = {"interval_seconds": 1.0, "intervals": 1, "rows": [{}]}
+    text = " ".join(render(r, 200).split())
+    for phrase in ("1 frame in", "peak 1 live send, 1 live block,", "Time series: 1 interval of 1 s with payload, 1 row ",
+                   "1 input ·"):
+        assert phrase in text, (phrase, text)
+    assert "1 intervals" not in text and "1 rows" not in text and "1 frames" not in text
 
 
 @pytest.mark.parametrize("text,n", [("4096", 4096), ("64k", 65536), ("64KiB", 65536), ("1MiB", 2**20),
