@@ -190,6 +190,14 @@ def workload_captures(io_bytes: int) -> dict[str, Path]:
     return caps
 
 
+def tshark_cells(row: dict) -> str:
+    """The tshark columns of a row: its MB/s and the two speedups, "not run" with --no-tshark."""
+    t = row.get("tshark_srt")
+    if not t:
+        return "not run | -"
+    return f"{t['mb_per_s']:.0f} | {row['speedup_vs_tshark_srt']:.1f}x / {row['speedup_vs_tshark_srt_threads']:.1f}x"
+
+
 def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, threads: int) -> list[dict]:
     """smbwire analyze --threads 1, --threads N and tshark -z smb2,srt on each workload,
     alternating runs; the two smbwire results must be equal (apart from `analysis`)."""
@@ -252,14 +260,11 @@ def workload_rows(smbwire: str, tshark: str | None, io_bytes: int, repeat: int, 
           "tshark -z smb2,srt MB/s | speedup 1 / {threads} threads | core round trip (ns) | scaling near / far vCPUs (rounds) |\n|---|---|---|---|---|---|---|---|---|---|---|---|".replace("{threads}", str(threads)))
     for row in rows:
         r, m = row["smbwire"], row["smbwire_threads"]
-        t = row.get("tshark_srt")
         print(f"| {row['workload']} | {row['capture_bytes'] / 2**20:.0f} | {r['mb_per_s']:.0f} | {m['mb_per_s']:.0f} | "
               f"{row['threads_speedup']:.2f}x | {row['messages_per_s_smbwire_threads']:.0f} | "
               f"{r['peak_rss_bytes'] / 2**20:.0f} / {m['peak_rss_bytes'] / 2**20:.0f} | "
               f"{row['index_bytes_per_live_block']:.0f} ({row['index_block_bytes_per_live_block']:.0f}, "
-              f"{row['index_send_bytes_per_live_send']:.0f}) | {t['mb_per_s'] if t else float('nan'):.0f} | "
-              f"{row.get('speedup_vs_tshark_srt', float('nan')):.1f}x / "
-              f"{row.get('speedup_vs_tshark_srt_threads', float('nan')):.1f}x | {round_trip_range(row)} | "
+              f"{row['index_send_bytes_per_live_send']:.0f}) | {tshark_cells(row)} | {round_trip_range(row)} | "
               f"{placement_cell(row)} |")
     return rows
 
