@@ -16,7 +16,7 @@ import click
 
 from . import __version__, engine, jsonout
 from .errors import EXIT_INTERRUPTED, SmbwireError, UserError, error_line
-from .units import parse_size, parse_time
+from .units import fmt_count, fmt_counted, parse_size, parse_time
 
 
 # rich (the report) is imported only by a command that renders something: `analyze -q --json`
@@ -314,8 +314,8 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             if annotate_evidence is not None:
                 _remove(annotate_evidence)
         if not quiet:
-            click.echo(f"wrote {annotate}: {stats['frames_written']} frames, {stats['frames_commented']} commented "
-                       f"({stats['sends']} sends of duplicated payloads)", err=True)
+            click.echo(f"wrote {annotate}: {fmt_counted(stats['frames_written'], 'frame')}, {fmt_count(stats['frames_commented'])} commented "
+                       f"({fmt_counted(stats['sends'], 'send')} of duplicated payloads)", err=True)
 
     if json_out is not None:
         jsonout.write_json(result, json_out)

@@ -25,7 +25,7 @@ from .errors import UserError
 from .findings import findings, section
 from .jsonout import write_text
 from .tables import category_description, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_percent, fmt_ratio, fmt_seconds, is_number
+from .units import DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number
 from .wireshark import filters_by_input
 
 #: The parts of a (edge, class) figure the chart stacks, bottom to top, with their colours.
@@ -201,7 +201,7 @@ def _chart(r: dict[str, Any]) -> str:
     note = f"Intervals of {_e(fmt_seconds(interval))}"
     if series.get("coarsenings"):
         note += (f" ({_e(fmt_seconds(series.get('requested_interval_seconds')))} asked for; coarsened "
-                 f"{_e(series.get('coarsenings'))} times to stay within {_e(fmt_count(series.get('max_intervals')))} "
+                 f"{_e(fmt_counted(series.get('coarsenings'), 'time'))} to stay within {_e(fmt_count(series.get('max_intervals')))} "
                  "intervals)")
     note += ", aligned to the epoch, at the time of each send's first payload byte, with its final class."
     pairs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

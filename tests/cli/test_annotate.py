@@ -98,3 +98,13 @@ def test_annotate_refuses_a_stream(tmp_path):
     r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", "-", "--annotate", str(tmp_path / "o.pcapng")],
                        cwd=ROOT, capture_output=True, text=True, input="")
     assert r.returncode == 2 and "--annotate needs capture files it can read twice; - is a stream" in r.stderr, r.stderr
+
+
+def test_the_summary_line_counts_with_separators_and_plurals(tmp_path):
+    # Was "wrote OUT: 2,234 frames, 1456 commented (8 sends ...)": one count with a separator,
+    # one without.
+    out = tmp_path / "out.pcapng"
+    r = smbwire("analyze", str(CAPTURES / "nested4-1MiB.pcap"), "-t", str(CAPTURES / "s2d-two-node.toml"),
+                "--annotate", str(out), "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out}: 2,234 frames, 1,456 commented (8 sends of duplicated payloads)" in r.stderr, r.stderr

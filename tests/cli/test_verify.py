@@ -38,7 +38,7 @@ def test_bundled_captures_pass(tmp_path, name):
     assert n > 0
     r = smbwire("verify", str(ev), str(cap))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"{n} sends checked: {n} pass, 0 fail" in r.stdout
+    assert f"{n:,} send{'s' if n != 1 else ''} checked: {n} pass, 0 fail" in r.stdout
 
 
 @pytest.mark.parametrize("transport", ["rocev2", "iwarp"])

@@ -223,6 +223,14 @@ def test_html_and_csv_of_a_sample_result() -> None:
     assert len(to_csv(SERIES_COLUMNS, series_rows(r)).splitlines()) == 1 + len(r["edges"])
 
 
+@pytest.mark.parametrize("times,text", [(1, "coarsened 1 time to stay within 10,000 intervals"),
+                                        (3, "coarsened 3 times to stay within 10,000 intervals")])
+def test_html_says_how_often_the_series_was_coarsened(times: int, text: str) -> None:
+    r = _with_series(sample_result())
+    r["series"].update(coarsenings=times, interval_seconds=2.0 ** times)
+    assert text in render_html(r)
+
+
 
 
 @settings(max_examples=60, deadline=None)
