@@ -43,6 +43,47 @@ pub struct FrameBuilder {
     payload: Vec<u8>,
 }
 
+/// Sizes `frame` for an Ethernet II / IPv4 frame from `src` to `dst` carrying `l4_len` bytes of
+/// protocol `next_header` (padded to the minimum frame length) and writes the two headers, the
+/// IPv4 checksum filled in. Returns where the layer-4 header goes and the frame's length
+/// before padding.
+fn eth_ipv4(
+    frame: &mut Vec<u8>,
+    src: &Endpoint,
+    dst: &Endpoint,
+    next_header: u8,
+    l4_len: usize,
+    ip_id: u16,
+    dscp_ecn: u8,
+) -> (usize, usize) {
+    let ip = ipv4::Repr {
+        src_addr: src.ip,
+        dst_addr: dst.ip,
+        next_header,
+        payload_len: l4_len,
+        hop_limit: TTL,
+        ident: ip_id,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+        dscp_ecn,
+    };
+    let eth = ethernet::Repr {
+        src_addr: ethernet::Address(src.mac),
+        dst_addr: ethernet::Address(dst.mac),
+        tags: [None, None],
+        ethertype: ethernet::ethertype::IPV4,
+    };
+    let ip_at = eth.header_len();
+    let l4_at = ip_at + ip.buffer_len();
+    let len = l4_at + l4_len;
+    frame.clear();
+    frame.resize(len.max(MIN_FRAME_LEN), 0);
+    eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
+    ip.emit(&mut ipv4::Packet::new_unchecked(&mut frame[ip_at..len]));
+    (l4_at, len)
+}
+
 impl FrameBuilder {
     /// The concatenated `parts` followed by `trailer_len` zero bytes, in the reused buffer.
     fn stage_payload(&mut self, parts: &[&[u8]], trailer_len: usize) {
@@ -75,33 +116,7 @@ impl FrameBuilder {
             options: t.options,
             payload: &self.payload,
         };
-        let ip = ipv4::Repr {
-            src_addr: src.ip,
-            dst_addr: dst.ip,
-            next_header: ipv4::protocol::TCP,
-            payload_len: seg.buffer_len(),
-            hop_limit: TTL,
-            ident: ip_id,
-            dont_frag: true,
-            more_frags: false,
-            frag_offset: 0,
-            dscp_ecn: 0,
-        };
-        let eth = ethernet::Repr {
-            src_addr: ethernet::Address(src.mac),
-            dst_addr: ethernet::Address(dst.mac),
-            tags: [None, None],
-            ethertype: ethernet::ethertype::IPV4,
-        };
-        let ip_at = eth.header_len();
-        let tcp_at = ip_at + ip.buffer_len();
-        let len = tcp_at + seg.buffer_len();
-        self.frame.clear();
-        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
-        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
-        ip.emit(&mut ipv4::Packet::new_unchecked(
-            &mut self.frame[ip_at..len],
-        ));
+        let (tcp_at, len) = eth_ipv4(&mut self.frame, src, dst, ipv4::protocol::TCP, seg.buffer_len(), ip_id, 0);
         seg.emit(
             &mut tcp::Packet::new_unchecked(&mut self.frame[tcp_at..len]),
             IpAddr::V4(src.ip),
@@ -131,33 +146,7 @@ impl FrameBuilder {
             dst_port: dst.port,
             payload: &self.payload,
         };
-        let ip = ipv4::Repr {
-            src_addr: src.ip,
-            dst_addr: dst.ip,
-            next_header: ipv4::protocol::UDP,
-            payload_len: dgram.buffer_len(),
-            hop_limit: TTL,
-            ident: ip_id,
-            dont_frag: true,
-            more_frags: false,
-            frag_offset: 0,
-            dscp_ecn,
-        };
-        let eth = ethernet::Repr {
-            src_addr: ethernet::Address(src.mac),
-            dst_addr: ethernet::Address(dst.mac),
-            tags: [None, None],
-            ethertype: ethernet::ethertype::IPV4,
-        };
-        let ip_at = eth.header_len();
-        let udp_at = ip_at + ip.buffer_len();
-        let len = udp_at + dgram.buffer_len();
-        self.frame.clear();
-        self.frame.resize(len.max(MIN_FRAME_LEN), 0);
-        eth.emit(&mut ethernet::Packet::new_unchecked(&mut self.frame[..]));
-        ip.emit(&mut ipv4::Packet::new_unchecked(
-            &mut self.frame[ip_at..len],
-        ));
+        let (udp_at, len) = eth_ipv4(&mut self.frame, src, dst, ipv4::protocol::UDP, dgram.buffer_len(), ip_id, dscp_ecn);
         let mut u = udp::Packet::new_unchecked(&mut self.frame[udp_at..len]);
         dgram.emit(&mut u, IpAddr::V4(src.ip), IpAddr::V4(dst.ip));
         u.set_checksum(0);
