@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .errors import UserError
-from .units import fmt_counted
+from .units import fmt_count, fmt_counted
 from .wireshark import frame_filter
 
 
@@ -230,4 +230,4 @@ def render(checks: Iterable[Check], console: Any, *, all_rows: bool = False) -> 
         t.add_row(c.digest, str(c.index), str(c.file), f"{c.frames[0]}-{c.frames[1]}", c.transport, result)
     console.print(t)
     bad = sum(not c.ok for c in checks)
-    console.print(f"{fmt_counted(len(checks), 'send')} checked: {len(checks) - bad} pass, {bad} fail")
+    console.print(f"{fmt_counted(len(checks), 'send')} checked: {fmt_count(len(checks) - bad)} pass, {fmt_count(bad)} fail")

@@ -38,7 +38,7 @@ def test_bundled_captures_pass(tmp_path, name):
     assert n > 0
     r = smbwire("verify", str(ev), str(cap))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"{n:,} send{'s' if n != 1 else ''} checked: {n} pass, 0 fail" in r.stdout
+    assert f"{n:,} send{'s' if n != 1 else ''} checked: {n:,} pass, 0 fail" in r.stdout
 
 
 @pytest.mark.parametrize("transport", ["rocev2", "iwarp"])
@@ -84,3 +84,19 @@ def test_wrong_capture_count_is_one_line(tmp_path):
     bad.write_text("".join(json.dumps(l) + "\n" for l in lines))
     r = smbwire("verify", str(bad), str(cap))
     assert r.returncode == 2 and "a send names input 1; 1 capture(s) given" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("n,bad,line", [(1, 0, "1 send checked: 1 pass, 0 fail"),
+                                        (1234, 2, "1,234 sends checked: 1,232 pass, 2 fail")])
+def test_summary_line_counts(n, bad, line):
+    import io
+
+    from rich.console import Console
+
+    from smbwire.verify import Check, render
+
+    checks = [Check(digest="d", index=1, file=0, frames=(1, 1), transport="tcp",
+                    failures=["offset"] if i < bad else []) for i in range(n)]
+    out = io.StringIO()
+    render(checks, Console(file=out, width=200, color_system=None))
+    assert out.getvalue().splitlines()[-1] == line
