@@ -43,6 +43,16 @@ pub struct FrameBuilder {
     payload: Vec<u8>,
 }
 
+/// An untagged Ethernet II header from `src` to `dst`.
+fn eth_header(src: &Endpoint, dst: &Endpoint, ethertype: u16) -> ethernet::Repr {
+    ethernet::Repr {
+        src_addr: ethernet::Address(src.mac),
+        dst_addr: ethernet::Address(dst.mac),
+        tags: [None, None],
+        ethertype,
+    }
+}
+
 /// Sizes `frame` for an Ethernet II / IPv4 frame from `src` to `dst` carrying `l4_len` bytes of
 /// protocol `next_header` (padded to the minimum frame length) and writes the two headers, the
 /// IPv4 checksum filled in. Returns where the layer-4 header goes and the frame's length
@@ -68,12 +78,7 @@ fn eth_ipv4(
         frag_offset: 0,
         dscp_ecn,
     };
-    let eth = ethernet::Repr {
-        src_addr: ethernet::Address(src.mac),
-        dst_addr: ethernet::Address(dst.mac),
-        tags: [None, None],
-        ethertype: ethernet::ethertype::IPV4,
-    };
+    let eth = eth_header(src, dst, ethernet::ethertype::IPV4);
     let ip_at = eth.header_len();
     let l4_at = ip_at + ip.buffer_len();
     let len = l4_at + l4_len;
@@ -178,12 +183,7 @@ impl FrameBuilder {
             traffic_class: grh.traffic_class,
             flow_label: grh.flow_label,
         };
-        let eth = ethernet::Repr {
-            src_addr: ethernet::Address(src.mac),
-            dst_addr: ethernet::Address(dst.mac),
-            tags: [None, None],
-            ethertype: ethernet::ethertype::ROCE_V1,
-        };
+        let eth = eth_header(src, dst, ethernet::ethertype::ROCE_V1);
         let grh_at = eth.header_len();
         let body_at = grh_at + hdr.buffer_len();
         let len = body_at + self.payload.len();
