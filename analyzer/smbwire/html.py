@@ -201,8 +201,7 @@ def _chart(r: dict[str, Any]) -> str:
     note = f"Intervals of {_e(fmt_seconds(interval))}"
     if series.get("coarsenings"):
         note += (f" ({_e(fmt_seconds(series.get('requested_interval_seconds')))} asked for; coarsened "
-                 f"{_e(fmt_counted(series.get('coarsenings'), 'time'))} to stay within {_e(fmt_count(series.get('max_intervals')))} "
-                 "intervals)")
+                 f"{_e(fmt_counted(series.get('coarsenings'), 'time'))} to stay within {_e(fmt_counted(series.get('max_intervals'), 'interval'))})")
     note += ", aligned to the epoch, at the time of each send's first payload byte, with its final class."
     pairs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for x in rows:

@@ -10,19 +10,16 @@ use libfuzzer_sys::fuzz_target;
 use smbwire_dissectors::ledger::LedgerReader;
 use smbwire_dissectors::pipeline::Config;
 
-/// Where the input's file goes: memory-backed when the system has `/dev/shm`.
-fn scratch_dir() -> std::path::PathBuf {
+/// This process's input file, chosen once: memory-backed when the system has `/dev/shm`.
+static PATH: std::sync::LazyLock<std::path::PathBuf> = std::sync::LazyLock::new(|| {
     let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
+    let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    dir.join(format!("smbwire-fuzz-ledger-{}.parquet", std::process::id()))
+});
 
 fuzz_target!(|data: &[u8]| {
-    let path = scratch_dir().join(format!("smbwire-fuzz-ledger-{}.parquet", std::process::id()));
-    std::fs::write(&path, data).expect("temporary file");
+    let path = &*PATH;
+    std::fs::write(path, data).expect("temporary file");
     let p = path.to_string_lossy().into_owned();
     let config = Config::default();
     if let Ok(v) = smbwire_dissectors::attribute::attribute_files(std::slice::from_ref(&p), &config, None, &mut |_, _| true) {
@@ -32,5 +29,5 @@ fuzz_target!(|data: &[u8]| {
         while let Ok(Some(_)) = r.next_part_group() {}
     }
     let _ = smbwire_dissectors::distributed::merge_parts(&[p], &config, None, &mut |_, _| true);
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path);
 });
