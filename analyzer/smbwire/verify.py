@@ -66,13 +66,26 @@ class FrameView:
     layers: list[str]
 
 
+#: Longest evidence line read: a line lists at most 1,000 sends of some hundred bytes each,
+#: so a longer one is not smbwire's (and reading it whole could take any amount of memory).
+MAX_EVIDENCE_LINE = 16 << 20
+
+
 def read_evidence(path: str) -> Iterator[dict[str, Any]]:
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as e:
         raise UserError(f"{path}: cannot read evidence: {e.strerror or e}") from None
     with f:
-        for n, line in enumerate(f, 1):
+        n = 0
+        while raw := f.readline(MAX_EVIDENCE_LINE + 1):
+            n += 1
+            if len(raw) > MAX_EVIDENCE_LINE:
+                raise UserError(f"{path}:{n}: not an smbwire evidence line (longer than {MAX_EVIDENCE_LINE:,} bytes)")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}:{n}: not an smbwire evidence line (not UTF-8 text at byte {e.start})") from None
             if not line.strip():
                 continue
             try:

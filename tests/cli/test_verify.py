@@ -100,3 +100,34 @@ def test_summary_line_counts(n, bad, line):
     out = io.StringIO()
     render(checks, Console(file=out, width=200, color_system=None))
     assert out.getvalue().splitlines()[-1] == line
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"\xcf\xfa\x00\x01" * 64, "not UTF-8 text at byte 0"),
+    (b'{"sends": []}\n\n\xff\n', ":3: not an smbwire evidence line (not UTF-8 text at byte 0)"),
+    (b"x" * 64, "not an smbwire evidence line (Expecting value"),
+])
+def test_an_evidence_file_that_is_not_text_is_one_line(tmp_path, content, needle):
+    """A binary file given as EVIDENCE (a capture, say) is a user error naming the line, not an
+    internal error (it was a UnicodeDecodeError)."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    r = smbwire("verify", str(bad), str(CAPTURES / "nested4-1MiB.pcap"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("smbwire: error: ") and needle in lines[0], r.stderr
+
+
+def test_an_evidence_line_longer_than_the_bound_is_refused_unread(tmp_path, monkeypatch):
+    """A line is read up to `MAX_EVIDENCE_LINE` bytes, never whole: a file with no newline is
+    refused at the bound."""
+    from smbwire import verify as v
+    from smbwire.errors import UserError
+
+    monkeypatch.setattr(v, "MAX_EVIDENCE_LINE", 1000)
+    long = tmp_path / "long.jsonl"
+    long.write_bytes(b'{"sends": []}\n' + b" " * 5000)
+    it = v.read_evidence(str(long))
+    assert next(it) == {"sends": []}
+    with pytest.raises(UserError, match=r"long.jsonl:2: .*longer than 1,000 bytes"):
+        next(it)
