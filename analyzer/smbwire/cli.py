@@ -272,6 +272,9 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     if json_out is not None:
         jsonout.check_writable(json_out)
     _check_outputs(csv_out, edges_csv_out, html_out)
+    engine.check_outputs([("--json", json_out), ("--evidence", evidence), ("--csv", csv_out),
+                          ("--edges-csv", edges_csv_out), ("--html", html_out), ("--ledger", ledger),
+                          ("--annotate", annotate)], [*paths, topology, keys])
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
     annotate_evidence = None
     if annotate is not None:
@@ -432,6 +435,8 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
     if json_out is not None:
         jsonout.check_writable(json_out)
     _check_outputs(csv_out, edges_csv_out, html_out)
+    engine.check_outputs([("--json", json_out), ("--evidence", evidence), ("--csv", csv_out),
+                          ("--edges-csv", edges_csv_out), ("--html", html_out)], [*ledgers, topology])
     evidence, evidence_to_stdout = _evidence_target(evidence, json_out)
     try:
         result = engine.attribute(ledgers, topology=topo, window=window, evidence=evidence, top_n=top,
@@ -553,6 +558,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
     if write is not None:
         jsonout.check_writable(write)
     _check_outputs(csv_out, edges_csv_out, html_out)
+    engine.check_outputs([("--json", json_out), ("--write", write), ("--csv", csv_out),
+                          ("--edges-csv", edges_csv_out), ("--html", html_out)], [topology, keys])
     # Listening before the capture starts (and before the privilege drop): a port in use is
     # one line, not a capture that runs without its exporter.
     exporter = None
@@ -696,6 +703,7 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
     for path in (topology_out, truth_out):
         if path is not None:
             jsonout.check_writable(path)
+    engine.check_outputs([("--output", out), ("--topology-out", topology_out), ("--truth-out", truth_out)], [])
     spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),

@@ -177,6 +177,19 @@ def build_config(
     return config
 
 
+def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str | None]) -> None:
+    """Before a run: no output (`(option, path)`, None for an option not given) is one of the
+    run's inputs or another output, by any name (the engine's rule, `outputs::check`).
+    UserError with the engine's one line."""
+    given = [(o, os.fspath(p)) for o, p in outputs if p is not None]
+    if not given:
+        return
+    try:
+        load_core().check_outputs(given, [os.fspath(p) for p in inputs if p is not None])
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
+
+
 def check_annotate(paths: Sequence[str], out: str | os.PathLike[str]) -> None:
     """`--annotate` reads the inputs a second time: standard input and FIFOs cannot be."""
     for p in paths:

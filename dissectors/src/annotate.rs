@@ -163,6 +163,9 @@ fn carries(mark: &Mark, d: &wire::Decoded<'_>) -> bool {
 /// the sends in the evidence file. `paths` must be the analysed inputs in the analysis'
 /// order (the evidence's `file` indexes them).
 pub fn annotate_files(paths: &[String], evidence: &str, out: &str) -> Result<AnnotateStats, String> {
+    let mut inputs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    inputs.push(evidence);
+    crate::outputs::check(&[("--annotate", out)], &inputs)?;
     let mut merged = Merged::open(paths).map_err(|e| e.to_string())?;
     if !merged.skipped.is_empty() {
         let (i, e) = &merged.skipped[0];

@@ -83,6 +83,7 @@ pub fn attribute_files(
     if paths.is_empty() {
         return Err(AnalyzeError::Ledger("no ledger given".into()));
     }
+    crate::pipeline::check_outputs(evidence_path, config.ledger.as_deref(), paths)?;
     let mut sources = Vec::with_capacity(paths.len());
     let mut runs = Vec::with_capacity(paths.len());
     let mut file_offset: usize = 0;

@@ -174,6 +174,8 @@ pub fn analyze_shard(
             )));
         }
     }
+    let inputs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    crate::outputs::check(&[("ledger part", part_path)], &inputs).map_err(AnalyzeError::Output)?;
     let merged = parallel::open_inputs(paths, crate::capture::source::ReadMode::Mapped)?;
     let mut wc = config.clone();
     wc.workers = shards;
@@ -375,6 +377,7 @@ pub fn merge_parts(
     if parts.is_empty() {
         return Err(AnalyzeError::Ledger("no ledger part given".into()));
     }
+    crate::pipeline::check_outputs(evidence_path, config.ledger.as_deref(), parts)?;
     let mut opened: Vec<(PartMeta, Source)> = Vec::with_capacity(parts.len());
     for p in parts {
         let reader = LedgerReader::open_part(p).map_err(ledger_err)?;

@@ -26,6 +26,7 @@ pub mod frame;
 pub mod hint;
 pub mod ledger;
 pub mod live;
+pub mod outputs;
 pub mod payload;
 pub mod parallel;
 pub mod pipeline;
@@ -43,7 +44,7 @@ pub use report::all_anomaly_names;
 /// The allowed dependency order, lowest first: a module may use only modules of an earlier
 /// entry (modules within one entry use none of each other).
 pub const LAYERS: &[&[&str]] = &[
-    &["frame", "anomaly", "accounting", "fasthash", "community", "hint"],
+    &["frame", "anomaly", "accounting", "fasthash", "community", "hint", "outputs"],
     &["payload"],
     &["context"],
     &["ledger"],

@@ -1220,6 +1220,7 @@ pub fn analyze_files(
     tick: &mut dyn FnMut(u64, u64) -> bool,
 ) -> Result<Results, AnalyzeError> {
     let started = Instant::now();
+    crate::pipeline::check_outputs(evidence_path, config.ledger.as_deref(), paths)?;
     // Read, not mapped (`ReadMode`): workers hold the read buffers their frames lie in.
     let merged = open_inputs(paths, ReadMode::Buffered)?;
     let evidence = crate::pipeline::open_evidence(evidence_path)?;

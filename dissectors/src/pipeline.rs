@@ -782,6 +782,17 @@ impl Run {
     }
 }
 
+/// `outputs::check` for the files the engine writes itself (the evidence, the ledger or a
+/// ledger part) against what it reads (captures, ledgers or parts).
+pub fn check_outputs(evidence: Option<&str>, ledger: Option<&str>, inputs: &[String]) -> Result<(), AnalyzeError> {
+    let outputs: Vec<(&str, &str)> = [("--evidence", evidence), ("--ledger", ledger)]
+        .into_iter()
+        .filter_map(|(o, p)| Some((o, p?)))
+        .collect();
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    crate::outputs::check(&outputs, &inputs).map_err(AnalyzeError::Output)
+}
+
 /// The evidence file (`--evidence`), created now so an unwritable path fails before the run.
 pub fn open_evidence(path: Option<&str>) -> Result<Option<Box<dyn std::io::Write + Send>>, AnalyzeError> {
     let Some(p) = path else { return Ok(None) };
@@ -795,6 +806,8 @@ pub enum AnalyzeError {
     Capture(CaptureError),
     Evidence(String),
     Ledger(String),
+    /// An output file that is an input or another output (`outputs::check`).
+    Output(String),
     Interrupted,
 }
 
@@ -802,7 +815,7 @@ impl std::fmt::Display for AnalyzeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AnalyzeError::Capture(e) => write!(f, "{e}"),
-            AnalyzeError::Evidence(e) | AnalyzeError::Ledger(e) => write!(f, "{e}"),
+            AnalyzeError::Evidence(e) | AnalyzeError::Ledger(e) | AnalyzeError::Output(e) => write!(f, "{e}"),
             AnalyzeError::Interrupted => write!(f, "interrupted"),
         }
     }

@@ -152,6 +152,15 @@ use exceptions::TopologyError;
 /// Read and check a topology file (docs/topology.md); returns its config object as JSON
 /// (`{"nodes": [{"name", "addresses", "member"}], "rules": [{"share", "file", "class"}]}`).
 /// Raises TopologyError with one line naming the file and the line.
+/// `Err(ValueError)` with one line when an output (`(option, path)`) is one of `inputs` or
+/// another output, by any name (`outputs::check`); the command line asks before a run.
+#[pyfunction]
+fn check_outputs(outputs: Vec<(String, String)>, inputs: Vec<String>) -> PyResult<()> {
+    let outputs: Vec<(&str, &str)> = outputs.iter().map(|(o, p)| (o.as_str(), p.as_str())).collect();
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    smbwire_dissectors::outputs::check(&outputs, &inputs).map_err(PyValueError::new_err)
+}
+
 #[pyfunction]
 fn load_topology(path: &str) -> PyResult<String> {
     let t = topology::load_file(path).map_err(TopologyError::new_err)?;
@@ -448,6 +457,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synth_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
+    m.add_function(wrap_pyfunction!(check_outputs, m)?)?;
     m.add_function(wrap_pyfunction!(load_topology, m)?)?;
     m.add_function(wrap_pyfunction!(parse_topology, m)?)?;
     m.add_function(wrap_pyfunction!(check_topology, m)?)?;

@@ -1,0 +1,125 @@
+"""No command writes over one of its inputs or writes two outputs to one file: the same file
+by any name (a symbolic or hard link, `./`) is refused before the run with one line and exit
+2, and the input is left as it was. `analyze IN --annotate IN` truncated the capture it was
+reading (the process died of SIGBUS and the capture was lost); `--json IN` replaced it with
+the report. The engine refuses too when called without the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from paths import CAPTURES
+from smbwire import _core
+from smbwire.cli import cli
+
+CAP = CAPTURES / "nested4-1MiB.pcap"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), prog_name="smbwire")
+
+
+@pytest.fixture
+def cap(tmp_path):
+    p = tmp_path / "in.pcap"
+    shutil.copyfile(CAP, p)
+    return p
+
+
+def refused(r, *needles: str) -> str:
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("smbwire: error: "), r.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("option", ["--json", "--evidence", "--csv", "--edges-csv", "--html", "--ledger", "--annotate"])
+@pytest.mark.parametrize("name", ["same", "symlink", "hardlink", "dotted"])
+def test_analyze_never_writes_over_a_capture(tmp_path, cap, option, name):
+    before = cap.read_bytes()
+    out = {"same": str(cap), "dotted": f"{tmp_path}/./in.pcap"}.get(name)
+    if name == "symlink":
+        os.symlink(cap, tmp_path / "l.pcap")
+        out = str(tmp_path / "l.pcap")
+    elif name == "hardlink":
+        os.link(cap, tmp_path / "h.pcap")
+        out = str(tmp_path / "h.pcap")
+    line = refused(run("analyze", str(cap), option, out, "-q"), f"{option} {out}: is an input of this run",
+                   "never writes over what it reads")
+    if name != "same":
+        assert f"({cap})" in line
+    assert cap.read_bytes() == before
+
+
+def test_the_topology_and_keys_files_are_inputs_too(tmp_path, cap):
+    topo = tmp_path / "t.toml"
+    shutil.copyfile(CAPTURES / "s2d-two-node.toml", topo)
+    refused(run("analyze", str(cap), "-t", str(topo), "--html", str(topo)), f"--html {topo}: is an input")
+    keys = tmp_path / "keys.txt"
+    keys.write_text("")
+    refused(run("analyze", str(cap), "--keys", str(keys), "--json", str(keys)), f"--json {keys}: is an input")
+    assert topo.read_bytes() == (CAPTURES / "s2d-two-node.toml").read_bytes() and keys.read_text() == ""
+
+
+def test_two_outputs_naming_one_file_are_refused(tmp_path, cap):
+    a, b = str(tmp_path / "r.json"), f"{tmp_path}/./r.json"
+    refused(run("analyze", str(cap), "--json", a, "--html", b), f"--json {a} and --html {b}: the same file")
+    assert not os.path.exists(a)
+    refused(run("analyze", str(cap), "--ledger", a, "--evidence", a), "--evidence", "--ledger", "the same file")
+
+
+def test_attribute_never_writes_over_a_ledger(tmp_path, cap):
+    ledger = tmp_path / "l.parquet"
+    assert run("analyze", str(cap), "--ledger", str(ledger), "-q").exit_code == 0
+    before = ledger.read_bytes()
+    for option in ("--json", "--evidence", "--csv", "--html"):
+        refused(run("attribute", str(ledger), option, str(ledger)), f"{option} {ledger}: is an input")
+    assert ledger.read_bytes() == before
+    # Distinct outputs still work.
+    r = run("attribute", str(ledger), "--json", str(tmp_path / "r.json"), "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "r.json").read_text())["schema"]
+
+
+def test_synth_outputs_are_distinct(tmp_path):
+    out = str(tmp_path / "x.pcap")
+    refused(run("synth", "nested4", "-o", out, "--truth-out", out), f"--output {out} and --truth-out {out}: the same file")
+    assert not os.path.exists(out)
+
+
+def test_streams_and_devices_are_not_files_to_protect(cap):
+    r = run("analyze", str(cap), "--json", "-", "--csv", "/dev/null", "--edges-csv", "/dev/null", "-q")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["schema"]
+
+
+def test_the_engine_refuses_without_the_command_line(tmp_path, cap):
+    before = cap.read_bytes()
+    ev = tmp_path / "ev.jsonl"
+    assert run("analyze", str(cap), "--evidence", str(ev), "-q").exit_code == 0
+    with pytest.raises(ValueError, match="--annotate .*: is an input of this run"):
+        _core.annotate([str(cap)], str(ev), str(cap))
+    with pytest.raises(ValueError, match="--annotate .*: is an input of this run"):
+        _core.annotate([str(cap)], str(ev), str(ev))
+    with pytest.raises(ValueError, match="--evidence .*: is an input of this run"):
+        _core.analyze([str(cap)], "{}", str(cap))
+    assert cap.read_bytes() == before
+    with pytest.raises(ValueError, match="the same file"):
+        _core.check_outputs([("--json", "-"), ("--html", "a.html"), ("--csv", "./a.html")], [])
+    _core.check_outputs([("--json", "-"), ("--html", "a.html")], [str(cap), "-"])
+
+
+def test_live_checks_its_outputs_before_it_captures(tmp_path):
+    topo = tmp_path / "t.toml"
+    shutil.copyfile(CAPTURES / "s2d-two-node.toml", topo)
+    # Refused before the interface (which does not exist) is looked at.
+    refused(run("live", "-i", "smbwire-none0", "-t", str(topo), "--json", str(topo)), f"--json {topo}: is an input")
+    w = str(tmp_path / "c.pcapng")
+    refused(run("live", "-i", "smbwire-none0", "--write", w, "--html", w), f"--write {w} and --html {w}: the same file")
