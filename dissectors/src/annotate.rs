@@ -24,6 +24,7 @@ use serde::Deserialize;
 use crate::accounting::Accounting;
 use crate::anomaly::Anomalies;
 use crate::capture::merge::Merged;
+use crate::capture::source::ReadMode;
 use crate::capture::writer;
 use crate::wire::{self, Transport};
 
@@ -166,7 +167,9 @@ pub fn annotate_files(paths: &[String], evidence: &str, out: &str) -> Result<Ann
     let mut inputs: Vec<&str> = paths.iter().map(String::as_str).collect();
     inputs.push(evidence);
     crate::outputs::check(&[("--annotate", out)], &inputs)?;
-    let mut merged = Merged::open(paths).map_err(|e| e.to_string())?;
+    // Read through a buffer, not mapped: a capture another process truncates meanwhile (a
+    // `tcpdump -W` ring reusing its names) ends early instead of killing the process (SIGBUS).
+    let mut merged = Merged::open_with(paths, ReadMode::Buffered).map_err(|e| e.to_string())?;
     if !merged.skipped.is_empty() {
         let (i, e) = &merged.skipped[0];
         return Err(format!("cannot annotate: input {} is not readable now: {e}", paths[*i]));

@@ -5,8 +5,10 @@
 //! the readers then parse the page cache's bytes where they are, without a copy into a
 //! buffer. The mapping covers the size the file had when opened; bytes appended later are
 //! not read (as before, the size known at open bounds the progress total). A file truncated
-//! by another process while it is being read is outside what can be handled (the kernel
-//! signals a read past the end of a mapping); when mapping fails the file is read as a stream.
+//! by another process while it is mapped is outside what can be handled (the kernel signals a
+//! read past the end of a mapping), so `analyze` and `--annotate` read through the buffer
+//! (`ReadMode::Buffered`: such a file just ends); the `--dask` shards map. When mapping fails
+//! the file is read as a stream.
 //!
 //! The bytes come from a regular file, or from a stream whose size is known only at its end
 //! (standard input, a FIFO such as `tcpdump -w fifo`, a character device), possibly through
@@ -599,6 +601,30 @@ mod tests {
             assert!(s.released + RELEASE_LAG + RELEASE_STEP >= s.start, "released {} at {}", s.released, s.start);
         }
         assert!(s.peek().iter().all(|&b| b == 7));
+        std::fs::remove_file(&path).ok();
+    }
+
+    /// A file truncated by another process after it was opened for `ReadMode::Buffered` ends
+    /// where it now ends: reads stop there (a mapping would raise SIGBUS past its new end).
+    #[test]
+    fn a_buffered_file_truncated_while_read_just_ends() {
+        let path = std::env::temp_dir().join(format!("smbwire-truncated-{}", std::process::id()));
+        std::fs::write(&path, vec![5u8; 3 * BUF_LEN]).unwrap();
+        let mut s = Source::open_with(path.to_str().unwrap(), ReadMode::Buffered).unwrap();
+        assert_eq!(s.fill(1000).min(1000), 1000);
+        s.consume(1000);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(BUF_LEN as u64 + 10).unwrap();
+        let mut read = 1000;
+        loop {
+            let got = s.fill(65_536).min(65_536);
+            if got == 0 {
+                break;
+            }
+            read += got;
+            s.consume(got);
+        }
+        // What the first read had buffered (up to BUF_LEN) may be more than the new length.
+        assert!(read >= BUF_LEN + 10 && read <= 2 * BUF_LEN, "{read}");
         std::fs::remove_file(&path).ok();
     }
 
