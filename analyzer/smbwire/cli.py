@@ -177,7 +177,7 @@ _WINDOW = click.option("--window", "-w", type=click.FloatRange(min=0, min_open=T
 _JSON = click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
 _EVIDENCE = click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
 _TOP = click.option("--top", type=click.IntRange(min=0), default=engine.DEFAULT_TOP_N, show_default=True,
-                    help="How many top duplicated payloads to keep and show.")
+                    help="How many top duplicated payloads to keep and show (0-10000).")
 _MAX_INDEX_MEMORY = click.option("--max-index-memory", type=_Size(), metavar="SIZE",
                                  help="Bound on the dedupe index's memory (e.g. 512MiB): past it the oldest sends leave the window early, and the report says so.")
 _MAX_MEMORY = click.option("--max-memory", type=_Size(), metavar="SIZE",

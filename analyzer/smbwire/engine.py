@@ -27,6 +27,9 @@ DEFAULT_WINDOW_SECONDS = 60.0
 DEFAULT_TOP_N = 10
 #: The result's `series` interval (`--interval`); the engine accepts 0.000001 to 86400 s.
 DEFAULT_INTERVAL_SECONDS = 1.0
+#: Largest --keys file read (a line per session, under 300 bytes: about 200,000 sessions); a
+#: larger one is some other file, and is not read whole.
+MAX_KEYS_FILE = 64 << 20
 
 def load_core() -> ModuleType:
     try:
@@ -169,11 +172,18 @@ def build_config(
     if keys is not None:
         # The engine parses and checks the text (docs/decryption.md); read here, before live
         # capture drops privileges.
+        name = os.fspath(keys)
         try:
-            with open(keys, encoding="utf-8") as f:
-                config["keys"] = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f"--keys {os.fspath(keys)}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+            with open(keys, "rb") as f:
+                raw = f.read(MAX_KEYS_FILE + 1)
+        except OSError as e:
+            raise UserError(f"--keys {name}: cannot read: {e.strerror or e}") from None
+        if len(raw) > MAX_KEYS_FILE:
+            raise UserError(f"--keys {name}: larger than {MAX_KEYS_FILE:,} bytes, not a keys file")
+        try:
+            config["keys"] = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"--keys {name}: not UTF-8 text (byte {e.start}); a keys file is lines of hex") from None
     return config
 
 

@@ -120,7 +120,7 @@ def parse_time(text: str) -> int:
     m = _EPOCH.match(text)
     if m:
         whole, frac = m.groups()
-        return int(whole) * 1_000_000_000 + int((frac or "0").ljust(9, "0"))
+        return _in_64_bits(text, int(whole) * 1_000_000_000 + int((frac or "0").ljust(9, "0")))
     from datetime import datetime, timezone
 
     s = text.strip()
@@ -138,4 +138,11 @@ def parse_time(text: str) -> int:
     ns = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
     if ns < 0:
         raise ValueError(f"{text!r} is before 1970")
+    return _in_64_bits(text, ns)
+
+
+def _in_64_bits(text: str, ns: int) -> int:
+    """Capture times are ns since 1970 in 64 bits: up to 2554-07-21."""
+    if ns >= 1 << 64:
+        raise ValueError(f"{text!r} is after 2554-07-21 (the last time in 64-bit nanoseconds)")
     return ns

@@ -71,6 +71,9 @@ impl Default for Config {
     }
 }
 
+/// Most top duplicated payloads a result lists (`top_n`, `--top`).
+pub const MAX_TOP_N: u64 = 10_000;
+
 impl Config {
     /// `{"window_seconds": 60, "series_interval_seconds": 1, "top_n": 10, "topology": {...},
     /// "smb_ports": [445]}`; every key optional.
@@ -96,7 +99,8 @@ impl Config {
             }
         }
         if let Some(n) = v.get("top_n") {
-            c.dedupe.top_n = n.as_u64().ok_or("top_n must be a whole number")?.min(10_000) as usize;
+            let top = n.as_u64().filter(|&t| t <= MAX_TOP_N);
+            c.dedupe.top_n = top.ok_or_else(|| format!("top must be a whole number from 0 to {MAX_TOP_N}, got {n}"))? as usize;
         }
         if let Some(t) = v.get("topology") {
             if !t.is_null() {
@@ -116,10 +120,12 @@ impl Config {
                 c.ledger = Some(p.as_str().ok_or("ledger must be a path")?.to_string());
             }
         }
-        for (key, slot) in [("from_ns", &mut c.from_ns), ("to_ns", &mut c.to_ns)] {
+        for (key, opt, slot) in [("from_ns", "--from", &mut c.from_ns), ("to_ns", "--to", &mut c.to_ns)] {
             if let Some(t) = v.get(key) {
                 if !t.is_null() {
-                    *slot = Some(t.as_u64().ok_or_else(|| format!("{key} must be a time in ns since the epoch"))?);
+                    *slot = Some(t.as_u64().ok_or_else(|| {
+                        format!("the {opt} time ({key}) must be in ns since 1970 and before 2554-07-21 (64 bits), got {t}")
+                    })?);
                 }
             }
         }
@@ -914,5 +920,19 @@ mod tests {
         assert_eq!(flow_config(&d), FlowConfig::default());
         assert_eq!(d.dedupe.max_index_bytes, None);
         assert!(Config::from_json(r#"{"max_memory_bytes": 1000}"#).is_err());
+    }
+
+    /// `top_n` past `MAX_TOP_N` and times past 64 bits are refused with a line that names the
+    /// bound (the top count was cut to 10,000 without a word; the times' message named only
+    /// the JSON key).
+    #[test]
+    fn top_and_time_bounds_are_refused_naming_the_bound() {
+        assert_eq!(Config::from_json(r#"{"top_n": 10000}"#).unwrap().dedupe.top_n, 10_000);
+        let e = Config::from_json(r#"{"top_n": 10001}"#).err().unwrap();
+        assert_eq!(e, "top must be a whole number from 0 to 10000, got 10001");
+        assert!(Config::from_json(r#"{"top_n": -1}"#).err().unwrap().contains("from 0 to 10000, got -1"));
+        assert_eq!(Config::from_json(r#"{"from_ns": 18446744073709551615}"#).unwrap().from_ns, Some(u64::MAX));
+        let e = Config::from_json(r#"{"to_ns": 99999999999999999999}"#).err().unwrap();
+        assert!(e.starts_with("the --to time (to_ns) must be in ns since 1970 and before 2554-07-21"), "{e}");
     }
 }

@@ -201,7 +201,9 @@ def test_time_bounds(plain, tmp_path):
     assert res["accounting"]["reconciled"] is True
     # Nonsense and an empty interval: one line each.
     for bounds, needle in [(("--from", "yesterday"), "is not a time"),
-                           (("--from", "20", "--to", "10"), "--from time must be before the --to time")]:
+                           (("--from", "20", "--to", "10"), "--from time must be before the --to time"),
+                           (("--to", "99999999999999999999"), "is after 2554-07-21"),
+                           (("--from", "2600-01-01T00:00:00Z"), "is after 2554-07-21")]:
         r = smbwire("analyze", CAPTURE, *bounds)
         assert r.returncode == 2 and needle in r.stderr.decode(), r.stderr
 
@@ -244,3 +246,26 @@ def test_one_fault_has_one_wording_alone_or_beside_other_inputs(fault, tmp_path)
     want = {"missing": "no such file", "empty": "empty file (0 bytes), not a capture",
             "directory": "is a directory, not a capture file"}[fault]
     assert reason == f"{bad}: {want}"
+
+
+def test_option_files_and_numbers_that_cannot_be_are_one_line(tmp_path, monkeypatch):
+    """A keys file that is not text (a capture given in its place) or is too large to be one,
+    and a --top past the engine's bound: one line each, exit 2 (the keys error quoted Python's
+    codec; --top 20000 was cut to 10,000 without a word)."""
+    binary = tmp_path / "keys.bin"
+    binary.write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(100))
+    for args, line in [
+        (("--keys", binary), f"smbwire: error: --keys {binary}: not UTF-8 text (byte 0); a keys file is lines of hex"),
+        (("--top", "20000"), "smbwire: error: top must be a whole number from 0 to 10000, got 20000"),
+    ]:
+        r = smbwire("analyze", CAPTURE, *args, "-q")
+        assert r.returncode == 2 and r.stderr.decode().strip() == line, r.stderr
+    # The size bound, small here: the file is not read whole.
+    from smbwire import engine
+    from smbwire.errors import UserError
+
+    big = tmp_path / "big.txt"
+    big.write_text("0" * 2000)
+    monkeypatch.setattr(engine, "MAX_KEYS_FILE", 1000)
+    with pytest.raises(UserError, match=r"--keys .*big.txt: larger than 1,000 bytes, not a keys file"):
+        engine.build_config(keys=str(big))
