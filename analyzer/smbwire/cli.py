@@ -8,6 +8,7 @@ Exit codes: 0 done (warnings about a partially analysable capture are in the rep
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Any
@@ -87,11 +88,17 @@ class _Cli(click.Group):
             sys.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:
             # The reader of stdout went away (`smbwire analyze ... | head`): not an error of ours.
-            try:
-                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-            except OSError:
-                pass
+            _silence_stdout()
             sys.exit(1)
+        except OSError as e:
+            if e.errno not in _OUTPUT_FULL:
+                self._internal(e)
+            # A write no file writer caught: the report or JSON on standard output, to a full
+            # disk or a device that refuses it (`> /dev/full`).
+            where = f"{e.filename}: " if e.filename else "standard output: "
+            _silence_stdout()
+            _fail(f"{where}cannot write: {e.strerror or e}")
+            sys.exit(EXIT_USER)
         except SmbwireError as e:
             if _debug():
                 import traceback
@@ -100,16 +107,33 @@ class _Cli(click.Group):
             _fail(str(e))
             sys.exit(EXIT_INTERNAL)
         except Exception as e:  # noqa: BLE001 - the last line of defence
-            if _debug():
-                import traceback
-
-                traceback.print_exc()
-            _fail(
-                f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
-                "(run with SMBWIRE_DEBUG=1 for the traceback; please report it)"
-            )
-            sys.exit(EXIT_INTERNAL)
+            self._internal(e)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    @staticmethod
+    def _internal(e: BaseException) -> None:
+        if _debug():
+            import traceback
+
+            traceback.print_exception(e)
+        _fail(
+            f"internal error: {type(e).__name__}: {' '.join(str(e).split())} "
+            "(run with SMBWIRE_DEBUG=1 for the traceback; please report it)"
+        )
+        sys.exit(EXIT_INTERNAL)
+
+
+def _silence_stdout() -> None:
+    """Standard output cannot take more: what is buffered is dropped (not flushed at exit)."""
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the stream for the exit
+    except OSError:
+        pass
+
+
+#: Errors of a write the user can do something about (disk full, quota, file too large, a
+#: read-only file system, an I/O error of the device).
+_OUTPUT_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})

@@ -123,3 +123,18 @@ def test_live_checks_its_outputs_before_it_captures(tmp_path):
     refused(run("live", "-i", "smbwire-none0", "-t", str(topo), "--json", str(topo)), f"--json {topo}: is an input")
     w = str(tmp_path / "c.pcapng")
     refused(run("live", "-i", "smbwire-none0", "--write", w, "--html", w), f"--write {w} and --html {w}: the same file")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("args", [(), ("--json", "-", "-q"), ("--evidence", "-", "-q")])
+def test_standard_output_that_takes_nothing_is_one_line(args):
+    """`smbwire analyze ... > /dev/full` (a full disk): one line naming standard output and
+    exit 2; it was an internal error (exit 70)."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", str(CAP), *args], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == "smbwire: error: standard output: cannot write: No space left on device"
