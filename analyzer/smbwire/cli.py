@@ -576,6 +576,8 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
 
         html.preload()
 
+    if write_size is not None and write is None:
+        raise UserError("--write-size is for --write FILE.pcapng (when to start a new capture file)")
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
         jsonout.check_writable(json_out)

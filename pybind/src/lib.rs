@@ -403,7 +403,7 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
         o.live.ring_bytes = n
             .as_u64()
             .filter(|n| (4096..=1 << 30).contains(n))
-            .ok_or("ring_bytes must be between 4 KiB and 1 GiB")? as u32;
+            .ok_or("the ring size (--ring-size, ring_bytes) must be between 4 KiB and 1 GiB")? as u32;
         // AF_PACKET: that much in blocks of block_size, at least two.
         o.live.block_count = (o.live.ring_bytes / o.live.block_size).max(2);
     }

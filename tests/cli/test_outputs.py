@@ -138,3 +138,8 @@ def test_standard_output_that_takes_nothing_is_one_line(args):
                            stderr=subprocess.PIPE, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == "smbwire: error: standard output: cannot write: No space left on device"
+
+
+def test_live_write_size_without_write_is_refused():
+    """`--write-size` alone was accepted and did nothing."""
+    refused(run("live", "-i", "smbwire-none0", "--write-size", "1MiB"), "--write-size is for --write FILE.pcapng")

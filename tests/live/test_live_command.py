@@ -270,6 +270,15 @@ def test_missing_privileges_is_one_line_exit_2(ready, tmp_path):
         assert cap in lines[0]
 
 
+@pytest.mark.parametrize("size", ["1", "2GiB"])
+def test_a_ring_size_out_of_bounds_is_one_line_naming_the_option(ready, size):
+    r = subprocess.run([*analyzer_command(), "live", "-i", "lo", "--duration", "1", "--plain", "--ring-size", size],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("smbwire: error: the ring size (--ring-size, ring_bytes) must be between "
+                                "4 KiB and 1 GiB"), r.stderr
+
+
 def test_ebpf_refused_falls_back_with_one_line_unless_required(ready, tmp_path):
     # More TCP ports than the kernel program's ports map holds: eBPF refuses them.
     ports = [a for p in range(1000, 1070) for a in ("--port", str(p))]
