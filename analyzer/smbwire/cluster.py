@@ -142,7 +142,12 @@ def analyze_dask(
             raise SmbwireError(f"the engine has no {fn} (rebuild it: maturin develop -r)")
 
     run_id = uuid.uuid4().hex[:12]
-    run_dir = tempfile.mkdtemp(prefix=f"smbwire-dask-{run_id}-", dir=work_dir)
+    try:
+        run_dir = tempfile.mkdtemp(prefix=f"smbwire-dask-{run_id}-", dir=work_dir)
+    except OSError as e:
+        # /proc, a full disk, a read-only mount that access() called writable (as root).
+        where = work_dir if work_dir is not None else "the temporary directory"
+        raise UserError(f"--work-dir {where}: cannot make the run directory there: {e.strerror or e}") from None
     cluster = client = None
     try:
         cluster, client = _connect(distributed, address, connect_timeout)

@@ -193,7 +193,7 @@ impl Spec {
         }
         if !(512..=u64::from(MAX_IO_SIZE)).contains(&self.io_size) {
             return Err(format!(
-                "io_size must be between 512 and {MAX_IO_SIZE} bytes, got {}",
+                "io_size (--io-size) must be between 512 and {MAX_IO_SIZE} bytes, got {}",
                 self.io_size
             ));
         }
@@ -225,7 +225,7 @@ impl Spec {
             ));
         }
         if self.bytes > 1 << 40 {
-            return Err(format!("bytes must be at most 1 TiB, got {}", self.bytes));
+            return Err(format!("bytes (--bytes) must be at most 1 TiB, got {}", self.bytes));
         }
         if ![dialect::SMB302, dialect::SMB311].contains(&self.dialect) {
             return Err(format!(

@@ -372,6 +372,10 @@ def test_workers_of_another_engine_build_are_refused_in_one_line(tmp_path, sched
     (["--dask", "ADDR", "--work-dir", "MISSING"], ["--work-dir", "not a directory"]),
     (["--work-dir", "WORK"], ["--work-dir is for --dask"]),
     (["--dask", "not an address"], ["not a scheduler address"]),
+    # As root access() calls it writable but nothing can be made in it ("cannot make the run
+    # directory there"; it was an internal error, FileNotFoundError); otherwise "not writable".
+    (["--dask", "ADDR", "--work-dir", "/proc"],
+     ["--work-dir /proc: " + ("cannot make the run directory there" if os.geteuid() == 0 else "not writable")]),
 ])
 def test_options_it_cannot_honour_are_refused_in_one_line(tmp_path, args, needles):
     keys = tmp_path / "keys.txt"
