@@ -25,7 +25,8 @@ from .errors import UserError
 from .findings import findings, section
 from .jsonout import write_text
 from .tables import category_description, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number
+from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number,
+                    printable_tree)
 from .wireshark import filters_by_input
 
 #: The parts of a (edge, class) figure the chart stacks, bottom to top, with their colours.
@@ -79,7 +80,9 @@ def write_html(result: Any, out: str) -> None:
 
 def render_html(result: Any) -> str:
     """The whole page as a string."""
-    r = result if isinstance(result, dict) else {}
+    # As in the terminal: a right-to-left override or a zero-width character in a name from
+    # the wire is shown as an escape, not obeyed.
+    r = printable_tree(result) if isinstance(result, dict) else {}
     body = [
         _header(r),
         _headline(r),

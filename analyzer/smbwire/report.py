@@ -22,7 +22,8 @@ from rich.text import Text
 
 from .findings import EXPECTED_SECTIONS, findings, section
 from .tables import category_description, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number
+from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number,
+                    printable_tree)
 from .wireshark import filters_by_input
 
 #: Console width from which every table shows all its columns in one piece.
@@ -100,6 +101,9 @@ def render_report(result: Any, console: Console, *, top: int | None = None) -> N
 
 def build_report(result: Any, width: int = 80, *, top: int | None = None) -> list[RenderableType]:
     """The report as a list of renderables, top to bottom."""
+    # Names from the wire (shares, files) and the user (paths, nodes) are shown, never acted
+    # on: no terminal sequence, no bidi override (`printable`), no rich markup (`_Table`).
+    result = printable_tree(result, skip=("series",))
     if not isinstance(result, dict):
         return [_heading("Warnings"), *_warning_lines(findings(result))]
     wide = width >= WIDE
@@ -143,7 +147,7 @@ def _header(r: dict[str, Any], wide: bool) -> list[RenderableType]:
     if span:
         out.append(Text("  " + " · ".join(span), style="dim"))
     if inputs:
-        grid = Table.grid(padding=(0, 2))
+        grid = _Table.grid(padding=(0, 2))
         grid.add_column()
         grid.add_column(overflow="fold")
         grid.add_column(justify="right", no_wrap=True)
@@ -167,7 +171,7 @@ def _headline(r: dict[str, Any]) -> list[RenderableType]:
         return []
     out: list[RenderableType] = [_heading("Duplicate-payload ratio per edge  (payload ÷ unique, non-trivial blocks)")]
     if edges:
-        grid = Table.grid(padding=(0, 2))
+        grid = _Table.grid(padding=(0, 2))
         grid.add_column()
         grid.add_column()
         grid.add_column(justify="right")
@@ -566,8 +570,17 @@ class FilterLine(Text):
     display filter is copied and pasted whole."""
 
 
+class _Table(Table):
+    """A rich table whose string cells are plain text: rich would read `[bold]` or `[/]` in a
+    file name as markup (styling the rest, or failing on a closing tag with nothing open) and
+    `:smile:` as an emoji code, whatever the console's settings."""
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> None:
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
+
 def _table(title: str | None = None) -> Table:
-    return Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+    return _Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
                  collapse_padding=True, pad_edge=False)
 
 
@@ -582,7 +595,7 @@ def _heading(title: str) -> Text:
 def _warning_lines(items: list[str]) -> list[RenderableType]:
     if not items:
         return [Text("  none", style="green")]
-    grid = Table.grid(padding=(0, 1))
+    grid = _Table.grid(padding=(0, 1))
     grid.add_column(style="bold yellow")
     grid.add_column(overflow="fold")
     for w in items:
@@ -712,7 +725,7 @@ def _scalar(key: Any, v: Any) -> str:
 
 
 def _grid() -> Table:
-    grid = Table.grid(padding=(0, 2))
+    grid = _Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     return grid

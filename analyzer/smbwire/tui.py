@@ -21,7 +21,7 @@ from rich.text import Text
 
 from .report import class_style
 from .tables import categories_with, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, is_number
+from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, is_number, printable_tree
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -34,7 +34,7 @@ def build_live_view(snap: dict[str, Any] | None, width: int, height: int) -> Ren
 def live_lines(snap: dict[str, Any] | None, width: int, height: int) -> list[Text]:
     """The view as at most `height` lines of at most `width` cells."""
     width, height = max(width, 20), max(height, 4)
-    snap = snap if isinstance(snap, dict) else {}
+    snap = printable_tree(snap, skip=("series",)) if isinstance(snap, dict) else {}  # names shown, never acted on
     live = _dict(snap.get("live"))
     head = _header(snap, live, width)
     health = _health(snap, live, width)
@@ -302,7 +302,7 @@ def _top(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
 
 def status_line(snap: dict[str, Any] | None, now: float | None = None) -> str:
     """One line per interval for logs: time, backend, rates, ratios, capture health."""
-    snap = snap if isinstance(snap, dict) else {}
+    snap = printable_tree(snap, skip=("series",)) if isinstance(snap, dict) else {}
     live = _dict(snap.get("live"))
     stats = _dict(live.get("stats"))
     tcp = _dict(snap.get("tcp"))

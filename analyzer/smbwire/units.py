@@ -146,3 +146,63 @@ def _in_64_bits(text: str, ns: int) -> int:
     if ns >= 1 << 64:
         raise ValueError(f"{text!r} is after 2554-07-21 (the last time in 64-bit nanoseconds)")
     return ns
+
+
+def printable(s: str) -> str:
+    """`s` with every character a terminal or page would act on or hide shown as an escape:
+    control characters (ESC starts terminal sequences), format characters (right-to-left
+    overrides reorder what follows, zero-width ones hide), separators other than space.
+    Share and file names come from the wire and paths from the user: `evil\\x1b[2J` is shown,
+    not run."""
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else _escape(c) for c in s)
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def printable_tree(v: Any, *, skip: tuple[str, ...] = ()) -> Any:
+    """A result (or snapshot) with `printable` applied to every string in it, keys too;
+    the value itself when nothing needed it (no copy of a clean result). Top-level keys in
+    `skip` are left as they are (the time series, whose up to 262,144 rows the terminal
+    report and the live view only count: walking them takes about 0.4 s)."""
+    if skip and isinstance(v, dict):
+        rest_in = {k: x for k, x in v.items() if k not in skip}
+        rest = printable_tree(rest_in)
+        if rest is rest_in:
+            return v
+        if len(rest) != len(rest_in):  # two keys the same once shown: order as it comes
+            return rest | {k: v[k] for k in skip if k in v}
+        out: dict[Any, Any] = {}
+        fixed = iter(rest.items())  # in rest_in's order: the result's, less the skipped keys
+        for k in v:
+            if k in skip:
+                out[k] = v[k]
+            else:
+                k2, x2 = next(fixed)
+                out[k2] = x2
+        return out
+    if isinstance(v, str):
+        return printable(v)
+    if isinstance(v, dict):
+        out: dict[Any, Any] | None = None
+        for i, (k, x) in enumerate(v.items()):
+            k2, x2 = printable_tree(k), printable_tree(x)
+            if out is None and (k2 is not k or x2 is not x):
+                out = dict(list(v.items())[:i])
+            if out is not None:
+                out[k2] = x2
+        return v if out is None else out
+    if isinstance(v, list):
+        lst: list[Any] | None = None
+        for i, x in enumerate(v):
+            x2 = printable_tree(x)
+            if lst is None and x2 is not x:
+                lst = v[:i]
+            if lst is not None:
+                lst.append(x2)
+        return v if lst is None else lst
+    return v

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .errors import UserError
-from .units import fmt_count, fmt_counted
+from .units import fmt_count, fmt_counted, printable
 from .wireshark import frame_filter
 
 
@@ -229,6 +229,7 @@ def verify(evidence: str, captures: list[str]) -> list[Check]:
 
 def render(checks: Iterable[Check], console: Any, *, all_rows: bool = False) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     checks = list(checks)
     t = Table(title="smbwire verify: evidence re-dissected by Wireshark", show_lines=False)
@@ -239,8 +240,11 @@ def render(checks: Iterable[Check], console: Any, *, all_rows: bool = False) -> 
         if c.ok and not all_rows and shown >= 50:
             continue
         shown += 1
-        result = "[green]pass[/]" if c.ok else "[red]FAIL[/] " + "; ".join(c.failures)
-        t.add_row(c.digest, str(c.index), str(c.file), f"{c.frames[0]}-{c.frames[1]}", c.transport, result)
+        # Text, not markup: a failure quotes values from the wire and the evidence file.
+        result = (Text("pass", style="green") if c.ok
+                  else Text.assemble(("FAIL", "red"), " " + printable("; ".join(c.failures))))
+        cells = (c.digest, str(c.index), str(c.file), f"{c.frames[0]}-{c.frames[1]}", c.transport)
+        t.add_row(*(Text(printable(x)) for x in cells), result)
     console.print(t)
     bad = sum(not c.ok for c in checks)
     console.print(f"{fmt_counted(len(checks), 'send')} checked: {fmt_count(len(checks) - bad)} pass, {fmt_count(bad)} fail")
