@@ -17,7 +17,7 @@ import click
 
 from . import __version__, engine, jsonout
 from .errors import EXIT_INTERRUPTED, SmbwireError, UserError, error_line
-from .units import fmt_count, fmt_counted, parse_size, parse_time
+from .units import fmt_count, fmt_counted, parse_size, parse_time, printable
 
 
 # rich (the report) is imported only by a command that renders something: `analyze -q --json`
@@ -333,7 +333,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             _remove(evidence)
         raise
     for line in engine.skipped_inputs(result, paths):
-        click.echo(f"smbwire: warning: {line}", err=True)
+        click.echo(f"smbwire: warning: {printable(line)}", err=True)
     if annotate is not None and evidence is not None:
         try:
             stats = engine.annotate(result, evidence, annotate)

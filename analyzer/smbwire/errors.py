@@ -12,8 +12,12 @@ EXIT_INTERRUPTED = 130
 
 
 def error_line(message: str) -> str:
-    """The one line every error is on stderr (also `__main__`'s, before the CLI is loaded)."""
-    return f"smbwire: error: {message}"
+    """The one line every error is on stderr (also `__main__`'s, before the CLI is loaded).
+    A path or name in it is shown, not acted on (`units.printable`: no terminal sequence, and
+    a newline in it stays on the line as an escape)."""
+    from .units import printable
+
+    return f"smbwire: error: {printable(message)}"
 
 
 class SmbwireError(Exception):

@@ -95,3 +95,17 @@ def test_skipped_keys_are_left_as_they_are_in_their_place():
     assert out["edges"][0]["src"] == "n\\x07" and out["series"]["rows"] is rows
     clean = {"edges": [], "series": {"rows": rows}}
     assert printable_tree(clean, skip=("series",)) is clean
+
+
+def test_error_and_warning_lines_show_paths_as_they_are(tmp_path):
+    import subprocess
+    import sys
+
+    from paths import CAPTURES
+
+    bad = str(tmp_path / "x\x1b[31mred\nnext.pcap")
+    r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", bad], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr == f"smbwire: error: {tmp_path}/x\\x1b[31mred\\x0anext.pcap: no such file\n"
+    r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", bad, str(CAPTURES / "mirror2-1MiB.pcap"), "-q"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "\x1b" not in r.stderr and "x\\x1b[31mred\\x0anext.pcap: no such file" in r.stderr
