@@ -14,10 +14,8 @@
 //! byte for byte as read; frames of a file that the analysis could not read are not there.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Deserialize;
 
@@ -175,13 +173,8 @@ pub fn annotate_files(paths: &[String], evidence: &str, out: &str) -> Result<Ann
         return Err(format!("cannot annotate: input {} is not readable now: {e}", paths[*i]));
     }
     let (marks, headers, sends) = read_evidence(evidence, paths.len())?;
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(out)
-        .map_err(|e| format!("{out}: cannot write: {e}"))?;
+    // Takes its name once complete (`outputs::Staged`); 0600: it holds payload bytes.
+    let (file, staged) = crate::outputs::Staged::create(out, 0o600).map_err(|e| format!("{out}: cannot write: {e}"))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let io = |e: std::io::Error| format!("{out}: cannot write: {e}");
     w.write_all(&writer::shb()).map_err(io)?;
@@ -242,6 +235,8 @@ pub fn annotate_files(paths: &[String], evidence: &str, out: &str) -> Result<Ann
         return Err("interrupted".into());
     }
     w.flush().map_err(io)?;
+    drop(w);
+    staged.commit().map_err(io)?;
     stats.interfaces = interfaces.len() as u32;
     Ok(stats)
 }

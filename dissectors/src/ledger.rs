@@ -424,6 +424,9 @@ impl Columns {
 pub struct LedgerWriter {
     path: String,
     writer: Option<SerializedFileWriter<File>>,
+    /// The file takes its name at `close` (`outputs::Staged`): an interrupted run leaves no
+    /// half ledger, whose missing footer `attribute` would refuse.
+    staged: Option<crate::outputs::Staged>,
     cols: Columns,
     rows: u64,
     /// `LEDGER_FORMAT`, or `PART_FORMAT` (then every row has its key).
@@ -451,9 +454,17 @@ impl LedgerWriter {
     /// With other writer properties (tests: every page layout the reader accepts).
     fn create_with(path: &str, schema: &str, format: &'static str, props: WriterProperties) -> Result<Self, LedgerError> {
         let schema = Arc::new(parse_message_type(schema).map_err(|e| err(path, e))?);
-        let file = File::create(path).map_err(|e| err(path, format!("cannot write ledger: {e}")))?;
+        let (file, staged) =
+            crate::outputs::Staged::create(path, 0o666).map_err(|e| err(path, format!("cannot write ledger: {e}")))?;
         let writer = SerializedFileWriter::new(file, schema, Arc::new(props)).map_err(|e| err(path, e))?;
-        Ok(LedgerWriter { path: path.to_string(), writer: Some(writer), cols: Columns::default(), rows: 0, format })
+        Ok(LedgerWriter {
+            path: path.to_string(),
+            writer: Some(writer),
+            staged: Some(staged),
+            cols: Columns::default(),
+            rows: 0,
+            format,
+        })
     }
 
     /// Appends one row of a part, with its key.
@@ -551,6 +562,9 @@ impl LedgerWriter {
         w.append_key_value_metadata(KeyValue::new(KEY_FORMAT.to_string(), self.format.to_string()));
         w.append_key_value_metadata(KeyValue::new(KEY_RUN.to_string(), run.to_string()));
         w.close().map_err(|e| err(&path, e))?;
+        if let Some(s) = self.staged.take() {
+            s.commit().map_err(|e| err(&path, format!("cannot write ledger: {e}")))?;
+        }
         Ok(self.rows)
     }
 }

@@ -13,8 +13,11 @@
 //! (the evidence, the ledger, the annotated capture, a ledger part), so that a caller of the
 //! library gets the same refusal.
 
-use std::os::unix::fs::MetadataExt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(PartialEq, Eq)]
 enum FileId {
@@ -68,6 +71,94 @@ pub fn check(outputs: &[(&str, &str)], inputs: &[&str]) -> Result<(), String> {
         seen.push((opt, path, id));
     }
     Ok(())
+}
+
+/// An output file written under a temporary name beside its final one and renamed over it
+/// once complete (`commit`), so an interrupted or failed run leaves no half-written ledger,
+/// evidence or annotated capture, and a file of an earlier run at that name stays whole until
+/// the new one replaces it (as the command line writes `--json`, `--csv` and `--html`).
+/// Dropped without `commit`, the temporary file is removed. A path naming something that
+/// exists and is not a regular file (`/dev/null`, `/dev/stdout`, a named pipe) is written in
+/// place: a rename would put a regular file where the device or pipe was. Through a symbolic
+/// link, its target is replaced.
+pub struct Staged {
+    /// The temporary file and the final path (`None`: written in place).
+    names: Option<(PathBuf, PathBuf)>,
+}
+
+impl Staged {
+    /// Opens the file to write to for `path`, with `mode` (before the umask) when created.
+    pub fn create(path: &str, mode: u32) -> std::io::Result<(File, Staged)> {
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            let f = OpenOptions::new().write(true).truncate(true).open(path)?;
+            return Ok((f, Staged { names: None }));
+        }
+        let target = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
+        let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        static N: AtomicU64 = AtomicU64::new(0);
+        let mut last = None;
+        for _ in 0..100 {
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            let tmp = dir.join(format!(".smbwire-{:x}-{nanos:x}-{n}.tmp", std::process::id()));
+            match OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_CLOEXEC).open(&tmp) {
+                Ok(f) => return Ok((f, Staged { names: Some((tmp, target)) })),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+    }
+
+    /// Puts the written file in place (its data written out first by the caller).
+    pub fn commit(mut self) -> std::io::Result<()> {
+        match self.names.take() {
+            Some((tmp, target)) => std::fs::rename(&tmp, &target).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some((tmp, _)) = self.names.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// A buffered `Staged` file whose `flush` commits it: everything written so far goes out and
+/// the file takes its final name (writes after that go on into it). The evidence writer
+/// flushes once, when the run is complete; a run that ends before that (Ctrl-C, an error)
+/// leaves nothing at the path.
+pub struct StagedWriter {
+    w: BufWriter<File>,
+    staged: Option<Staged>,
+}
+
+impl StagedWriter {
+    pub fn create(path: &str, mode: u32) -> std::io::Result<StagedWriter> {
+        let (f, staged) = Staged::create(path, mode)?;
+        Ok(StagedWriter { w: BufWriter::new(f), staged: Some(staged) })
+    }
+}
+
+impl Write for StagedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.w.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.w.write_all(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()?;
+        match self.staged.take() {
+            Some(s) => s.commit(),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +225,65 @@ mod tests {
         let cwd = std::env::current_dir().unwrap();
         let rel = s(&cwd.join("smbwire-outputs-test-none.json"));
         assert!(check(&[("--json", "smbwire-outputs-test-none.json"), ("--html", &rel)], &[]).is_err());
+    }
+
+    fn names_in(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_staged_file_appears_whole_at_commit_and_not_at_all_without() {
+        let d = dir();
+        let out = s(&d.path().join("ledger.parquet"));
+        std::fs::write(&out, b"earlier run").unwrap();
+        let (mut f, staged) = Staged::create(&out, 0o600).unwrap();
+        f.write_all(b"new").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"earlier run", "the earlier file stays whole meanwhile");
+        assert_eq!(names_in(d.path()).len(), 2);
+        drop(staged); // interrupted
+        assert_eq!(names_in(d.path()), ["ledger.parquet"]);
+        assert_eq!(std::fs::read(&out).unwrap(), b"earlier run");
+        let (mut f, staged) = Staged::create(&out, 0o600).unwrap();
+        f.write_all(b"new").unwrap();
+        staged.commit().unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        assert_eq!(names_in(d.path()), ["ledger.parquet"]);
+        assert_eq!(std::fs::metadata(&out).unwrap().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_staged_writer_commits_at_its_flush_and_through_links_replaces_the_target() {
+        let d = dir();
+        let real = d.path().join("real.jsonl");
+        std::fs::write(&real, b"old").unwrap();
+        let link = d.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut w = StagedWriter::create(&s(&link), 0o644).unwrap();
+        w.write_all(b"line 1\n").unwrap();
+        assert_eq!(std::fs::read(&real).unwrap(), b"old");
+        w.flush().unwrap();
+        w.write_all(b"line 2\n").unwrap();
+        drop(w);
+        assert_eq!(std::fs::read(&real).unwrap(), b"line 1\nline 2\n");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
+        assert_eq!(names_in(d.path()), ["link.jsonl", "real.jsonl"]);
+        // Dropped before its flush: nothing at a new path, nothing left beside it.
+        let new = s(&d.path().join("new.jsonl"));
+        let mut w = StagedWriter::create(&new, 0o644).unwrap();
+        w.write_all(&[7u8; 100_000]).unwrap();
+        drop(w);
+        assert_eq!(names_in(d.path()), ["link.jsonl", "real.jsonl"]);
+    }
+
+    #[test]
+    fn devices_are_written_in_place() {
+        use std::os::unix::fs::FileTypeExt;
+        let (mut f, staged) = Staged::create("/dev/null", 0o644).unwrap();
+        f.write_all(b"x").unwrap();
+        staged.commit().unwrap();
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
     }
 
     #[test]

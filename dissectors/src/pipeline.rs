@@ -800,11 +800,13 @@ pub fn check_outputs(evidence: Option<&str>, ledger: Option<&str>, inputs: &[Str
 }
 
 /// The evidence file (`--evidence`), created now so an unwritable path fails before the run.
+/// It takes its name when the run completes (`outputs::StagedWriter`: the evidence writer's
+/// one flush); an interrupted or failed run leaves none.
 pub fn open_evidence(path: Option<&str>) -> Result<Option<Box<dyn std::io::Write + Send>>, AnalyzeError> {
     let Some(p) = path else { return Ok(None) };
-    let f = std::fs::File::create(p)
+    let w = crate::outputs::StagedWriter::create(p, 0o666)
         .map_err(|e| AnalyzeError::Evidence(format!("{p}: cannot write evidence file: {e}")))?;
-    Ok(Some(Box::new(std::io::BufWriter::new(f))))
+    Ok(Some(Box::new(w)))
 }
 
 #[derive(Debug)]
