@@ -143,3 +143,53 @@ def test_standard_output_that_takes_nothing_is_one_line(args):
 def test_live_write_size_without_write_is_refused():
     """`--write-size` alone was accepted and did nothing."""
     refused(run("live", "-i", "smbwire-none0", "--write-size", "1MiB"), "--write-size is for --write FILE.pcapng")
+
+
+def test_an_interrupted_run_leaves_no_half_written_ledger_or_evidence(tmp_path):
+    """Ctrl-C while the capture is still coming (a FIFO with part of a capture written): exit
+    130, and the ledger and evidence paths hold what they held before (an earlier run's files
+    stay whole; a new path stays empty), with no temporary file left beside them. Before, a
+    ledger without its footer and an empty evidence file were left at the paths."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "cap.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.parquet").write_bytes(b"an earlier ledger")
+    args = ["--ledger", str(out / "old.parquet"), "--evidence", str(out / "new.jsonl")]
+    p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(fifo), *args, "-q"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    w = open(fifo, "wb")  # noqa: SIM115
+    try:
+        w.write(CAP.read_bytes()[:1_500_000])
+        w.flush()
+        time.sleep(1.5)
+        assert p.poll() is None, "smbwire should still be waiting for the rest"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        w.close()
+    assert p.returncode == 130, err
+    assert sorted(os.listdir(out)) == ["old.parquet"]
+    assert (out / "old.parquet").read_bytes() == b"an earlier ledger"
+
+
+def test_a_complete_run_replaces_earlier_outputs(tmp_path, cap):
+    ledger, ev = tmp_path / "l.parquet", tmp_path / "e.jsonl"
+    ledger.write_bytes(b"old")
+    ev.write_bytes(b"old")
+    r = run("analyze", str(cap), "--ledger", str(ledger), "--evidence", str(ev), "--annotate",
+            str(tmp_path / "a.pcapng"), "-q")
+    assert r.exit_code == 0, r.output
+    assert ledger.read_bytes()[:4] == b"PAR1" and ledger.read_bytes()[-4:] == b"PAR1"
+    assert json.loads(ev.read_text().splitlines()[0])["sends"]
+    assert sorted(os.listdir(tmp_path)) == ["a.pcapng", "e.jsonl", "in.pcap", "l.parquet"]
+    assert os.stat(tmp_path / "a.pcapng").st_mode & 0o777 == 0o600
