@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -109,3 +110,20 @@ def test_error_and_warning_lines_show_paths_as_they_are(tmp_path):
     r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", bad, str(CAPTURES / "mirror2-1MiB.pcap"), "-q"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "\x1b" not in r.stderr and "x\\x1b[31mred\\x0anext.pcap: no such file" in r.stderr
+
+
+def test_printable_output_is_always_printable():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.text(alphabet=st.characters(codec=None), max_size=40))
+    def check(s):
+        out = printable(s)
+        assert out.isprintable()
+        assert (out == s) == s.isprintable()
+        if "\\" not in s:
+            # Without the escapes, the printable characters in their order.
+            assert re.sub(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", "", out) == "".join(c for c in s if c.isprintable())
+
+    check()
