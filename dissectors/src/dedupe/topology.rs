@@ -595,18 +595,28 @@ impl Topology {
 
 /// Read and check a topology file. The error is one line: `PATH: line N: key: what`.
 pub fn load_file(path: &str) -> Result<Topology, String> {
-    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+    use std::io::Read;
+    let io = |e: std::io::Error| match e.kind() {
         std::io::ErrorKind::NotFound => format!("{path}: no such file"),
         std::io::ErrorKind::IsADirectory => format!("{path}: is a directory, not a topology file"),
         _ if std::path::Path::new(path).is_dir() => format!("{path}: is a directory, not a topology file"),
         _ => format!("{path}: cannot read: {e}"),
-    })?;
+    };
+    // Read up to the bound, never whole: `-t /dev/zero` or a capture given by mistake.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).map_err(io)?.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("{path}: larger than {} MiB, not a topology file", MAX_FILE_BYTES >> 20));
+    }
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
         format!("{path}: line {line}: not UTF-8 text")
     })?;
     Topology::from_toml(text).map_err(|e| format!("{path}: {e}"))
 }
+
+/// Largest topology file read: a node per line of a few dozen bytes, a million nodes and more.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// Messages toml's serde layer writes (as opposed to its parser's syntax errors).
 fn is_serde_error(m: &str) -> bool {

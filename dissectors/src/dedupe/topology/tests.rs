@@ -329,5 +329,7 @@ fn files_that_cannot_be_read() {
     assert_eq!(load_file(&p("bin.toml")).unwrap_err(), format!("{}: line 2: not UTF-8 text", p("bin.toml")));
     std::fs::write(p("ok.toml"), GOOD).unwrap();
     assert_eq!(load_file(&p("ok.toml")).unwrap().nodes().len(), 3);
+    // Never read whole: an endless file stops at the bound (it grew until memory ran out).
+    assert_eq!(load_file("/dev/zero").unwrap_err(), "/dev/zero: larger than 64 MiB, not a topology file");
     let _ = std::fs::remove_dir_all(&dir);
 }
