@@ -68,6 +68,13 @@ class _Cli(click.Group):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        previous = _stop_on_sigterm()
+        try:
+            return self._main(*args, **kwargs)
+        finally:
+            _restore_sigterm(previous)
+
+    def _main(self, *args: Any, **kwargs: Any) -> Any:
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.NoArgsIsHelpError as e:  # `smbwire` alone: help, not an error
@@ -84,6 +91,9 @@ class _Cli(click.Group):
             _fail(str(e))
             sys.exit(EXIT_USER)
         except (click.Abort, KeyboardInterrupt):
+            if _terminated:
+                _fail("terminated")
+                sys.exit(EXIT_TERMINATED)
             _fail("interrupted")
             sys.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:
@@ -121,6 +131,40 @@ class _Cli(click.Group):
             "(run with SMBWIRE_DEBUG=1 for the traceback; please report it)"
         )
         sys.exit(EXIT_INTERNAL)
+
+
+#: SIGTERM (a scheduler, `timeout`, `kill`) received: the run stops as on Ctrl-C, the
+#: engine removing what it had half written (`outputs::Staged`), and the exit code says so.
+_terminated: list[int] = []
+EXIT_TERMINATED = 143
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _terminated.append(signum)
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> Any:
+    """Make SIGTERM stop the command like Ctrl-C (by default it ended the process on the spot,
+    leaving the engine's temporary output files behind). `live` installs its own handler.
+    (`_signal`, the built-in module: `signal` loads `enum` and more, see `__main__`.)"""
+    import _signal
+
+    try:
+        return _signal.signal(_signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave the process's handling alone
+        return None
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is None:
+        return
+    import _signal
+
+    try:
+        _signal.signal(_signal.SIGTERM, previous)
+    except ValueError:
+        pass
 
 
 def _silence_stdout() -> None:

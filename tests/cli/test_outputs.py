@@ -193,3 +193,36 @@ def test_a_complete_run_replaces_earlier_outputs(tmp_path, cap):
     assert json.loads(ev.read_text().splitlines()[0])["sends"]
     assert sorted(os.listdir(tmp_path)) == ["a.pcapng", "e.jsonl", "in.pcap", "l.parquet"]
     assert os.stat(tmp_path / "a.pcapng").st_mode & 0o777 == 0o600
+
+
+def test_sigterm_stops_like_ctrl_c_and_leaves_nothing_half_written(tmp_path):
+    """SIGTERM (a scheduler, `timeout`, `kill`) ended the process on the spot: now the run
+    stops as on Ctrl-C, one line "terminated", exit 143, the outputs as they were and no
+    temporary file beside them."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "cap.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    out.mkdir()
+    p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(fifo), "--ledger", str(out / "l.parquet"),
+                          "--evidence", str(out / "e.jsonl"), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    w = open(fifo, "wb")  # noqa: SIM115
+    try:
+        w.write(CAP.read_bytes()[:1_500_000])
+        w.flush()
+        time.sleep(1.5)
+        assert p.poll() is None, "smbwire should still be waiting for the rest"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        w.close()
+    assert p.returncode == 143, err
+    assert err.decode().strip() == "smbwire: error: terminated"
+    assert os.listdir(out) == []
