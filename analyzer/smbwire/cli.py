@@ -3,7 +3,7 @@ returns plain data, and renders it.
 
 Exit codes: 0 done (warnings about a partially analysable capture are in the report),
 2 something the user can fix (one line on stderr), 70 an internal error (one line;
-`SMBWIRE_DEBUG=1` shows the traceback), 130 interrupted.
+`SMBWIRE_DEBUG=1` shows the traceback), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
