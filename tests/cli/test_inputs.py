@@ -269,3 +269,50 @@ def test_option_files_and_numbers_that_cannot_be_are_one_line(tmp_path, monkeypa
     monkeypatch.setattr(engine, "MAX_KEYS_FILE", 1000)
     with pytest.raises(UserError, match=r"--keys .*big.txt: larger than 1,000 bytes, not a keys file"):
         engine.build_config(keys=str(big))
+
+
+def _split_capture(src, n: int, out_dir) -> list[str]:
+    """`src` (pcap) as `n` pcap files of consecutive records (as `tcpdump -C` rotates)."""
+    import struct
+
+    data = src.read_bytes()
+    header, off, records = data[:24], 24, []
+    while off + 16 <= len(data):
+        incl = struct.unpack("<I", data[off + 8:off + 12])[0]
+        records.append(data[off:off + 16 + incl])
+        off += 16 + incl
+    per = -(-len(records) // n)
+    paths = []
+    for i in range(n):
+        p = out_dir / f"rot{i:05d}.pcap"
+        p.write_bytes(header + b"".join(records[i * per:(i + 1) * per]))
+        paths.append(str(p))
+    return paths
+
+
+def test_more_captures_than_the_soft_open_file_limit(tmp_path):
+    """Every input stays open for the merge. Under the usual soft limit of 1,024 descriptors,
+    the files past it were skipped ("Too many open files") and the result covered only the
+    others; the engine now raises the soft limit up to the hard one, and when the hard limit
+    is too low says so in one line before reading anything."""
+    import resource
+
+    paths = _split_capture(CAPTURE, 300, tmp_path)
+    whole = json.loads(smbwire("analyze", CAPTURE, "-q", "--json", "-", timeout=60).stdout)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+    def limited(soft, hard_limit):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard_limit))
+
+    r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", *paths, "-q", "--json", "-"], capture_output=True,
+                       timeout=120, preexec_fn=limited(100, hard))
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert len(res["inputs"]) == 300 and not [f for f in res["findings"] if f["code"] == "input_skipped"]
+    assert res["totals"] == whole["totals"] and res["edges"] == whole["edges"]
+    r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", *paths, "-q"], capture_output=True, timeout=120,
+                       preexec_fn=limited(100, 200))
+    assert r.returncode == 2
+    assert r.stderr.decode() == ("smbwire: error: 300 capture files: too many to hold open at once: the open-file limit "
+                                 "is 200 (ulimit -Hn), 364 are needed; merge them first (mergecap -w merged.pcapng "
+                                 "FILE...) or raise the limit\n")

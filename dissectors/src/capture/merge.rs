@@ -29,6 +29,7 @@ impl Merged {
 
     /// `open`, regular uncompressed files mapped or read through a buffer (`ReadMode`).
     pub fn open_with(paths: &[String], how: ReadMode) -> Result<Self, CaptureError> {
+        fd_room(paths.len())?;
         let mut readers = Vec::with_capacity(paths.len());
         let mut used = Vec::with_capacity(paths.len());
         let mut skipped = Vec::new();
@@ -117,4 +118,42 @@ impl Merged {
     pub fn position(&self) -> u64 {
         self.readers.iter().map(|r| r.position()).sum()
     }
+}
+
+/// Descriptors kept free beside the inputs: the ledger, the evidence, the annotated capture,
+/// the interpreter's own files, threads' and the live session's descriptors.
+const FD_MARGIN: u64 = 64;
+
+/// Every input stays open for the merge, so `n` of them need `n` descriptors at once. With
+/// the usual soft limit of 1,024 a directory of rotated captures (`tcpdump -C -W`) ran out:
+/// each file past it was skipped with "Too many open files" and the result covered only the
+/// others. The soft limit is raised to what is needed, up to the hard one (as Go's runtime
+/// does for every program); when even that is too low, one error says so before anything
+/// is read.
+fn fd_room(n: usize) -> Result<(), CaptureError> {
+    let need = n as u64 + FD_MARGIN;
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(());
+    }
+    if lim.rlim_cur as u64 >= need {
+        return Ok(());
+    }
+    let hard = lim.rlim_max;
+    let raised = libc::rlimit { rlim_cur: if hard == libc::RLIM_INFINITY { need as libc::rlim_t } else { hard.min(need as libc::rlim_t) }, rlim_max: hard };
+    // SAFETY: setrlimit reads the struct it is given; raising the soft limit up to the hard
+    // one needs no privilege.
+    let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0;
+    if ok && raised.rlim_cur as u64 >= need {
+        return Ok(());
+    }
+    Err(CaptureError::Io {
+        path: format!("{n} capture files"),
+        reason: format!(
+            "too many to hold open at once: the open-file limit is {} (ulimit -Hn), {need} are needed; \
+             merge them first (mergecap -w merged.pcapng FILE...) or raise the limit",
+            if hard == libc::RLIM_INFINITY { u64::MAX } else { hard as u64 }
+        ),
+    })
 }
