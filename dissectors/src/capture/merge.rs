@@ -122,7 +122,7 @@ impl Merged {
 
 /// Descriptors kept free beside the inputs: the ledger, the evidence, the annotated capture,
 /// the interpreter's own files, threads' and the live session's descriptors.
-const FD_MARGIN: u64 = 64;
+const FD_MARGIN: libc::rlim_t = 64;
 
 /// Every input stays open for the merge, so `n` of them need `n` descriptors at once. With
 /// the usual soft limit of 1,024 a directory of rotated captures (`tcpdump -C -W`) ran out:
@@ -131,29 +131,28 @@ const FD_MARGIN: u64 = 64;
 /// does for every program); when even that is too low, one error says so before anything
 /// is read.
 fn fd_room(n: usize) -> Result<(), CaptureError> {
-    let need = n as u64 + FD_MARGIN;
+    let need = (n as libc::rlim_t).saturating_add(FD_MARGIN);
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
         return Ok(());
     }
-    if lim.rlim_cur as u64 >= need {
+    if lim.rlim_cur >= need {
         return Ok(());
     }
     let hard = lim.rlim_max;
-    let raised = libc::rlimit { rlim_cur: if hard == libc::RLIM_INFINITY { need as libc::rlim_t } else { hard.min(need as libc::rlim_t) }, rlim_max: hard };
+    let raised = libc::rlimit { rlim_cur: hard.min(need), rlim_max: hard };
     // SAFETY: setrlimit reads the struct it is given; raising the soft limit up to the hard
     // one needs no privilege.
     let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0;
-    if ok && raised.rlim_cur as u64 >= need {
+    if ok && raised.rlim_cur >= need {
         return Ok(());
     }
     Err(CaptureError::Io {
         path: format!("{n} capture files"),
         reason: format!(
-            "too many to hold open at once: the open-file limit is {} (ulimit -Hn), {need} are needed; \
-             merge them first (mergecap -w merged.pcapng FILE...) or raise the limit",
-            if hard == libc::RLIM_INFINITY { u64::MAX } else { hard as u64 }
+            "too many to hold open at once: the open-file limit is {hard} (ulimit -Hn), {need} are needed; \
+             merge them first (mergecap -w merged.pcapng FILE...) or raise the limit"
         ),
     })
 }
