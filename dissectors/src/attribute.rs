@@ -84,6 +84,7 @@ pub fn attribute_files(
         return Err(AnalyzeError::Ledger("no ledger given".into()));
     }
     crate::pipeline::check_outputs(evidence_path, config.ledger.as_deref(), paths)?;
+    crate::capture::merge::fd_room(paths.len(), "ledgers").map_err(AnalyzeError::Capture)?;
     let mut sources = Vec::with_capacity(paths.len());
     let mut runs = Vec::with_capacity(paths.len());
     let mut file_offset: usize = 0;

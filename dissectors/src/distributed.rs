@@ -378,6 +378,7 @@ pub fn merge_parts(
         return Err(AnalyzeError::Ledger("no ledger part given".into()));
     }
     crate::pipeline::check_outputs(evidence_path, config.ledger.as_deref(), parts)?;
+    crate::capture::merge::fd_room(parts.len(), "ledger parts").map_err(AnalyzeError::Capture)?;
     let mut opened: Vec<(PartMeta, Source)> = Vec::with_capacity(parts.len());
     for p in parts {
         let reader = LedgerReader::open_part(p).map_err(ledger_err)?;

@@ -314,5 +314,18 @@ def test_more_captures_than_the_soft_open_file_limit(tmp_path):
                        preexec_fn=limited(100, 200))
     assert r.returncode == 2
     assert r.stderr.decode() == ("smbwire: error: 300 capture files: too many to hold open at once: the open-file limit "
-                                 "is 200 (ulimit -Hn), 364 are needed; merge them first (mergecap -w merged.pcapng "
-                                 "FILE...) or raise the limit\n")
+                                 "is 200 (ulimit -Hn), 364 are needed; merge them first (captures: mergecap -w "
+                                 "merged.pcapng FILE...) or raise the limit\n")
+    # `attribute` holds every ledger open likewise.
+    import shutil as sh
+
+    ledger = tmp_path / "l.parquet"
+    assert smbwire("analyze", CAPTURE, "-q", "--ledger", ledger, timeout=60).returncode == 0
+    ledgers = []
+    for i in range(150):
+        ledgers.append(str(tmp_path / f"l{i:03d}.parquet"))
+        sh.copyfile(ledger, ledgers[-1])
+    r = subprocess.run([sys.executable, "-m", "smbwire", "attribute", *ledgers, "-q"], capture_output=True, timeout=120,
+                       preexec_fn=limited(100, 200))
+    assert r.returncode == 2 and r.stderr.decode().startswith(
+        "smbwire: error: 150 ledgers: too many to hold open at once: the open-file limit is 200 (ulimit -Hn), 214 are needed"), r.stderr

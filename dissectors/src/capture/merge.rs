@@ -29,7 +29,7 @@ impl Merged {
 
     /// `open`, regular uncompressed files mapped or read through a buffer (`ReadMode`).
     pub fn open_with(paths: &[String], how: ReadMode) -> Result<Self, CaptureError> {
-        fd_room(paths.len())?;
+        fd_room(paths.len(), "capture files")?;
         let mut readers = Vec::with_capacity(paths.len());
         let mut used = Vec::with_capacity(paths.len());
         let mut skipped = Vec::new();
@@ -124,13 +124,14 @@ impl Merged {
 /// the interpreter's own files, threads' and the live session's descriptors.
 const FD_MARGIN: libc::rlim_t = 64;
 
-/// Every input stays open for the merge, so `n` of them need `n` descriptors at once. With
+/// Every input stays open for the merge, so `n` of them need `n` descriptors at once (capture
+/// files here; ledgers in `attribute`, ledger parts in `--dask`'s merge). With
 /// the usual soft limit of 1,024 a directory of rotated captures (`tcpdump -C -W`) ran out:
 /// each file past it was skipped with "Too many open files" and the result covered only the
 /// others. The soft limit is raised to what is needed, up to the hard one (as Go's runtime
 /// does for every program); when even that is too low, one error says so before anything
 /// is read.
-fn fd_room(n: usize) -> Result<(), CaptureError> {
+pub fn fd_room(n: usize, what: &str) -> Result<(), CaptureError> {
     let need = (n as libc::rlim_t).saturating_add(FD_MARGIN);
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given.
@@ -149,10 +150,10 @@ fn fd_room(n: usize) -> Result<(), CaptureError> {
         return Ok(());
     }
     Err(CaptureError::Io {
-        path: format!("{n} capture files"),
+        path: format!("{n} {what}"),
         reason: format!(
             "too many to hold open at once: the open-file limit is {hard} (ulimit -Hn), {need} are needed; \
-             merge them first (mergecap -w merged.pcapng FILE...) or raise the limit"
+             merge them first (captures: mergecap -w merged.pcapng FILE...) or raise the limit"
         ),
     })
 }
