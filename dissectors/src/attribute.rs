@@ -145,6 +145,9 @@ pub fn attribute_files(
     }
     tick(events, events);
     let mut dedupe = stage.finish();
+    if let Some(e) = dedupe.evidence_error.take() {
+        return Err(AnalyzeError::Evidence(format!("{}: cannot write evidence file: {e}", evidence_path.unwrap_or("evidence"))));
+    }
     let dedupe_anomalies = std::mem::take(&mut dedupe.anomalies);
 
     let mut input_findings: Vec<crate::findings::Finding> = Vec::new();

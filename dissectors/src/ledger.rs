@@ -190,6 +190,15 @@ fn err(path: &str, e: impl std::fmt::Display) -> LedgerError {
     LedgerError(format!("{path}: {e}"))
 }
 
+/// A failed write of the ledger: "cannot write ledger: No space left on device (os error 28)",
+/// without the Parquet writer's "External: " before the file system's error.
+fn write_err(path: &str, e: parquet::errors::ParquetError) -> LedgerError {
+    match e {
+        parquet::errors::ParquetError::External(inner) => err(path, format!("cannot write ledger: {inner}")),
+        e => err(path, format!("cannot write ledger: {e}")),
+    }
+}
+
 /// Columns of the rows not yet written.
 #[derive(Default)]
 struct Columns {
@@ -456,7 +465,7 @@ impl LedgerWriter {
         let schema = Arc::new(parse_message_type(schema).map_err(|e| err(path, e))?);
         let (file, staged) =
             crate::outputs::Staged::create(path, 0o666).map_err(|e| err(path, format!("cannot write ledger: {e}")))?;
-        let writer = SerializedFileWriter::new(file, schema, Arc::new(props)).map_err(|e| err(path, e))?;
+        let writer = SerializedFileWriter::new(file, schema, Arc::new(props)).map_err(|e| write_err(path, e))?;
         Ok(LedgerWriter {
             path: path.to_string(),
             writer: Some(writer),
@@ -501,9 +510,9 @@ impl LedgerWriter {
         let cols = std::mem::take(&mut self.cols);
         let path = self.path.clone();
         let w = self.writer.as_mut().expect("writer open until close");
-        let mut rg = w.next_row_group().map_err(|e| err(&path, e))?;
+        let mut rg = w.next_row_group().map_err(|e| write_err(&path, e))?;
         let mut i = 0;
-        while let Some(mut col) = rg.next_column().map_err(|e| err(&path, e))? {
+        while let Some(mut col) = rg.next_column().map_err(|e| write_err(&path, e))? {
             let r = match (i, col.untyped()) {
                 (0, ColumnWriter::Int32ColumnWriter(w)) => w.write_batch(&cols.event, None, None),
                 (1, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.ts_ns, None, None),
@@ -545,11 +554,11 @@ impl LedgerWriter {
                 (31, ColumnWriter::Int64ColumnWriter(w)) => w.write_batch(&cols.mark_b, None, None),
                 _ => return Err(err(&path, format!("ledger schema column {i} has an unexpected type"))),
             };
-            r.map_err(|e| err(&path, e))?;
-            col.close().map_err(|e| err(&path, e))?;
+            r.map_err(|e| write_err(&path, e))?;
+            col.close().map_err(|e| write_err(&path, e))?;
             i += 1;
         }
-        rg.close().map_err(|e| err(&path, e))?;
+        rg.close().map_err(|e| write_err(&path, e))?;
         Ok(())
     }
 
@@ -561,7 +570,7 @@ impl LedgerWriter {
         let mut w = self.writer.take().expect("writer open until close");
         w.append_key_value_metadata(KeyValue::new(KEY_FORMAT.to_string(), self.format.to_string()));
         w.append_key_value_metadata(KeyValue::new(KEY_RUN.to_string(), run.to_string()));
-        w.close().map_err(|e| err(&path, e))?;
+        w.close().map_err(|e| write_err(&path, e))?;
         if let Some(s) = self.staged.take() {
             s.commit().map_err(|e| err(&path, format!("cannot write ledger: {e}")))?;
         }

@@ -1229,7 +1229,8 @@ pub fn analyze_files(
         pipeline.dedupe().record_ledger(LedgerWriter::create(p).map_err(|e| AnalyzeError::Ledger(e.to_string()))?);
     }
     let (inputs, container) = read_inputs(paths, merged, config, &mut pipeline, tick)?;
-    let (results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
+    let (mut results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
+    crate::pipeline::evidence_failed(&mut results, evidence_path)?;
     close_ledger(&results, ledger, input_findings)?;
     Ok(results)
 }

@@ -799,6 +799,16 @@ pub fn check_outputs(evidence: Option<&str>, ledger: Option<&str>, inputs: &[Str
     crate::outputs::check(&outputs, &inputs).map_err(AnalyzeError::Output)
 }
 
+/// Err when the evidence file could not be written (`DedupeReport::evidence_error`): the
+/// run fails with one line, as one whose ledger cannot be written does; the file is not left
+/// half written (`outputs::StagedWriter`).
+pub fn evidence_failed(results: &mut Results, path: Option<&str>) -> Result<(), AnalyzeError> {
+    match results.dedupe.evidence_error.take() {
+        Some(e) => Err(AnalyzeError::Evidence(format!("{}: cannot write evidence file: {e}", path.unwrap_or("evidence")))),
+        None => Ok(()),
+    }
+}
+
 /// The evidence file (`--evidence`), created now so an unwritable path fails before the run.
 /// It takes its name when the run completes (`outputs::StagedWriter`: the evidence writer's
 /// one flush); an interrupted or failed run leaves none.

@@ -226,3 +226,19 @@ def test_sigterm_stops_like_ctrl_c_and_leaves_nothing_half_written(tmp_path):
     assert p.returncode == 143, err
     assert err.decode().strip() == "smbwire: error: terminated"
     assert os.listdir(out) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_an_evidence_file_that_cannot_be_written_fails_the_run_in_one_line(tmp_path, cap):
+    """A full disk under --evidence was counted as 39,092 "anomalies in the input" (one per
+    duplicated payload tried) and the run exited 0 without the file; now the first error
+    stops the writing and the run ends with one line, exit 2, as with a ledger that cannot
+    be written (whose message no longer starts "External:")."""
+    r = run("analyze", str(cap), "--evidence", "/dev/full", "-q")
+    refused(r, "/dev/full: cannot write evidence file: No space left on device")
+    r = run("analyze", str(cap), "--ledger", "/dev/full", "-q")
+    refused(r, "/dev/full: cannot write ledger: No space left on device")
+    ledger = tmp_path / "l.parquet"
+    assert run("analyze", str(cap), "--ledger", str(ledger), "-q").exit_code == 0
+    refused(run("attribute", str(ledger), "--evidence", "/dev/full", "-q"),
+            "/dev/full: cannot write evidence file: No space left on device")

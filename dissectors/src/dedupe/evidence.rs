@@ -376,6 +376,9 @@ pub struct Evidence {
     /// Payloads closed with at least two sends (each a line of the evidence file).
     closed_duplicated: u64,
     pub written: u64,
+    /// The evidence file's first write error: writing stops there (the file is not put in
+    /// place, `outputs::StagedWriter`) and the run ends with it (`finish`).
+    write_error: Option<String>,
 }
 
 impl Open {
@@ -398,6 +401,7 @@ impl Evidence {
             top_n,
             top: BinaryHeap::new(),
             closed_duplicated: 0,
+            write_error: None,
             written: 0,
         }
     }
@@ -543,11 +547,15 @@ impl Evidence {
             sends,
         };
         if let Some(w) = self.writer.as_mut() {
-            let ok = serde_json::to_writer(&mut *w, &dup).is_ok() && w.write_all(b"\n").is_ok();
-            if ok {
-                self.written += 1;
-            } else {
-                anomalies.raise(Anomaly::EvidenceWriteError);
+            let r = serde_json::to_writer(&mut *w, &dup).map_err(|e| e.to_string()).and_then(|()| w.write_all(b"\n").map_err(|e| e.to_string()));
+            match r {
+                Ok(()) => self.written += 1,
+                Err(e) => {
+                    anomalies.raise(Anomaly::EvidenceWriteError);
+                    self.write_error = Some(e);
+                    // Dropped: its temporary file goes; nothing more is tried.
+                    self.writer = None;
+                }
             }
         }
         self.offer_top(dup);
@@ -661,16 +669,18 @@ impl Evidence {
             + contexts * 8 / 7 * (std::mem::size_of::<(SendContext, u32)>() as u64 + 1)
     }
 
-    /// The top list, most duplicate bytes first. Call after every send has left.
-    pub fn finish(mut self, anomalies: &mut Anomalies) -> Vec<DuplicatePayload> {
+    /// The top list, most duplicate bytes first, and the evidence file's write error if one
+    /// happened (then the file is not there). Call after every send has left.
+    pub fn finish(mut self, anomalies: &mut Anomalies) -> (Vec<DuplicatePayload>, Option<String>) {
         if let Some(w) = self.writer.as_mut() {
-            if w.flush().is_err() {
+            if let Err(e) = w.flush() {
                 anomalies.raise(Anomaly::EvidenceWriteError);
+                self.write_error = Some(e.to_string());
             }
         }
         let mut out: Vec<Ranked> = self.top.drain().map(|Reverse(r)| r).collect();
         out.sort_by(|a, b| b.cmp(a));
-        out.into_iter().map(|r| r.0).collect()
+        (out.into_iter().map(|r| r.0).collect(), self.write_error.take())
     }
 }
 
@@ -772,7 +782,8 @@ mod tests {
         assert_eq!(ev.contexts.len(), 0, "released with the payloads");
         assert_eq!(ev.contexts.free.len(), 2);
         assert_eq!(ev.duplicated_payloads(), 1);
-        let top = ev.finish(&mut an);
+        let (top, error) = ev.finish(&mut an);
+        assert!(error.is_none());
         assert_eq!(top.len(), 1);
         let got = serde_json::to_value(&top[0].sends).unwrap();
         let mut want = vec![send(1, 1, &name, &node), send(2, 2, &name, &node)];
@@ -808,5 +819,55 @@ mod tests {
         assert_eq!(ev.open.len(), 2, "slots reused");
         assert_eq!(ev.duplicated_payloads(), 6);
         assert_eq!(ev.contexts.len(), 0);
+    }
+
+    /// A writer that takes `room` bytes, then fails as a full disk does.
+    struct Full {
+        room: usize,
+        tries: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.room == 0 {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The evidence file's first write error stops the writing (one anomaly, no more tries:
+    /// a full disk was tried, and counted, once per duplicated payload) and `finish` gives it,
+    /// for the run to fail with.
+    #[test]
+    fn a_write_error_stops_the_evidence_and_is_handed_on() {
+        let tries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut ev = Evidence::new(Some(Box::new(Full { room: 300, tries: tries.clone() })), 10);
+        let mut an = Anomalies::default();
+        let (name, node): (Arc<str>, Arc<str>) = ("a.vhdx".into(), "n1".into());
+        for round in 0..20u64 {
+            let mut live = Vec::new();
+            for m in 0..2u64 {
+                let id = ev.on_send(&([round as u8; 32], 4096), 4096);
+                let (c, mut stored) = split(send(1, round * 10 + m, &name, &node));
+                stored.ctx = ev.intern(c);
+                live.push((id, stored));
+            }
+            for (id, stored) in live {
+                ev.on_leave(id, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+            }
+        }
+        assert_eq!(ev.duplicated_payloads(), 20);
+        let after = tries.load(std::sync::atomic::Ordering::Relaxed);
+        let (top, error) = ev.finish(&mut an);
+        assert_eq!(top.len(), 10, "the figures and the top list are kept");
+        assert!(error.is_some_and(|e| e.contains("No space left on device")));
+        assert_eq!(an.iter().map(|(_, n)| n).sum::<u64>(), 1, "counted once");
+        assert_eq!(tries.load(std::sync::atomic::Ordering::Relaxed), after, "nothing tried after the error");
     }
 }

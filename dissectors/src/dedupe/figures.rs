@@ -171,6 +171,10 @@ pub struct DedupeReport {
     /// top-level `anomalies` by the pipeline, so not serialised here.
     #[serde(skip_serializing)]
     pub anomalies: BTreeMap<String, u64>,
+    /// The evidence file could not be written (its first error): the run fails with it
+    /// (`pipeline::evidence_failed`), as a ledger that cannot be written does.
+    #[serde(skip)]
+    pub evidence_error: Option<String>,
 }
 
 #[cfg(test)]

@@ -948,9 +948,10 @@ impl Dedupe {
         self.stats.other_node_lookups = other;
         let evidence = std::mem::replace(&mut self.evidence, Evidence::new(None, 0));
         let duplicated = evidence.duplicated_payloads();
-        let top_duplicates = evidence.finish(&mut self.anomalies);
+        let (top_duplicates, evidence_error) = evidence.finish(&mut self.anomalies);
         let acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
         let mut r = self.report(&acc, self.globally_unique_bytes, (duplicated, top_duplicates), &self.anomalies, &self.stats);
+        r.evidence_error = evidence_error;
         r.series = Some(self.series.report(|e| {
             let e = &self.edges[e as usize];
             (self.topo.node(e.src).name.clone(), self.topo.node(e.dst).name.clone())
@@ -1067,6 +1068,7 @@ impl Dedupe {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
+            evidence_error: None,
         }
     }
 
