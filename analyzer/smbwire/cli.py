@@ -816,8 +816,14 @@ def verify(evidence: str, captures: tuple[str, ...], all_rows: bool) -> int:
 
     try:
         import pyshark  # noqa: F401
+        from pyshark.tshark.tshark import TSharkNotFoundException, get_process_path
     except ImportError:
         raise UserError("verify needs pyshark and tshark: pip install 'smbwire[verify]'") from None
+    try:
+        get_process_path()
+    except TSharkNotFoundException:
+        raise UserError("verify needs tshark (Wireshark's command line) on PATH: apt install tshark, "
+                        "or put the directory holding it on PATH") from None
     for c in captures:
         if not os.path.isfile(c):
             raise UserError(f"{c}: not a capture file")

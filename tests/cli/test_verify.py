@@ -131,3 +131,15 @@ def test_an_evidence_line_longer_than_the_bound_is_refused_unread(tmp_path, monk
     assert next(it) == {"sends": []}
     with pytest.raises(UserError, match=r"long.jsonl:2: .*longer than 1,000 bytes"):
         next(it)
+
+
+def test_without_tshark_it_is_one_line(tmp_path):
+    """pyshark installed, tshark not on PATH: a user error naming what is missing (it was an
+    internal error: pyshark's TSharkNotFoundException)."""
+    ev = evidence(CAPTURES / "nested4-1MiB.pcap", CAPTURES / "s2d-two-node.toml", tmp_path)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    r = subprocess.run([sys.executable, "-m", "smbwire", "verify", str(ev), str(CAPTURES / "nested4-1MiB.pcap")],
+                       cwd=ROOT, capture_output=True, text=True, env={"PATH": str(empty)})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("smbwire: error: verify needs tshark (Wireshark's command line) on PATH"), r.stderr
