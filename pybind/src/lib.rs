@@ -245,7 +245,13 @@ fn synth_scenarios() -> String {
 /// Generate a scenario capture; returns the truth (expected figures) as JSON.
 #[pyfunction]
 fn synth(spec_json: &str, out_path: &str) -> PyResult<String> {
-    smbwire_synth::synth_json(spec_json, out_path).map_err(PyValueError::new_err)
+    smbwire_synth::synth_json(spec_json, out_path).map_err(|e| {
+        if e == smbwire_synth::INTERRUPTED {
+            PyKeyboardInterrupt::new_err("interrupted")
+        } else {
+            PyValueError::new_err(e)
+        }
+    })
 }
 
 #[pyfunction]

@@ -161,12 +161,29 @@ const PURPOSE_KEYS: u64 = 0x4b45_5953;
 
 /// Generate the capture described by `spec` into `out` (pcap, nanosecond timestamps,
 /// Ethernet) and return what it contains.
+///
+/// The file takes its name once complete (`outputs::Staged`): Ctrl-C (asked every 64 MiB)
+/// or a write error leaves nothing at `out`, and an earlier file there whole. Interrupted,
+/// the error is `INTERRUPTED`.
 pub fn generate(spec: &Spec, out: &Path) -> Result<Truth, String> {
     spec.validate()?;
-    let file = pcap::PcapWriter::create(out)
+    let name = out.to_string_lossy();
+    let (f, staged) = smbwire_dissectors::outputs::Staged::create(&name, 0o666)
         .map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
-    generate_to(spec, file).map_err(|e| format!("{}: write failed: {e}", out.display()))
+    let file = pcap::PcapWriter::with_file(f, out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
+    let truth = generate_to(spec, file).map_err(|e| {
+        if smbwire_dissectors::capture::interrupt::is_mark(&e) {
+            INTERRUPTED.to_string()
+        } else {
+            format!("{}: write failed: {e}", out.display())
+        }
+    })?;
+    staged.commit().map_err(|e| format!("{}: write failed: {e}", out.display()))?;
+    Ok(truth)
 }
+
+/// `generate`'s error when the user interrupted it.
+pub const INTERRUPTED: &str = "interrupted";
 
 /// Generate into any writer (tests use a Vec). `spec` must be valid.
 pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Result<Truth> {

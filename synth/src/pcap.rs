@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use smbwire_dissectors::capture::writer;
+use smbwire_dissectors::capture::{interrupt, writer};
 
 const MAGIC_NS: u32 = 0xa1b2_3c4d;
 const LINKTYPE_ETHERNET: u32 = 1;
@@ -29,11 +29,20 @@ pub struct PcapWriter<W: Write> {
     pub frames: u64,
     pub bytes: u64,
     pub last_ts_ns: u64,
+    /// `bytes` at which to ask next whether the user interrupted (`INTERRUPT_EVERY`).
+    next_check: u64,
 }
+
+/// Ctrl-C is honoured every this many bytes written (a 1 TiB capture took hours to notice).
+const INTERRUPT_EVERY: u64 = 64 << 20;
 
 impl PcapWriter<BufWriter<File>> {
     pub fn create(path: &Path) -> io::Result<Self> {
-        let f = File::create(path)?;
+        Self::with_file(File::create(path)?, path)
+    }
+
+    /// Into `f`, pcapng when `path` ends in `.pcapng`.
+    pub fn with_file(f: File, path: &Path) -> io::Result<Self> {
         let mut w = PcapWriter::new(BufWriter::with_capacity(1 << 20, f))?;
         w.pcapng = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng"));
         Ok(w)
@@ -50,7 +59,20 @@ impl<W: Write> PcapWriter<W> {
             frames: 0,
             bytes: 0,
             last_ts_ns: 0,
+            next_check: INTERRUPT_EVERY,
         })
+    }
+
+    /// Err (`interrupt::MARK`) when the user asked to stop, asked every `INTERRUPT_EVERY`.
+    fn check_interrupt(&mut self) -> io::Result<()> {
+        if self.bytes < self.next_check {
+            return Ok(());
+        }
+        self.next_check = self.bytes + INTERRUPT_EVERY;
+        if interrupt::requested() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, interrupt::MARK));
+        }
+        Ok(())
     }
 
     fn header(&mut self) -> io::Result<()> {
@@ -78,6 +100,7 @@ impl<W: Write> PcapWriter<W> {
     }
 
     pub fn write_frame(&mut self, ts_ns: u64, frame: &[u8]) -> io::Result<()> {
+        self.check_interrupt()?;
         self.header()?;
         if self.pcapng {
             self.bytes += writer::write_epb(&mut self.out, 0, ts_ns, frame, frame.len() as u32, None)?;

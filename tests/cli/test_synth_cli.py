@@ -39,3 +39,39 @@ def test_output_format_follows_the_file_name(tmp_path, name, magic):
     assert ("pcapng" in kind) == name.endswith(".pcapng"), kind
     res = engine.analyze([str(out)])
     assert res["totals"]["payload_bytes"] == 1 << 20
+
+
+def test_ctrl_c_stops_a_long_synth_and_leaves_the_path_as_it_was(tmp_path):
+    """`synth --bytes 4GiB`: Ctrl-C was honoured only when the whole capture had been written
+    (a 1 TiB one: hours). The writer now asks every 64 MiB; the capture takes its name only
+    once complete, so the earlier file at the path stays and no temporary file is left."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "big.pcap"
+    out.write_bytes(b"earlier")
+    p = subprocess.Popen([sys.executable, "-m", "smbwire", "synth", "nested4", "-o", str(out), "--bytes", "4GiB"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # Until the capture being written has passed 128 MiB (or the run ended).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and p.poll() is None:
+            tmp = [f for f in os.listdir(tmp_path) if f.startswith(".smbwire-")]
+            if tmp and (tmp_path / tmp[0]).stat().st_size > 128 << 20:
+                break
+            time.sleep(0.05)
+        assert p.poll() is None, "synth ended before it was interrupted"
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and err.strip() == "smbwire: error: interrupted", err
+    assert took < 5, f"Ctrl-C took {took:.1f} s to be honoured"
+    assert out.read_bytes() == b"earlier"
+    assert sorted(os.listdir(tmp_path)) == ["big.pcap"]
