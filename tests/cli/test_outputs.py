@@ -145,11 +145,14 @@ def test_live_write_size_without_write_is_refused():
     refused(run("live", "-i", "smbwire-none0", "--write-size", "1MiB"), "--write-size is for --write FILE.pcapng")
 
 
-def test_an_interrupted_run_leaves_no_half_written_ledger_or_evidence(tmp_path):
-    """Ctrl-C while the capture is still coming (a FIFO with part of a capture written): exit
-    130, and the ledger and evidence paths hold what they held before (an earlier run's files
-    stay whole; a new path stays empty), with no temporary file left beside them. Before, a
-    ledger without its footer and an empty evidence file were left at the paths."""
+@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_a_stopped_run_leaves_no_half_written_ledger_or_evidence(tmp_path, sig, code, line):
+    """Ctrl-C or SIGTERM (a scheduler, `timeout`, `kill`) while the capture is still coming (a
+    FIFO with part of a capture written): one line, exit 130 or 143, and the ledger and
+    evidence paths hold what they held before (an earlier run's file stays whole; a new path
+    stays empty), with no temporary file left beside them. Before, Ctrl-C left a ledger
+    without its footer and an empty evidence file at the paths, and SIGTERM ended the process
+    on the spot."""
     import signal
     import subprocess
     import sys
@@ -170,14 +173,15 @@ def test_an_interrupted_run_leaves_no_half_written_ledger_or_evidence(tmp_path):
         w.flush()
         time.sleep(1.5)
         assert p.poll() is None, "smbwire should still be waiting for the rest"
-        p.send_signal(signal.SIGINT)
+        p.send_signal(getattr(signal, sig))
         _, err = p.communicate(timeout=20)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
         w.close()
-    assert p.returncode == 130, err
+    assert p.returncode == code, err
+    assert err.decode().strip() == f"smbwire: error: {line}"
     assert sorted(os.listdir(out)) == ["old.parquet"]
     assert (out / "old.parquet").read_bytes() == b"an earlier ledger"
 
@@ -193,39 +197,6 @@ def test_a_complete_run_replaces_earlier_outputs(tmp_path, cap):
     assert json.loads(ev.read_text().splitlines()[0])["sends"]
     assert sorted(os.listdir(tmp_path)) == ["a.pcapng", "e.jsonl", "in.pcap", "l.parquet"]
     assert os.stat(tmp_path / "a.pcapng").st_mode & 0o777 == 0o600
-
-
-def test_sigterm_stops_like_ctrl_c_and_leaves_nothing_half_written(tmp_path):
-    """SIGTERM (a scheduler, `timeout`, `kill`) ended the process on the spot: now the run
-    stops as on Ctrl-C, one line "terminated", exit 143, the outputs as they were and no
-    temporary file beside them."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    fifo = tmp_path / "cap.fifo"
-    os.mkfifo(fifo)
-    out = tmp_path / "out"
-    out.mkdir()
-    p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(fifo), "--ledger", str(out / "l.parquet"),
-                          "--evidence", str(out / "e.jsonl"), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    w = open(fifo, "wb")  # noqa: SIM115
-    try:
-        w.write(CAP.read_bytes()[:1_500_000])
-        w.flush()
-        time.sleep(1.5)
-        assert p.poll() is None, "smbwire should still be waiting for the rest"
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        w.close()
-    assert p.returncode == 143, err
-    assert err.decode().strip() == "smbwire: error: terminated"
-    assert os.listdir(out) == []
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
