@@ -151,6 +151,9 @@ def _stop_on_sigterm() -> Any:
     import _signal
 
     try:
+        # Only over the default: a SIGTERM the caller chose to ignore stays ignored.
+        if _signal.getsignal(_signal.SIGTERM) != _signal.SIG_DFL:
+            return None
         return _signal.signal(_signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: leave the process's handling alone
         return None

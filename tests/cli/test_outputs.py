@@ -213,3 +213,35 @@ def test_an_evidence_file_that_cannot_be_written_fails_the_run_in_one_line(tmp_p
     assert run("analyze", str(cap), "--ledger", str(ledger), "-q").exit_code == 0
     refused(run("attribute", str(ledger), "--evidence", "/dev/full", "-q"),
             "/dev/full: cannot write evidence file: No space left on device")
+
+
+def test_an_ignored_sigterm_stays_ignored(tmp_path):
+    """The SIGTERM handler goes only over the default: a caller that ignores SIGTERM for its
+    children keeps it ignored (the run goes on to its end)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "cap.fifo"
+    os.mkfifo(fifo)
+    p = subprocess.Popen([sys.executable, "-m", "smbwire", "analyze", str(fifo), "-q", "--json", "-"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    try:
+        with open(fifo, "wb") as w:
+            data = CAP.read_bytes()
+            w.write(data[:1_500_000])
+            w.flush()
+            time.sleep(1.5)
+            p.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            assert p.poll() is None, "an ignored SIGTERM stopped the run"
+            w.write(data[1_500_000:])
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert json.loads(out)["totals"]["payload_bytes"] > 0
