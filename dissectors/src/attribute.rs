@@ -145,9 +145,7 @@ pub fn attribute_files(
     }
     tick(events, events);
     let mut dedupe = stage.finish();
-    if let Some(e) = dedupe.evidence_error.take() {
-        return Err(AnalyzeError::Evidence(format!("{}: cannot write evidence file: {e}", evidence_path.unwrap_or("evidence"))));
-    }
+    crate::pipeline::evidence_failed(&mut dedupe, evidence_path)?;
     let dedupe_anomalies = std::mem::take(&mut dedupe.anomalies);
 
     let mut input_findings: Vec<crate::findings::Finding> = Vec::new();

@@ -486,7 +486,7 @@ pub fn merge_parts(
     };
     let (mut results, input_findings) = run.results(ordered.dedupe, first.inputs, first.container, started);
     results.analysis.threads = n;
-    crate::pipeline::evidence_failed(&mut results, evidence_path)?;
+    crate::pipeline::evidence_failed(&mut results.dedupe, evidence_path)?;
     parallel::close_ledger(&results, ledger, input_findings)?;
     Ok(results)
 }

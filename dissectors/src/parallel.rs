@@ -1230,7 +1230,7 @@ pub fn analyze_files(
     }
     let (inputs, container) = read_inputs(paths, merged, config, &mut pipeline, tick)?;
     let (mut results, ledger, input_findings) = pipeline.finish_recorded(inputs, container, started);
-    crate::pipeline::evidence_failed(&mut results, evidence_path)?;
+    crate::pipeline::evidence_failed(&mut results.dedupe, evidence_path)?;
     close_ledger(&results, ledger, input_findings)?;
     Ok(results)
 }

@@ -802,8 +802,8 @@ pub fn check_outputs(evidence: Option<&str>, ledger: Option<&str>, inputs: &[Str
 /// Err when the evidence file could not be written (`DedupeReport::evidence_error`): the
 /// run fails with one line, as one whose ledger cannot be written does; the file is not left
 /// half written (`outputs::StagedWriter`).
-pub fn evidence_failed(results: &mut Results, path: Option<&str>) -> Result<(), AnalyzeError> {
-    match results.dedupe.evidence_error.take() {
+pub fn evidence_failed(dedupe: &mut crate::dedupe::DedupeReport, path: Option<&str>) -> Result<(), AnalyzeError> {
+    match dedupe.evidence_error.take() {
         Some(e) => Err(AnalyzeError::Evidence(format!("{}: cannot write evidence file: {e}", path.unwrap_or("evidence")))),
         None => Ok(()),
     }
