@@ -39,6 +39,17 @@ def synth(spec_json: str, out_path: str) -> str:
 
 def version() -> str: ...
 
+def build_id() -> str: ...
+
+def check_outputs(outputs: list[tuple[str, str]], inputs: list[str]) -> None:
+    """ValueError (one line) when an output is an input or another output, by any name."""
+
+def check_writable(path: str) -> None:
+    """ValueError (one line) when `path` cannot be an output file."""
+
+def write_output(path: str, data: bytes) -> None:
+    """Write `data` as the whole file `path`, atomically; ValueError (one line) on failure."""
+
 class TopologyError(ValueError):
     """A topology that cannot be used; the message is one line (`FILE: line N: key: what`)."""
 

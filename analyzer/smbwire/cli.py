@@ -270,7 +270,7 @@ def _check_outputs(csv_out: str | None, edges_csv_out: str | None, html_out: str
         if out == "-":
             raise UserError(f"{opt} needs a file name (standard output is for --json and --evidence)")
         if out is not None:
-            jsonout.check_writable(out)
+            engine.check_writable(out)
     if html_out is not None:
         from . import html
 
@@ -341,7 +341,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
     paths = engine.check_inputs(files)
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
-        jsonout.check_writable(json_out)
+        engine.check_writable(json_out)
     _check_outputs(csv_out, edges_csv_out, html_out)
     engine.check_outputs([("--json", json_out), ("--evidence", evidence), ("--csv", csv_out),
                           ("--edges-csv", edges_csv_out), ("--html", html_out), ("--ledger", ledger),
@@ -504,7 +504,7 @@ def attribute(ledgers: tuple[str, ...], topology: str | None, window: float, jso
     ledgers (one per capture) are merged as one analysis of all of them (docs/ledger.md)."""
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
-        jsonout.check_writable(json_out)
+        engine.check_writable(json_out)
     _check_outputs(csv_out, edges_csv_out, html_out)
     engine.check_outputs([("--json", json_out), ("--evidence", evidence), ("--csv", csv_out),
                           ("--edges-csv", edges_csv_out), ("--html", html_out)], [*ledgers, topology])
@@ -627,9 +627,9 @@ def live(iface: str, topology: str | None, window: float, duration: float | None
         raise UserError("--write-size is for --write FILE.pcapng (when to start a new capture file)")
     topo = load_topology(topology) if topology is not None else None
     if json_out is not None:
-        jsonout.check_writable(json_out)
+        engine.check_writable(json_out)
     if write is not None:
-        jsonout.check_writable(write)
+        engine.check_writable(write)
     _check_outputs(csv_out, edges_csv_out, html_out)
     engine.check_outputs([("--json", json_out), ("--write", write), ("--csv", csv_out),
                           ("--edges-csv", edges_csv_out), ("--html", html_out)], [topology, keys])
@@ -775,7 +775,7 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
     """Generate a capture of SCENARIO with known duplicate figures."""
     for path in (topology_out, truth_out):
         if path is not None:
-            jsonout.check_writable(path)
+            engine.check_writable(path)
     engine.check_outputs([("--output", out), ("--topology-out", topology_out), ("--truth-out", truth_out)], [])
     spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
     # Options not given are left out: the synthesizer's defaults apply.
@@ -798,11 +798,7 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
         from .topology import Topology
 
         text = Topology.from_config(truth["topology"], source="synthesizer topology").to_toml()
-        try:
-            with open(topology_out, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise jsonout.cannot_write(topology_out, e) from None
+        jsonout.write_text(text, topology_out)
     click.echo(f"wrote {out}", err=True)
     return 0
 

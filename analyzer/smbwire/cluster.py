@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from . import engine
 from .errors import InputError, SmbwireError, UserError
-from .jsonout import check_writable
+from .engine import check_writable
 
 if TYPE_CHECKING:
     from .topology import Topology

@@ -83,8 +83,8 @@ def _cell(v: Any) -> Any:
 
 
 def write_series_csv(result: Any, out: str) -> None:
-    write_text(to_csv(SERIES_COLUMNS, series_rows(result)), out, suffix=".csv.tmp")
+    write_text(to_csv(SERIES_COLUMNS, series_rows(result)), out)
 
 
 def write_edges_csv(result: Any, out: str) -> None:
-    write_text(to_csv(EDGE_COLUMNS, edge_rows(result)), out, suffix=".csv.tmp")
+    write_text(to_csv(EDGE_COLUMNS, edge_rows(result)), out)

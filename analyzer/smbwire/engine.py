@@ -15,7 +15,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .errors import EngineUnavailable, InputError, SmbwireError, UserError
-from .jsonout import check_writable
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -66,7 +65,7 @@ def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     problems: list[str] = []
     seen: dict[tuple[int, int], str] = {}
     for p in paths:
-        path = os.fspath(p)
+        path = text_path(p)
         out.append(path)
         if path == "-":
             if out.count("-") > 1:
@@ -187,15 +186,59 @@ def build_config(
     return config
 
 
+def text_path(path: str | os.PathLike[str]) -> str:
+    """`path` as text, when it is: the engine takes file names as UTF-8 text (they appear in
+    the JSON result). A name with bytes that are not UTF-8 (a file copied from an old share in
+    Latin-1) is refused with one line naming it. Raises `UserError`."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(text)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            shown = raw.decode("utf-8", "backslashreplace")
+            raise UserError(f"{shown}: the file name is not UTF-8 (byte {e.start}, 0x{raw[e.start]:02x}); smbwire "
+                            "names files in its JSON result: rename it, or name it through a symbolic link "
+                            "whose name is UTF-8") from None
+        raise UserError(f"{text!a}: the file name cannot be encoded") from None
+    return text
+
+
+def check_writable(out: str | os.PathLike[str]) -> None:
+    """Before a run: UserError with one line when `out` cannot be an output file (a
+    directory, a directory that does not exist, no permission; the engine's
+    `outputs::check_writable`). `-` (standard output) always can."""
+    path = text_path(out)
+    if path == "-":
+        return
+    try:
+        load_core().check_writable(path)
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
+
+
+def write_output(out: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` as the whole output file `out`, atomically (a reader never sees half a
+    file; a device or pipe is written in place): the engine's `outputs::write_whole`, the one
+    writer of the command line's `--json`, `--csv` and `--html`. UserError with one line."""
+    path = text_path(out)
+    try:
+        load_core().write_output(path, data)
+    except ValueError as e:
+        raise UserError(_one_line(e)) from None
+
+
 def check_outputs(outputs: Sequence[tuple[str, str | None]], inputs: Sequence[str | None]) -> None:
     """Before a run: no output (`(option, path)`, None for an option not given) is one of the
     run's inputs or another output, by any name (the engine's rule, `outputs::check`).
     UserError with the engine's one line."""
-    given = [(o, os.fspath(p)) for o, p in outputs if p is not None]
+    given = [(o, text_path(p)) for o, p in outputs if p is not None]
     if not given:
         return
     try:
-        load_core().check_outputs(given, [os.fspath(p) for p in inputs if p is not None])
+        load_core().check_outputs(given, [text_path(p) for p in inputs if p is not None])
     except ValueError as e:
         raise UserError(_one_line(e)) from None
 
@@ -209,7 +252,7 @@ def check_annotate(paths: Sequence[str], out: str | os.PathLike[str]) -> None:
             regular = True  # analyze reports a missing file itself
         if not regular:
             raise UserError(f"--annotate needs capture files it can read twice; {p} is a stream")
-    check_writable(os.fspath(out))
+    check_writable(out)
 
 
 def annotate(result: Mapping[str, Any], evidence: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, Any]:
@@ -219,7 +262,7 @@ def annotate(result: Mapping[str, Any], evidence: str | os.PathLike[str], out: s
     inputs = [str(i["path"]) for i in result.get("inputs", [])]
     core = load_core()
     try:
-        text = core.annotate(inputs, os.fspath(evidence), os.fspath(out))
+        text = core.annotate(inputs, text_path(evidence), text_path(out))
     except ValueError as e:
         raise InputError(_one_line(e)) from None
     stats: dict[str, Any] = json.loads(text)
@@ -255,7 +298,7 @@ def analyze(
     files = check_inputs(paths)
     ledger_path = None
     if ledger is not None:
-        ledger_path = os.fspath(ledger)
+        ledger_path = text_path(ledger)
         check_writable(ledger_path)
     config = build_config(topology=topology, window=window, top_n=top_n, ledger=ledger_path,
                           from_ns=from_ns, to_ns=to_ns, reorder_buffer=reorder_buffer, interval=interval,
@@ -263,7 +306,7 @@ def analyze(
                           max_memory=max_memory, threads=default_threads() if threads is None else threads)
     evidence_path = None
     if evidence is not None:
-        evidence_path = os.fspath(evidence)
+        evidence_path = text_path(evidence)
         check_writable(evidence_path)
     core = load_core()
     try:
@@ -292,7 +335,7 @@ def attribute(
     `analyze` on the captures with the same options would (docs/ledger.md)."""
     if not ledgers:
         raise InputError("no ledger file given")
-    files = [os.fspath(p) for p in ledgers]
+    files = [text_path(p) for p in ledgers]
     seen: dict[tuple[int, int], str] = {}
     for f in files:
         try:
@@ -312,7 +355,7 @@ def attribute(
                           max_memory=max_memory)
     evidence_path = None
     if evidence is not None:
-        evidence_path = os.fspath(evidence)
+        evidence_path = text_path(evidence)
         check_writable(evidence_path)
     core = load_core()
     try:
@@ -337,7 +380,7 @@ def synth_scenarios() -> list[dict[str, str]]:
 
 def synth(spec: Mapping[str, Any], out_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Generate a scenario capture at `out_path`; returns the truth dict."""
-    out = os.fspath(out_path)
+    out = text_path(out_path)
     check_writable(out)
     core = load_core()
     try:

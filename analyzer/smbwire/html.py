@@ -75,7 +75,7 @@ def preload() -> None:
 
 def write_html(result: Any, out: str) -> None:
     """Write the page to `out` (atomically)."""
-    write_text(render_html(result), out, suffix=".html.tmp")
+    write_text(render_html(result), out)
 
 
 def render_html(result: Any) -> str:

@@ -69,7 +69,9 @@ class Topology:
 
 def load_topology(path: str | os.PathLike[str]) -> Topology:
     """Read and check a topology TOML file. Raises `TopologyError` (one line: file, line, what)."""
-    source = os.fspath(path)
+    from .engine import text_path
+
+    source = text_path(path)
     return _from_engine(lambda core: core.load_topology(source))
 
 

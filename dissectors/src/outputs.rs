@@ -161,6 +161,54 @@ impl Write for StagedWriter {
     }
 }
 
+/// `Err` with one line when `path` cannot be an output file: a directory, a directory that
+/// does not exist, or one the run may not write in (or an existing file it may not write).
+/// `-` (standard output) always can. Asked before a run, so that a long analysis does not end
+/// in a refusal; the writers check again when they open.
+pub fn check_writable(path: &str) -> Result<(), String> {
+    if path == "-" {
+        return Ok(());
+    }
+    let p = Path::new(path);
+    if p.is_dir() {
+        return Err(format!("{path}: is a directory"));
+    }
+    let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        let shown = std::path::absolute(parent).unwrap_or_else(|_| parent.to_path_buf());
+        return Err(format!("{path}: directory {} does not exist", shown.display()));
+    }
+    if !may_write(parent) || (p.exists() && !may_write(p)) {
+        return Err(format!("{path}: permission denied"));
+    }
+    Ok(())
+}
+
+/// access(2) for writing, as the run's user (root passes, except on read-only mounts).
+fn may_write(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Writes `bytes` as the whole of the output file `path` (the command line's `--json`,
+/// `--csv`, `--html`, `--topology-out`): `check_writable` first, then `Staged` (a reader never
+/// sees half a file; a device or pipe is written in place; through a symbolic link its target
+/// is replaced), created with `mode` before the umask. `Err` with one line
+/// ("PATH: cannot write: ...").
+pub fn write_whole(path: &str, bytes: &[u8], mode: u32) -> Result<(), String> {
+    check_writable(path)?;
+    let write = || -> std::io::Result<()> {
+        let (mut f, staged) = Staged::create(path, mode)?;
+        f.write_all(bytes)?;
+        f.flush()?;
+        drop(f);
+        staged.commit()
+    };
+    write().map_err(|e| format!("{path}: cannot write: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +350,31 @@ mod tests {
         let outs: Vec<(&str, &str)> = outs.iter().map(|(o, p)| (*o, p.as_str())).collect();
         check(&outs, &[&cap, "-", "/nonexistent/input.pcap", "/dev/null"]).unwrap();
         check(&[], &[&cap]).unwrap();
+    }
+
+    #[test]
+    fn what_cannot_be_an_output_is_one_line() {
+        let d = dir();
+        let dp = s(d.path());
+        assert_eq!(check_writable(&dp).unwrap_err(), format!("{dp}: is a directory"));
+        let missing = format!("{dp}/no/such/r.json");
+        assert_eq!(check_writable(&missing).unwrap_err(), format!("{missing}: directory {dp}/no/such does not exist"));
+        check_writable("-").unwrap();
+        check_writable("/dev/null").unwrap();
+        check_writable(&format!("{dp}/new.json")).unwrap();
+        let e = write_whole(&missing, b"{}", 0o666).unwrap_err();
+        assert!(e.ends_with("does not exist"), "{e}");
+        assert!(write_whole("/dev/full", b"{}", 0o666).unwrap_err().starts_with("/dev/full: cannot write: No space left on device"));
+    }
+
+    #[test]
+    fn a_whole_output_replaces_an_earlier_one_and_leaves_nothing_beside() {
+        let d = dir();
+        let out = s(&d.path().join("r.json"));
+        std::fs::write(&out, b"earlier").unwrap();
+        write_whole(&out, b"{\"new\": 1}\n", 0o666).unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"{\"new\": 1}\n");
+        assert_eq!(names_in(d.path()), ["r.json"]);
+        write_whole("/dev/null", b"x", 0o666).unwrap();
     }
 }

@@ -161,6 +161,21 @@ fn check_outputs(outputs: Vec<(String, String)>, inputs: Vec<String>) -> PyResul
     smbwire_dissectors::outputs::check(&outputs, &inputs).map_err(PyValueError::new_err)
 }
 
+/// `Err(ValueError)` with one line when `path` cannot be an output file (a directory, a
+/// directory that does not exist, no permission; `outputs::check_writable`).
+#[pyfunction]
+fn check_writable(path: &str) -> PyResult<()> {
+    smbwire_dissectors::outputs::check_writable(path).map_err(PyValueError::new_err)
+}
+
+/// Write `data` as the whole of the output file `path`, atomically (`outputs::write_whole`):
+/// the command line's `--json`, `--csv`, `--html` and `synth --topology-out/--truth-out`.
+/// `Err(ValueError)` with one line.
+#[pyfunction]
+fn write_output(py: Python<'_>, path: &str, data: &[u8]) -> PyResult<()> {
+    py.allow_threads(|| smbwire_dissectors::outputs::write_whole(path, data, 0o666)).map_err(PyValueError::new_err)
+}
+
 #[pyfunction]
 fn load_topology(path: &str) -> PyResult<String> {
     let t = topology::load_file(path).map_err(TopologyError::new_err)?;
@@ -464,6 +479,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(build_id, m)?)?;
     m.add_function(wrap_pyfunction!(check_outputs, m)?)?;
+    m.add_function(wrap_pyfunction!(check_writable, m)?)?;
+    m.add_function(wrap_pyfunction!(write_output, m)?)?;
     m.add_function(wrap_pyfunction!(load_topology, m)?)?;
     m.add_function(wrap_pyfunction!(parse_topology, m)?)?;
     m.add_function(wrap_pyfunction!(check_topology, m)?)?;

@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - the suite needs the built extension
 #: What a stand-in engine takes from the real one: the topology file and the exported tables
 #: are the engine's rules, not analysis.
 KEPT = ("TopologyError", "load_topology", "parse_topology", "check_topology", "topology_to_toml",
-        "check_outputs", "byte_categories", "traffic_classes", "derive_findings", "finding_codes")
+        "check_outputs", "check_writable", "write_output", "byte_categories", "traffic_classes", "derive_findings", "finding_codes")
 
 
 def fake_core(analyze=None, synth=None):

@@ -329,3 +329,35 @@ def test_more_captures_than_the_soft_open_file_limit(tmp_path):
                        preexec_fn=limited(100, 200))
     assert r.returncode == 2 and r.stderr.decode().startswith(
         "smbwire: error: 150 ledgers: too many to hold open at once: the open-file limit is 200 (ulimit -Hn), 214 are needed"), r.stderr
+
+
+def test_file_names_that_are_not_utf8_are_one_line(tmp_path):
+    """The engine takes file names as UTF-8 text (they appear in the JSON result): a capture,
+    output or topology name holding other bytes (a Latin-1 name from an old share) is refused
+    in one line naming it with the byte escaped, before anything is read or written; the same
+    file through a UTF-8 symbolic link works."""
+    latin1 = tmp_path / os.fsdecode(b"caf\xe9.pcap")
+    shutil.copyfile(CAPTURE, latin1)
+    out = tmp_path / os.fsdecode(b"r\xe9sultat.json")
+    topo = tmp_path / os.fsdecode(b"topolog\xeda.toml")
+    shutil.copyfile(TOPOLOGY, topo)
+    cases = [
+        (["analyze", latin1, "-q"], "caf\\xe9.pcap"),
+        (["analyze", CAPTURE, "-q", "--json", out], "r\\xe9sultat.json"),
+        (["analyze", CAPTURE, "-q", "--html", out], "r\\xe9sultat.json"),
+        (["analyze", CAPTURE, "-q", "--topology", topo], "topolog\\xeda.toml"),
+        (["attribute", latin1], "caf\\xe9.pcap"),
+    ]
+    for args, shown in cases:
+        r = smbwire(*args)
+        err = r.stderr.decode()
+        assert r.returncode == 2, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and f"{shown}: the file name is not UTF-8" in lines[0], (args, err)
+        assert "symbolic link" in lines[0] and "Traceback" not in err
+    assert not out.exists()
+    link = tmp_path / "cafe.pcap"
+    link.symlink_to(latin1)
+    r = smbwire("analyze", link, "-q", "--json", tmp_path / "r.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["inputs"][0]["path"] == str(link)
