@@ -25,7 +25,7 @@ from .errors import UserError
 from .findings import findings, section
 from .jsonout import write_text
 from .tables import category_description, traffic_classes
-from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number,
+from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, ratio_of, is_number, NO_PAYLOAD,
                     printable_tree)
 from .wireshark import filters_by_input
 
@@ -141,17 +141,18 @@ def _headline(r: dict[str, Any]) -> str:
     for e in edges:
         out.append(
             f"<tr {_edge_attrs(e)}><td>{_e(_edge_name(e))}</td><td>{_e(e.get('class'))}</td>"
-            f"<td class=\"n ratio\" data-key=\"dup_ratio\" data-value=\"{_attr(e.get('dup_ratio'))}\">{_e(fmt_ratio(e.get('dup_ratio')))}</td>"
+            f"<td class=\"n ratio\" data-key=\"dup_ratio\" data-value=\"{_attr(e.get('dup_ratio'))}\">{_e(fmt_ratio(ratio_of(e, 'dup_ratio')))}</td>"
             f"<td class=\"dim\">{_e(fmt_bytes(e.get('nontrivial_bytes')))} for {_e(fmt_bytes(e.get('unique_bytes')))} unique</td></tr>"
         )
     out.append("</tbody></table>")
     if totals:
         unique = totals.get("globally_unique_bytes", totals.get("unique_bytes"))
+        detail = (f"{fmt_bytes(totals.get('nontrivial_bytes'))} on all edges for {fmt_bytes(unique)} unique"
+                  if ratio_of(totals, "amplification") is not None else NO_PAYLOAD)
         out.append(
             f"<p id=\"amplification\">Amplification <span class=\"ratio\" data-key=\"amplification\" "
-            f"data-value=\"{_attr(totals.get('amplification'))}\">{_e(fmt_ratio(totals.get('amplification'), '×'))}</span> "
-            f"<span class=\"dim\">({_e(fmt_bytes(totals.get('nontrivial_bytes')))} on all edges for "
-            f"{_e(fmt_bytes(unique))} unique)</span></p>"
+            f"data-value=\"{_attr(totals.get('amplification'))}\">{_e(fmt_ratio(ratio_of(totals, 'amplification'), '×'))}</span> "
+            f"<span class=\"dim\">({_e(detail)})</span></p>"
         )
     return "\n".join(out)
 

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from .findings import EXPECTED_SECTIONS, findings, section
 from .tables import category_description, traffic_classes
-from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, is_number,
+from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, ratio_of, is_number, NO_PAYLOAD,
                     printable_tree)
 from .wireshark import filters_by_input
 
@@ -179,18 +179,17 @@ def _headline(r: dict[str, Any]) -> list[RenderableType]:
         for e in edges:
             grid.add_row(
                 _edge_name(e), _class_text(e.get("class")),
-                Text(fmt_ratio(e.get("dup_ratio")), style="bold"),
+                Text(fmt_ratio(ratio_of(e, "dup_ratio")), style="bold"),
                 f"{fmt_bytes(e.get('nontrivial_bytes'))} for {fmt_bytes(e.get('unique_bytes'))} unique",
             )
         out.append(Padding(grid, (0, 0, 0, 2)))
     if totals:
         amp = Text("Amplification ")
-        amp.append(fmt_ratio(totals.get("amplification"), "×"), style="bold")
+        amp.append(fmt_ratio(ratio_of(totals, "amplification"), "×"), style="bold")
         unique = totals.get("globally_unique_bytes", totals.get("unique_bytes"))
-        amp.append(
-            f"  ({fmt_bytes(totals.get('nontrivial_bytes'))} on all edges for {fmt_bytes(unique)} unique)",
-            style="dim",
-        )
+        detail = (f"{fmt_bytes(totals.get('nontrivial_bytes'))} on all edges for {fmt_bytes(unique)} unique"
+                  if ratio_of(totals, "amplification") is not None else NO_PAYLOAD)
+        amp.append(f"  ({detail})", style="dim")
         out.append(Padding(amp, (0, 0, 0, 2)))
     note = MEMBERSHIP_NOTES.get(r.get("membership"))  # type: ignore[arg-type]
     if note:

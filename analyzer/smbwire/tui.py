@@ -21,7 +21,7 @@ from rich.text import Text
 
 from .report import class_style
 from .tables import categories_with, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, is_number, printable_tree
+from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, ratio_of, is_number, printable_tree
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -219,8 +219,8 @@ def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
     totals = _dict(snap.get("totals"))
     title = Text("Duplicate-payload ratio per edge and class", style="bold")
     if totals:
-        title.append(f"  all edges {fmt_ratio(totals.get('dup_ratio'))}, amplification "
-                     f"{fmt_ratio(totals.get('amplification'), '×')}", style="dim")
+        title.append(f"  all edges {fmt_ratio(ratio_of(totals, 'dup_ratio'))}, amplification "
+                     f"{fmt_ratio(ratio_of(totals, 'amplification'), '×')}", style="dim")
     out = [title]
     if not edges:
         if budget >= 2:
@@ -245,7 +245,7 @@ def _edges(snap: dict[str, Any], width: int, budget: int) -> list[Text]:
         name = _pair(str(e.get("src", DASH)), str(e.get("dst", DASH)), name_w)
         cls = str(e.get("class", DASH))
         t = Text("  " + f"{name:<{name_w}}")
-        t.append(" " + f"{fmt_ratio(e.get('dup_ratio')):>7}", style="bold")
+        t.append(" " + f"{fmt_ratio(ratio_of(e, 'dup_ratio')):>7}", style="bold")
         t.append(" " + f"{cls[:15]:<15}", style=class_style(cls))
         t.append(f" {fmt_bytes(e.get('payload_bytes')):>11}")
         if any_pending:

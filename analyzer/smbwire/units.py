@@ -64,6 +64,21 @@ def fmt_ratio(v: Any, suffix: str = "") -> str:
     return f"{float(v):.2f}{suffix}"
 
 
+#: The amplification's note when no non-trivial payload crossed (its ratio shown as a dash).
+NO_PAYLOAD = "no non-trivial payload on any edge: nothing to compare"
+
+
+def ratio_of(figures: Any, key: str) -> Any:
+    """`figures[key]` (an edge's `dup_ratio`, the totals' `amplification`), or None when no
+    non-trivial payload crossed (`nontrivial_bytes` 0): the engine's 1.0 there is a
+    convention, not a measurement, and is shown as a dash."""
+    if not isinstance(figures, dict):
+        return None
+    if figures.get("nontrivial_bytes") == 0:
+        return None
+    return figures.get(key)
+
+
 def fmt_seconds(v: Any) -> str:
     if v is None:
         return DASH

@@ -498,3 +498,25 @@ def test_build_report_embeds_in_other_layouts():
     text = console.export_text()
     assert "Amplification 2.41×" in text and "live" in text
     assert all(len(line) <= 100 for line in text.splitlines() if "frame.number" not in line)
+
+
+def test_a_ratio_without_non_trivial_payload_is_a_dash_not_1_00():
+    """Only trivial payload (all-zero writes), or none: the engine's ratio of 1.0 is a
+    convention, not a measurement; the headline shows a dash and says why, in the terminal
+    and in the HTML page (whose data-value keeps the result's exact value)."""
+    from smbwire.html import render_html
+
+    r = sample_result()
+    for e in r["edges"]:
+        e["trivial_bytes"] += e["nontrivial_bytes"]
+        e["nontrivial_bytes"] = e["unique_bytes"] = e["per_copy_duplicate_bytes"] = 0
+        e["dup_ratio"] = 1.0
+    r["totals"].update(nontrivial_bytes=0, unique_bytes=0, globally_unique_bytes=0, dup_ratio=1.0, amplification=1.0)
+    text = render(r, 200)
+    assert "Amplification —  (no non-trivial payload on any edge: nothing to compare)" in text
+    head = text.split("Duplicate-payload ratio per edge")[1].split("Amplification")[0]
+    assert "1.00" not in head and head.count("—") == len(r["edges"]), head
+    page = render_html(r)
+    assert 'data-value="1.0">—</span>' in page and "nothing to compare" in page
+    # With payload the figure is shown as before.
+    assert "Amplification 1.00×" not in text and "Amplification" in render(sample_result(), 200)
