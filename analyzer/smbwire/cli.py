@@ -52,6 +52,38 @@ def _debug() -> bool:
     return os.environ.get("SMBWIRE_DEBUG", "") not in ("", "0")
 
 
+#: What the report's symbols become on a terminal whose encoding lacks them (an ssh session
+#: under `LANG=en_US` in Latin-1, `PYTHONIOENCODING=ascii`, a C locale with coercion off).
+_ASCII_FALLBACK = {"→": "->", "·": "|", "÷": "/", "—": "-", "–": "-", "…": "...", "×": "x", "µ": "u",
+                   "▁": "_", "▂": ".", "▃": ":", "▄": "-", "▅": "=", "▆": "+", "▇": "*", "█": "#"}
+
+
+def _ascii_fallback(e: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: the report's symbols as ASCII, anything else (a file name from the
+    wire) as a backslash escape, so output never fails on the terminal's encoding."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    text = e.object[e.start:e.end]
+    return "".join(_ASCII_FALLBACK.get(c) or c.encode("ascii", "backslashreplace").decode("ascii")
+                   for c in text), e.end
+
+
+def _legible_streams() -> None:
+    """Standard output and error in an encoding that is not UTF-8 get `_ascii_fallback` for
+    what they cannot encode (it was an internal error: UnicodeEncodeError on the first arrow)."""
+    import codecs
+
+    codecs.register_error("smbwire-ascii", _ascii_fallback)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding.startswith("utf") or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            stream.reconfigure(errors="smbwire-ascii")
+        except (ValueError, OSError):  # a stream that cannot (closed, or replaced by a test)
+            pass
+
+
 class _Cli(click.Group):
     """Turns every failure into one line on stderr and an exit code, in one place."""
 
@@ -68,6 +100,7 @@ class _Cli(click.Group):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        _legible_streams()
         previous = _stop_on_sigterm()
         try:
             return self._main(*args, **kwargs)

@@ -26,6 +26,14 @@ def write_text(text: str, out: str, *, stdout: TextIO | None = None) -> None:
     atomically, a device or pipe in place. Raises `UserError` with one line."""
     if out == "-":
         stream = stdout if stdout is not None else sys.stdout
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+        buffer = getattr(stream, "buffer", None)
+        if buffer is not None and not encoding.startswith("utf"):
+            # JSON is UTF-8 (RFC 8259), whatever the terminal's locale says.
+            stream.flush()
+            buffer.write(text.encode("utf-8"))
+            buffer.flush()
+            return
         stream.write(text)
         stream.flush()
         return

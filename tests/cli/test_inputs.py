@@ -361,3 +361,29 @@ def test_file_names_that_are_not_utf8_are_one_line(tmp_path):
     r = smbwire("analyze", link, "-q", "--json", tmp_path / "r.json")
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "r.json").read_text())["inputs"][0]["path"] == str(link)
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_that_is_not_utf8_gets_the_report_in_its_encoding(tmp_path, encoding):
+    """Under a locale whose encoding lacks the report's arrows and dashes (an ssh session in
+    Latin-1, PYTHONIOENCODING=ascii), the report was an internal error on its first arrow:
+    now the symbols have ASCII stand-ins, other characters (a file name) are escaped, and
+    `--json -` stays UTF-8 JSON."""
+    cafe = tmp_path / "café.pcap"
+    shutil.copyfile(CAPTURE, cafe)
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "COLUMNS": "100"}
+    r = smbwire("analyze", cafe, env=env)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.decode(encoding)
+    assert "198.18.0.1 -> 198.18.0.2" in text or "198.18.0.1 → 198.18.0.2" not in text
+    assert "Amplification 2.00" in text and not r.stderr
+    if encoding == "ascii":
+        assert "198.18.0.1 -> 198.18.0.2" in text and "caf\\xe9.pcap" in text
+    else:
+        assert "café.pcap" in text
+    r = smbwire("analyze", cafe, "-q", "--json", "-", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.decode("utf-8"))["inputs"][0]["path"] == str(cafe)
+    r = smbwire("analyze", cafe, "--topology", tmp_path / "nope-é.toml", env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert b"no such file" in r.stderr
