@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -50,6 +51,14 @@ def engine_version() -> str | None:
     return f"{core.version()} (build {build()})" if build is not None else str(core.version())
 
 
+def _stdin_is_terminal() -> bool:
+    """Standard input is a terminal (sys.stdin, which a test harness may replace)."""
+    try:
+        return bool(sys.stdin is not None and sys.stdin.isatty())
+    except (OSError, ValueError):
+        return False
+
+
 def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     """The paths as strings, after checking that at least one names something readable as a
     capture and none is given twice. Raises `InputError`.
@@ -70,6 +79,9 @@ def check_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
         if path == "-":
             if out.count("-") > 1:
                 raise InputError("-: standard input given twice")
+            if _stdin_is_terminal():
+                raise InputError("-: standard input is a terminal, not a capture: pipe one in "
+                                 "(tcpdump -w - ... | smbwire analyze -)")
             continue
         try:
             st = os.stat(path)

@@ -387,3 +387,19 @@ def test_a_terminal_that_is_not_utf8_gets_the_report_in_its_encoding(tmp_path, e
     r = smbwire("analyze", cafe, "--topology", tmp_path / "nope-é.toml", env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert b"no such file" in r.stderr
+
+
+def test_standard_input_that_is_a_terminal_is_refused():
+    """`smbwire analyze -` typed at a terminal waited for a capture from the keyboard."""
+    import pty
+
+    main, sub = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", "-"], stdin=sub, capture_output=True,
+                           timeout=60)
+    finally:
+        os.close(main)
+        os.close(sub)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.decode().strip() == ("smbwire: error: -: standard input is a terminal, not a capture: "
+                                         "pipe one in (tcpdump -w - ... | smbwire analyze -)")
