@@ -125,6 +125,8 @@ def parse_size(text: str) -> int:
 
 
 _EPOCH = re.compile(r"^\s*(\d+)(?:\.(\d{1,9}))?\s*$")
+#: The seconds of an ISO 8601 time and their fraction (`12:00:00.123456789`).
+_ISO_FRACTION = re.compile(r"(\d{2}:\d{2}:\d{2})[.,](\d+)")
 
 
 def parse_time(text: str) -> int:
@@ -141,6 +143,12 @@ def parse_time(text: str) -> int:
     s = text.strip()
     if s.endswith(("Z", "z")):
         s = s[:-1] + "+00:00"
+    # Fractions to the nanosecond (Wireshark prints nine digits; datetime keeps six).
+    frac_ns = 0
+    m = _ISO_FRACTION.search(s)
+    if m:
+        frac_ns = int(m.group(2)[:9].ljust(9, "0"))
+        s = s[:m.start()] + m.group(1) + s[m.end():]
     try:
         dt = datetime.fromisoformat(s)
     except ValueError:
@@ -150,7 +158,7 @@ def parse_time(text: str) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    ns = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+    ns = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000 + frac_ns
     if ns < 0:
         raise ValueError(f"{text!r} is before 1970")
     return _in_64_bits(text, ns)

@@ -520,3 +520,17 @@ def test_a_ratio_without_non_trivial_payload_is_a_dash_not_1_00():
     assert 'data-value="1.0">—</span>' in page and "nothing to compare" in page
     # With payload the figure is shown as before.
     assert "Amplification 1.00×" not in text and "Amplification" in render(sample_result(), 200)
+
+
+def test_iso_times_keep_nanoseconds():
+    """Capture times are ns: an ISO 8601 bound copied from Wireshark (nine digits) is not cut
+    to the microsecond; a comma is a decimal sign too; an offset still applies."""
+    from smbwire.units import parse_time
+
+    assert parse_time("2025-01-30T12:00:00.123456789Z") == 1_738_238_400_123_456_789
+    assert parse_time("2025-01-30T12:00:00.123456789") == parse_time("1738238400.123456789")
+    assert parse_time("2025-01-30 13:00:00,5+01:00") == 1_738_238_400_500_000_000
+    assert parse_time("2025-01-30T12:00:00.1234567891Z") == 1_738_238_400_123_456_789
+    assert parse_time("2025-01-30T12:00:00Z") == 1_738_238_400 * 10**9
+    with pytest.raises(ValueError):
+        parse_time("2025-01-30T25:00:00.5Z")
