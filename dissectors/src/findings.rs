@@ -24,6 +24,7 @@ pub struct Finding {
 /// docs/json-schema.md lists the same).
 pub const CODES: &[(&str, &[&str])] = &[
     ("input_skipped", &["path"]),
+    ("snaplen_truncated", &["frames"]),
     ("tcp_gaps", &["gaps", "bytes"]),
     ("mirror_duplicates", &["frames", "bytes"]),
     ("retransmitted", &["segments", "bytes"]),
@@ -79,6 +80,18 @@ pub fn derive(r: &Value) -> Vec<Finding> {
     };
     let category = |name: &str| n(&["accounting", "categories", name]);
     let mut out = Vec::new();
+    // The cause of the gaps and incomplete payloads that follow, named first.
+    let cut = n(&["anomalies", crate::capture::Anomaly::SnaplenTruncatedFrame.name()]);
+    if cut > 0 {
+        out.push(Finding::new(
+            "snaplen_truncated",
+            json!({ "frames": cut }),
+            format!(
+                "{} cut short by the capture's snapshot length (tcpdump -s): what was past the cut is not in the file and was not hashed (capture with tcpdump -s 0)",
+                count(cut, "frame was", "frames were")
+            ),
+        ));
+    }
     let (gap_bytes, gaps) = (n(&["tcp", "gap_bytes"]), n(&["tcp", "gaps"]));
     if gap_bytes > 0 {
         out.push(Finding::new(
@@ -325,6 +338,10 @@ mod tests {
         assert!(derive(&known).iter().all(|f| f.code != "membership_unknown"));
     }
 
+    fn f_len(r: &Value) -> usize {
+        derive(r).len()
+    }
+
     #[test]
     fn figures_become_findings_with_codes() {
         let r = json!({
@@ -337,6 +354,12 @@ mod tests {
             "anomalies": {"tcp.bad_header_length": 1, "smb2.write.data_offset_out_of_range": 3},
         });
         let f = derive(&r);
+        let mut cut = r.clone();
+        cut["anomalies"]["capture.snaplen_truncated_frame"] = json!(1461);
+        let g = derive(&cut);
+        assert_eq!((g[0].code.as_str(), &g[0].fields["frames"]), ("snaplen_truncated", &json!(1461)));
+        assert!(g[0].message.starts_with("1461 frames were cut short by the capture's snapshot length"), "{}", g[0].message);
+        assert_eq!(g.len(), f_len(&r) + 1, "one more finding, the rest as without it");
         let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
         assert_eq!(
             codes,

@@ -94,6 +94,9 @@ def test_snaplen_truncated_frames_are_gaps_and_the_rest_still_analysed(tmp_path)
     e = r["edges"][0]
     assert e["sends"] == 7
     assert any("gap" in w for w in r["warnings"])
+    # The cause is named first: the snapshot length, with the frame count.
+    assert r["findings"][0]["code"] == "snaplen_truncated" and r["findings"][0]["frames"] == 1
+    assert "tcpdump -s 0" in r["warnings"][0]
 
 
 def test_truncated_last_packet_is_a_warning_not_an_error(tmp_path):
