@@ -801,10 +801,13 @@ class _SynthCommand(click.Command):
 @click.option("--compression", metavar="ALG",
               help="SMB 3.1.1 compression of WRITE requests and READ responses: none, lznt1, lz77, "
                    "lz77huffman or chained (Pattern_V1 + LZ77); implies dialect 3.1.1.")
+@click.option("--encap", metavar="KIND",
+              help="Deliver the frames as a remote mirror session does: gretap, erspan1, erspan2, erspan3 "
+                   "(GRE) or vxlan (UDP 4789); none (default) is a local mirror port.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
           retransmit: float | None, reorder: float | None, seed: int | None, zero_fill: float | None,
           transport: str | None, topology_out: str | None, truth_out: str | None,
-          compression: str | None) -> int:
+          compression: str | None, encap: str | None) -> int:
     """Generate a capture of SCENARIO with known duplicate figures."""
     for path in (topology_out, truth_out):
         if path is not None:
@@ -814,7 +817,7 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
                        ("reorder", reorder), ("seed", seed), ("zero_fill", zero_fill),
-                       ("transport", transport)):
+                       ("transport", transport), ("encap", encap)):
         if value is not None:
             spec[key] = value
     if compression is not None:

@@ -2,7 +2,7 @@
 //! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
 
 use smbwire_dissectors::rdma::{cm, ib};
-use smbwire_dissectors::wire::{ethernet, ipv4, ipv6, tcp, udp};
+use smbwire_dissectors::wire::{erspan, ethernet, gre, ipv4, ipv6, tcp, udp, vxlan};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
@@ -277,5 +277,103 @@ mod tests {
         let buf = fb.tcp_frame(&a, &a, 0, &t, &[]).to_vec();
         assert_eq!(buf.len(), 60);
         assert_eq!(u16::from_be_bytes([buf[16], buf[17]]), 40); // IP total length excludes padding
+    }
+}
+
+/// How a remote mirror session delivers the frames to the capture point (`Spec::encap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Encap {
+    /// As they were: a local mirror port.
+    #[default]
+    None,
+    /// GRE, transparent Ethernet bridging (Linux `gretap`).
+    Gretap,
+    /// ERSPAN type I: GRE without a sequence number, no ERSPAN header.
+    Erspan1,
+    Erspan2,
+    Erspan3,
+    /// VXLAN, UDP port 4789.
+    Vxlan,
+}
+
+impl Encap {
+    pub fn from_name(name: &str) -> Result<Encap, String> {
+        Ok(match name {
+            "none" => Encap::None,
+            "gretap" => Encap::Gretap,
+            "erspan1" => Encap::Erspan1,
+            "erspan2" => Encap::Erspan2,
+            "erspan3" => Encap::Erspan3,
+            "vxlan" => Encap::Vxlan,
+            other => {
+                return Err(format!(
+                    "unknown encap {other:?} (\"none\", \"gretap\", \"erspan1\", \"erspan2\", \"erspan3\" or \"vxlan\")"
+                ))
+            }
+        })
+    }
+}
+
+/// The remote mirror session's tunnel: wraps each mirrored frame in Ethernet / IPv4 (from
+/// 198.19.0.1, the switch, to 198.19.0.2, the collector) and the session's headers, all
+/// written through the engine's encoders.
+pub struct Tunnel {
+    kind: Encap,
+    /// GRE sequence number (ERSPAN II and III), IPv4 identification.
+    seq: u32,
+    frame: Vec<u8>,
+}
+
+/// ERSPAN session ID and VXLAN network identifier of the synthetic session.
+const SESSION: u16 = 42;
+
+impl Tunnel {
+    pub fn new(kind: Encap) -> Option<Tunnel> {
+        (kind != Encap::None).then(|| Tunnel { kind, seq: 0, frame: Vec::new() })
+    }
+
+    /// `inner` as the collector captures it.
+    pub fn wrap(&mut self, inner: &[u8], ts_ns: u64) -> &[u8] {
+        let switch = Endpoint { mac: [0x02, 0, 0xc6, 0x13, 0, 1], ip: Ipv4Addr::new(198, 19, 0, 1), port: 49152 };
+        let collector = Endpoint { mac: [0x02, 0, 0xc6, 0x13, 0, 2], ip: Ipv4Addr::new(198, 19, 0, 2), port: vxlan::PORT };
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        if self.kind == Encap::Vxlan {
+            let mut header = [0u8; vxlan::HEADER_LEN];
+            vxlan::Repr { vni: u32::from(SESSION) }.emit(&mut vxlan::Packet::new_unchecked(&mut header[..]));
+            let mut b = FrameBuilder { frame: std::mem::take(&mut self.frame), payload: Vec::new() };
+            b.udp_frame(&switch, &collector, seq as u16, 0, &[&header, inner], 0);
+            self.frame = b.frame;
+            return &self.frame;
+        }
+        let (protocol, sequence, erspan) = match self.kind {
+            Encap::Gretap => (gre::protocol::TEB, None, None),
+            Encap::Erspan1 => (gre::protocol::ERSPAN_II, None, None),
+            Encap::Erspan2 => (gre::protocol::ERSPAN_II, Some(seq), Some(erspan::VERSION_II)),
+            _ => (gre::protocol::ERSPAN_III, Some(seq), Some(erspan::VERSION_III)),
+        };
+        let g = gre::Repr { protocol, key: None, sequence };
+        let e = erspan.map(|version| erspan::Repr {
+            version,
+            vlan: 0,
+            cos: 0,
+            truncated: false,
+            session_id: SESSION,
+            index: 1,
+            // Type III: microseconds (granularity 0 is 100 us in the draft; the value only
+            // needs to be one a decoder reads past).
+            timestamp: (ts_ns / 1_000) as u32,
+            frame_type: erspan::FRAME_ETHERNET,
+        });
+        let e_len = e.map_or(0, |e| e.header_len());
+        let l4_len = g.header_len() + e_len + inner.len();
+        let (at, len) = eth_ipv4(&mut self.frame, &switch, &collector, ipv4::protocol::GRE, l4_len, seq as u16, 0);
+        g.emit(&mut gre::Packet::new_unchecked(&mut self.frame[at..len]));
+        let at = at + g.header_len();
+        if let Some(e) = e {
+            e.emit(&mut erspan::Packet::new_unchecked(&mut self.frame[at..len]));
+        }
+        self.frame[at + e_len..len].copy_from_slice(inner);
+        &self.frame
     }
 }

@@ -145,6 +145,8 @@ pub struct Tap<W: Write> {
     mirror_dup: bool,
     /// Frames written a second time by the mirror port.
     pub mirror_duplicates: u64,
+    /// A remote mirror session's tunnel around every frame recorded (`Spec::encap`).
+    pub tunnel: Option<crate::frames::Tunnel>,
 }
 
 impl<W: Write> Tap<W> {
@@ -156,6 +158,7 @@ impl<W: Write> Tap<W> {
             ps_per_byte: 8000 / link_gbps.max(1),
             mirror_dup,
             mirror_duplicates: 0,
+            tunnel: None,
         }
     }
 
@@ -168,14 +171,24 @@ impl<W: Write> Tap<W> {
         self.clock_ps += ns * 1000;
     }
 
+    /// Write `frame` as the capture point receives it (inside the tunnel, if any).
+    fn record(&mut self, ts: u64, frame: &[u8]) -> io::Result<()> {
+        match self.tunnel.as_mut() {
+            Some(t) => self.pcap.write_frame(ts, t.wrap(frame, ts)),
+            None => self.pcap.write_frame(ts, frame),
+        }
+    }
+
     /// Record one frame at the current time and advance the clock by its serialization time.
     pub fn emit(&mut self, frame: &[u8]) -> io::Result<()> {
         let ts = self.now_ns();
-        self.pcap.write_frame(ts, frame)?;
+        self.record(ts, frame)?;
+        // The link clock paces the mirrored link's frames, not the tunnel's.
         self.clock_ps += (frame.len() as u64 + WIRE_OVERHEAD) * self.ps_per_byte;
         if self.mirror_dup {
-            // The SPAN session copies the same bytes once on ingress and once on egress.
-            self.pcap.write_frame(ts + MIRROR_DELAY_NS, frame)?;
+            // The SPAN session copies the same bytes once on ingress and once on egress (a
+            // remote session sends each copy in a tunnel packet of its own).
+            self.record(ts + MIRROR_DELAY_NS, frame)?;
             self.mirror_duplicates += 1;
             // Keep the file in time order: the next frame comes after the copy.
             self.clock_ps = self

@@ -78,6 +78,11 @@ pub struct Spec {
     /// runs, LZ77 for the rest). A message that would not get smaller is sent uncompressed.
     /// Needs dialect 3.1.1 and transport "tcp"; the NEGOTIATE carries the context.
     pub compression: String,
+    /// How the capture point receives the frames (`Tunnel`): "none" (a local mirror port),
+    /// or from a remote mirror session: "gretap" (GRE, transparent Ethernet bridging),
+    /// "erspan1", "erspan2", "erspan3" (ERSPAN types I-III over GRE) or "vxlan" (UDP 4789).
+    /// Ethernet transports only (not "infiniband").
+    pub encap: String,
 }
 
 impl Default for Spec {
@@ -109,6 +114,7 @@ impl Default for Spec {
             iwarp_terminate: false,
             solicited_event: false,
             compression: "none".into(),
+            encap: "none".into(),
         }
     }
 }
@@ -248,6 +254,10 @@ impl Spec {
             if self.transport != "tcp" {
                 return Err("compression applies to transport \"tcp\"".into());
             }
+        }
+        let encap = crate::frames::Encap::from_name(&self.encap)?;
+        if encap != crate::frames::Encap::None && self.transport == "infiniband" {
+            return Err("encap (--encap) applies to Ethernet transports, not infiniband".into());
         }
         super::scenario::flows(&self.scenario)?;
         Ok(())

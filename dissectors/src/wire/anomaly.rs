@@ -17,9 +17,15 @@ crate::anomaly::anomalies! {
         ErfTooManyExtensionHeaders = "erf.too_many_extension_headers",
         ErfTruncated = "erf.truncated",
         ErfUnsupportedRecordType = "erf.unsupported_record_type",
+        ErspanBadVersion = "erspan.bad_version",
+        ErspanTruncated = "erspan.truncated",
+        /// The mirroring switch cut the frame to fit its tunnel (ERSPAN's T flag).
+        ErspanTruncatedFrame = "erspan.truncated_frame",
         EthernetTooManyVlanTags = "ethernet.too_many_vlan_tags",
         EthernetTruncated = "ethernet.truncated",
         EthernetVlanTruncated = "ethernet.vlan_truncated",
+        GreTruncated = "gre.truncated",
+        GreUnsupported = "gre.unsupported",
         InfinibandBadGrhVersion = "infiniband.bad_grh_version",
         InfinibandBadPacketLength = "infiniband.bad_packet_length",
         InfinibandGrhTruncated = "infiniband.grh_truncated",
@@ -53,6 +59,8 @@ crate::anomaly::anomalies! {
         TcpTruncated = "tcp.truncated",
         UdpBadLength = "udp.bad_length",
         UdpTruncated = "udp.truncated",
+        VxlanBadFlags = "vxlan.bad_flags",
+        VxlanTruncated = "vxlan.truncated",
     }
 }
 

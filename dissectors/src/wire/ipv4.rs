@@ -11,6 +11,8 @@ pub mod protocol {
     pub const UDP: u8 = 17;
     pub const IPV6_ROUTING: u8 = 43;
     pub const IPV6_FRAGMENT: u8 = 44;
+    /// Generic Routing Encapsulation (RFC 2784).
+    pub const GRE: u8 = 47;
     pub const ESP: u8 = 50;
     pub const AH: u8 = 51;
     pub const ICMPV6: u8 = 58;

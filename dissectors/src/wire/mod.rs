@@ -7,7 +7,9 @@
 pub mod anomaly;
 pub mod checksum;
 pub mod erf;
+pub mod erspan;
 pub mod ethernet;
+pub mod gre;
 pub mod infiniband;
 pub mod ipoib;
 pub mod ipv4;
@@ -16,6 +18,7 @@ pub mod linktype;
 pub mod sll;
 pub mod tcp;
 pub mod udp;
+pub mod vxlan;
 
 pub use anomaly::Anomaly;
 
@@ -348,6 +351,68 @@ fn ipv6_layer(data: &[u8]) -> Result<NetLayer<'_>, DecodeError> {
 /// `header_bytes == data.len()`. Non-IP frames decode to `Other` with unspecified
 /// (0.0.0.0) addresses.
 pub fn decode<'a>(linktype: u32, data: &'a [u8]) -> Result<Decoded<'a>, DecodeError> {
+    decode_at(linktype, data, 0)
+}
+
+/// Tunnels followed inside one another at most (ERSPAN inside VXLAN is two); deeper ones are
+/// `Other`, so a crafted frame cannot make the decoder recurse without end.
+const MAX_TUNNEL_DEPTH: u8 = 2;
+
+/// A frame carried inside a tunnel: how to decode it, and a remark on it.
+struct Tunnelled<'a> {
+    linktype: u32,
+    frame: &'a [u8],
+    anomaly: Option<Anomaly>,
+}
+
+/// What a remote mirror session or tunnel carries in this IP payload: the frame inside GRE
+/// (`gretap`, ERSPAN types I-III, GRE over IP) or VXLAN (UDP port 4789). `Ok(None)` for
+/// anything else, and for GRE or VXLAN carrying what smbwire does not follow (a GRE version
+/// or protocol type of its own: PPTP, MPLS, NSH); `Err` when the tunnel's header is cut or
+/// impossible.
+fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeError> {
+    let bytes: &'a [u8] = layer.payload;
+    match layer.protocol {
+        ipv4::protocol::GRE => {
+            let p = gre::Packet::new_checked(bytes)?;
+            let Ok(g) = gre::Repr::parse(&p) else { return Ok(None) };
+            let inner: &'a [u8] = &bytes[p.header_len()..];
+            let (linktype, frame, anomaly) = match g.protocol {
+                gre::protocol::TEB => (linktype::ETHERNET, inner, None),
+                gre::protocol::IPV4 | gre::protocol::IPV6 => (linktype::RAW, inner, None),
+                // Type I: no ERSPAN header, no sequence number.
+                gre::protocol::ERSPAN_II if g.sequence.is_none() => (linktype::ETHERNET, inner, None),
+                gre::protocol::ERSPAN_II | gre::protocol::ERSPAN_III => {
+                    let e = erspan::Packet::new_checked(inner)?;
+                    let linktype = match e.frame_type() {
+                        erspan::FRAME_ETHERNET => linktype::ETHERNET,
+                        erspan::FRAME_IP => linktype::RAW,
+                        _ => return Ok(None),
+                    };
+                    (linktype, &inner[e.header_len()..], e.truncated().then_some(Anomaly::ErspanTruncatedFrame))
+                }
+                _ => return Ok(None),
+            };
+            Ok(Some(Tunnelled { linktype, frame, anomaly }))
+        }
+        ipv4::protocol::UDP => {
+            let Ok(dg) = udp::Packet::new_checked(bytes) else { return Ok(None) };
+            if dg.dst_port() != vxlan::PORT {
+                return Ok(None);
+            }
+            let end = usize::from(dg.len()).min(bytes.len());
+            let datagram: &'a [u8] = &bytes[udp::HEADER_LEN..end];
+            // Anything else sent to the port is plain UDP.
+            if vxlan::Packet::new_checked(datagram).is_err() {
+                return Ok(None);
+            }
+            Ok(Some(Tunnelled { linktype: linktype::ETHERNET, frame: &datagram[vxlan::HEADER_LEN..], anomaly: None }))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn decode_at<'a>(linktype: u32, data: &'a [u8], depth: u8) -> Result<Decoded<'a>, DecodeError> {
     match linktype {
         linktype::ERF => return decode_erf(data),
         linktype::INFINIBAND => return decode_infiniband(data),
@@ -382,6 +447,16 @@ pub fn decode<'a>(linktype: u32, data: &'a [u8]) -> Result<Decoded<'a>, DecodeEr
     };
     if layer.later_fragment {
         return Ok(other(&layer));
+    }
+    if depth < MAX_TUNNEL_DEPTH {
+        if let Some(t) = tunnelled(&layer)? {
+            // The inner frame decoded as if captured alone; the tunnel's headers (and the
+            // outer frame's trailer) join its header bytes.
+            let mut inner = decode_at(t.linktype, t.frame, depth + 1)?;
+            inner.header_bytes += data.len() - t.frame.len();
+            inner.anomaly = inner.anomaly.or(t.anomaly).or(layer.anomaly);
+            return Ok(inner);
+        }
     }
     let (transport, header, payload) = match layer.protocol {
         ipv4::protocol::TCP => {
@@ -645,6 +720,118 @@ mod tests {
         ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[eh..]));
         tcp.emit(&mut tcp::Packet::new_unchecked(&mut buf[eh + ih..]), IpAddr::V4(src), IpAddr::V4(dst));
         buf
+    }
+
+    /// `inner` as a remote mirror session delivers it: outer Ethernet and IPv4 (protocol
+    /// `proto`) around `tunnel` (the GRE, ERSPAN or UDP + VXLAN headers) and `inner`.
+    fn tunnelled_frame(proto: u8, tunnel: &[u8], inner: &[u8]) -> Vec<u8> {
+        let ip = ipv4::Repr {
+            src_addr: Ipv4Addr::new(198, 19, 0, 1),
+            dst_addr: Ipv4Addr::new(198, 19, 0, 2),
+            next_header: proto,
+            payload_len: tunnel.len() + inner.len(),
+            hop_limit: 64,
+            ident: 7,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn: 0,
+        };
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address([2, 0, 0, 0, 1, 1]),
+            dst_addr: ethernet::Address([2, 0, 0, 0, 1, 2]),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::IPV4,
+        };
+        let mut buf = vec![0u8; 14 + 20];
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
+        buf.extend_from_slice(tunnel);
+        buf.extend_from_slice(inner);
+        ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[14..]));
+        buf
+    }
+
+    fn gre_header(protocol: u16, sequence: Option<u32>, erspan: Option<erspan::Repr>) -> Vec<u8> {
+        let g = gre::Repr { protocol, key: Some(9), sequence };
+        let e_len = erspan.map_or(0, |e| e.header_len());
+        let mut h = vec![0u8; g.header_len() + e_len];
+        g.emit(&mut gre::Packet::new_unchecked(&mut h[..]));
+        if let Some(e) = erspan {
+            let at = g.header_len();
+            e.emit(&mut erspan::Packet::new_unchecked(&mut h[at..]));
+        }
+        h
+    }
+
+    fn erspan_repr(version: u8, frame_type: u8, truncated: bool) -> erspan::Repr {
+        erspan::Repr { version, vlan: 10, cos: 0, truncated, session_id: 42, index: 1, timestamp: 5, frame_type }
+    }
+
+    #[test]
+    fn remote_mirror_tunnels_are_opened() {
+        let inner = eth_ipv4_tcp([None, None], 1, 64, b"SMB payload");
+        let plain = decode(linktype::ETHERNET, &inner).unwrap();
+        let mut vx = [0u8; 16];
+        udp::Repr { src_port: 49152, dst_port: vxlan::PORT, payload: &[0; 8] }.emit(
+            &mut udp::Packet::new_unchecked(&mut vx[..]),
+            IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+            IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
+        );
+        udp::Packet::new_unchecked(&mut vx[..]).set_len((16 + inner.len()) as u16);
+        vxlan::Repr { vni: 42 }.emit(&mut vxlan::Packet::new_unchecked(&mut vx[8..]));
+        let cases: [(&str, u8, Vec<u8>); 6] = [
+            ("gretap", ipv4::protocol::GRE, gre_header(gre::protocol::TEB, None, None)),
+            ("erspan I", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, None, None)),
+            ("erspan II", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false)))),
+            ("erspan III", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_ETHERNET, false)))),
+            ("erspan III ip", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_IP, false)))),
+            ("vxlan", ipv4::protocol::UDP, vx.to_vec()),
+        ];
+        for (name, proto, tunnel) in cases {
+            // ERSPAN III with frame type IP carries the IP packet without its Ethernet header.
+            let carried: &[u8] = if name.ends_with(" ip") { &inner[14..] } else { &inner };
+            let frame = tunnelled_frame(proto, &tunnel, carried);
+            let d = decode(linktype::ETHERNET, &frame).unwrap();
+            assert_eq!((d.src, d.dst), (plain.src, plain.dst), "{name}");
+            let (t, p) = (tcp_of(&d), tcp_of(&plain));
+            assert_eq!((t.src_port, t.dst_port, t.seq, t.payload), (p.src_port, p.dst_port, p.seq, p.payload), "{name}");
+            assert_eq!(d.header_bytes + t.payload.len(), frame.len(), "{name}: every byte in one place");
+            assert_eq!(d.dup_signature(), plain.dup_signature(), "{name}: the mirrored frame's signature");
+            assert_eq!(d.anomaly, None, "{name}");
+        }
+        // GRE over IP (an IP tunnel, not a mirror session) carries the inner IP packet.
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_header(gre::protocol::IPV4, None, None), &inner[14..]);
+        assert_eq!(tcp_of(&decode(linktype::ETHERNET, &frame).unwrap()).payload, b"SMB payload");
+    }
+
+    #[test]
+    fn tunnels_that_cannot_be_opened_are_named_or_other() {
+        let inner = eth_ipv4_tcp([None, None], 1, 64, b"SMB payload");
+        // The switch cut the mirrored frame (ERSPAN's T flag): decoded, with the remark.
+        let cut = gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, true)));
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &cut, &inner);
+        assert_eq!(decode(linktype::ETHERNET, &frame).unwrap().anomaly, Some(Anomaly::ErspanTruncatedFrame));
+        // A GRE header cut by the capture, and an ERSPAN version that does not exist: named.
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_header(gre::protocol::TEB, None, None), &inner);
+        assert_eq!(decode(linktype::ETHERNET, &frame[..14 + 20 + 6]).unwrap_err(), DecodeError::Truncated("gre.truncated"));
+        let mut bad = gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false)));
+        bad[12] = 0x70;
+        assert_eq!(decode(linktype::ETHERNET, &tunnelled_frame(ipv4::protocol::GRE, &bad, &inner)).unwrap_err(), DecodeError::Malformed("erspan.bad_version"));
+        // What smbwire does not follow stays other traffic, all of it header bytes: MPLS in
+        // GRE, PPTP's GRE version 1, UDP to port 4789 that is not VXLAN.
+        for tunnel in [gre_header(0x8847, None, None), vec![0x30, 0x01, 0x88, 0x0b, 0, 0, 0, 0]] {
+            let frame = tunnelled_frame(ipv4::protocol::GRE, &tunnel, &inner);
+            let d = decode(linktype::ETHERNET, &frame).unwrap();
+            assert!(matches!(d.transport, Transport::Other) && d.header_bytes == frame.len());
+        }
+        // Tunnels in tunnels: two are opened, a third is other traffic (no unbounded recursion).
+        let teb = gre_header(gre::protocol::TEB, None, None);
+        let once = tunnelled_frame(ipv4::protocol::GRE, &teb, &inner);
+        let twice = tunnelled_frame(ipv4::protocol::GRE, &teb, &once);
+        assert_eq!(tcp_of(&decode(linktype::ETHERNET, &twice).unwrap()).payload, b"SMB payload");
+        let thrice = tunnelled_frame(ipv4::protocol::GRE, &teb, &twice);
+        let d = decode(linktype::ETHERNET, &thrice).unwrap();
+        assert!(matches!(d.transport, Transport::Other) && d.header_bytes == thrice.len());
     }
 
     fn tcp_of<'a>(d: &Decoded<'a>) -> TcpSegment<'a> {
@@ -982,7 +1169,7 @@ mod tests {
             /// Plausible headers with random fields reach the deeper parsers.
             #[test]
             fn decode_never_panics_on_plausible_ip(
-                v6 in any::<bool>(), proto in proptest::sample::select(&[0u8, 6, 17, 43, 44, 51, 60, 59][..]),
+                v6 in any::<bool>(), proto in proptest::sample::select(&[0u8, 6, 17, 43, 44, 47, 51, 60, 59][..]),
                 ihl_or_next in any::<u8>(), len in any::<u16>(), tail in proptest::collection::vec(any::<u8>(), 0..120),
                 eth_type in proptest::sample::select(&[0x0800u16, 0x86dd, 0x8100, 0x88a8, 0x8915][..]),
             ) {
