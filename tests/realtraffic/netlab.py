@@ -190,8 +190,14 @@ class Lab:
     """Context manager: ``with Lab(client=True, capture_dir=tmp_path) as lab: ...``."""
 
     def __init__(self, *, client: bool = False, capture_dir: Path | None = None, capture: bool = True,
-                 mirror_egress: bool = False, encrypted_share: bool = False):
+                 mirror_egress: bool = False, encrypted_share: bool = False, remote_span: str | None = None):
         self.seq = next(_seq)
+        # "vxlan": the switch sends its mirror copies to the monitor inside a VXLAN tunnel
+        # (the kernel's encapsulation, VNI 42, UDP 4789, 198.19.0.1 -> 198.19.0.2 on span0),
+        # as a remote mirror session does; None: the copies go out of span0 as they are.
+        if remote_span not in (None, "vxlan"):
+            raise LabError(f"unknown remote span {remote_span!r} (this kernel has VXLAN, not GRE)")
+        self.remote_span = remote_span
         # Also offer share [enc] (same directory as [data]) with `server smb encrypt = required`:
         # every message of a session on it is encrypted (SMB3 TRANSFORM).
         self.encrypted_share = encrypted_share
@@ -277,6 +283,9 @@ class Lab:
         # the CPU for a few milliseconds on a busy machine dropped frames (42-72 in a CI run
         # beside a fuzzing campaign).
         self.ethtool(self.mon, "span1", OFFLOADS_OFF)
+        self.mirror_dev = "span0"
+        if self.remote_span == "vxlan":
+            self._build_remote_span()
         names = ["n1", "n2"] + (["c1"] if self.want_client else [])
         for name in names:
             ns = self.prefix + name
@@ -296,12 +305,28 @@ class Lab:
             run([*n, "link", "set", "eth0", "up"])
             self.ethtool(ns, "eth0", OFFLOADS_OFF)
 
+    def _build_remote_span(self) -> None:
+        """A VXLAN device in the switch whose underlay is span0: the mirror copies leave span0
+        inside UDP, and the monitor (no address: nothing answers) captures the tunnel. The
+        underlay's MTU holds a whole mirrored frame plus the 50 bytes of the tunnel."""
+        sw = ["ip", "-n", self.sw]
+        for ns, dev in ((self.sw, "span0"), (self.mon, "span1")):
+            run(["ip", "-n", ns, "link", "set", dev, "mtu", "9000"])
+        run([*sw, "addr", "add", "198.19.0.1/30", "dev", "span0"])
+        # The collector's MAC, fixed: no ARP on the span.
+        run([*sw, "neigh", "add", "198.19.0.2", "lladdr", "02:00:c6:13:00:02", "dev", "span0", "nud", "permanent"])
+        run([*sw, "link", "add", "vx0", "type", "vxlan", "id", "42", "local", "198.19.0.1", "remote", "198.19.0.2",
+             "dstport", "4789", "dev", "span0"])
+        run([*sw, "link", "set", "vx0", "mtu", "8950"])
+        run([*sw, "link", "set", "vx0", "up"])
+        self.mirror_dev = "vx0"
+
     def _mirror(self, port: str, hook: str) -> None:
         """Copy every frame entering (``ingress``) or leaving (``egress``) ``port`` to the span
         (matchall when the kernel has it, else u32 matching zero bits, which matches every
         frame)."""
         base = ["tc", "-n", self.sw, "filter", "add", "dev", port, hook]
-        action = ["action", "mirred", "egress", "mirror", "dev", "span0"]
+        action = ["action", "mirred", "egress", "mirror", "dev", self.mirror_dev]
         tried = []
         for cls in (["matchall"], ["protocol", "all", "u32", "match", "u32", "0", "0"]):
             proc = run([*base, *cls, *action], check=False)

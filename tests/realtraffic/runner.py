@@ -25,12 +25,13 @@ class RunResult:
 
 
 def run_workload(workload: Workload, out_dir: Path, *, mirror_egress: bool = False,
-                 encrypted: bool = False) -> RunResult:
+                 encrypted: bool = False, remote_span: str | None = None) -> RunResult:
     """With ``encrypted`` every client uses share [enc] (``server smb encrypt = required``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     put_sha: dict[str, str] = {}
-    with Lab(capture_dir=out_dir, mirror_egress=mirror_egress, encrypted_share=encrypted) as lab:
+    with Lab(capture_dir=out_dir, mirror_egress=mirror_egress, encrypted_share=encrypted,
+             remote_span=remote_span) as lab:
         for (node, name), seed in workload.put_files.items():
             data = seeded(seed, workload.put_size)
             put_sha[name] = hashlib.sha256(data).hexdigest()
