@@ -29,6 +29,14 @@
 #define ETH_P_8021AD_ 0x88A8
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
+#define IPPROTO_GRE_ 47
+/* Remote mirror sessions (wire/gre.rs, wire/erspan.rs, wire/vxlan.rs in user space). */
+#define GRE_P_TEB 0x6558
+#define GRE_P_ERSPAN_II 0x88BE
+#define GRE_P_ERSPAN_III 0x22EB
+#define VXLAN_PORT 4789
+/* classify_at's answer when the frame is a tunnel: look again at the frame inside. */
+#define CLASSIFY_TUNNEL 2
 #define BTH_NEXT_HEADER 0x1b
 /* IPv6 extension headers that may stand between the fixed header and TCP/UDP (RFC 8200 4.1). */
 #define NEXTHDR_HOP 0
@@ -166,22 +174,93 @@ static __always_inline int port_configured(__u16 port)
 	return bpf_map_lookup_elem(&tcp_ports, &port) != 0;
 }
 
-/* Fills `key` and returns 1 when the frame is storage traffic; sets `*hdr_len`
- * to the L2..L4 header length when TCP or UDP was reached (0 otherwise), for
- * counting the headers of every segment of a GRO/GSO frame. `off` starts after
- * the Ethernet header; an outer VLAN tag the kernel already removed is not in
- * the data, a second (QinQ) tag still is. */
-static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key *key,
-				    __u32 *hdr_len)
+/* The EtherType of an IP packet that starts at `off` (by its version), 0 if neither. */
+static __always_inline __u16 ip_ethertype(const struct pkt *p, __u32 off)
 {
-	__u32 off = ETH_HLEN_;
-	__u16 h_proto;
+	__u8 v;
+	if (load(p, off, &v, 1))
+		return 0;
+	return (v >> 4) == 4 ? ETH_P_IP : (v >> 4) == 6 ? ETH_P_IPV6 : 0;
+}
+
+/* A remote mirror session's tunnel in the IP payload at `off` (protocol `l4`): GRE
+ * carrying Ethernet (gretap, ERSPAN I-III) or IP, or VXLAN (UDP to 4789). Sets the inner
+ * frame's offset and, when it starts at IP rather than Ethernet, its EtherType; returns 1. */
+static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __u32 *inner,
+				     __u16 *inner_type)
+{
+	*inner_type = 0;
+	if (l4 == IPPROTO_UDP_) {
+		__u16 dport;
+		__u8 flags;
+		if (load(p, off + 2, &dport, 2) || bpf_ntohs(dport) != VXLAN_PORT ||
+		    load(p, off + 8, &flags, 1) || !(flags & 0x08))
+			return 0;
+		*inner = off + 16;
+		return 1;
+	}
+	if (l4 != IPPROTO_GRE_)
+		return 0;
+	__u8 g[4];
+	if (load(p, off, g, 4))
+		return 0;
+	/* Version 0 only (PPTP's is 1), no RFC 1701 routing. */
+	if ((g[1] & 7) || (g[0] & 0x40))
+		return 0;
+	__u32 in = off + 4 + ((g[0] & 0x80) ? 4 : 0) + ((g[0] & 0x20) ? 4 : 0) + ((g[0] & 0x10) ? 4 : 0);
+	__u16 proto = ((__u16)g[2] << 8) | g[3];
+	if (proto == GRE_P_TEB || (proto == GRE_P_ERSPAN_II && !(g[0] & 0x10))) {
+		*inner = in; /* Ethernet; ERSPAN type I has no header of its own */
+		return 1;
+	}
+	if (proto == ETH_P_IP || proto == ETH_P_IPV6) {
+		*inner = in;
+		*inner_type = ip_ethertype(p, in);
+		return *inner_type != 0;
+	}
+	__u8 e[12];
+	if (proto == GRE_P_ERSPAN_II) {
+		if (load(p, in, e, 1) || (e[0] >> 4) != 1)
+			return 0;
+		*inner = in + 8;
+		return 1;
+	}
+	if (proto != GRE_P_ERSPAN_III || load(p, in, e, 12) || (e[0] >> 4) != 2)
+		return 0;
+	__u8 ft = (e[10] >> 2) & 0x1f;
+	*inner = in + 12 + ((e[11] & 1) ? 8 : 0);
+	if (ft == 0)
+		return 1;
+	if (ft != 2)
+		return 0;
+	*inner_type = ip_ethertype(p, *inner);
+	return *inner_type != 0;
+}
+
+/* Fills `key` and returns 1 when the frame at `base` is storage traffic, CLASSIFY_TUNNEL
+ * (with `*inner`, `*inner_type`) when it is a tunnel whose inner frame is to be looked at
+ * instead; sets `*hdr_len` to the header length from the frame's start to the end of
+ * TCP or UDP when they were reached (0 otherwise), for counting the headers of every
+ * segment of a GRO/GSO frame. `type` is the EtherType of a frame that starts at its IP
+ * header (a tunnel's inner packet), 0 for one that starts with Ethernet. After the
+ * Ethernet header an outer VLAN tag the kernel already removed is not in the data, a
+ * second (QinQ) tag still is. */
+static __always_inline int classify_at(const struct pkt *p, __u32 base, __u16 type,
+				       struct smbwire_flow_key *key, __u32 *hdr_len,
+				       __u32 *inner, __u16 *inner_type)
+{
+	__u32 off = base + ETH_HLEN_;
+	__u16 h_proto = bpf_htons(type);
 	__u8 l4 = 0;
 
-	if (load(p, 12, &h_proto, 2))
+	if (type)
+		off = base;
+	else if (load(p, base + 12, &h_proto, 2))
 		return 0;
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
+		if (type)
+			break;
 		if (h_proto == bpf_htons(ETH_P_8021Q_) || h_proto == bpf_htons(ETH_P_8021AD_)) {
 			if (load(p, off + 2, &h_proto, 2))
 				return 0;
@@ -249,6 +328,10 @@ static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key
 		return 0;
 	}
 
+	/* Not at XDP: the second look at every tunnelled frame takes that entry point past the
+	 * verifier's complexity bound (E2BIG). TCX and AF_PACKET follow tunnels. */
+	if (!p->xdp && tunnel_at(p, l4, off, inner, inner_type))
+		return CLASSIFY_TUNNEL;
 	if (l4 != IPPROTO_TCP_ && l4 != IPPROTO_UDP_)
 		return 0;
 	__u16 ports[2];
@@ -266,6 +349,22 @@ static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key
 	}
 	*hdr_len = off + 8;
 	return key->dport == SMBWIRE_ROCEV2_UDP_PORT;
+}
+
+/* classify_at on the frame, and on the frame inside when it is a remote mirror session's
+ * tunnel (one deep: a tunnel in a tunnel is not storage traffic here; at TCX only). */
+static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key *key,
+				    __u32 *hdr_len)
+{
+	__u32 inner = 0;
+	__u16 inner_type = 0;
+	int r = classify_at(p, 0, 0, key, hdr_len, &inner, &inner_type);
+	if (r != CLASSIFY_TUNNEL || p->xdp)
+		return r == 1;
+	__builtin_memset(key, 0, sizeof(*key));
+	*hdr_len = 0;
+	r = classify_at(p, inner, inner_type, key, hdr_len, &inner, &inner_type);
+	return r == 1;
 }
 
 /* RDMA flows are shed and spread as one unit per address pair: every queue pair between two

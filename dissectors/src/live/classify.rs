@@ -4,7 +4,9 @@
 //! Storage traffic: TCP with either port in the configured set (445, 5445, ...), UDP to
 //! 4791 (RoCEv2), EtherType 0x8915 (RoCEv1); over Ethernet with up to two 802.1Q/802.1ad
 //! tags, IPv4 or IPv6 (with hop-by-hop, routing, destination-options and fragment headers).
-//! Non-first IP fragments carry no ports and never match.
+//! Non-first IP fragments carry no ports and never match. A remote mirror session's tunnel
+//! (GRE carrying Ethernet or IP: gretap, ERSPAN I-III; VXLAN, UDP to 4789) is looked into,
+//! one deep: the frame inside decides, and its flow is the flow.
 
 use super::flows::{family, FlowKey, PROTO_BTH};
 use super::{ETHERTYPE_ROCEV1, ROCEV2_UDP_PORT};
@@ -15,6 +17,11 @@ const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
+const PROTO_GRE: u8 = 47;
+const GRE_P_TEB: u16 = 0x6558;
+const GRE_P_ERSPAN_II: u16 = 0x88be;
+const GRE_P_ERSPAN_III: u16 = 0x22eb;
+const VXLAN_PORT: u16 = 4789;
 /// RFC 8200 4.1 extension headers that may precede TCP/UDP.
 const NEXTHDR_HOP: u8 = 0;
 const NEXTHDR_ROUTING: u8 = 43;
@@ -51,15 +58,89 @@ pub struct Inspection {
 /// `classify`, plus the header length.
 pub fn inspect(frame: &[u8], tcp_ports: &[u16]) -> Inspection {
     let mut header_len = 0;
-    let key = match_frame(frame, tcp_ports, &mut header_len);
+    let key = match match_frame(frame, 0, None, tcp_ports, &mut header_len) {
+        Found::Storage(key) => Some(key),
+        Found::Tunnel(at, ethertype) => {
+            header_len = 0;
+            match match_frame(frame, at, ethertype, tcp_ports, &mut header_len) {
+                Found::Storage(key) => Some(key),
+                _ => None,
+            }
+        }
+        Found::Nothing => None,
+    };
     Inspection { key, header_len }
 }
 
-fn match_frame(frame: &[u8], tcp_ports: &[u16], header_len: &mut usize) -> Option<FlowKey> {
-    let mut off = 14;
-    let mut ethertype = be16(frame, 12)?;
+/// What `match_frame` found.
+enum Found {
+    Storage(FlowKey),
+    /// A tunnel: its inner frame's offset, and its EtherType when it starts at IP.
+    Tunnel(usize, Option<u16>),
+    Nothing,
+}
+
+/// The EtherType of the IP packet at `off`, by its version.
+fn ip_ethertype(frame: &[u8], off: usize) -> Option<u16> {
+    match *frame.get(off)? >> 4 {
+        4 => Some(ETHERTYPE_IPV4),
+        6 => Some(ETHERTYPE_IPV6),
+        _ => None,
+    }
+}
+
+/// The tunnel in the IP payload at `off` (protocol `l4`), as `tunnel_at` in the kernel program.
+fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
+    if l4 == PROTO_UDP {
+        if be16(frame, off + 2)? != VXLAN_PORT || *frame.get(off + 8)? & 0x08 == 0 {
+            return None;
+        }
+        return Some((off + 16, None));
+    }
+    if l4 != PROTO_GRE {
+        return None;
+    }
+    let g = frame.get(off..off + 4)?;
+    if g[1] & 7 != 0 || g[0] & 0x40 != 0 {
+        return None;
+    }
+    let words = usize::from(g[0] & 0x80 != 0) + usize::from(g[0] & 0x20 != 0) + usize::from(g[0] & 0x10 != 0);
+    let inner = off + 4 + 4 * words;
+    match u16::from_be_bytes([g[2], g[3]]) {
+        GRE_P_TEB => Some((inner, None)),
+        GRE_P_ERSPAN_II if g[0] & 0x10 == 0 => Some((inner, None)),
+        ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Some((inner, Some(ip_ethertype(frame, inner)?))),
+        GRE_P_ERSPAN_II => (*frame.get(inner)? >> 4 == 1).then_some((inner + 8, None)),
+        GRE_P_ERSPAN_III => {
+            let e = frame.get(inner..inner + 12)?;
+            if e[0] >> 4 != 2 {
+                return None;
+            }
+            let at = inner + 12 + if e[11] & 1 != 0 { 8 } else { 0 };
+            match (e[10] >> 2) & 0x1f {
+                0 => Some((at, None)),
+                2 => Some((at, Some(ip_ethertype(frame, at)?))),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn match_frame(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], header_len: &mut usize) -> Found {
+    match match_at(frame, base, ip_type, tcp_ports, header_len) {
+        Some(found) => found,
+        None => Found::Nothing,
+    }
+}
+
+fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], header_len: &mut usize) -> Option<Found> {
+    let (mut off, mut ethertype) = match ip_type {
+        Some(t) => (base, t),
+        None => (base + 14, be16(frame, base + 12)?),
+    };
     for _ in 0..2 {
-        if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
+        if ip_type.is_none() && (ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ) {
             ethertype = be16(frame, off + 2)?;
             off += 4;
         }
@@ -73,7 +154,7 @@ fn match_frame(frame: &[u8], tcp_ports: &[u16], header_len: &mut usize) -> Optio
             key.daddr = slice16(frame, off + 24, 16)?;
             key.family = family::ROCEV1;
             key.proto = PROTO_BTH;
-            return Some(key);
+            return Some(Found::Storage(key));
         }
         ETHERTYPE_IPV4 => {
             let vihl = *frame.get(off)?;
@@ -118,6 +199,9 @@ fn match_frame(frame: &[u8], tcp_ports: &[u16], header_len: &mut usize) -> Optio
         }
         _ => return None,
     }
+    if let Some((at, ip_type)) = tunnel_at(frame, l4, off) {
+        return Some(Found::Tunnel(at, ip_type));
+    }
     if l4 != PROTO_TCP && l4 != PROTO_UDP {
         return None;
     }
@@ -135,7 +219,7 @@ fn match_frame(frame: &[u8], tcp_ports: &[u16], header_len: &mut usize) -> Optio
         *header_len = off + 8;
         key.dport == ROCEV2_UDP_PORT
     };
-    matched.then_some(key)
+    matched.then_some(Found::Storage(key))
 }
 
 #[cfg(test)]
@@ -256,5 +340,44 @@ mod tests {
         bad_ihl.extend(ipv4(6, 0, 50000, 445));
         bad_ihl[14] = 0x44;
         assert!(classify(&bad_ihl, PORTS).is_none());
+    }
+
+    /// `inner` (an Ethernet frame, or an IP packet) inside outer Ethernet / IPv4 / `tunnel`.
+    fn tunnelled(proto: u8, tunnel: &[u8], inner: &[u8]) -> Vec<u8> {
+        let mut f = eth(0x0800);
+        f.extend_from_slice(&[0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, proto, 0, 0, 198, 19, 0, 1, 198, 19, 0, 2]);
+        f.extend_from_slice(tunnel);
+        f.extend_from_slice(inner);
+        f
+    }
+
+    #[test]
+    fn tunnels_are_looked_into_one_deep() {
+        let mut inner = eth(0x0800);
+        inner.extend(ipv4(6, 0x4000, 50000, 445));
+        let want = "198.18.0.1:50000 > 198.18.0.2:445 tcp";
+        let gretap = [0, 0, 0x65, 0x58];
+        let erspan2 = [0x10, 0, 0x88, 0xbe, 0, 0, 0, 1, 0x10, 0, 0, 42, 0, 0, 0, 1];
+        let erspan1 = [0, 0, 0x88, 0xbe];
+        let vxlan = [0xc0, 0, 0x12, 0xb5, 0, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 42, 0];
+        for (proto, tunnel) in [(47u8, &gretap[..]), (47, &erspan2[..]), (47, &erspan1[..]), (17, &vxlan[..])] {
+            let f = tunnelled(proto, tunnel, &inner);
+            let i = inspect(&f, PORTS);
+            assert_eq!(i.key.unwrap().to_string(), want, "{tunnel:?}");
+            assert_eq!(i.header_len, 14 + 20 + tunnel.len() + 14 + 20 + 20, "{tunnel:?}");
+        }
+        // ERSPAN III carrying the IP packet itself (frame type 2), GRE carrying IPv4.
+        let erspan3_ip = [0x10, 0, 0x22, 0xeb, 0, 0, 0, 1, 0x20, 0, 0, 42, 0, 0, 0, 5, 0, 0, 2 << 2, 0];
+        let ip = ipv4(6, 0x4000, 50000, 445);
+        assert_eq!(classify(&tunnelled(47, &erspan3_ip, &ip), PORTS).unwrap().to_string(), want);
+        assert_eq!(classify(&tunnelled(47, &[0x20, 0, 8, 0, 0, 0, 0, 9], &ip), PORTS).unwrap().to_string(), want);
+        // Not storage inside, a GRE not followed (MPLS, version 1), a tunnel in a tunnel.
+        let mut other = eth(0x0800);
+        other.extend(ipv4(6, 0x4000, 50000, 8080));
+        assert!(classify(&tunnelled(47, &gretap, &other), PORTS).is_none());
+        assert!(classify(&tunnelled(47, &[0, 0, 0x88, 0x47], &inner), PORTS).is_none());
+        assert!(classify(&tunnelled(47, &[0x30, 1, 0x88, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0], &inner), PORTS).is_none());
+        let twice = tunnelled(47, &gretap, &tunnelled(47, &gretap, &inner));
+        assert!(classify(&twice, PORTS).is_none());
     }
 }
