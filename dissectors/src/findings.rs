@@ -25,6 +25,7 @@ pub struct Finding {
 pub const CODES: &[(&str, &[&str])] = &[
     ("input_skipped", &["path"]),
     ("snaplen_truncated", &["frames"]),
+    ("mirror_truncated", &["frames"]),
     ("tcp_gaps", &["gaps", "bytes"]),
     ("mirror_duplicates", &["frames", "bytes"]),
     ("retransmitted", &["segments", "bytes"]),
@@ -88,6 +89,17 @@ pub fn derive(r: &Value) -> Vec<Finding> {
             json!({ "frames": cut }),
             format!(
                 "{} cut short by the capture's snapshot length (tcpdump -s): what was past the cut is not in the file and was not hashed (capture with tcpdump -s 0)",
+                count(cut, "frame was", "frames were")
+            ),
+        ));
+    }
+    let cut = n(&["anomalies", crate::wire::Anomaly::ErspanTruncatedFrame.name()]);
+    if cut > 0 {
+        out.push(Finding::new(
+            "mirror_truncated",
+            json!({ "frames": cut }),
+            format!(
+                "{} cut short by the mirroring switch to fit its ERSPAN tunnel: what was past the cut never reached the capture and was not hashed (give the path to the collector an MTU of the mirrored frames plus 50 bytes)",
                 count(cut, "frame was", "frames were")
             ),
         ));
@@ -354,6 +366,11 @@ mod tests {
             "anomalies": {"tcp.bad_header_length": 1, "smb2.write.data_offset_out_of_range": 3},
         });
         let f = derive(&r);
+        let mut cut = r.clone();
+        cut["anomalies"]["erspan.truncated_frame"] = json!(3);
+        let g = derive(&cut);
+        assert_eq!((g[0].code.as_str(), &g[0].fields["frames"]), ("mirror_truncated", &json!(3)));
+        assert!(g[0].message.contains("ERSPAN tunnel"), "{}", g[0].message);
         let mut cut = r.clone();
         cut["anomalies"]["capture.snaplen_truncated_frame"] = json!(1461);
         let g = derive(&cut);

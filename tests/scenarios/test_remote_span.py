@@ -101,3 +101,34 @@ def test_encap_is_refused_where_it_cannot_apply(tmp_path):
     assert r.returncode == 2 and "unknown encap" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = smbwire("synth", "nested4", "-o", tmp_path / "x.pcap", "--encap", "vxlan", "--transport", "infiniband")
     assert r.returncode == 2 and "not infiniband" in r.stderr
+
+
+def test_a_frame_the_switch_cut_to_fit_its_tunnel_is_named(tmp_path):
+    """ERSPAN's T flag: the switch cut the mirrored frame to its tunnel's MTU. The frame is
+    decoded as far as it goes, its message counted incomplete, and the finding names the
+    cause and the fix, before the gaps it leaves."""
+    import struct
+
+    cap, _ = synth_and_analyze(tmp_path, "erspan2")
+    data = bytearray(cap.read_bytes())
+    out, off, cut_done = bytearray(data[:24]), 24, 0
+    while off + 16 <= len(data):
+        ts_s, ts_ns, caplen, _ = struct.unpack_from("<IIII", data, off)
+        frame = bytearray(data[off + 16:off + 16 + caplen])
+        off += 16 + caplen
+        if cut_done < 2 and len(frame) > 1400:
+            frame[42 + 2] |= 0x04  # ERSPAN II: T
+            frame = frame[:1000]
+            struct.pack_into("!H", frame, 14 + 2, len(frame) - 14)  # the outer IPv4 total length
+            frame[14 + 10:14 + 12] = b"\0\0"
+            cut_done += 1
+        out += struct.pack("<IIII", ts_s, ts_ns, len(frame), len(frame)) + frame
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(bytes(out))
+    r = smbwire("analyze", cut, "-q", "--json", "-")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["anomalies"]["erspan.truncated_frame"] == 2
+    first = res["findings"][0]
+    assert (first["code"], first["frames"]) == ("mirror_truncated", 2) and "MTU" in first["message"]
+    assert res["smb2"]["payload_incomplete"] >= 1 and res["accounting"]["reconciled"] is True
