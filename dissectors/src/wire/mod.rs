@@ -805,6 +805,38 @@ mod tests {
     }
 
     #[test]
+    fn a_tunnel_over_ipv6_is_opened_too() {
+        let inner = eth_ipv4_tcp([None, None], 1, 64, b"SMB payload");
+        let gre = gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_ETHERNET, false)));
+        let (src, dst): (Ipv6Addr, Ipv6Addr) = ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap());
+        let ip = ipv6::Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: ipv4::protocol::GRE,
+            payload_len: gre.len() + inner.len(),
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let mut frame = vec![0u8; 14];
+        let eth = ethernet::Repr {
+            src_addr: ethernet::Address([2, 0, 0, 0, 1, 1]),
+            dst_addr: ethernet::Address([2, 0, 0, 0, 1, 2]),
+            tags: [None, None],
+            ethertype: ethernet::ethertype::IPV6,
+        };
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
+        frame.extend_from_slice(&[0u8; 40]);
+        ip.emit(&mut ipv6::Packet::new_unchecked(&mut frame[14..]));
+        frame.extend_from_slice(&gre);
+        frame.extend_from_slice(&inner);
+        let d = decode(linktype::ETHERNET, &frame).unwrap();
+        assert_eq!(tcp_of(&d).payload, b"SMB payload");
+        assert_eq!(d.src, IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)));
+        assert_eq!(d.header_bytes + tcp_of(&d).payload.len(), frame.len());
+    }
+
+    #[test]
     fn tunnels_that_cannot_be_opened_are_named_or_other() {
         let inner = eth_ipv4_tcp([None, None], 1, 64, b"SMB payload");
         // The switch cut the mirrored frame (ERSPAN's T flag): decoded, with the remark.
