@@ -245,26 +245,37 @@ static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __
  * header (a tunnel's inner packet), 0 for one that starts with Ethernet. After the
  * Ethernet header an outer VLAN tag the kernel already removed is not in the data, a
  * second (QinQ) tag still is. */
-static __always_inline int classify_at(const struct pkt *p, __u32 base, __u16 type,
-				       struct smbwire_flow_key *key, __u32 *hdr_len,
-				       __u32 *inner, __u16 *inner_type)
+/* Where classify_at looks (`base`, `type`) and, for a tunnel, where it found the frame inside. */
+struct look {
+	__u32 base;
+	__u16 type;
+	__u32 inner;
+	__u16 inner_type;
+};
+
+static __noinline int classify_at(const struct pkt *p, struct look *at,
+				  struct smbwire_flow_key *key, __u32 *hdr_len)
 {
+	__u32 base = at->base;
+	__u16 type = at->type;
+	__u32 *inner = &at->inner;
+	__u16 *inner_type = &at->inner_type;
 	__u32 off = base + ETH_HLEN_;
 	__u16 h_proto = bpf_htons(type);
 	__u8 l4 = 0;
 
-	if (type)
+	if (type) {
 		off = base;
-	else if (load(p, base + 12, &h_proto, 2))
-		return 0;
+	} else {
+		if (load(p, base + 12, &h_proto, 2))
+			return 0;
 #pragma unroll
-	for (int i = 0; i < 2; i++) {
-		if (type)
-			break;
-		if (h_proto == bpf_htons(ETH_P_8021Q_) || h_proto == bpf_htons(ETH_P_8021AD_)) {
-			if (load(p, off + 2, &h_proto, 2))
-				return 0;
-			off += 4;
+		for (int i = 0; i < 2; i++) {
+			if (h_proto == bpf_htons(ETH_P_8021Q_) || h_proto == bpf_htons(ETH_P_8021AD_)) {
+				if (load(p, off + 2, &h_proto, 2))
+					return 0;
+				off += 4;
+			}
 		}
 	}
 
@@ -328,9 +339,7 @@ static __always_inline int classify_at(const struct pkt *p, __u32 base, __u16 ty
 		return 0;
 	}
 
-	/* Not at XDP: the second look at every tunnelled frame takes that entry point past the
-	 * verifier's complexity bound (E2BIG). TCX and AF_PACKET follow tunnels. */
-	if (!p->xdp && tunnel_at(p, l4, off, inner, inner_type))
+	if (tunnel_at(p, l4, off, inner, inner_type))
 		return CLASSIFY_TUNNEL;
 	if (l4 != IPPROTO_TCP_ && l4 != IPPROTO_UDP_)
 		return 0;
@@ -352,18 +361,21 @@ static __always_inline int classify_at(const struct pkt *p, __u32 base, __u16 ty
 }
 
 /* classify_at on the frame, and on the frame inside when it is a remote mirror session's
- * tunnel (one deep: a tunnel in a tunnel is not storage traffic here; at TCX only). */
+ * tunnel (one deep: a tunnel in a tunnel is not storage traffic here). classify_at is a
+ * function of its own, not inlined: inlined twice, the XDP entry point's direct packet
+ * reads took the verifier past its complexity bound (E2BIG). */
 static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key *key,
 				    __u32 *hdr_len)
 {
-	__u32 inner = 0;
-	__u16 inner_type = 0;
-	int r = classify_at(p, 0, 0, key, hdr_len, &inner, &inner_type);
-	if (r != CLASSIFY_TUNNEL || p->xdp)
+	struct look at = {};
+	int r = classify_at(p, &at, key, hdr_len);
+	if (r != CLASSIFY_TUNNEL)
 		return r == 1;
 	__builtin_memset(key, 0, sizeof(*key));
 	*hdr_len = 0;
-	r = classify_at(p, inner, inner_type, key, hdr_len, &inner, &inner_type);
+	at.base = at.inner;
+	at.type = at.inner_type;
+	r = classify_at(p, &at, key, hdr_len);
 	return r == 1;
 }
 

@@ -226,17 +226,18 @@ def test_live_equals_truth_and_offline_analysis(ready, tmp_path, source):
         assert "clsact" not in qdiscs(lab)
 
 
-@pytest.mark.parametrize("source", ["tcx", "af-packet"])
+@pytest.mark.parametrize("source", ["tcx", "xdp", "af-packet"])
 def test_live_through_a_remote_span_equals_truth_and_offline_analysis(ready, tmp_path, source):
     """The switch mirrors into a VXLAN tunnel (the kernel's encapsulation) and `live` on the
-    monitor looks into it: the truth, and the figures `analyze` finds in the capture of the
-    same tunnel. (The XDP hook does not look into tunnels: docs/live.md.)"""
+    monitor looks into it, at either eBPF hook and with AF_PACKET: the truth, and the figures
+    `analyze` finds in the capture of the same tunnel."""
     backend = "af-packet" if source == "af-packet" else "ebpf"
+    hook = source if backend == "ebpf" else "tcx"
     with Lab(capture_dir=tmp_path, remote_span="vxlan") as lab:
         topo = tmp_path / "lab.toml"
         topo.write_text(lab.topology_toml())
         args = ["--topology", str(topo), "--backend", backend]
-        args += ["--require-ebpf", "--hook", "tcx", "--duration", "300"] if backend == "ebpf" else ["--duration", "20"]
+        args += ["--require-ebpf", "--hook", hook, "--duration", "300"] if backend == "ebpf" else ["--duration", "20"]
         live = LiveProc(lab, tmp_path, *args)
         t0 = time.monotonic()
         run_workloads(lab)

@@ -308,16 +308,17 @@ class Lab:
     def _build_remote_span(self) -> None:
         """A VXLAN device in the switch whose underlay is span0: the mirror copies leave span0
         inside UDP, and the monitor (no address: nothing answers) captures the tunnel. The
-        underlay's MTU holds a whole mirrored frame plus the 50 bytes of the tunnel."""
+        underlay's MTU holds a whole mirrored frame plus the 50 bytes of the tunnel, and stays
+        within a page, where XDP on the monitor's veth can attach."""
         sw = ["ip", "-n", self.sw]
         for ns, dev in ((self.sw, "span0"), (self.mon, "span1")):
-            run(["ip", "-n", ns, "link", "set", dev, "mtu", "9000"])
+            run(["ip", "-n", ns, "link", "set", dev, "mtu", "2000"])
         run([*sw, "addr", "add", "198.19.0.1/30", "dev", "span0"])
         # The collector's MAC, fixed: no ARP on the span.
         run([*sw, "neigh", "add", "198.19.0.2", "lladdr", "02:00:c6:13:00:02", "dev", "span0", "nud", "permanent"])
         run([*sw, "link", "add", "vx0", "type", "vxlan", "id", "42", "local", "198.19.0.1", "remote", "198.19.0.2",
              "dstport", "4789", "dev", "span0"])
-        run([*sw, "link", "set", "vx0", "mtu", "8950"])
+        run([*sw, "link", "set", "vx0", "mtu", "1950"])
         run([*sw, "link", "set", "vx0", "up"])
         self.mirror_dev = "vx0"
 
