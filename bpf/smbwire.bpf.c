@@ -35,6 +35,7 @@
 #define GRE_P_ERSPAN_II 0x88BE
 #define GRE_P_ERSPAN_III 0x22EB
 #define VXLAN_PORT 4789
+#define VXLAN_PORT_LINUX_LEGACY 8472
 /* classify_at's answer when the frame is a tunnel: look again at the frame inside. */
 #define CLASSIFY_TUNNEL 2
 #define BTH_NEXT_HEADER 0x1b
@@ -184,7 +185,7 @@ static __always_inline __u16 ip_ethertype(const struct pkt *p, __u32 off)
 }
 
 /* A remote mirror session's tunnel in the IP payload at `off` (protocol `l4`): GRE
- * carrying Ethernet (gretap, ERSPAN I-III) or IP, or VXLAN (UDP to 4789). Sets the inner
+ * carrying Ethernet (gretap, ERSPAN I-III) or IP, or VXLAN (UDP to 4789, or Linux's 8472). Sets the inner
  * frame's offset and, when it starts at IP rather than Ethernet, its EtherType; returns 1. */
 static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __u32 *inner,
 				     __u16 *inner_type)
@@ -193,7 +194,8 @@ static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __
 	if (l4 == IPPROTO_UDP_) {
 		__u16 dport;
 		__u8 flags;
-		if (load(p, off + 2, &dport, 2) || bpf_ntohs(dport) != VXLAN_PORT ||
+		if (load(p, off + 2, &dport, 2) ||
+		    (bpf_ntohs(dport) != VXLAN_PORT && bpf_ntohs(dport) != VXLAN_PORT_LINUX_LEGACY) ||
 		    load(p, off + 8, &flags, 1) || !(flags & 0x08))
 			return 0;
 		*inner = off + 16;

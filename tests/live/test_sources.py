@@ -410,8 +410,8 @@ def erspan3(frame_type=0):
     return gre(0x22EB, 0x10, struct.pack("!I", 1)) + struct.pack("!HHIHH", 0x2000, 42, 5, 0, frame_type << 10)
 
 
-def vxlan(inner):
-    return udp(49152, 4789, 0)[:4] + struct.pack("!HH", 16 + len(inner), 0) + struct.pack("!II", 0x08000000, 42 << 8) + inner
+def vxlan(inner, port=4789):
+    return udp(49152, port, 0)[:4] + struct.pack("!HH", 16 + len(inner), 0) + struct.pack("!II", 0x08000000, 42 << 8) + inner
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -428,6 +428,7 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(47, erspan3(2) + inner_ipv4("198.18.7.1", "198.18.7.2", 6, tcp(50002, 445))),
         ether(lab, 0x0800) + ipv4(47, gre(0x0800, 0x20, struct.pack("!I", 9)) + inner_ipv4("198.18.8.1", "198.18.8.2", 6, tcp(445, 50003))),
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.9.1", "198.18.9.2", 6, tcp(50004, 445)))),
+        ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.10.1", "198.18.10.2", 6, tcp(50005, 445)), 8472)),
     ]
     unmatched = [
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.9.1", "198.18.9.2", 6, tcp(50004, 8080)))),
@@ -452,6 +453,7 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         "198.18.7.1:50002 > 198.18.7.2:445 tcp",
         "198.18.8.1:445 > 198.18.8.2:50003 tcp",
         "198.18.9.1:50004 > 198.18.9.2:445 tcp",
+        "198.18.10.1:50005 > 198.18.10.2:445 tcp",
     ])
     assert all(f["packets"] == 5 for f in st["flows"])
 

@@ -5,7 +5,7 @@
 //! 4791 (RoCEv2), EtherType 0x8915 (RoCEv1); over Ethernet with up to two 802.1Q/802.1ad
 //! tags, IPv4 or IPv6 (with hop-by-hop, routing, destination-options and fragment headers).
 //! Non-first IP fragments carry no ports and never match. A remote mirror session's tunnel
-//! (GRE carrying Ethernet or IP: gretap, ERSPAN I-III; VXLAN, UDP to 4789) is looked into,
+//! (GRE carrying Ethernet or IP: gretap, ERSPAN I-III; VXLAN, UDP to 4789 or 8472) is looked into,
 //! one deep: the frame inside decides, and its flow is the flow.
 
 use super::flows::{family, FlowKey, PROTO_BTH};
@@ -21,7 +21,7 @@ const PROTO_GRE: u8 = 47;
 const GRE_P_TEB: u16 = 0x6558;
 const GRE_P_ERSPAN_II: u16 = 0x88be;
 const GRE_P_ERSPAN_III: u16 = 0x22eb;
-const VXLAN_PORT: u16 = 4789;
+const VXLAN_PORTS: [u16; 2] = [4789, 8472];
 /// RFC 8200 4.1 extension headers that may precede TCP/UDP.
 const NEXTHDR_HOP: u8 = 0;
 const NEXTHDR_ROUTING: u8 = 43;
@@ -92,7 +92,7 @@ fn ip_ethertype(frame: &[u8], off: usize) -> Option<u16> {
 /// The tunnel in the IP payload at `off` (protocol `l4`), as `tunnel_at` in the kernel program.
 fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
     if l4 == PROTO_UDP {
-        if be16(frame, off + 2)? != VXLAN_PORT || *frame.get(off + 8)? & 0x08 == 0 {
+        if !VXLAN_PORTS.contains(&be16(frame, off + 2)?) || *frame.get(off + 8)? & 0x08 == 0 {
             return None;
         }
         return Some((off + 16, None));
@@ -360,7 +360,9 @@ mod tests {
         let erspan2 = [0x10, 0, 0x88, 0xbe, 0, 0, 0, 1, 0x10, 0, 0, 42, 0, 0, 0, 1];
         let erspan1 = [0, 0, 0x88, 0xbe];
         let vxlan = [0xc0, 0, 0x12, 0xb5, 0, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 42, 0];
-        for (proto, tunnel) in [(47u8, &gretap[..]), (47, &erspan2[..]), (47, &erspan1[..]), (17, &vxlan[..])] {
+        let mut vxlan_legacy = vxlan;
+        vxlan_legacy[2..4].copy_from_slice(&8472u16.to_be_bytes());
+        for (proto, tunnel) in [(47u8, &gretap[..]), (47, &erspan2[..]), (47, &erspan1[..]), (17, &vxlan[..]), (17, &vxlan_legacy[..])] {
             let f = tunnelled(proto, tunnel, &inner);
             let i = inspect(&f, PORTS);
             assert_eq!(i.key.unwrap().to_string(), want, "{tunnel:?}");

@@ -366,7 +366,7 @@ struct Tunnelled<'a> {
 }
 
 /// What a remote mirror session or tunnel carries in this IP payload: the frame inside GRE
-/// (`gretap`, ERSPAN types I-III, GRE over IP) or VXLAN (UDP port 4789). `Ok(None)` for
+/// (`gretap`, ERSPAN types I-III, GRE over IP) or VXLAN (UDP port 4789, or Linux's 8472). `Ok(None)` for
 /// anything else, and for GRE or VXLAN carrying what smbwire does not follow (a GRE version
 /// or protocol type of its own: PPTP, MPLS, NSH); `Err` when the tunnel's header is cut or
 /// impossible.
@@ -397,7 +397,7 @@ fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeEr
         }
         ipv4::protocol::UDP => {
             let Ok(dg) = udp::Packet::new_checked(bytes) else { return Ok(None) };
-            if dg.dst_port() != vxlan::PORT {
+            if !vxlan::is_port(dg.dst_port()) {
                 return Ok(None);
             }
             let end = usize::from(dg.len()).min(bytes.len());
@@ -779,13 +779,16 @@ mod tests {
         );
         udp::Packet::new_unchecked(&mut vx[..]).set_len((16 + inner.len()) as u16);
         vxlan::Repr { vni: 42 }.emit(&mut vxlan::Packet::new_unchecked(&mut vx[8..]));
-        let cases: [(&str, u8, Vec<u8>); 6] = [
+        let mut vx_legacy = vx;
+        vx_legacy[2..4].copy_from_slice(&vxlan::PORT_LINUX_LEGACY.to_be_bytes());
+        let cases: [(&str, u8, Vec<u8>); 7] = [
             ("gretap", ipv4::protocol::GRE, gre_header(gre::protocol::TEB, None, None)),
             ("erspan I", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, None, None)),
             ("erspan II", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false)))),
             ("erspan III", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_ETHERNET, false)))),
             ("erspan III ip", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_IP, false)))),
             ("vxlan", ipv4::protocol::UDP, vx.to_vec()),
+            ("vxlan 8472", ipv4::protocol::UDP, vx_legacy.to_vec()),
         ];
         for (name, proto, tunnel) in cases {
             // ERSPAN III with frame type IP carries the IP packet without its Ethernet header.

@@ -14,6 +14,14 @@ mod field {
 pub const HEADER_LEN: usize = field::PAYLOAD;
 /// The IANA port (RFC 7348 §5).
 pub const PORT: u16 = 4789;
+/// Linux's port before IANA assigned one, still its default for a `vxlan` device made
+/// without `dstport` (and Flannel's).
+pub const PORT_LINUX_LEGACY: u16 = 8472;
+
+/// A UDP destination port VXLAN is looked for on.
+pub fn is_port(port: u16) -> bool {
+    port == PORT || port == PORT_LINUX_LEGACY
+}
 /// The I flag: the VNI is valid. RFC 7348 §5: set in every VXLAN packet.
 const F_VNI: u8 = 0x08;
 
