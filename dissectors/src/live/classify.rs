@@ -17,11 +17,8 @@ const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
-const PROTO_GRE: u8 = 47;
-const GRE_P_TEB: u16 = 0x6558;
-const GRE_P_ERSPAN_II: u16 = 0x88be;
-const GRE_P_ERSPAN_III: u16 = 0x22eb;
-const VXLAN_PORTS: [u16; 2] = [4789, 8472];
+const PROTO_GRE: u8 = crate::wire::ipv4::protocol::GRE;
+use crate::wire::gre::protocol::{ERSPAN_II as GRE_P_ERSPAN_II, ERSPAN_III as GRE_P_ERSPAN_III, TEB as GRE_P_TEB};
 /// RFC 8200 4.1 extension headers that may precede TCP/UDP.
 const NEXTHDR_HOP: u8 = 0;
 const NEXTHDR_ROUTING: u8 = 43;
@@ -92,7 +89,7 @@ fn ip_ethertype(frame: &[u8], off: usize) -> Option<u16> {
 /// The tunnel in the IP payload at `off` (protocol `l4`), as `tunnel_at` in the kernel program.
 fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
     if l4 == PROTO_UDP {
-        if !VXLAN_PORTS.contains(&be16(frame, off + 2)?) || *frame.get(off + 8)? & 0x08 == 0 {
+        if !crate::wire::vxlan::is_port(be16(frame, off + 2)?) || *frame.get(off + 8)? & 0x08 == 0 {
             return None;
         }
         return Some((off + 16, None));
