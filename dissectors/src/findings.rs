@@ -82,27 +82,24 @@ pub fn derive(r: &Value) -> Vec<Finding> {
     let category = |name: &str| n(&["accounting", "categories", name]);
     let mut out = Vec::new();
     // The cause of the gaps and incomplete payloads that follow, named first.
-    let cut = n(&["anomalies", crate::capture::Anomaly::SnaplenTruncatedFrame.name()]);
-    if cut > 0 {
-        out.push(Finding::new(
+    // Frames cut short before the capture had them whole: the cause of the gaps and
+    // incomplete payloads that follow, each named with its fix.
+    for (code, anomaly, why) in [
+        (
             "snaplen_truncated",
-            json!({ "frames": cut }),
-            format!(
-                "{} cut short by the capture's snapshot length (tcpdump -s): what was past the cut is not in the file and was not hashed (capture with tcpdump -s 0)",
-                count(cut, "frame was", "frames were")
-            ),
-        ));
-    }
-    let cut = n(&["anomalies", crate::wire::Anomaly::ErspanTruncatedFrame.name()]);
-    if cut > 0 {
-        out.push(Finding::new(
+            crate::capture::Anomaly::SnaplenTruncatedFrame.name(),
+            "by the capture's snapshot length (tcpdump -s): what was past the cut is not in the file and was not hashed (capture with tcpdump -s 0)",
+        ),
+        (
             "mirror_truncated",
-            json!({ "frames": cut }),
-            format!(
-                "{} cut short by the mirroring switch to fit its ERSPAN tunnel: what was past the cut never reached the capture and was not hashed (give the path to the collector an MTU of the mirrored frames plus 50 bytes)",
-                count(cut, "frame was", "frames were")
-            ),
-        ));
+            crate::wire::Anomaly::ErspanTruncatedFrame.name(),
+            "by the mirroring switch to fit its ERSPAN tunnel: what was past the cut never reached the capture and was not hashed (give the path to the collector an MTU of the mirrored frames plus 50 bytes)",
+        ),
+    ] {
+        let cut = n(&["anomalies", anomaly]);
+        if cut > 0 {
+            out.push(Finding::new(code, json!({ "frames": cut }), format!("{} cut short {why}", count(cut, "frame was", "frames were"))));
+        }
     }
     let (gap_bytes, gaps) = (n(&["tcp", "gap_bytes"]), n(&["tcp", "gaps"]));
     if gap_bytes > 0 {
