@@ -505,6 +505,19 @@ const T_STRUCT: u8 = 12;
 
 /// A Thrift compact-protocol reader over a byte slice: every read is bounds-checked, nesting is
 /// limited, and a count can only make it read further, never allocate.
+/// Refuses a collection whose elements are booleans. The compact protocol's specification gives
+/// each such element a byte; the `parquet` crate's skipping gives it none, so the bytes this walk
+/// skips as booleans the crate reads as field headers, which may declare 2^31 more booleans that
+/// take it seconds to skip (found by `ledger_inputs`: six 3-5 KB ledgers of 0.7 s each, several
+/// such lists in a footer would make it minutes). Neither the footer (`FileMetaData`) nor a page
+/// header holds a collection of booleans, so nothing a Parquet writer makes is refused.
+fn no_boolean_elements(ty: u8) -> Result<(), String> {
+    match ty {
+        T_TRUE | T_FALSE => Err("page header collection of booleans (none in Parquet metadata)".into()),
+        _ => Ok(()),
+    }
+}
+
 struct Thrift<'a> {
     data: &'a [u8],
     pos: usize,
@@ -594,6 +607,9 @@ impl Thrift<'_> {
                 let h = self.byte()?;
                 let n = if h >> 4 == 15 { self.varint()? } else { u64::from(h >> 4) };
                 let et = h & 0x0f;
+                if n > 0 {
+                    no_boolean_elements(et)?;
+                }
                 for _ in 0..n {
                     // Each element takes at least one byte, so a forged count ends at the data's end.
                     self.skip_value(et, depth + 1)?;
@@ -606,6 +622,8 @@ impl Thrift<'_> {
                     return Ok(());
                 }
                 let kv = self.byte()?;
+                no_boolean_elements(kv >> 4)?;
+                no_boolean_elements(kv & 0x0f)?;
                 for _ in 0..n {
                     self.skip_value(kv >> 4, depth + 1)?;
                     self.skip_value(kv & 0x0f, depth + 1)?;
