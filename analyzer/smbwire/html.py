@@ -26,7 +26,7 @@ from .findings import findings, section
 from .jsonout import write_text
 from .tables import category_description, traffic_classes
 from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, ratio_of, is_number, NO_PAYLOAD,
-                    printable_tree)
+                    printable_tree, tunnel_sentence)
 from .wireshark import filters_by_input
 
 #: The parts of a (edge, class) figure the chart stacks, bottom to top, with their colours.
@@ -128,7 +128,9 @@ def _header(r: dict[str, Any]) -> str:
         for n, i in enumerate(inputs)
     )
     table = f"<table id=\"inputs\"><tbody>{rows}</tbody></table>" if rows else ""
-    return f"<h1>smbwire report</h1>\n<p class=\"dim\">{' · '.join(facts)}</p>\n{table}"
+    tunnels = tunnel_sentence(r)
+    how = f"<p class=\"dim\" id=\"tunnels\">{_e(tunnels)}</p>\n" if tunnels else ""
+    return f"<h1>smbwire report</h1>\n<p class=\"dim\">{' · '.join(facts)}</p>\n{how}{table}"
 
 
 def _headline(r: dict[str, Any]) -> str:

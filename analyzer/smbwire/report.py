@@ -23,7 +23,7 @@ from rich.text import Text
 from .findings import EXPECTED_SECTIONS, findings, section
 from .tables import category_description, traffic_classes
 from .units import (DASH, fmt_bytes, fmt_count, fmt_counted, fmt_percent, fmt_ratio, fmt_seconds, ratio_of, is_number, NO_PAYLOAD,
-                    printable_tree)
+                    printable_tree, tunnel_sentence)
 from .wireshark import filters_by_input
 
 #: Console width from which every table shows all its columns in one piece.
@@ -146,6 +146,9 @@ def _header(r: dict[str, Any], wide: bool) -> list[RenderableType]:
         span.append(f"window {fmt_seconds(r.get('window_seconds'))}")
     if span:
         out.append(Text("  " + " · ".join(span), style="dim"))
+    tunnels = tunnel_sentence(r)
+    if tunnels:
+        out.append(Padding(Text(tunnels, style="dim"), (0, 0, 0, 2)))
     if inputs:
         grid = _Table.grid(padding=(0, 2))
         grid.add_column()

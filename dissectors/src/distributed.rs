@@ -149,6 +149,7 @@ fn counts_json(c: &Counts) -> Value {
         "rdma": &c.rdma,
         "flows": &c.flows,
         "conns": c.conns,
+        "tunnels": &c.tunnels,
     })
 }
 
@@ -310,6 +311,7 @@ fn counts_of(path: &str, v: &Value) -> Result<Counts, AnalyzeError> {
         rdma: de(path, c, "rdma")?,
         flows: de(path, c, "flows")?,
         conns: de(path, c, "conns")?,
+        tunnels: de(path, c, "tunnels")?,
     })
 }
 
@@ -499,6 +501,7 @@ fn empty_counts() -> Counts {
         rdma: Default::default(),
         flows: Default::default(),
         conns: 0,
+        tunnels: Default::default(),
     }
 }
 

@@ -364,6 +364,8 @@ pub struct Pipeline<D: PayloadSink = Settling> {
     iwarp_ports: Vec<u16>,
     /// TCP connections handed to a stream consumer (SMB2 or iWARP).
     conns_opened: u64,
+    /// Frames decoded from inside tunnels (remote mirror sessions).
+    tunnels: report::TunnelCounter,
     pub clock: Clock,
     window_ns: u64,
     /// Findings raised before or outside the frames (an unusable input file); first in the result.
@@ -388,6 +390,8 @@ pub struct Counts {
     pub rdma: crate::rdma::RdmaStats,
     pub flows: crate::tcp::ReassemblyStats,
     pub conns: u64,
+    /// Frames decoded from inside tunnels, by kind.
+    pub tunnels: std::collections::BTreeMap<String, report::TunnelCount>,
 }
 
 impl Counts {
@@ -400,6 +404,7 @@ impl Counts {
         self.rdma.absorb(o.rdma);
         self.flows.absorb(&o.flows);
         self.conns += o.conns;
+        report::add_tunnels(&mut self.tunnels, &o.tunnels);
     }
 }
 
@@ -423,6 +428,7 @@ impl<D: PayloadSink> Pipeline<D> {
             smb_ports: config.smb_ports.clone(),
             iwarp_ports: config.iwarp_ports.clone(),
             conns_opened: 0,
+            tunnels: Default::default(),
             clock: Clock::default(),
             window_ns: config.dedupe.window_ns,
             input_findings: Vec::new(),
@@ -452,6 +458,9 @@ impl<D: PayloadSink> Pipeline<D> {
         };
         if let Some(a) = decoded.anomaly {
             self.shared.anomalies.raise(a);
+        }
+        if let Some(t) = &decoded.tunnel {
+            self.tunnels.add(t);
         }
         // IPoIB inside a native InfiniBand Send: from here on the IP packet inside is the frame's
         // network layer, and the IB headers, IPoIB header, pad, ICRC and VCRC are header bytes.
@@ -639,6 +648,7 @@ impl<D: PayloadSink> Pipeline<D> {
             rdma: self.shared.rdma.stats.clone(),
             flows: self.flow_stats(),
             conns: self.conns_opened,
+            tunnels: self.tunnels.counts(),
         }
     }
 
@@ -654,6 +664,7 @@ impl<D: PayloadSink> Pipeline<D> {
             rdma: self.shared.rdma.stats.clone(),
             flows: self.flow_stats(),
             conns: self.conns_opened,
+            tunnels: self.tunnels.counts(),
         }
     }
 }
@@ -727,7 +738,7 @@ impl Run {
         container: Accounting,
         started: Instant,
     ) -> (Results, Vec<crate::findings::Finding>) {
-        let Counts { anomalies, mut accounting, smb2, rdma, flows: flow_stats, conns } = self.counts;
+        let Counts { anomalies, mut accounting, smb2, rdma, flows: flow_stats, conns, tunnels } = self.counts;
         for (k, v) in container.iter() {
             accounting.add(k, v);
         }
@@ -764,6 +775,7 @@ impl Run {
                 input_bytes,
                 reconciled: total_bytes == input_bytes,
             },
+            tunnels,
             anomalies: anomaly_counts,
             tcp,
             smb2,

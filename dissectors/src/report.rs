@@ -6,7 +6,7 @@ use crate::findings::Finding;
 use crate::rdma::RdmaStats;
 use crate::smb2::state::Smb2Stats;
 use crate::tcp::ReassemblyStats;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const SCHEMA: &str = "smbwire/1";
@@ -48,6 +48,49 @@ pub struct AccountingReport {
     pub input_bytes: u64,
     /// `total_bytes == input_bytes` (a false here is a bug: please report it).
     pub reconciled: bool,
+}
+
+/// Frames decoded from inside one kind of remote mirror session or tunnel
+/// (`wire::Tunnelling::key`), and the bytes around them (outer headers of every layer; part of
+/// the accounting's `protocol_headers`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelCount {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+/// Per-frame tunnel counting: a short list searched linearly (a capture holds one kind, two
+/// at most in practice), turned into the result's map when counts are taken.
+#[derive(Debug, Clone, Default)]
+pub struct TunnelCounter(Vec<(crate::wire::Tunnel, Option<crate::wire::Tunnel>, TunnelCount)>);
+
+impl TunnelCounter {
+    #[inline]
+    pub fn add(&mut self, t: &crate::wire::Tunnelling) {
+        let c = match self.0.iter_mut().find(|(o, i, _)| *o == t.outer && *i == t.inner) {
+            Some((_, _, c)) => c,
+            None => {
+                self.0.push((t.outer, t.inner, TunnelCount::default()));
+                &mut self.0.last_mut().expect("just pushed").2
+            }
+        };
+        c.frames += 1;
+        c.bytes += u64::from(t.bytes);
+    }
+
+    /// By the result's key.
+    pub fn counts(&self) -> BTreeMap<String, TunnelCount> {
+        self.0.iter().map(|(outer, inner, c)| (crate::wire::Tunnelling { outer: *outer, inner: *inner, bytes: 0 }.key(), *c)).collect()
+    }
+}
+
+/// Sums `from` into `into` (workers, `--dask` parts).
+pub fn add_tunnels(into: &mut BTreeMap<String, TunnelCount>, from: &BTreeMap<String, TunnelCount>) {
+    for (k, c) in from {
+        let e = into.entry(k.clone()).or_default();
+        e.frames += c.frames;
+        e.bytes += c.bytes;
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -94,6 +137,9 @@ pub struct Results {
     #[serde(flatten)]
     pub dedupe: DedupeReport,
     pub accounting: AccountingReport,
+    /// Frames that arrived inside a remote mirror session or tunnel, by kind (empty for a
+    /// local mirror port or a host capture).
+    pub tunnels: BTreeMap<String, TunnelCount>,
     pub anomalies: BTreeMap<String, u64>,
     pub tcp: TcpReport,
     pub smb2: Smb2Stats,

@@ -123,7 +123,11 @@ def inputs(tmp_path_factory) -> dict[str, list[Path]]:
     tcp = synth(tmp, "tcp", scenario="nested4", bytes=4 * MiB, channels=2, retransmit=0.01, reorder=0.01)
     roce = synth(tmp, "roce", scenario="redirect4", bytes=2 * MiB, transport="rocev2", channels=2)
     port_a = rotate(tcp, tmp / "porta", 3)
-    port_b = span_copies(tcp, tmp / "portb", 0.3, 0.7, 2)
+    # Port B reaches the collector through an ERSPAN session (a remote mirror): the same frames
+    # inside GRE, whose tunnel counts every path must sum alike.
+    tcp_erspan = synth(tmp, "tcp-erspan", scenario="nested4", bytes=4 * MiB, channels=2, retransmit=0.01,
+                       reorder=0.01, encap="erspan2")
+    port_b = span_copies(tcp_erspan, tmp / "portb", 0.3, 0.7, 2)
     # Other hosts' traffic moved into the RoCE capture's time span: SMB 3.0.2 over TCP (Windows)
     # and iWARP. (Two generated captures would reuse one server's SessionIds and TreeIds at once,
     # which no server does.)
@@ -131,7 +135,7 @@ def inputs(tmp_path_factory) -> dict[str, list[Path]]:
     smb = retimed(PUBLIC / "smb302-reads-writes.pcap", tmp / "smb302.pcap", start)
     iwarp = retimed(PUBLIC / "rdma-iwarp-read-write-long-run-markers.pcap", tmp / "iwarp.pcap", start + 0.0005)
     return {
-        # Port A rotated 3 times, port B (SPAN copies of the middle 40 % of A) twice.
+        # Port A rotated 3 times, port B (SPAN copies of the middle 40 % of A, over ERSPAN) twice.
         "rotated-span": port_a + port_b,
         # RoCEv2 rotated twice, SMB over TCP rotated twice and iWARP, interleaved in time.
         "rdma-tcp": rotate(roce, tmp / "roce", 2) + rotate(smb, tmp / "smb", 2) + [iwarp],
@@ -256,6 +260,9 @@ def test_a_scheduler_with_two_worker_processes_gives_the_one_process_result(tmp_
     assert list(work.iterdir()) == []  # the run directory is removed
     assert r["totals"]["payload_bytes"] > 0 and r["totals"]["dup_ratio"] > 1
     assert [i["path"] for i in r["inputs"]] == [str(f) for f in files]
+    if case == "rotated-span":  # port B's frames came over ERSPAN, and were found duplicates of A's
+        assert set(r["tunnels"]) == {"erspan2"} and r["tunnels"]["erspan2"]["frames"] > 0
+        assert r["tcp"]["mirror_duplicate_frames"] >= r["tunnels"]["erspan2"]["frames"] // 2
     if case == "rdma-tcp":  # both transports carried payload
         assert r["rdma"]["linked_transfers"] > 0 and r["tcp"]["flows"] > 0
         assert {e["src"] for e in r["edges"] if e["payload_bytes"] > 0} >= {"owner", "127.0.0.1"}

@@ -258,6 +258,10 @@ def test_live_through_a_remote_span_equals_truth_and_offline_analysis(ready, tmp
         offline = analyze(capture.path, topo, tmp_path / "offline.json")
         check_truth(offline)
         compare_with_analyze(result, offline)
+        # Live says how its frames came too: all in VXLAN (50 bytes of tunnel a frame here).
+        assert list(result["tunnels"]) == list(offline["tunnels"]) == ["vxlan"]
+        t = result["tunnels"]["vxlan"]
+        assert 0 < t["frames"] <= offline["tunnels"]["vxlan"]["frames"] and t["bytes"] == 50 * t["frames"]
 
 
 @pytest.mark.parametrize("hook", ["tcx", "xdp"])

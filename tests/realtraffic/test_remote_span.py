@@ -46,6 +46,11 @@ def test_through_the_tunnel_the_figures_are_the_truth_and_the_local_spans(runs, 
     cats, base = r["accounting"]["categories"], local["accounting"]["categories"]
     assert cats["smb_payload"] == base["smb_payload"]
     assert cats["protocol_headers"] > base["protocol_headers"]
+    # The result says every frame came in VXLAN: outer Ethernet, IPv4, UDP and VXLAN headers,
+    # 50 bytes a frame over the lab's IPv4 underlay.
+    frames = r["inputs"][0]["frames"]
+    assert r["tunnels"] == {"vxlan": {"frames": frames, "bytes": 50 * frames}}
+    assert local["tunnels"] == {}
     # tshark opens the kernel's tunnel to the WRITEs smbwire counted.
     writes = tshark(run.capture.path, "-Y", "smb2.cmd == 9 && smb2.flags.response == 0", "-e", "smb2.msg_id")
     assert sum(len(row[0].split(",")) for row in writes) == r["smb2"]["write_req_pdus"]

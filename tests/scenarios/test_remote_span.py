@@ -64,6 +64,12 @@ def test_a_remote_mirror_session_gives_the_local_figures(encap, local, tmp_path)
     extra = acc["input_bytes"] - base["input_bytes"]
     assert extra > 0
     assert acc["categories"]["protocol_headers"] - base["categories"]["protocol_headers"] == extra
+    # The result says how the frames came: every frame in this kind of tunnel, and the tunnel's
+    # bytes are exactly what the session added to the capture.
+    frames = r["inputs"][0]["frames"]
+    assert frames == plain["inputs"][0]["frames"]
+    assert r["tunnels"] == {encap: {"frames": frames, "bytes": extra}}
+    assert plain["tunnels"] == {}
     # tshark opens the same tunnel to the same SMB2 messages.
     first = field_rows(cap, [], ["frame.protocols"])[0][0][0]
     assert first == PROTOCOLS[encap]
@@ -132,3 +138,41 @@ def test_a_frame_the_switch_cut_to_fit_its_tunnel_is_named(tmp_path):
     first = res["findings"][0]
     assert (first["code"], first["frames"]) == ("mirror_truncated", 2) and "MTU" in first["message"]
     assert res["smb2"]["payload_incomplete"] >= 1 and res["accounting"]["reconciled"] is True
+
+
+def test_the_report_says_how_the_frames_came_and_every_path_agrees(local, tmp_path):
+    """The tunnels a result names are the same whichever way it is computed: one thread or
+    two, or replayed from ledgers (`attribute` sums the ledgers' counts), and the terminal
+    report and the HTML page say so in words; a local port's report says nothing of it."""
+    erspan, r = synth_and_analyze(tmp_path, "erspan3")
+    vxlan, v = synth_and_analyze(tmp_path, "vxlan")
+    results = {}
+    for threads in (1, 2):
+        out = tmp_path / f"t{threads}.json"
+        ledger = tmp_path / f"t{threads}.parquet"
+        p = smbwire("analyze", erspan, vxlan, "-q", "--threads", threads, "--json", out, "--ledger", ledger)
+        assert p.returncode == 0, p.stderr
+        results[threads] = json.loads(out.read_text())["tunnels"]
+    both = {"erspan3": r["tunnels"]["erspan3"], "vxlan": v["tunnels"]["vxlan"]}
+    assert results[1] == results[2] == both
+    # Two ledgers, one per capture, replayed together.
+    ledgers = []
+    for cap in (erspan, vxlan):
+        ledgers.append(tmp_path / f"{cap.stem}.parquet")
+        p = smbwire("analyze", cap, "-q", "--ledger", ledgers[-1])
+        assert p.returncode == 0, p.stderr
+    p = smbwire("attribute", *ledgers, "--json", "-")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["tunnels"] == both
+    # In words.
+    p = smbwire("analyze", erspan, vxlan)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    n_e, n_v = (f"{t['frames']:,}" for t in (both["erspan3"], both["vxlan"]))
+    assert f"tunnelled: {n_e} frames in ERSPAN type III (" in text and f"{n_v} frames in VXLAN (" in text
+    html = tmp_path / "r.html"
+    p = smbwire("analyze", erspan, "-q", "--html", html)
+    assert p.returncode == 0, p.stderr
+    assert f'id="tunnels">tunnelled: {n_e} frames in ERSPAN type III' in html.read_text()
+    p = smbwire("analyze", local[0])
+    assert p.returncode == 0 and "tunnelled" not in p.stdout

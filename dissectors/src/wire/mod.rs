@@ -103,6 +103,59 @@ pub struct Decoded<'a> {
     /// Something odd but decodable (fragment, TSO zero length...): a stable anomaly name the
     /// caller should raise once for this frame.
     pub anomaly: Option<Anomaly>,
+    /// The remote mirror session or tunnel the frame was decoded from inside, if any.
+    pub tunnel: Option<Tunnelling>,
+}
+
+/// The kinds of tunnel `decode` opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tunnel {
+    /// GRE carrying Ethernet (transparent Ethernet bridging: Linux `gretap`, NVGRE).
+    Gretap,
+    /// ERSPAN type I (GRE 0x88be without a sequence number, no ERSPAN header).
+    Erspan1,
+    /// ERSPAN type II (GRE 0x88be, 8-byte ERSPAN header).
+    Erspan2,
+    /// ERSPAN type III (GRE 0x22eb, 12-byte header and optional subheader).
+    Erspan3,
+    /// GRE carrying IPv4 or IPv6 (an IP tunnel).
+    GreIp,
+    /// VXLAN (UDP 4789 or 8472).
+    Vxlan,
+}
+
+impl Tunnel {
+    /// The name the result uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tunnel::Gretap => "gretap",
+            Tunnel::Erspan1 => "erspan1",
+            Tunnel::Erspan2 => "erspan2",
+            Tunnel::Erspan3 => "erspan3",
+            Tunnel::GreIp => "gre_ip",
+            Tunnel::Vxlan => "vxlan",
+        }
+    }
+}
+
+/// How a frame arrived: the outermost tunnel, the one inside it (two are opened at most), and
+/// the bytes around the innermost frame (outer link, IP, GRE/UDP, ERSPAN/VXLAN headers of every
+/// layer, and the outer frame's trailer; part of `header_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunnelling {
+    pub outer: Tunnel,
+    pub inner: Option<Tunnel>,
+    pub bytes: u32,
+}
+
+impl Tunnelling {
+    /// The result's key: the outer kind, then the inner one after a `+` (`vxlan+erspan2`).
+    pub fn key(&self) -> String {
+        match self.inner {
+            Some(i) => format!("{}+{}", self.outer.name(), i.name()),
+            None => self.outer.name().to_string(),
+        }
+    }
 }
 
 /// What follows the link layer.
@@ -360,6 +413,7 @@ const MAX_TUNNEL_DEPTH: u8 = 2;
 
 /// A frame carried inside a tunnel: how to decode it, and a remark on it.
 struct Tunnelled<'a> {
+    kind: Tunnel,
     linktype: u32,
     frame: &'a [u8],
     anomaly: Option<Anomaly>,
@@ -377,11 +431,11 @@ fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeEr
             let p = gre::Packet::new_checked(bytes)?;
             let Ok(g) = gre::Repr::parse(&p) else { return Ok(None) };
             let inner: &'a [u8] = &bytes[p.header_len()..];
-            let (linktype, frame, anomaly) = match g.protocol {
-                gre::protocol::TEB => (linktype::ETHERNET, inner, None),
-                gre::protocol::IPV4 | gre::protocol::IPV6 => (linktype::RAW, inner, None),
+            let (kind, linktype, frame, anomaly) = match g.protocol {
+                gre::protocol::TEB => (Tunnel::Gretap, linktype::ETHERNET, inner, None),
+                gre::protocol::IPV4 | gre::protocol::IPV6 => (Tunnel::GreIp, linktype::RAW, inner, None),
                 // Type I: no ERSPAN header, no sequence number.
-                gre::protocol::ERSPAN_II if g.sequence.is_none() => (linktype::ETHERNET, inner, None),
+                gre::protocol::ERSPAN_II if g.sequence.is_none() => (Tunnel::Erspan1, linktype::ETHERNET, inner, None),
                 gre::protocol::ERSPAN_II | gre::protocol::ERSPAN_III => {
                     let e = erspan::Packet::new_checked(inner)?;
                     let linktype = match e.frame_type() {
@@ -389,11 +443,12 @@ fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeEr
                         erspan::FRAME_IP => linktype::RAW,
                         _ => return Ok(None),
                     };
-                    (linktype, &inner[e.header_len()..], e.truncated().then_some(Anomaly::ErspanTruncatedFrame))
+                    let kind = if g.protocol == gre::protocol::ERSPAN_II { Tunnel::Erspan2 } else { Tunnel::Erspan3 };
+                    (kind, linktype, &inner[e.header_len()..], e.truncated().then_some(Anomaly::ErspanTruncatedFrame))
                 }
                 _ => return Ok(None),
             };
-            Ok(Some(Tunnelled { linktype, frame, anomaly }))
+            Ok(Some(Tunnelled { kind, linktype, frame, anomaly }))
         }
         ipv4::protocol::UDP => {
             let Ok(dg) = udp::Packet::new_checked(bytes) else { return Ok(None) };
@@ -406,7 +461,7 @@ fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeEr
             if vxlan::Packet::new_checked(datagram).is_err() {
                 return Ok(None);
             }
-            Ok(Some(Tunnelled { linktype: linktype::ETHERNET, frame: &datagram[vxlan::HEADER_LEN..], anomaly: None }))
+            Ok(Some(Tunnelled { kind: Tunnel::Vxlan, linktype: linktype::ETHERNET, frame: &datagram[vxlan::HEADER_LEN..], anomaly: None }))
         }
         _ => Ok(None),
     }
@@ -434,6 +489,7 @@ fn decode_at<'a>(linktype: u32, data: &'a [u8], depth: u8) -> Result<Decoded<'a>
                 header_bytes: data.len(),
                 sig: SigParts::new(hash, SigHeader::Bytes(&[]), rest.len() as u32, rest),
                 anomaly: None,
+                tunnel: None,
             });
         }
     };
@@ -444,6 +500,7 @@ fn decode_at<'a>(linktype: u32, data: &'a [u8], depth: u8) -> Result<Decoded<'a>
         header_bytes: data.len(),
         sig: SigParts::new(layer.hash, SigHeader::Protocol(layer.protocol), layer.declared as u32, layer.payload),
         anomaly: layer.anomaly,
+        tunnel: None,
     };
     if layer.later_fragment {
         return Ok(other(&layer));
@@ -453,7 +510,14 @@ fn decode_at<'a>(linktype: u32, data: &'a [u8], depth: u8) -> Result<Decoded<'a>
             // The inner frame decoded as if captured alone; the tunnel's headers (and the
             // outer frame's trailer) join its header bytes.
             let mut inner = decode_at(t.linktype, t.frame, depth + 1)?;
-            inner.header_bytes += data.len() - t.frame.len();
+            let around = data.len() - t.frame.len();
+            inner.header_bytes += around;
+            // `decode_at` opens at most two, so the one inside has none inside it.
+            inner.tunnel = Some(Tunnelling {
+                outer: t.kind,
+                inner: inner.tunnel.map(|i| i.outer),
+                bytes: around as u32 + inner.tunnel.map_or(0, |i| i.bytes),
+            });
             inner.anomaly = inner.anomaly.or(t.anomaly).or(layer.anomaly);
             return Ok(inner);
         }
@@ -504,6 +568,7 @@ fn decode_at<'a>(linktype: u32, data: &'a [u8], depth: u8) -> Result<Decoded<'a>
         header_bytes: data.len() - payload.len(),
         sig: SigParts::new(layer.hash, SigHeader::Bytes(header), declared, payload),
         anomaly: layer.anomaly,
+        tunnel: None,
     })
 }
 
@@ -532,6 +597,7 @@ fn decode_roce_v1(data: &[u8], off: usize) -> Result<Decoded<'_>, DecodeError> {
         header_bytes: data.len() - roce.len(),
         sig: SigParts::new(hash, SigHeader::Bytes(&[]), u32::from(grh.payload_len()), after),
         anomaly: None,
+        tunnel: None,
     })
 }
 
@@ -556,6 +622,7 @@ fn decode_erf(data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 header_bytes: data.len(),
                 sig: SigParts::new(hash, SigHeader::Bytes(&[]), rec.packet.len() as u32, rec.packet),
                 anomaly: (t != erf::rtype::PAD).then_some(Anomaly::ErfUnsupportedRecordType),
+                tunnel: None,
             });
         }
     };
@@ -585,6 +652,7 @@ fn decode_infiniband(data: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         header_bytes: data.len() - s.transport.len(),
         sig: SigParts::new(hash, SigHeader::Bytes(&[]), s.transport.len() as u32, s.transport),
         anomaly: None,
+        tunnel: None,
     })
 }
 
@@ -781,16 +849,17 @@ mod tests {
         vxlan::Repr { vni: 42 }.emit(&mut vxlan::Packet::new_unchecked(&mut vx[8..]));
         let mut vx_legacy = vx;
         vx_legacy[2..4].copy_from_slice(&vxlan::PORT_LINUX_LEGACY.to_be_bytes());
-        let cases: [(&str, u8, Vec<u8>); 7] = [
-            ("gretap", ipv4::protocol::GRE, gre_header(gre::protocol::TEB, None, None)),
-            ("erspan I", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, None, None)),
-            ("erspan II", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false)))),
-            ("erspan III", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_ETHERNET, false)))),
-            ("erspan III ip", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_IP, false)))),
-            ("vxlan", ipv4::protocol::UDP, vx.to_vec()),
-            ("vxlan 8472", ipv4::protocol::UDP, vx_legacy.to_vec()),
+        let cases: [(&str, u8, Vec<u8>, Tunnel); 7] = [
+            ("gretap", ipv4::protocol::GRE, gre_header(gre::protocol::TEB, None, None), Tunnel::Gretap),
+            ("erspan I", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, None, None), Tunnel::Erspan1),
+            ("erspan II", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false))), Tunnel::Erspan2),
+            ("erspan III", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_ETHERNET, false))), Tunnel::Erspan3),
+            ("erspan III ip", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_IP, false))), Tunnel::Erspan3),
+            ("vxlan", ipv4::protocol::UDP, vx.to_vec(), Tunnel::Vxlan),
+            ("vxlan 8472", ipv4::protocol::UDP, vx_legacy.to_vec(), Tunnel::Vxlan),
         ];
-        for (name, proto, tunnel) in cases {
+        assert_eq!(plain.tunnel, None);
+        for (name, proto, tunnel, kind) in cases {
             // ERSPAN III with frame type IP carries the IP packet without its Ethernet header.
             let carried: &[u8] = if name.ends_with(" ip") { &inner[14..] } else { &inner };
             let frame = tunnelled_frame(proto, &tunnel, carried);
@@ -801,10 +870,15 @@ mod tests {
             assert_eq!(d.header_bytes + t.payload.len(), frame.len(), "{name}: every byte in one place");
             assert_eq!(d.dup_signature(), plain.dup_signature(), "{name}: the mirrored frame's signature");
             assert_eq!(d.anomaly, None, "{name}");
+            // How it came: the kind, and the bytes around the mirrored frame.
+            let bytes = (frame.len() - carried.len()) as u32;
+            assert_eq!(d.tunnel, Some(Tunnelling { outer: kind, inner: None, bytes }), "{name}");
         }
         // GRE over IP (an IP tunnel, not a mirror session) carries the inner IP packet.
         let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_header(gre::protocol::IPV4, None, None), &inner[14..]);
-        assert_eq!(tcp_of(&decode(linktype::ETHERNET, &frame).unwrap()).payload, b"SMB payload");
+        let d = decode(linktype::ETHERNET, &frame).unwrap();
+        assert_eq!(tcp_of(&d).payload, b"SMB payload");
+        assert_eq!(d.tunnel.map(|t| (t.key(), t.bytes as usize)), Some(("gre_ip".to_string(), frame.len() - inner.len() + 14)));
     }
 
     #[test]
@@ -862,8 +936,13 @@ mod tests {
         // Tunnels in tunnels: two are opened, a third is other traffic (no unbounded recursion).
         let teb = gre_header(gre::protocol::TEB, None, None);
         let once = tunnelled_frame(ipv4::protocol::GRE, &teb, &inner);
-        let twice = tunnelled_frame(ipv4::protocol::GRE, &teb, &once);
-        assert_eq!(tcp_of(&decode(linktype::ETHERNET, &twice).unwrap()).payload, b"SMB payload");
+        let vx = gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false)));
+        let twice = tunnelled_frame(ipv4::protocol::GRE, &vx, &once);
+        let d = decode(linktype::ETHERNET, &twice).unwrap();
+        assert_eq!(tcp_of(&d).payload, b"SMB payload");
+        // Both named, outer first; the bytes are those of both layers.
+        let t = d.tunnel.unwrap();
+        assert_eq!((t.key(), t.bytes as usize), ("erspan2+gretap".to_string(), twice.len() - inner.len()));
         let thrice = tunnelled_frame(ipv4::protocol::GRE, &teb, &twice);
         let d = decode(linktype::ETHERNET, &thrice).unwrap();
         assert!(matches!(d.transport, Transport::Other) && d.header_bytes == thrice.len());
