@@ -21,7 +21,7 @@ from rich.text import Text
 
 from .report import class_style
 from .tables import categories_with, traffic_classes
-from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, ratio_of, is_number, printable_tree
+from .units import DASH, fmt_bytes, fmt_count, fmt_ratio, fmt_seconds, ratio_of, is_number, printable_tree, tunnel_sentence
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -73,6 +73,9 @@ def _header(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
     t.append(f" · {fmt_count(stats.get('packets_matched'))} pkts, {fmt_bytes(stats.get('bytes_matched'))}",
              style="dim")
     out = [t]
+    tunnels = tunnel_sentence(snap)
+    if tunnels:
+        out.append(Text(tunnels, style="dim"))
     why = live.get("fallback_reason")
     if backend != "ebpf" and why:
         out.append(Text(f"eBPF not used: {why}", style="yellow"))

@@ -243,3 +243,16 @@ def test_health_and_status_line_show_the_analysed_fraction():
     # Older snapshots without the section render as before.
     del snap["live"]["analysed"]
     assert "analysed=" not in status_line(snap, now=0).replace("not_analysed=", "")
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_a_remote_mirror_session_is_named_in_the_header(width, height):
+    """Frames that came through an ERSPAN session (the engine's `tunnels`, in every snapshot)
+    are named under the header, within the terminal; a local port's view says nothing of it."""
+    snap = snapshot([edge("n1", "n2", "replication", 3 * 4 << 20, 4 << 20)])
+    text = render(snap, width, height)
+    assert "tunnelled" not in text
+    snap["tunnels"] = {"erspan2": {"frames": 123456, "bytes": 50 * 123456}}
+    text = render(snap, width, height)
+    check_fits(text, width, height)
+    assert "tunnelled: 123,456 frames in" in " ".join(text.split())

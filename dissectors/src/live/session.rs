@@ -781,6 +781,7 @@ fn view_result(view: &PipelineView, input: InputFile, started: Instant) -> Value
             "reconciled": total == input_bytes,
         }),
     );
+    out.insert("tunnels".into(), json!(view.tunnels));
     out.insert("anomalies".into(), json!(view.anomalies));
     out.insert("tcp".into(), json!(view.tcp));
     out.insert("smb2".into(), json!(view.smb2));
@@ -810,6 +811,33 @@ fn wall_now() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live snapshot names the tunnels its frames came in, as the final result does: here a
+    /// VXLAN packet (outer Ethernet, IPv4, UDP to 4789, VXLAN) holding a TCP SYN to port 445.
+    #[test]
+    fn a_snapshot_names_the_tunnels_its_frames_came_in() {
+        let mut inner = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
+        inner.extend([0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 198, 18, 0, 1, 198, 18, 0, 2]);
+        inner.extend([0xc0, 0x00, 0x01, 0xbd, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        let mut frame = vec![2, 0, 0, 0, 0, 4, 2, 0, 0, 0, 0, 3, 0x08, 0x00];
+        let ip_len = (20 + 8 + 8 + inner.len()) as u16;
+        frame.extend([0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 19, 0, 1, 198, 19, 0, 2]);
+        frame[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        // UDP 49152 -> 4789, its length, no checksum; VXLAN: the I flag, VNI 42.
+        frame.extend([0xc0, 0x00, 0x12, 0xb5]);
+        frame.extend((8 + 8 + inner.len() as u16).to_be_bytes());
+        frame.extend([0, 0]);
+        frame.extend([0x08, 0, 0, 0, 0, 0, 42, 0]);
+        frame.extend(&inner);
+        let mut p = crate::pipeline::Pipeline::new(&crate::pipeline::Config::default(), None);
+        let info = crate::capture::FrameInfo { ts_ns: 1, linktype: crate::wire::linktype::ETHERNET, orig_len: frame.len() as u32, ..Default::default() };
+        p.process(&crate::capture::RawFrame { info, data: &frame });
+        let input = InputFile { path: "span0".into(), size_bytes: frame.len() as u64, frames: 1, source: "character_device", compression: None, compressed_bytes: None };
+        let snap = view_result(&p.view(), input, Instant::now());
+        let around = frame.len() - inner.len();
+        assert_eq!(snap["tunnels"], json!({"vxlan": {"frames": 1, "bytes": around}}), "{snap}");
+        assert_eq!(snap["tcp"]["flows"], json!(1), "the SYN inside was the frame analysed");
+    }
 
     #[test]
     fn missing_interface_fails_at_start_and_leaves_no_thread() {
