@@ -1009,13 +1009,17 @@ mod tests {
     fn refuses_a_footer_whose_counts_exceed_its_bytes() {
         let dir = test_dir("footer");
         let p = dir.join("f.parquet");
+        // A file of nothing but a footer holding `meta`.
+        let footer = |meta: &[u8]| {
+            let mut f = b"PAR1".to_vec();
+            f.extend(meta);
+            f.extend((meta.len() as u32).to_le_bytes());
+            f.extend(b"PAR1");
+            std::fs::write(&p, &f).unwrap();
+            f
+        };
         // Field 40 (long form), a list: size in a varint (2^31 - 1), elements boolean; stop.
-        let meta = [0x09u8, 0x50, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00];
-        let mut f = b"PAR1".to_vec();
-        f.extend(meta);
-        f.extend((meta.len() as u32).to_le_bytes());
-        f.extend(b"PAR1");
-        std::fs::write(&p, &f).unwrap();
+        let mut f = footer(&[0x09u8, 0x50, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00]);
         let t = std::time::Instant::now();
         let e = read(p.to_str().unwrap()).err().expect("refused");
         assert!(e.0.contains("not a Parquet ledger") && e.0.contains("footer"), "{e}");
@@ -1024,22 +1028,12 @@ mod tests {
         // but those six bytes are what the parquet crate reads next (it gives a boolean element
         // no byte): a field 41 holding 2^31 - 1 booleans again. Refused as a collection of
         // booleans, which no Parquet metadata holds (six fuzz-found ledgers took 0.7 s each).
-        let meta = [0x09u8, 0x50, 0x61, 0x19, 0xf1, 0xff, 0xff, 0xff, 0x07, 0x00];
-        let mut g = b"PAR1".to_vec();
-        g.extend(meta);
-        g.extend((meta.len() as u32).to_le_bytes());
-        g.extend(b"PAR1");
-        std::fs::write(&p, &g).unwrap();
+        footer(&[0x09u8, 0x50, 0x61, 0x19, 0xf1, 0xff, 0xff, 0xff, 0x07, 0x00]);
         let e = read(p.to_str().unwrap()).err().expect("refused");
         assert!(e.0.contains("footer: metadata collection of booleans"), "{e}");
         // The same for a map whose keys or values are booleans.
         for kv in [0x15u8, 0x51] {
-            let meta = [0x0bu8, 0x50, 0x01, kv, 0x01, 0x05, 0x00];
-            let mut g = b"PAR1".to_vec();
-            g.extend(meta);
-            g.extend((meta.len() as u32).to_le_bytes());
-            g.extend(b"PAR1");
-            std::fs::write(&p, &g).unwrap();
+            footer(&[0x0bu8, 0x50, 0x01, kv, 0x01, 0x05, 0x00]);
             let e = read(p.to_str().unwrap()).err().expect("refused");
             assert!(e.0.contains("collection of booleans"), "{kv:#x}: {e}");
         }
