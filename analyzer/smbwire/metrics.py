@@ -23,6 +23,9 @@ Metrics (labels `src`, `dst` are node names, `class` a traffic class):
   smbwire could not analyse (the `not_analysed` byte categories) and every byte seen.
 - `smbwire_shed_connections` (gauge), `smbwire_shed_bytes_total` (counter): connections shed
   under overload and their wire bytes (`live.shed`, `live.analysed.shed_bytes`).
+- `smbwire_tunnel_frames_total{kind}`, `smbwire_tunnel_bytes_total{kind}` — counters: frames
+  that came inside a remote mirror session or tunnel, and the bytes around them, by the
+  engine's kind (`tunnels`: `erspan2`, `vxlan`, ...); absent for a local mirror port.
 - `smbwire_snapshot_timestamp_seconds` — gauge, when the figures were taken.
 """
 
@@ -122,6 +125,14 @@ class SnapshotCollector:
         shed = _num(_d(_d(snap.get("live")).get("shed")).get("connections"))
         if shed is not None:
             yield GaugeMetricFamily("smbwire_shed_connections", "Connections shed under overload so far.", value=shed)
+        tunnels = {k: _d(v) for k, v in _d(snap.get("tunnels")).items()}
+        if tunnels:
+            for key, doc in (("frames", "Frames that came inside a remote mirror session or tunnel, by kind."),
+                             ("bytes", "Bytes around the mirrored frames (tunnel headers), by kind.")):
+                fam = CounterMetricFamily(f"smbwire_tunnel_{key}", doc, labels=["kind"])
+                for kind, c in sorted(tunnels.items()):
+                    fam.add_metric([str(kind)], _num(c.get(key)) or 0.0)
+                yield fam
         yield GaugeMetricFamily("smbwire_snapshot_timestamp_seconds", "When the figures were taken.", value=at)
 
 

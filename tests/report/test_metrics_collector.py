@@ -22,3 +22,18 @@ def test_analysed_fraction_is_a_gauge_of_the_engines_figure():
     assert "smbwire_analysed_fraction 0.45" in text
     assert "smbwire_ring_drops_total 3.0" in text
     assert "smbwire_not_analysed_bytes_total 100.0" in text
+
+
+def test_tunnels_are_counters_by_kind_and_absent_for_a_local_port():
+    c = SnapshotCollector(frozenset())
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(c)
+    snap = {"edges": [], "totals": {}, "accounting": {"categories": {}}}
+    c.update(snap)
+    assert "smbwire_tunnel" not in generate_latest(reg).decode()
+    snap["tunnels"] = {"erspan2": {"frames": 7, "bytes": 350}, "vxlan+erspan2": {"frames": 2, "bytes": 200}}
+    c.update(snap)
+    text = generate_latest(reg).decode()
+    assert 'smbwire_tunnel_frames_total{kind="erspan2"} 7.0' in text
+    assert 'smbwire_tunnel_frames_total{kind="vxlan+erspan2"} 2.0' in text
+    assert 'smbwire_tunnel_bytes_total{kind="erspan2"} 350.0' in text
