@@ -73,57 +73,130 @@ pub fn check(outputs: &[(&str, &str)], inputs: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// An output file written under a temporary name beside its final one and renamed over it
-/// once complete (`commit`), so an interrupted or failed run leaves no half-written ledger,
-/// evidence or annotated capture, and a file of an earlier run at that name stays whole until
-/// the new one replaces it (as the command line writes `--json`, `--csv` and `--html`).
-/// Dropped without `commit`, the temporary file is removed. A path naming something that
-/// exists and is not a regular file (`/dev/null`, `/dev/stdout`, a named pipe) is written in
-/// place: a rename would put a regular file where the device or pipe was. Through a symbolic
-/// link, its target is replaced.
+/// An output file that takes its final name once complete (`commit`), so an interrupted or
+/// failed run leaves no half-written ledger, evidence or annotated capture, and a file of an
+/// earlier run at that name stays whole until the new one replaces it (as the command line
+/// writes `--json`, `--csv` and `--html`).
+///
+/// The file is created without a name (`O_TMPFILE`) in the target's directory, so a run that
+/// is killed (SIGKILL, the OOM killer, a power cut) leaves nothing behind: the kernel frees
+/// an unnamed file with its last descriptor. At `commit` it is linked under a temporary name
+/// beside the target (through `/proc/self/fd`) and renamed over it, an instant's window. On a
+/// filesystem without `O_TMPFILE` (NFS, some FUSE), or without `/proc`, it is written under a
+/// temporary name from the start (`.smbwire-PID-...tmp`, removed if the run ends without
+/// `commit`, left only by a killed process). A path naming something that exists and is not
+/// a regular file (`/dev/null`, `/dev/stdout`, a named pipe) is written in place: a rename
+/// would put a regular file where the device or pipe was. Through a symbolic link, its target
+/// is replaced.
 pub struct Staged {
-    /// The temporary file and the final path (`None`: written in place).
-    names: Option<(PathBuf, PathBuf)>,
+    how: How,
+}
+
+enum How {
+    /// A device, pipe or other non-regular file, written in place.
+    InPlace,
+    /// A file without a name in `dir` (kept open here, so it lives until `commit` even when
+    /// the caller's handle is closed first), to be named `target`.
+    Unnamed { file: File, dir: PathBuf, target: PathBuf },
+    /// A temporary name beside `target`.
+    Named { tmp: PathBuf, target: PathBuf },
+    /// Committed or given up.
+    Done,
+}
+
+/// A fresh temporary name in `dir` (the process, the time and a counter: unique enough that a
+/// clash means another process's file, and the caller tries the next one).
+fn temporary_name(dir: &Path) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    dir.join(format!(".smbwire-{:x}-{nanos:x}-{n}.tmp", std::process::id()))
+}
+
+/// `f(name)` with fresh temporary names in `dir` until it does not find the name taken.
+fn with_free_name<T>(dir: &Path, mut f: impl FnMut(&Path) -> std::io::Result<T>) -> std::io::Result<(T, PathBuf)> {
+    let mut last = None;
+    for _ in 0..100 {
+        let tmp = temporary_name(dir);
+        match f(&tmp) {
+            Ok(v) => return Ok((v, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+}
+
+/// The path through which an open file can be linked into a directory: `/proc/self/fd/N`.
+fn fd_path(file: &File) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// linkat(2) following `/proc/self/fd/N` to the open file (no privilege needed, unlike
+/// `AT_EMPTY_PATH`).
+fn link_open_file(file: &File, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(fd_path(file).as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let to = std::ffi::CString::new(to.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: both are valid NUL-terminated paths for the duration of the call.
+    let r = unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 impl Staged {
     /// Opens the file to write to for `path`, with `mode` (before the umask) when created.
     pub fn create(path: &str, mode: u32) -> std::io::Result<(File, Staged)> {
+        Staged::create_as(path, mode, true)
+    }
+
+    /// `create`, trying an unnamed file first or not (tests: the fallback).
+    fn create_as(path: &str, mode: u32, unnamed: bool) -> std::io::Result<(File, Staged)> {
         if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
             let f = OpenOptions::new().write(true).truncate(true).open(path)?;
-            return Ok((f, Staged { names: None }));
+            return Ok((f, Staged { how: How::InPlace }));
         }
         let target = std::fs::canonicalize(path).unwrap_or_else(|_| PathBuf::from(path));
         let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
-        static N: AtomicU64 = AtomicU64::new(0);
-        let mut last = None;
-        for _ in 0..100 {
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-            let tmp = dir.join(format!(".smbwire-{:x}-{nanos:x}-{n}.tmp", std::process::id()));
-            match OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_CLOEXEC).open(&tmp) {
-                Ok(f) => return Ok((f, Staged { names: Some((tmp, target)) })),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(e),
+        let file = OpenOptions::new().write(true).mode(mode).custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC).open(&dir);
+        if let (true, Ok(f)) = (unnamed, file) {
+            if let Ok(keep) = f.try_clone() {
+                if fd_path(&keep).exists() {
+                    return Ok((f, Staged { how: How::Unnamed { file: keep, dir, target } }));
+                }
             }
         }
-        Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+        let (f, tmp) = with_free_name(&dir, |tmp| {
+            OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc::O_CLOEXEC).open(tmp)
+        })?;
+        Ok((f, Staged { how: How::Named { tmp, target } }))
     }
 
     /// Puts the written file in place (its data written out first by the caller).
     pub fn commit(mut self) -> std::io::Result<()> {
-        match self.names.take() {
-            Some((tmp, target)) => std::fs::rename(&tmp, &target).inspect_err(|_| {
+        match std::mem::replace(&mut self.how, How::Done) {
+            How::Unnamed { file, dir, target } => {
+                let ((), tmp) = with_free_name(&dir, |tmp| link_open_file(&file, tmp))?;
+                std::fs::rename(&tmp, &target).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&tmp);
+                })
+            }
+            How::Named { tmp, target } => std::fs::rename(&tmp, &target).inspect_err(|_| {
                 let _ = std::fs::remove_file(&tmp);
             }),
-            None => Ok(()),
+            How::InPlace | How::Done => Ok(()),
         }
     }
 }
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if let Some((tmp, _)) = self.names.take() {
+        // An unnamed file goes with its last descriptor; a named one is removed.
+        if let How::Named { tmp, .. } = std::mem::replace(&mut self.how, How::Done) {
             let _ = std::fs::remove_file(tmp);
         }
     }
@@ -283,22 +356,38 @@ mod tests {
 
     #[test]
     fn a_staged_file_appears_whole_at_commit_and_not_at_all_without() {
-        let d = dir();
-        let out = s(&d.path().join("ledger.parquet"));
-        std::fs::write(&out, b"earlier run").unwrap();
-        let (mut f, staged) = Staged::create(&out, 0o600).unwrap();
-        f.write_all(b"new").unwrap();
-        assert_eq!(std::fs::read(&out).unwrap(), b"earlier run", "the earlier file stays whole meanwhile");
-        assert_eq!(names_in(d.path()).len(), 2);
-        drop(staged); // interrupted
-        assert_eq!(names_in(d.path()), ["ledger.parquet"]);
-        assert_eq!(std::fs::read(&out).unwrap(), b"earlier run");
-        let (mut f, staged) = Staged::create(&out, 0o600).unwrap();
-        f.write_all(b"new").unwrap();
-        staged.commit().unwrap();
-        assert_eq!(std::fs::read(&out).unwrap(), b"new");
-        assert_eq!(names_in(d.path()), ["ledger.parquet"]);
-        assert_eq!(std::fs::metadata(&out).unwrap().mode() & 0o777, 0o600);
+        // Unnamed until its commit (O_TMPFILE, on this test's filesystem), and with a temporary
+        // name beside the target where the filesystem has no O_TMPFILE.
+        for unnamed in [true, false] {
+            let d = dir();
+            let out = s(&d.path().join("ledger.parquet"));
+            std::fs::write(&out, b"earlier run").unwrap();
+            let (mut f, staged) = Staged::create_as(&out, 0o600, unnamed).unwrap();
+            assert_eq!(matches!(staged.how, How::Unnamed { .. }), unnamed);
+            f.write_all(b"new").unwrap();
+            assert_eq!(std::fs::read(&out).unwrap(), b"earlier run", "the earlier file stays whole meanwhile");
+            // While written, an unnamed file leaves nothing a kill could leave behind.
+            assert_eq!(names_in(d.path()).len(), if unnamed { 1 } else { 2 });
+            drop(staged); // interrupted
+            assert_eq!(names_in(d.path()), ["ledger.parquet"]);
+            assert_eq!(std::fs::read(&out).unwrap(), b"earlier run");
+            let (mut f, staged) = Staged::create_as(&out, 0o600, unnamed).unwrap();
+            f.write_all(b"new").unwrap();
+            // The writer's handle closed before the commit (as the ledger's Parquet writer does):
+            // the unnamed file lives on in the one `Staged` keeps.
+            drop(f);
+            staged.commit().unwrap();
+            assert_eq!(std::fs::read(&out).unwrap(), b"new");
+            assert_eq!(names_in(d.path()), ["ledger.parquet"]);
+            assert_eq!(std::fs::metadata(&out).unwrap().mode() & 0o777, 0o600);
+            // A new path, committed: the file and nothing else.
+            let fresh = s(&d.path().join("fresh.json"));
+            let (mut f, staged) = Staged::create_as(&fresh, 0o644, unnamed).unwrap();
+            f.write_all(b"{}").unwrap();
+            staged.commit().unwrap();
+            assert_eq!(std::fs::read(&fresh).unwrap(), b"{}");
+            assert_eq!(names_in(d.path()), ["fresh.json", "ledger.parquet"]);
+        }
     }
 
     #[test]
