@@ -30,12 +30,13 @@
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
 #define IPPROTO_GRE_ 47
-/* Remote mirror sessions (wire/gre.rs, wire/erspan.rs, wire/vxlan.rs in user space). */
+/* Remote mirror sessions (wire/gre.rs, wire/erspan.rs, wire/vxlan.rs, wire/geneve.rs in user space). */
 #define GRE_P_TEB 0x6558
 #define GRE_P_ERSPAN_II 0x88BE
 #define GRE_P_ERSPAN_III 0x22EB
 #define VXLAN_PORT 4789
 #define VXLAN_PORT_LINUX_LEGACY 8472
+#define GENEVE_PORT 6081
 /* classify_at's answer when the frame is a tunnel: look again at the frame inside. */
 #define CLASSIFY_TUNNEL 2
 #define BTH_NEXT_HEADER 0x1b
@@ -185,7 +186,8 @@ static __always_inline __u16 ip_ethertype(const struct pkt *p, __u32 off)
 }
 
 /* A remote mirror session's tunnel in the IP payload at `off` (protocol `l4`): GRE
- * carrying Ethernet (gretap, ERSPAN I-III) or IP, or VXLAN (UDP to 4789, or Linux's 8472). Sets the inner
+ * carrying Ethernet (gretap, ERSPAN I-III) or IP, VXLAN (UDP to 4789, or Linux's 8472), or
+ * GENEVE version 0 (UDP to 6081) carrying Ethernet or IP after its options. Sets the inner
  * frame's offset and, when it starts at IP rather than Ethernet, its EtherType; returns 1. */
 static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __u32 *inner,
 				     __u16 *inner_type)
@@ -193,10 +195,25 @@ static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __
 	*inner_type = 0;
 	if (l4 == IPPROTO_UDP_) {
 		__u16 dport;
-		__u8 flags;
-		if (load(p, off + 2, &dport, 2) ||
-		    (bpf_ntohs(dport) != VXLAN_PORT && bpf_ntohs(dport) != VXLAN_PORT_LINUX_LEGACY) ||
-		    load(p, off + 8, &flags, 1) || !(flags & 0x08))
+		__u8 h[4];
+		if (load(p, off + 2, &dport, 2))
+			return 0;
+		dport = bpf_ntohs(dport);
+		if (dport == GENEVE_PORT) {
+			if (load(p, off + 8, h, 4) || (h[0] >> 6) != 0)
+				return 0;
+			__u32 in = off + 16 + (__u32)(h[0] & 0x3f) * 4;
+			__u16 proto = ((__u16)h[2] << 8) | h[3];
+			*inner = in;
+			if (proto == GRE_P_TEB)
+				return 1;
+			if (proto != ETH_P_IP && proto != ETH_P_IPV6)
+				return 0;
+			*inner_type = ip_ethertype(p, in);
+			return *inner_type != 0;
+		}
+		if ((dport != VXLAN_PORT && dport != VXLAN_PORT_LINUX_LEGACY) ||
+		    load(p, off + 8, h, 1) || !(h[0] & 0x08))
 			return 0;
 		*inner = off + 16;
 		return 1;

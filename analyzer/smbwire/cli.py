@@ -803,7 +803,7 @@ class _SynthCommand(click.Command):
                    "lz77huffman or chained (Pattern_V1 + LZ77); implies dialect 3.1.1.")
 @click.option("--encap", metavar="KIND",
               help="Deliver the frames as a remote mirror session does: gretap, erspan1, erspan2, erspan3 "
-                   "(GRE) or vxlan (UDP 4789); none (default) is a local mirror port.")
+                   "(GRE), vxlan (UDP 4789) or geneve (UDP 6081); none (default) is a local mirror port.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
           retransmit: float | None, reorder: float | None, seed: int | None, zero_fill: float | None,
           transport: str | None, topology_out: str | None, truth_out: str | None,

@@ -239,6 +239,7 @@ _TUNNEL_NAMES = {
     "erspan3": "ERSPAN type III",
     "gre_ip": "GRE (IP)",
     "vxlan": "VXLAN",
+    "geneve": "GENEVE",
 }
 
 

@@ -2,7 +2,7 @@
 //! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
 
 use smbwire_dissectors::rdma::{cm, ib};
-use smbwire_dissectors::wire::{erspan, ethernet, gre, ipv4, ipv6, tcp, udp, vxlan};
+use smbwire_dissectors::wire::{erspan, ethernet, geneve, gre, ipv4, ipv6, tcp, udp, vxlan};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
@@ -294,6 +294,8 @@ pub enum Encap {
     Erspan3,
     /// VXLAN, UDP port 4789.
     Vxlan,
+    /// GENEVE, UDP port 6081, carrying Ethernet, with one option (as OVN adds its own).
+    Geneve,
 }
 
 impl Encap {
@@ -305,9 +307,10 @@ impl Encap {
             "erspan2" => Encap::Erspan2,
             "erspan3" => Encap::Erspan3,
             "vxlan" => Encap::Vxlan,
+            "geneve" => Encap::Geneve,
             other => {
                 return Err(format!(
-                    "unknown encap {other:?} (\"none\", \"gretap\", \"erspan1\", \"erspan2\", \"erspan3\" or \"vxlan\")"
+                    "unknown encap {other:?} (\"none\", \"gretap\", \"erspan1\", \"erspan2\", \"erspan3\", \"vxlan\" or \"geneve\")"
                 ))
             }
         })
@@ -343,6 +346,19 @@ impl Tunnel {
             vxlan::Repr { vni: u32::from(SESSION) }.emit(&mut vxlan::Packet::new_unchecked(&mut header[..]));
             let mut b = FrameBuilder { frame: std::mem::take(&mut self.frame), payload: Vec::new() };
             b.udp_frame(&switch, &collector, seq as u16, 0, &[&header, inner], 0);
+            self.frame = b.frame;
+            return &self.frame;
+        }
+        if self.kind == Encap::Geneve {
+            // One option: class 0x0102 (OVN's), type 0x01, one word of data (the sequence).
+            let mut option = [0x01, 0x02, 0x01, 0x01, 0, 0, 0, 0];
+            option[4..].copy_from_slice(&seq.to_be_bytes());
+            let g = geneve::Repr { protocol: gre::protocol::TEB, vni: u32::from(SESSION), oam: false, critical: false, options: &option };
+            let mut header = [0u8; geneve::HEADER_LEN + 8];
+            g.emit(&mut geneve::Packet::new_unchecked(&mut header[..]));
+            let to = Endpoint { port: geneve::PORT, ..collector };
+            let mut b = FrameBuilder { frame: std::mem::take(&mut self.frame), payload: Vec::new() };
+            b.udp_frame(&switch, &to, seq as u16, 0, &[&header, inner], 0);
             self.frame = b.frame;
             return &self.frame;
         }

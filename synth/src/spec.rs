@@ -80,7 +80,7 @@ pub struct Spec {
     pub compression: String,
     /// How the capture point receives the frames (`Tunnel`): "none" (a local mirror port),
     /// or from a remote mirror session: "gretap" (GRE, transparent Ethernet bridging),
-    /// "erspan1", "erspan2", "erspan3" (ERSPAN types I-III over GRE) or "vxlan" (UDP 4789).
+    /// "erspan1", "erspan2", "erspan3" (ERSPAN types I-III over GRE), "vxlan" (UDP 4789) or "geneve" (UDP 6081).
     /// Ethernet transports only (not "infiniband").
     pub encap: String,
 }

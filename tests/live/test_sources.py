@@ -414,9 +414,16 @@ def vxlan(inner, port=4789):
     return udp(49152, port, 0)[:4] + struct.pack("!HH", 16 + len(inner), 0) + struct.pack("!II", 0x08000000, 42 << 8) + inner
 
 
+def geneve(inner, protocol=0x6558, version=0, options=b"\x01\x02\x01\x01\x00\x00\x00\x07"):
+    """GENEVE (RFC 8926) to port 6081: version, options length in words, the payload's
+    EtherType, VNI 42, then the options (one by default, as OVN adds)."""
+    header = struct.pack("!BBHI", (version << 6) | len(options) // 4, 0, protocol, 42 << 8) + options
+    return udp(49152, 6081, 0)[:4] + struct.pack("!HH", 8 + len(header) + len(inner), 0) + header + inner
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, backend):
-    """A remote mirror session's copies (gretap, ERSPAN II and III, GRE over IP, VXLAN) are
+    """A remote mirror session's copies (gretap, ERSPAN II and III, GRE over IP, VXLAN, GENEVE) are
     storage traffic when the frame inside is, counted whole (the tunnel's bytes are on the
     wire) under the inner frame's flow; a tunnel of something else, a GRE this program does
     not follow, and a tunnel in a tunnel are not copied."""
@@ -429,6 +436,8 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(47, gre(0x0800, 0x20, struct.pack("!I", 9)) + inner_ipv4("198.18.8.1", "198.18.8.2", 6, tcp(445, 50003))),
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.9.1", "198.18.9.2", 6, tcp(50004, 445)))),
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.10.1", "198.18.10.2", 6, tcp(50005, 445)), 8472)),
+        ether(lab, 0x0800) + ipv4(17, geneve(inner_ether() + inner_ipv4("198.18.11.1", "198.18.11.2", 6, tcp(50006, 445)))),
+        ether(lab, 0x0800) + ipv4(17, geneve(inner_ipv4("198.18.12.1", "198.18.12.2", 6, tcp(50007, 445)), 0x0800, options=b"")),
     ]
     unmatched = [
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.9.1", "198.18.9.2", 6, tcp(50004, 8080)))),
@@ -436,6 +445,8 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(47, gre(0x8847) + bytes(4) + t445),  # MPLS
         ether(lab, 0x0800) + ipv4(47, struct.pack("!BBH", 0x30, 0x01, 0x880B) + bytes(8) + t445),  # PPTP (version 1)
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.3.1", "198.18.3.2", 47, gre(0x6558) + inner_ether() + t445))),
+        ether(lab, 0x0800) + ipv4(17, geneve(inner_ether() + t445, version=1)),  # a GENEVE version that does not exist
+        ether(lab, 0x0800) + ipv4(17, geneve(bytes(4) + t445, protocol=0x8847)),  # MPLS in GENEVE
     ]
     cap = Capture(livecat, lab, backend)
     lab.inject(matched * 5 + unmatched * 3)
@@ -454,6 +465,8 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         "198.18.8.1:445 > 198.18.8.2:50003 tcp",
         "198.18.9.1:50004 > 198.18.9.2:445 tcp",
         "198.18.10.1:50005 > 198.18.10.2:445 tcp",
+        "198.18.11.1:50006 > 198.18.11.2:445 tcp",
+        "198.18.12.1:50007 > 198.18.12.2:445 tcp",
     ])
     assert all(f["packets"] == 5 for f in st["flows"])
 

@@ -1,9 +1,9 @@
 """Remote mirror sessions: a switch that sends its SPAN copies to a collector inside a tunnel
-(ERSPAN types I-III and `gretap` over GRE, VXLAN over UDP 4789) must give the figures the
-same traffic gives from a local mirror port. The capture is `smbwire synth --encap`, whose
-tunnel headers are written by the engine's encoders (`wire::gre`, `wire::erspan`,
-`wire::vxlan`); tshark, the independent oracle, must open every tunnel to the same SMB2
-messages, and must read the session's fields as written."""
+(ERSPAN types I-III and `gretap` over GRE, VXLAN over UDP 4789, GENEVE over UDP 6081) must
+give the figures the same traffic gives from a local mirror port. The capture is `smbwire
+synth --encap`, whose tunnel headers are written by the engine's encoders (`wire::gre`,
+`wire::erspan`, `wire::vxlan`, `wire::geneve`); tshark, the independent oracle, must open
+every tunnel to the same SMB2 messages, and must read the session's fields as written."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ import pytest
 
 from tshark_oracle import SMB2_WRITE, field_rows, pdu_counts, write_length_sum
 
-KINDS = ["gretap", "erspan1", "erspan2", "erspan3", "vxlan"]
+KINDS = ["gretap", "erspan1", "erspan2", "erspan3", "vxlan", "geneve"]
 PROTOCOLS = {
     "gretap": "eth:ethertype:ip:gre:eth:ethertype:ip:tcp",
     "erspan1": "eth:ethertype:ip:gre:erspan:eth:ethertype:ip:tcp",
     "erspan2": "eth:ethertype:ip:gre:erspan:eth:ethertype:ip:tcp",
     "erspan3": "eth:ethertype:ip:gre:erspan:eth:ethertype:ip:tcp",
     "vxlan": "eth:ethertype:ip:udp:vxlan:eth:ethertype:ip:tcp",
+    "geneve": "eth:ethertype:ip:udp:geneve:eth:ethertype:ip:tcp",
 }
 
 
@@ -90,6 +91,10 @@ def test_tshark_reads_the_session_fields_as_written(tmp_path):
     cap, _ = synth_and_analyze(tmp_path, "vxlan")
     rows = field_rows(cap, [], ["vxlan.vni", "udp.dstport"])
     assert {(r[0][0], r[1][0]) for r in rows} == {("42", "4789")}
+    cap, _ = synth_and_analyze(tmp_path, "geneve")
+    rows = field_rows(cap, [], ["geneve.version", "geneve.vni", "geneve.proto_type", "geneve.option.class",
+                                "geneve.option.length", "udp.dstport"])
+    assert {tuple(c[0] for c in r) for r in rows} == {("0", "0x00002a", "0x6558", "0x0102", "8", "6081")}
 
 
 def test_mirror_duplicates_through_a_tunnel_are_removed(local, tmp_path):

@@ -89,7 +89,21 @@ fn ip_ethertype(frame: &[u8], off: usize) -> Option<u16> {
 /// The tunnel in the IP payload at `off` (protocol `l4`), as `tunnel_at` in the kernel program.
 fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
     if l4 == PROTO_UDP {
-        if !crate::wire::vxlan::is_port(be16(frame, off + 2)?) || *frame.get(off + 8)? & 0x08 == 0 {
+        let port = be16(frame, off + 2)?;
+        if port == crate::wire::geneve::PORT {
+            // Version 0; the frame after the options: Ethernet, or IP by its version.
+            let h = frame.get(off + 8..off + 12)?;
+            if h[0] >> 6 != crate::wire::geneve::VERSION {
+                return None;
+            }
+            let inner = off + 16 + usize::from(h[0] & 0x3f) * 4;
+            return match u16::from_be_bytes([h[2], h[3]]) {
+                GRE_P_TEB => Some((inner, None)),
+                ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Some((inner, Some(ip_ethertype(frame, inner)?))),
+                _ => None,
+            };
+        }
+        if !crate::wire::vxlan::is_port(port) || *frame.get(off + 8)? & 0x08 == 0 {
             return None;
         }
         return Some((off + 16, None));
@@ -359,7 +373,9 @@ mod tests {
         let vxlan = [0xc0, 0, 0x12, 0xb5, 0, 0, 0, 0, 0x08, 0, 0, 0, 0, 0, 42, 0];
         let mut vxlan_legacy = vxlan;
         vxlan_legacy[2..4].copy_from_slice(&8472u16.to_be_bytes());
-        for (proto, tunnel) in [(47u8, &gretap[..]), (47, &erspan2[..]), (47, &erspan1[..]), (17, &vxlan[..]), (17, &vxlan_legacy[..])] {
+        // GENEVE with one option (8 bytes), carrying Ethernet.
+        let geneve = [0xc0, 0, 0x17, 0xc1, 0, 0, 0, 0, 0x02, 0, 0x65, 0x58, 0, 0, 42, 0, 1, 2, 1, 1, 0, 0, 0, 7];
+        for (proto, tunnel) in [(47u8, &gretap[..]), (47, &erspan2[..]), (47, &erspan1[..]), (17, &vxlan[..]), (17, &vxlan_legacy[..]), (17, &geneve[..])] {
             let f = tunnelled(proto, tunnel, &inner);
             let i = inspect(&f, PORTS);
             assert_eq!(i.key.unwrap().to_string(), want, "{tunnel:?}");
@@ -370,6 +386,16 @@ mod tests {
         let ip = ipv4(6, 0x4000, 50000, 445);
         assert_eq!(classify(&tunnelled(47, &erspan3_ip, &ip), PORTS).unwrap().to_string(), want);
         assert_eq!(classify(&tunnelled(47, &[0x20, 0, 8, 0, 0, 0, 0, 9], &ip), PORTS).unwrap().to_string(), want);
+        // GENEVE carrying IPv4 without options; another GENEVE version, or a payload of
+        // another protocol, is not looked into.
+        let geneve_ip = [0xc0, 0, 0x17, 0xc1, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 42, 0];
+        assert_eq!(classify(&tunnelled(17, &geneve_ip, &ip), PORTS).unwrap().to_string(), want);
+        let mut v1 = geneve_ip;
+        v1[8] = 0x40;
+        assert!(classify(&tunnelled(17, &v1, &ip), PORTS).is_none());
+        let mut mpls = geneve_ip;
+        mpls[10..12].copy_from_slice(&[0x88, 0x47]);
+        assert!(classify(&tunnelled(17, &mpls, &ip), PORTS).is_none());
         // Not storage inside, a GRE not followed (MPLS, version 1), a tunnel in a tunnel.
         let mut other = eth(0x0800);
         other.extend(ipv4(6, 0x4000, 50000, 8080));

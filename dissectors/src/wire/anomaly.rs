@@ -24,6 +24,8 @@ crate::anomaly::anomalies! {
         EthernetTooManyVlanTags = "ethernet.too_many_vlan_tags",
         EthernetTruncated = "ethernet.truncated",
         EthernetVlanTruncated = "ethernet.vlan_truncated",
+        GeneveBadVersion = "geneve.bad_version",
+        GeneveTruncated = "geneve.truncated",
         GreTruncated = "gre.truncated",
         GreUnsupported = "gre.unsupported",
         InfinibandBadGrhVersion = "infiniband.bad_grh_version",

@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod erf;
 pub mod erspan;
 pub mod ethernet;
+pub mod geneve;
 pub mod gre;
 pub mod infiniband;
 pub mod ipoib;
@@ -122,6 +123,8 @@ pub enum Tunnel {
     GreIp,
     /// VXLAN (UDP 4789 or 8472).
     Vxlan,
+    /// GENEVE (UDP 6081), carrying Ethernet or IP.
+    Geneve,
 }
 
 impl Tunnel {
@@ -134,6 +137,7 @@ impl Tunnel {
             Tunnel::Erspan3 => "erspan3",
             Tunnel::GreIp => "gre_ip",
             Tunnel::Vxlan => "vxlan",
+            Tunnel::Geneve => "geneve",
         }
     }
 }
@@ -452,11 +456,23 @@ fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeEr
         }
         ipv4::protocol::UDP => {
             let Ok(dg) = udp::Packet::new_checked(bytes) else { return Ok(None) };
-            if !vxlan::is_port(dg.dst_port()) {
+            let port = dg.dst_port();
+            if !vxlan::is_port(port) && port != geneve::PORT {
                 return Ok(None);
             }
             let end = usize::from(dg.len()).min(bytes.len());
             let datagram: &'a [u8] = &bytes[udp::HEADER_LEN..end];
+            if port == geneve::PORT {
+                // Anything else sent to the port (another version, a cut header) is plain UDP,
+                // and so is a payload other than Ethernet or IP.
+                let Ok(g) = geneve::Packet::new_checked(datagram) else { return Ok(None) };
+                let linktype = match g.protocol() {
+                    gre::protocol::TEB => linktype::ETHERNET,
+                    gre::protocol::IPV4 | gre::protocol::IPV6 => linktype::RAW,
+                    _ => return Ok(None),
+                };
+                return Ok(Some(Tunnelled { kind: Tunnel::Geneve, linktype, frame: &datagram[g.header_len()..], anomaly: None }));
+            }
             // Anything else sent to the port is plain UDP.
             if vxlan::Packet::new_checked(datagram).is_err() {
                 return Ok(None);
@@ -849,7 +865,22 @@ mod tests {
         vxlan::Repr { vni: 42 }.emit(&mut vxlan::Packet::new_unchecked(&mut vx[8..]));
         let mut vx_legacy = vx;
         vx_legacy[2..4].copy_from_slice(&vxlan::PORT_LINUX_LEGACY.to_be_bytes());
-        let cases: [(&str, u8, Vec<u8>, Tunnel); 7] = [
+        // GENEVE with one 8-byte option, carrying Ethernet; and without options, carrying IP.
+        let geneve_header = |protocol: u16, options: &[u8], carried: usize| {
+            let g = geneve::Repr { protocol, vni: 42, oam: false, critical: false, options };
+            let mut h = vec![0u8; 8 + g.header_len()];
+            udp::Repr { src_port: 49152, dst_port: geneve::PORT, payload: &[] }.emit(
+                &mut udp::Packet::new_unchecked(&mut h[..]),
+                IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+                IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
+            );
+            udp::Packet::new_unchecked(&mut h[..]).set_len((8 + g.header_len() + carried) as u16);
+            g.emit(&mut geneve::Packet::new_unchecked(&mut h[8..]));
+            h
+        };
+        let gn = geneve_header(gre::protocol::TEB, &[0x01, 0x02, 0x03, 0x01, 1, 2, 3, 4], inner.len());
+        let gn_ip = geneve_header(gre::protocol::IPV4, &[], inner.len() - 14);
+        let cases: [(&str, u8, Vec<u8>, Tunnel); 9] = [
             ("gretap", ipv4::protocol::GRE, gre_header(gre::protocol::TEB, None, None), Tunnel::Gretap),
             ("erspan I", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, None, None), Tunnel::Erspan1),
             ("erspan II", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false))), Tunnel::Erspan2),
@@ -857,6 +888,8 @@ mod tests {
             ("erspan III ip", ipv4::protocol::GRE, gre_header(gre::protocol::ERSPAN_III, Some(1), Some(erspan_repr(erspan::VERSION_III, erspan::FRAME_IP, false))), Tunnel::Erspan3),
             ("vxlan", ipv4::protocol::UDP, vx.to_vec(), Tunnel::Vxlan),
             ("vxlan 8472", ipv4::protocol::UDP, vx_legacy.to_vec(), Tunnel::Vxlan),
+            ("geneve", ipv4::protocol::UDP, gn, Tunnel::Geneve),
+            ("geneve ip", ipv4::protocol::UDP, gn_ip, Tunnel::Geneve),
         ];
         assert_eq!(plain.tunnel, None);
         for (name, proto, tunnel, kind) in cases {
@@ -932,6 +965,18 @@ mod tests {
             let frame = tunnelled_frame(ipv4::protocol::GRE, &tunnel, &inner);
             let d = decode(linktype::ETHERNET, &frame).unwrap();
             assert!(matches!(d.transport, Transport::Other) && d.header_bytes == frame.len());
+        }
+        // UDP to GENEVE's port that is not GENEVE version 0 carrying Ethernet or IP, or whose
+        // options run past the datagram: plain UDP, not opened.
+        let mut h = vec![0xc0, 0x00, 0x17, 0xc1, 0, 0, 0, 0, 0x00, 0x00, 0x65, 0x58, 0, 0, 42, 0];
+        h[4..6].copy_from_slice(&((16 + inner.len()) as u16).to_be_bytes());
+        assert_eq!(decode(linktype::ETHERNET, &tunnelled_frame(ipv4::protocol::UDP, &h, &inner)).unwrap().tunnel.map(|t| t.outer), Some(Tunnel::Geneve));
+        for (at, byte) in [(8, 0x40), (10, 0x88), (8, 0x3f)] {
+            let mut bad = h.clone();
+            bad[at] = byte;
+            let frame = tunnelled_frame(ipv4::protocol::UDP, &bad, &inner);
+            let d = decode(linktype::ETHERNET, &frame).unwrap();
+            assert!(matches!(d.transport, Transport::Udp(u) if u.dst_port == geneve::PORT) && d.tunnel.is_none(), "{at} {byte:#x}");
         }
         // Tunnels in tunnels: two are opened, a third is other traffic (no unbounded recursion).
         let teb = gre_header(gre::protocol::TEB, None, None);
@@ -1311,6 +1356,24 @@ mod tests {
                 }
                 eth.extend_from_slice(&ip);
                 check(linktype::ETHERNET, &eth)?;
+            }
+
+            /// UDP to the tunnels' ports (VXLAN, GENEVE) with random headers and contents, the
+            /// UDP length honest or not: opened, taken as plain UDP, or refused, never a panic.
+            #[test]
+            fn decode_never_panics_on_udp_tunnels(
+                port in proptest::sample::select(&[4789u16, 8472, 6081][..]), honest in any::<bool>(),
+                udp_len in any::<u16>(), tail in proptest::collection::vec(any::<u8>(), 0..300),
+            ) {
+                let len = if honest { (8 + tail.len()) as u16 } else { udp_len };
+                let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 19, 0, 1, 198, 19, 0, 2];
+                ip[2..4].copy_from_slice(&((28 + tail.len()) as u16).to_be_bytes());
+                ip.extend_from_slice(&[0xc0, 0x00]);
+                ip.extend_from_slice(&port.to_be_bytes());
+                ip.extend_from_slice(&len.to_be_bytes());
+                ip.extend_from_slice(&[0, 0]);
+                ip.extend_from_slice(&tail);
+                check(linktype::RAW, &ip)?;
             }
         }
     }
