@@ -37,3 +37,57 @@ def test_tunnels_are_counters_by_kind_and_absent_for_a_local_port():
     assert 'smbwire_tunnel_frames_total{kind="erspan2"} 7.0' in text
     assert 'smbwire_tunnel_frames_total{kind="vxlan+erspan2"} 2.0' in text
     assert 'smbwire_tunnel_bytes_total{kind="erspan2"} 350.0' in text
+
+
+def test_the_grafana_dashboard_asks_only_for_what_the_collector_exports():
+    """docs/grafana/smbwire-live.json: every metric its queries name is one the collector
+    serves, with the labels the queries group, filter and label by; counters are read with
+    rate(), gauges as they are; the panels fill the grid without overlapping and all use the
+    dashboard's Prometheus data source variable."""
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from smbwire.metrics import KINDS
+
+    dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana" / "smbwire-live.json").read_text())
+    c = SnapshotCollector(frozenset({"smb_encrypted"}))
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(c)
+    c.update({"edges": [{"src": "n1", "dst": "n2", "class": "replication", "sends": 3, "dup_ratio": 2.0,
+                         "unique_bytes": 1, "per_copy_duplicate_bytes": 1, "repeated_content_bytes": 0, "trivial_bytes": 0}],
+              "totals": {"dup_ratio": 2.0, "amplification": 2.0}, "tunnels": {"erspan2": {"frames": 1, "bytes": 50}},
+              "tcp": {"gaps": 0, "gap_bytes": 0}, "rdma": {"gaps": 0},
+              "accounting": {"categories": {"smb_encrypted": 0}, "input_bytes": 10},
+              "live": {"stats": {}, "analysed": {"fraction": 1.0, "shed_bytes": 0}, "shed": {"connections": 0}}})
+    served: dict[str, tuple[str, set[str]]] = {}
+    for fam in text_string_to_metric_families(generate_latest(reg).decode()):
+        for s in fam.samples:
+            served.setdefault(s.name, (fam.type, set()))[1].update(s.labels)
+    panels = dash["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not (mine & cells), f"{p['title']} overlaps another panel"
+        cells |= mine
+        assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+        for t in p["targets"]:
+            expr, legend = t["expr"], t["legendFormat"]
+            names = re.findall(r"\bsmbwire_[a-z_]+", expr)
+            assert names, expr
+            for name in names:
+                assert name in served, f"{name} is not served"
+                kind, labels = served[name]
+                rated = re.search(rf"rate\({name}\b", expr) is not None
+                assert rated == (kind == "counter"), f"{name} ({kind}) in {expr}"
+                used = set(re.findall(r"by \(([^)]*)\)", expr)[0].replace(" ", "").split(",")) if " by " in f" {expr}" else set()
+                used |= set(re.findall(r"([a-z_]+)=\"", expr)) | set(re.findall(r"\{\{(\w+)\}\}", legend))
+                assert used <= labels, f"{expr}: labels {used - labels} not on {name}"
+                for value in re.findall(r'kind="([a-z_]+)"', expr):
+                    assert value in {k for k, _ in KINDS}, value
+    assert dash["templating"]["list"][0]["type"] == "datasource"
