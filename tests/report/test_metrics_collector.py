@@ -42,12 +42,13 @@ def test_tunnels_are_counters_by_kind_and_absent_for_a_local_port():
 def test_the_grafana_dashboard_asks_only_for_what_the_collector_exports():
     """docs/grafana/smbwire-live.json: every metric its queries name is one the collector
     serves, with the labels the queries group, filter and label by; counters are read with
-    rate(), gauges as they are; the panels fill the grid without overlapping and all use the
-    dashboard's Prometheus data source variable."""
+    rate(), gauges as they are; every query parses as PromQL; the panels fill the grid without
+    overlapping and all use the dashboard's Prometheus data source variable."""
     import json
     import re
     from pathlib import Path
 
+    import promql_parser  # installed by `make setup`: PromQL as Prometheus parses it
     from prometheus_client.parser import text_string_to_metric_families
 
     from smbwire.metrics import KINDS
@@ -78,6 +79,8 @@ def test_the_grafana_dashboard_asks_only_for_what_the_collector_exports():
         assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
         for t in p["targets"]:
             expr, legend = t["expr"], t["legendFormat"]
+            # Valid PromQL once Grafana has put an interval in place of its macro.
+            promql_parser.parse(expr.replace("$__rate_interval", "1m"))
             names = re.findall(r"\bsmbwire_[a-z_]+", expr)
             assert names, expr
             for name in names:
