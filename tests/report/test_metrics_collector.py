@@ -8,10 +8,16 @@ from prometheus_client import CollectorRegistry, generate_latest  # installed by
 from smbwire.metrics import SnapshotCollector
 
 
-def test_analysed_fraction_is_a_gauge_of_the_engines_figure():
-    c = SnapshotCollector(frozenset({"smb_encrypted"}))
+def collector(not_analysed=frozenset()) -> tuple[SnapshotCollector, CollectorRegistry]:
+    """A collector registered alone, as `live --metrics` serves it."""
+    c = SnapshotCollector(frozenset(not_analysed))
     reg = CollectorRegistry(auto_describe=False)
     reg.register(c)
+    return c, reg
+
+
+def test_analysed_fraction_is_a_gauge_of_the_engines_figure():
+    c, reg = collector({"smb_encrypted"})
     snap = {"edges": [], "totals": {"dup_ratio": 1.0, "amplification": 1.0},
             "accounting": {"categories": {"smb_encrypted": 100}, "input_bytes": 1000},
             "live": {"stats": {"kernel_drops": 0, "ring_drops": 3},
@@ -25,9 +31,7 @@ def test_analysed_fraction_is_a_gauge_of_the_engines_figure():
 
 
 def test_tunnels_are_counters_by_kind_and_absent_for_a_local_port():
-    c = SnapshotCollector(frozenset())
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(c)
+    c, reg = collector()
     snap = {"edges": [], "totals": {}, "accounting": {"categories": {}}}
     c.update(snap)
     assert "smbwire_tunnel" not in generate_latest(reg).decode()
@@ -54,9 +58,7 @@ def test_the_grafana_dashboard_asks_only_for_what_the_collector_exports():
     from smbwire.metrics import KINDS
 
     dash = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana" / "smbwire-live.json").read_text())
-    c = SnapshotCollector(frozenset({"smb_encrypted"}))
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(c)
+    c, reg = collector({"smb_encrypted"})
     c.update({"edges": [{"src": "n1", "dst": "n2", "class": "replication", "sends": 3, "dup_ratio": 2.0,
                          "unique_bytes": 1, "per_copy_duplicate_bytes": 1, "repeated_content_bytes": 0, "trivial_bytes": 0}],
               "totals": {"dup_ratio": 2.0, "amplification": 2.0}, "tunnels": {"erspan2": {"frames": 1, "bytes": 50}},
