@@ -150,6 +150,9 @@ pub fn attribute_files(
 
     let mut input_findings: Vec<crate::findings::Finding> = Vec::new();
     let mut result = Value::Null;
+    // A ledger written before results said how frames came (`tunnels`) does not know; summed
+    // with ledgers that do, the total would claim its frames came in none.
+    let tunnels_unknown = runs.iter().any(|r| r.get("results").is_some_and(|r| r.get("tunnels").is_none()));
     for (run, path) in runs.into_iter().zip(paths) {
         if let Some(f) = run.get("input_findings") {
             input_findings.extend(serde_json::from_value::<Vec<crate::findings::Finding>>(f.clone()).map_err(|e| AnalyzeError::Ledger(format!("{path}: ledger run metadata: bad input_findings: {e}")))?);
@@ -166,6 +169,9 @@ pub fn attribute_files(
     let Value::Object(mut out) = result else {
         return Err(AnalyzeError::Ledger("ledger run metadata is not an object".into()));
     };
+    if tunnels_unknown {
+        out.remove("tunnels");
+    }
     // The dedupe part, from the replay.
     let Value::Object(d) = serde_json::to_value(&dedupe).map_err(|e| AnalyzeError::Ledger(e.to_string()))? else {
         return Err(AnalyzeError::Ledger("dedupe report is not an object".into()));
@@ -317,6 +323,13 @@ mod tests {
         let v = run(&[a, b]).expect("long lists");
         assert_eq!(v["names"].as_array().unwrap().len(), 200_000);
         assert!(t.elapsed().as_secs() < 60, "joining lists is linear");
+        // How frames came: summed over ledgers that say; unknown (no key) when one does not.
+        let t = |n: u64| format!(r#"{{"results":{{"inputs":[],"tunnels":{{"erspan2":{{"frames":{n},"bytes":{}}}}}}}}}"#, 50 * n);
+        let (a, b) = (ledger(&dir, "t1.parquet", &t(3)), ledger(&dir, "t2.parquet", &t(4)));
+        let v = run(&[a.clone(), b]).expect("two ledgers with tunnels");
+        assert_eq!(v["tunnels"], serde_json::json!({"erspan2": {"frames": 7, "bytes": 350}}));
+        let v = run(&[a, bare.clone()]).expect("one ledger from before tunnels");
+        assert!(v.get("tunnels").is_none(), "{}", v["tunnels"]);
         for bad in ["{}", "[]", r#"{"results":[1]}"#, "not json"] {
             let p = ledger(&dir, "bad.parquet", bad);
             assert!(run(&[p]).is_err(), "{bad} refused");
