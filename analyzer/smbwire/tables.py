@@ -1,7 +1,8 @@
 """Tables the engine exports, for the views: the byte accounting categories and the traffic
-classes, each with its description. The engine is their one source
-(dissectors/src/accounting.rs `CATEGORIES`, dissectors/src/dedupe/attribution.rs `Class`);
-the report and the live view render from here and keep no list of their own.
+classes, each with its description, and the tunnel kinds with their labels. The engine is their
+one source (dissectors/src/accounting.rs `CATEGORIES`, dissectors/src/dedupe/attribution.rs
+`Class`, dissectors/src/wire/mod.rs `Tunnel`); the report and the live view render from here
+and keep no list of their own.
 """
 
 from __future__ import annotations
@@ -38,6 +39,26 @@ def traffic_classes() -> tuple[TrafficClass, ...]:
     from .engine import load_core
 
     return tuple(json.loads(load_core().traffic_classes()))
+
+
+class TunnelKind(TypedDict):
+    #: as in the result's `tunnels` keys and the metrics' `kind` label.
+    name: str
+    label: str
+
+
+@cache
+def tunnel_kinds() -> tuple[TunnelKind, ...]:
+    """The tunnel kinds the engine opens (a remote mirror session's or another tunnel's)."""
+    from .engine import load_core
+
+    return tuple(json.loads(load_core().tunnel_kinds()))
+
+
+def tunnel_label(name: str) -> str:
+    """A tunnel kind as a network engineer names it; an unknown name (a result written by a
+    newer engine) as it stands."""
+    return next((k["label"] for k in tunnel_kinds() if k["name"] == name), name)
 
 
 def category_description(name: str) -> str:

@@ -231,18 +231,6 @@ def printable_tree(v: Any, *, skip: tuple[str, ...] = ()) -> Any:
     return v
 
 
-# The engine's tunnel kinds (`wire::Tunnel::name`), as a network engineer names them.
-_TUNNEL_NAMES = {
-    "gretap": "GRE (Ethernet, gretap)",
-    "erspan1": "ERSPAN type I",
-    "erspan2": "ERSPAN type II",
-    "erspan3": "ERSPAN type III",
-    "gre_ip": "GRE (IP)",
-    "vxlan": "VXLAN",
-    "geneve": "GENEVE",
-}
-
-
 def tunnel_sentence(result: Any) -> str | None:
     """How the frames arrived when a remote mirror session (ERSPAN, gretap, VXLAN) or another
     tunnel carried them (the JSON's `tunnels`, decided by the engine): one sentence, or None
@@ -250,11 +238,13 @@ def tunnel_sentence(result: Any) -> str | None:
     tunnels = result.get("tunnels") if isinstance(result, dict) else None
     if not isinstance(tunnels, dict) or not tunnels:
         return None
+    from .tables import tunnel_label
+
     parts = []
     for key, c in sorted(tunnels.items(), key=lambda kv: -(kv[1].get("frames", 0) if isinstance(kv[1], dict) else 0)):
         if not isinstance(c, dict):
             continue
-        kind = " inside ".join(_TUNNEL_NAMES.get(k, k) for k in reversed(str(key).split("+")))
+        kind = " inside ".join(tunnel_label(k) for k in reversed(str(key).split("+")))
         parts.append(f"{fmt_counted(c.get('frames'), 'frame')} in {kind} ({fmt_bytes(c.get('bytes'))} of tunnel headers)")
     if not parts:
         return None

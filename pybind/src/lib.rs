@@ -228,6 +228,16 @@ fn traffic_classes() -> String {
     serde_json::Value::Array(v).to_string()
 }
 
+/// The tunnel kinds `analyze` and `live` open, as JSON `[{"name", "label"}]`: `name` as in the
+/// result's `tunnels` keys (two joined by `+`) and the metrics' `kind` label.
+#[pyfunction]
+fn tunnel_kinds() -> String {
+    use smbwire_dissectors::wire::Tunnel;
+    let v: Vec<serde_json::Value> =
+        Tunnel::ALL.iter().map(|t| serde_json::json!({"name": t.name(), "label": t.label()})).collect();
+    serde_json::Value::Array(v).to_string()
+}
+
 /// The finding codes the engine emits and the figures each carries, as JSON
 /// `[{"code", "fields": [...]}]` (docs/json-schema.md `findings`).
 #[pyfunction]
@@ -487,6 +497,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(topology_to_toml, m)?)?;
     m.add_function(wrap_pyfunction!(byte_categories, m)?)?;
     m.add_function(wrap_pyfunction!(traffic_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(tunnel_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(derive_findings, m)?)?;
     m.add_function(wrap_pyfunction!(finding_codes, m)?)?;
     m.add("TopologyError", m.py().get_type_bound::<TopologyError>())?;

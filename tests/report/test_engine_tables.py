@@ -133,3 +133,26 @@ def test_classes_come_from_the_engine():
     topo_doc = (ROOT / "docs" / "topology.md").read_text(encoding="utf-8")
     for c in classes:
         assert f"`{c['name']}`" in topo_doc
+
+
+# ------------------------------------------------------------------------------ tunnel kinds
+
+
+def test_tunnel_kinds_are_the_documented_ones_and_the_views_use_their_labels():
+    from smbwire.tables import tunnel_kinds
+    from smbwire.units import tunnel_sentence
+
+    kinds = tunnel_kinds()
+    section = SCHEMA_DOC.split("### `tunnels`", 1)[1].split("\n| key |", 1)[0]
+    documented = re.findall(r"`([a-z0-9_]+)`", section.split("a tunnel inside", 1)[0])
+    assert [k["name"] for k in kinds] == list(dict.fromkeys(documented))
+    assert all(k["label"] and k["label"] != k["name"] for k in kinds)
+    # Every kind, alone and inside another, reads with the engine's label, the inner one first.
+    for outer in kinds:
+        s = tunnel_sentence({"tunnels": {outer["name"]: {"frames": 3, "bytes": 150}}})
+        assert s == f"tunnelled: 3 frames in {outer['label']} (150 B of tunnel headers)", s
+        for inner in kinds:
+            s = tunnel_sentence({"tunnels": {f"{outer['name']}+{inner['name']}": {"frames": 1, "bytes": 90}}})
+            assert f"in {inner['label']} inside {outer['label']} (" in s, s
+    # A kind this build does not know (a newer engine's result) is shown by its name.
+    assert "in teleport (" in tunnel_sentence({"tunnels": {"teleport": {"frames": 1, "bytes": 1}}})

@@ -128,6 +128,23 @@ pub enum Tunnel {
 }
 
 impl Tunnel {
+    /// Every kind, in the order the docs list them.
+    pub const ALL: [Tunnel; 7] =
+        [Tunnel::Gretap, Tunnel::Erspan1, Tunnel::Erspan2, Tunnel::Erspan3, Tunnel::GreIp, Tunnel::Vxlan, Tunnel::Geneve];
+
+    /// How a network engineer names it (the report, the HTML page and the live view).
+    pub fn label(self) -> &'static str {
+        match self {
+            Tunnel::Gretap => "GRE (Ethernet, gretap)",
+            Tunnel::Erspan1 => "ERSPAN type I",
+            Tunnel::Erspan2 => "ERSPAN type II",
+            Tunnel::Erspan3 => "ERSPAN type III",
+            Tunnel::GreIp => "GRE (IP)",
+            Tunnel::Vxlan => "VXLAN",
+            Tunnel::Geneve => "GENEVE",
+        }
+    }
+
     /// The name the result uses.
     pub fn name(self) -> &'static str {
         match self {
@@ -677,6 +694,30 @@ mod tests {
     use super::*;
     use crate::capture::testutil::{public_dir, public_files, read_all};
     use std::net::Ipv6Addr;
+
+    /// `Tunnel::ALL` holds every kind once (the match fails to compile when a kind is added
+    /// and not placed), each with its own name and label: the views list what it holds.
+    #[test]
+    fn every_tunnel_kind_is_listed_once() {
+        fn place(t: Tunnel) -> usize {
+            match t {
+                Tunnel::Gretap => 0,
+                Tunnel::Erspan1 => 1,
+                Tunnel::Erspan2 => 2,
+                Tunnel::Erspan3 => 3,
+                Tunnel::GreIp => 4,
+                Tunnel::Vxlan => 5,
+                Tunnel::Geneve => 6,
+            }
+        }
+        for (i, t) in Tunnel::ALL.iter().enumerate() {
+            assert_eq!(place(*t), i);
+        }
+        let names: std::collections::HashSet<_> = Tunnel::ALL.iter().map(|t| t.name()).collect();
+        let labels: std::collections::HashSet<_> = Tunnel::ALL.iter().map(|t| t.label()).collect();
+        assert_eq!((names.len(), labels.len()), (Tunnel::ALL.len(), Tunnel::ALL.len()));
+        assert!(names.iter().all(|n| !n.contains('+')), "`+` joins two kinds in the result's keys");
+    }
 
     /// Per-transport (frames, captured bytes) from the tshark protocol hierarchy in
     /// expected.json: TCP/UDP directly over IPv4/IPv6 (after any IPv6 extension headers).
