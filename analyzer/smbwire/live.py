@@ -22,8 +22,6 @@ BACKENDS = ("auto", "ebpf", "af-packet")
 HOOKS = ("auto", "tcx", "xdp")
 #: Environment variable that forces a backend (tests, kernels where eBPF misbehaves).
 BACKEND_ENV = "SMBWIRE_LIVE_BACKEND"
-#: TCP ports always captured: SMB2 direct TCP (MS-SMB2 2.1) and SMB Direct over iWARP (MS-SMBD 2.1).
-DEFAULT_TCP_PORTS = (445, 5445)
 
 
 class LivePermissionError(UserError):
@@ -146,8 +144,8 @@ def start(
         "ring_bytes": ring_bytes,
         "test_frame_delay_us": test_frame_delay_us,
     }
-    # Configured ports add to the defaults.
-    options["tcp_ports"] = list(dict.fromkeys([*DEFAULT_TCP_PORTS, *(tcp_ports or ())]))
+    # Configured ports add to the engine's defaults (445, 5445: `live::tcp_ports_with`).
+    options["tcp_ports"] = list(tcp_ports or ())
     if write is not None:
         options["write"] = {"path": os.fspath(write), "size_limit": int(write_size), "count": int(write_count)}
     core = load_core()

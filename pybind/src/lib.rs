@@ -292,7 +292,7 @@ fn build_id() -> &'static str {
 
 /// A live capture session (`smbwire live`): the capture and analysis run on an engine
 /// thread; Python polls snapshots and stops it. Options (JSON, every key optional):
-/// `{"tcp_ports": [445, 5445], "snaplen": N, "promisc": true, "require_ebpf": false,
+/// `{"tcp_ports": [8445] (added to 445 and 5445), "snaplen": N, "promisc": true, "require_ebpf": false,
 /// "force_af_packet": false, "hook": "auto"|"tcx"|"xdp", "xdp_drop": false,
 /// "drop_privileges": false, "user": null, "history_seconds": 300, "interval_seconds": 1.0,
 /// "write": {"path": "cap.pcapng", "size_limit": 0, "count": 10}}`.
@@ -408,14 +408,16 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
     } else if v.get("user").is_some_and(|u| !u.is_null()) {
         return Err("user needs drop_privileges".into());
     }
+    // Ports the user names add to the defaults (`live::tcp_ports_with`).
     if let Some(p) = v.get("tcp_ports").filter(|p| !p.is_null()) {
-        o.live.tcp_ports = p
+        let extra = p
             .as_array()
             .ok_or("tcp_ports must be a list")?
             .iter()
             .map(|x| x.as_u64().filter(|n| *n > 0 && *n < 65536).map(|n| n as u16))
             .collect::<Option<Vec<_>>>()
             .ok_or("tcp_ports must hold port numbers")?;
+        o.live.tcp_ports = smbwire_dissectors::live::tcp_ports_with(&extra);
     }
     if let Some(n) = v.get("snaplen").and_then(|n| n.as_u64()) {
         o.live.snaplen = n.min(u32::MAX as u64) as u32;

@@ -39,6 +39,18 @@ pub use flows::{FlowKey, FlowStat};
 /// Default SMB ports: 445 (direct TCP transport, MS-SMB2 2.1) and 5445 (SMB Direct over
 /// iWARP, MS-SMBD 2.1).
 pub const DEFAULT_TCP_PORTS: [u16; 2] = [445, 5445];
+
+/// The TCP ports a capture matches when the user names `extra` ones: they add to the defaults
+/// (a user who adds 8445 still sees 445), in that order, each once.
+pub fn tcp_ports_with(extra: &[u16]) -> Vec<u16> {
+    let mut ports = DEFAULT_TCP_PORTS.to_vec();
+    for p in extra {
+        if !ports.contains(p) {
+            ports.push(*p);
+        }
+    }
+    ports
+}
 /// RoCEv2 UDP destination port (IBTA RoCEv2 annex A17).
 pub const ROCEV2_UDP_PORT: u16 = 4791;
 /// RoCEv1 EtherType (IBTA RoCE annex A16).
@@ -537,5 +549,16 @@ mod hook_tests {
             Err(LiveError::Unsupported(w)) => assert!(w.contains("xdp needs kernel 5.9"), "{w}"),
             other => panic!("{other:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+
+    #[test]
+    fn named_ports_add_to_the_defaults_once_each() {
+        assert_eq!(tcp_ports_with(&[]), vec![445, 5445]);
+        assert_eq!(tcp_ports_with(&[8445, 445, 8445, 139]), vec![445, 5445, 8445, 139]);
     }
 }
