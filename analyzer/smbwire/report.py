@@ -557,7 +557,8 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
                 f"never split into scattered frames): {', '.join(listed)}" + (f" and {fmt_count(more)} more" if more > 0 else ""),
                 style="yellow",
             ))
-    rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads", "series")
+    rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads", "series",
+                "tunnels", "live")
     unknown = [k for k in r if k not in EXPECTED_SECTIONS and k not in rendered]
     if unknown:
         out.append(Text(f"Also in the result (see --json): {', '.join(map(str, unknown))}", style="dim"))

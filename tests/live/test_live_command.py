@@ -13,6 +13,7 @@ Needs root (CI runs as root): the lab raises, never skips, when it cannot run.
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import signal
@@ -22,11 +23,13 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from realtraffic.analyzer_cli import analyze, analyzer_command, edge_sum
 from realtraffic.capture_check import frame_health
 from realtraffic.netlab import Lab, check_prerequisites
 from realtraffic.workloads import CHUNKS, REDIRECTION, REPLICATION, W, copies, redirect
+from smbwire.report import render_report
 
 #: bpftool's name of the program at each eBPF hook.
 PROGRAMS = {"tcx": "smbwire_tc", "xdp": "smbwire_xdp"}
@@ -258,6 +261,11 @@ def test_live_through_a_remote_span_equals_truth_and_offline_analysis(ready, tmp
         offline = analyze(capture.path, topo, tmp_path / "offline.json")
         check_truth(offline)
         compare_with_analyze(result, offline)
+        # The final report renders every key of a live result (`live`, `tunnels`).
+        console = Console(width=120, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
+        render_report(result, console)
+        text = console.export_text()
+        assert "tunnelled: " in text and "VXLAN" in text and "Also in the result" not in text, text[-600:]
         # Live says how its frames came too: all in VXLAN (50 bytes of tunnel a frame here).
         assert list(result["tunnels"]) == list(offline["tunnels"]) == ["vxlan"]
         t = result["tunnels"]["vxlan"]

@@ -259,6 +259,20 @@ def test_unknown_keys_and_wrong_types_are_shown():
     assert "lots" in text
 
 
+@pytest.mark.parametrize("capture", ["redirect4-1MiB.pcap", "read-owner.pcap", "public/smb311-compress-lz77-lz77huff-lznt1.pcap",
+                                     "public/smbdirect-iwarp-win2012-smb300.pcap"])
+def test_every_key_of_an_engine_result_is_rendered(capture):
+    """The report's "Also in the result" line is for keys a newer engine adds: every key this
+    engine writes (`tunnels` even when empty, `rdma`, `series`, ...) has its place."""
+    from smbwire.engine import analyze
+    from paths import CAPTURES
+
+    r = analyze([str(CAPTURES / capture)])
+    assert "tunnels" in r and "rdma" in r
+    text = render(r, 120, derive=False)
+    assert "Also in the result" not in text, text[-400:]
+
+
 def test_accounting_that_does_not_reconcile_is_a_warning():
     r = sample_result()
     r["accounting"]["reconciled"] = False
