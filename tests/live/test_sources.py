@@ -9,6 +9,7 @@ Needs root (network namespaces, BPF). Run: pytest tests/live
 """
 
 import json
+import re
 import os
 import signal
 import socket
@@ -425,8 +426,9 @@ def geneve(inner, protocol=0x6558, version=0, options=b"\x01\x02\x01\x01\x00\x00
 def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, backend):
     """A remote mirror session's copies (gretap, ERSPAN II and III, GRE over IP, VXLAN, GENEVE) are
     storage traffic when the frame inside is, counted whole (the tunnel's bytes are on the
-    wire) under the inner frame's flow; a tunnel of something else, a GRE this program does
-    not follow, and a tunnel in a tunnel are not copied."""
+    wire) under the inner frame's flow, also two deep (ERSPAN inside VXLAN) as `analyze` opens
+    them; a tunnel of something else, a GRE this program does not follow, and a third tunnel
+    are not copied."""
     t445 = inner_ipv4("198.18.5.1", "198.18.5.2", 6, tcp(50000, 445))
     matched = [
         ether(lab, 0x0800) + ipv4(47, gre(0x6558) + inner_ether() + t445),  # gretap
@@ -438,13 +440,18 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.10.1", "198.18.10.2", 6, tcp(50005, 445)), 8472)),
         ether(lab, 0x0800) + ipv4(17, geneve(inner_ether() + inner_ipv4("198.18.11.1", "198.18.11.2", 6, tcp(50006, 445)))),
         ether(lab, 0x0800) + ipv4(17, geneve(inner_ipv4("198.18.12.1", "198.18.12.2", 6, tcp(50007, 445)), 0x0800, options=b"")),
+        # Two deep, as `analyze` opens them: an ERSPAN session carried across a VXLAN fabric.
+        ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.3.1", "198.18.3.2", 47, erspan2() + inner_ether()
+                                                                       + inner_ipv4("198.18.13.1", "198.18.13.2", 6, tcp(50008, 445))))),
     ]
     unmatched = [
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.9.1", "198.18.9.2", 6, tcp(50004, 8080)))),
         ether(lab, 0x0800) + ipv4(47, erspan2() + inner_ether() + inner_ipv4("198.18.6.1", "198.18.6.2", 17, udp(49152, 4792))),
         ether(lab, 0x0800) + ipv4(47, gre(0x8847) + bytes(4) + t445),  # MPLS
         ether(lab, 0x0800) + ipv4(47, struct.pack("!BBH", 0x30, 0x01, 0x880B) + bytes(8) + t445),  # PPTP (version 1)
-        ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.3.1", "198.18.3.2", 47, gre(0x6558) + inner_ether() + t445))),
+        # Three deep: not looked into.
+        ether(lab, 0x0800) + ipv4(47, gre(0x6558) + inner_ether() + inner_ipv4("198.18.4.1", "198.18.4.2", 17, vxlan(
+            inner_ether() + inner_ipv4("198.18.3.1", "198.18.3.2", 47, gre(0x6558) + inner_ether() + t445)))),
         ether(lab, 0x0800) + ipv4(17, geneve(inner_ether() + t445, version=1)),  # a GENEVE version that does not exist
         ether(lab, 0x0800) + ipv4(17, geneve(bytes(4) + t445, protocol=0x8847)),  # MPLS in GENEVE
     ]
@@ -467,6 +474,7 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         "198.18.10.1:50005 > 198.18.10.2:445 tcp",
         "198.18.11.1:50006 > 198.18.11.2:445 tcp",
         "198.18.12.1:50007 > 198.18.12.2:445 tcp",
+        "198.18.13.1:50008 > 198.18.13.2:445 tcp",
     ])
     assert all(f["packets"] == 5 for f in st["flows"])
 
@@ -748,6 +756,22 @@ def test_smbwire_live_without_bpf_privilege_says_why_and_falls_back(lab, tmp_pat
 
 
 # --- which hook ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_the_verifier_takes_the_program_with_room_to_spare(livecat, lab, hook):
+    """The kernel verifies at most 1M instructions of a program. The XDP entry point once took
+    972,704 of them with one tunnel opened (an exact packet offset per path kept the
+    verifier's paths apart): another kernel's verifier, or one more header, would have refused
+    it. With two tunnels opened it must take under a quarter of the bound at either hook.
+    (SMBWIRE_LIBBPF_DEBUG makes libbpf print the verifier's statistics.)"""
+    r = lab.ns(lab.b, "env", "SMBWIRE_LIBBPF_DEBUG=1", str(livecat), lab.vb, "--require-ebpf", "--hook", hook,
+               "--seconds", "0")
+    assert f"ready ebpf {hook}" in r.stderr.splitlines(), r.stderr[-2000:]
+    stats = re.findall(r"^processed (\d+) insns \(limit (\d+)\)", r.stderr, re.M)
+    assert len(stats) == 1, r.stderr[-2000:]
+    processed, limit = map(int, stats[0])
+    assert processed < limit // 4, (hook, processed, limit)
 
 
 def test_auto_takes_tcx_on_this_kernel(livecat, lab):

@@ -5,8 +5,9 @@
 //! 4791 (RoCEv2), EtherType 0x8915 (RoCEv1); over Ethernet with up to two 802.1Q/802.1ad
 //! tags, IPv4 or IPv6 (with hop-by-hop, routing, destination-options and fragment headers).
 //! Non-first IP fragments carry no ports and never match. A remote mirror session's tunnel
-//! (GRE carrying Ethernet or IP: gretap, ERSPAN I-III; VXLAN, UDP to 4789 or 8472) is looked into,
-//! one deep: the frame inside decides, and its flow is the flow.
+//! (GRE carrying Ethernet or IP: gretap, ERSPAN I-III; VXLAN, UDP to 4789 or 8472; GENEVE, UDP
+//! to 6081) is looked into, two deep as `analyze` opens them (ERSPAN carried across a VXLAN
+//! fabric): the innermost frame decides, and its flow is the flow.
 
 use super::flows::{family, FlowKey, PROTO_BTH};
 use super::{ETHERTYPE_ROCEV1, ROCEV2_UDP_PORT};
@@ -24,6 +25,9 @@ const NEXTHDR_HOP: u8 = 0;
 const NEXTHDR_ROUTING: u8 = 43;
 const NEXTHDR_FRAGMENT: u8 = 44;
 const NEXTHDR_DEST: u8 = 60;
+/// Tunnels looked into, one inside the other: as many as `wire::decode` opens (the kernel
+/// program's `classify` opens as many).
+const MAX_TUNNELS: u8 = crate::wire::MAX_TUNNEL_DEPTH;
 /// The kernel program walks at most this many IPv6 extension headers.
 const MAX_EXT_HEADERS: usize = 4;
 
@@ -55,16 +59,16 @@ pub struct Inspection {
 /// `classify`, plus the header length.
 pub fn inspect(frame: &[u8], tcp_ports: &[u16]) -> Inspection {
     let mut header_len = 0;
-    let key = match match_frame(frame, 0, None, tcp_ports, &mut header_len) {
+    let mut found = match_frame(frame, 0, None, tcp_ports, &mut header_len);
+    // Two tunnels deep, as `wire::decode` opens them; a third is not storage traffic.
+    for _ in 0..MAX_TUNNELS {
+        let Found::Tunnel(at, ethertype) = found else { break };
+        header_len = 0;
+        found = match_frame(frame, at, ethertype, tcp_ports, &mut header_len);
+    }
+    let key = match found {
         Found::Storage(key) => Some(key),
-        Found::Tunnel(at, ethertype) => {
-            header_len = 0;
-            match match_frame(frame, at, ethertype, tcp_ports, &mut header_len) {
-                Found::Storage(key) => Some(key),
-                _ => None,
-            }
-        }
-        Found::Nothing => None,
+        _ => None,
     };
     Inspection { key, header_len }
 }
@@ -363,7 +367,7 @@ mod tests {
     }
 
     #[test]
-    fn tunnels_are_looked_into_one_deep() {
+    fn tunnels_are_looked_into_two_deep() {
         let mut inner = eth(0x0800);
         inner.extend(ipv4(6, 0x4000, 50000, 445));
         let want = "198.18.0.1:50000 > 198.18.0.2:445 tcp";
@@ -396,13 +400,24 @@ mod tests {
         let mut mpls = geneve_ip;
         mpls[10..12].copy_from_slice(&[0x88, 0x47]);
         assert!(classify(&tunnelled(17, &mpls, &ip), PORTS).is_none());
-        // Not storage inside, a GRE not followed (MPLS, version 1), a tunnel in a tunnel.
+        // Not storage inside, a GRE not followed (MPLS, version 1).
         let mut other = eth(0x0800);
         other.extend(ipv4(6, 0x4000, 50000, 8080));
         assert!(classify(&tunnelled(47, &gretap, &other), PORTS).is_none());
         assert!(classify(&tunnelled(47, &[0, 0, 0x88, 0x47], &inner), PORTS).is_none());
         assert!(classify(&tunnelled(47, &[0x30, 1, 0x88, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0], &inner), PORTS).is_none());
-        let twice = tunnelled(47, &gretap, &tunnelled(47, &gretap, &inner));
-        assert!(classify(&twice, PORTS).is_none());
+        // ERSPAN II inside VXLAN (a mirror session across an overlay) is looked into, with the
+        // headers of both; a third tunnel is not.
+        let twice = tunnelled(17, &vxlan, &tunnelled(47, &erspan2, &inner));
+        let i = inspect(&twice, PORTS);
+        assert_eq!(i.key.unwrap().to_string(), want);
+        assert_eq!(i.header_len, 14 + 20 + vxlan.len() + 14 + 20 + erspan2.len() + 14 + 20 + 20);
+        assert_eq!(classify(&tunnelled(47, &gretap, &tunnelled(47, &gretap, &inner)), PORTS).unwrap().to_string(), want);
+        let thrice = tunnelled(47, &gretap, &tunnelled(17, &vxlan, &tunnelled(47, &erspan2, &inner)));
+        assert!(classify(&thrice, PORTS).is_none());
+        let mut other_twice = tunnelled(17, &vxlan, &tunnelled(47, &gretap, &other));
+        assert!(classify(&other_twice, PORTS).is_none());
+        other_twice.truncate(14 + 20 + vxlan.len() + 14 + 20 + 2);
+        assert!(classify(&other_twice, PORTS).is_none());
     }
 }

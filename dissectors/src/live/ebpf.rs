@@ -308,8 +308,10 @@ impl EbpfSource {
             return Err(LiveError::Io(format!("at most {MAX_PORTS} TCP ports")));
         }
         // libbpf would print verifier and probe chatter on stderr; errors come back to us.
-        // SMBWIRE_LIBBPF_DEBUG=1 shows it (a verifier log when a kernel refuses the program).
-        if std::env::var_os("SMBWIRE_LIBBPF_DEBUG").is_some() {
+        // SMBWIRE_LIBBPF_DEBUG=1 shows it (a verifier log when a kernel refuses the program,
+        // the verifier's statistics, instructions processed, when it takes it).
+        let debug = std::env::var_os("SMBWIRE_LIBBPF_DEBUG").is_some();
+        if debug {
             libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, |_, msg: String| {
                 eprint!("{msg}")
             })));
@@ -327,6 +329,10 @@ impl EbpfSource {
         for mut p in open.progs_mut() {
             let name = p.name().to_str().unwrap_or("").to_string();
             p.set_autoload(name == program_name(hook));
+            if debug {
+                // BPF_LOG_STATS: libbpf prints the log of a program the kernel accepted too.
+                p.set_log_level(4);
+            }
         }
         let queues = opts.queues.clamp(1, super::MAX_QUEUES) as usize;
         for mut m in open.maps_mut() {

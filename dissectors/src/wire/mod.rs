@@ -430,7 +430,7 @@ pub fn decode<'a>(linktype: u32, data: &'a [u8]) -> Result<Decoded<'a>, DecodeEr
 
 /// Tunnels followed inside one another at most (ERSPAN inside VXLAN is two); deeper ones are
 /// `Other`, so a crafted frame cannot make the decoder recurse without end.
-const MAX_TUNNEL_DEPTH: u8 = 2;
+pub(crate) const MAX_TUNNEL_DEPTH: u8 = 2;
 
 /// A frame carried inside a tunnel: how to decode it, and a remark on it.
 struct Tunnelled<'a> {
