@@ -123,9 +123,9 @@ struct pkt {
 	void *data;
 	void *data_end;
 	int xdp;
-	/* XDP: a word of this CPU's record slot (not in use while the frame is classified),
-	 * through which `load` passes each offset. */
-	__u32 *forget;
+	/* XDP: this CPU's record slot, looked up once per frame; `load` passes each offset
+	 * through a word of it (not in use while the frame is classified). TC: NULL. */
+	struct scratch *s;
 };
 
 static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32 len)
@@ -137,9 +137,9 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
 	 * must be exact, and one exact constant per path kept every path apart (the program
 	 * took 97% of the verifier's 1M-instruction budget one tunnel deep, more than it at
 	 * two). bpf_skb_load_bytes at TC takes any offset, so TC never had this. */
-	*p->forget = off;
+	p->s->hdr.caplen = off;
 	asm volatile("" ::: "memory");
-	off = *p->forget;
+	off = p->s->hdr.caplen;
 	/* A bound the verifier can see before the offset is added to a packet pointer. */
 	if (off > 0x3fff)
 		return -1;
@@ -568,8 +568,11 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		}
 	}
 
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	struct scratch *s = p->s;
+	if (!s) {
+		__u32 cpu = bpf_get_smp_processor_id();
+		s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	}
 	struct smbwire_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!s || !cfg) {
 		t->copy_errors++;
@@ -658,7 +661,7 @@ int smbwire_xdp(struct xdp_md *ctx)
 	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
 	if (!s)
 		return XDP_PASS;
-	struct pkt p = { .ctx = ctx, .data = data, .data_end = data_end, .xdp = 1, .forget = &s->hdr.caplen };
+	struct pkt p = { .ctx = ctx, .data = data, .data_end = data_end, .xdp = 1, .s = s };
 	struct frame_meta m = {
 		.len = (__u32)(data_end - data),
 		.segs = 1,

@@ -46,12 +46,9 @@ fn main() {
             "--xdp-drop" => opts.xdp_drop = true,
             "--snaplen" => opts.snaplen = val().parse().unwrap_or_else(|_| usage()),
             "--ports" => {
-                for p in val().split(',') {
-                    let p: u16 = p.parse().unwrap_or_else(|_| usage());
-                    if !opts.tcp_ports.contains(&p) {
-                        opts.tcp_ports.push(p);
-                    }
-                }
+                let mut named = opts.tcp_ports.clone();
+                named.extend(val().split(',').map(|p| p.parse::<u16>().unwrap_or_else(|_| usage())));
+                opts.tcp_ports = live::tcp_ports_with(&named);
             }
             _ => usage(),
         }
