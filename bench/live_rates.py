@@ -69,7 +69,17 @@ NS_A, NS_B = LAB.ns_a, LAB.ns_b
 VA, VB = LAB.va, LAB.vb
 # Locally administered, not B's: B receives in promiscuous mode, as on a mirror port.
 SPAN_DST_MAC = "02:00:5e:c6:12:02"
-BACKENDS = {"ebpf": "--require-ebpf", "af-packet": "--af-packet"}
+# `ebpf` takes the hook `auto` picks (TCX on 6.6+); `ebpf-xdp` the XDP entry point, which `auto`
+# picks on 5.9-6.5 (Debian 12's 6.1): native XDP on a veth, frames passed on (XDP_PASS), copied
+# with bpf_xdp_load_bytes where the kernel has it (5.18+); `ebpf-xdp-loop` the same with the
+# copy kernels before 5.18 get (8-byte loads, SMBWIRE_XDP_COPY=loop).
+BACKENDS = {"ebpf": ("--require-ebpf",), "ebpf-xdp": ("--require-ebpf", "--hook", "xdp"),
+            "ebpf-xdp-loop": ("--require-ebpf", "--hook", "xdp"), "af-packet": ("--af-packet",)}
+# Environment livecat runs with, per backend.
+BACKEND_ENV = {"ebpf-xdp-loop": ("SMBWIRE_XDP_COPY=loop",)}
+# What livecat's "ready" line names for each backend.
+READY = {"ebpf": "ready ebpf", "ebpf-xdp": "ready ebpf xdp", "ebpf-xdp-loop": "ready ebpf xdp",
+         "af-packet": "ready af-packet"}
 # placement: (blast CPU, livecat CPU, RPS mask for B's veth rx queue or "0" for none)
 PLACEMENTS = {"split": ("0", "1", "0"), "rps": ("0", "1", "2")}
 # --strict-backlog: a frame refused before the capture point fails the step too.
@@ -98,13 +108,16 @@ class Capture:
 
     def __init__(self, backend: str, cpu: str, extra: tuple[str, ...] = ()):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", NS_B, "taskset", "-c", cpu, str(LIVECAT), VB,
-             "--seconds", "600", "--stdin-stop", BACKENDS[backend], *extra],
+            ["ip", "netns", "exec", NS_B, "env", *BACKEND_ENV.get(backend, ()), "taskset", "-c", cpu, str(LIVECAT), VB,
+             "--seconds", "600", "--stdin-stop", *BACKENDS[backend], *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
-        if not line.startswith(f"ready {backend}"):
+        if not line.startswith(READY[backend]):
             self.kill()
             raise RuntimeError(f"livecat did not start {backend}: {line.strip()} {self.proc.stderr.read()}")
+        # "ready ebpf HOOK": the hook the program is attached at.
+        words = line.split()
+        self.hook = words[2] if len(words) > 2 else None
 
     def stop(self) -> dict:
         out, err = self.proc.communicate(input="", timeout=60)
@@ -116,6 +129,19 @@ class Capture:
         if self.proc.poll() is None:
             self.proc.kill()  # our own child, by its PID
             self.proc.wait()
+
+
+def bpf_prog_stats(hook: str | None) -> dict | None:
+    """run_cnt and run_time_ns of livecat's eBPF program at `hook` (None for AF_PACKET)."""
+    if hook is None:
+        return None
+    name = {"xdp": "smbwire_xdp", "tcx": "smbwire_tc"}[hook]
+    progs = json.loads(sh("bpftool", "prog", "show", "name", name, "-j").stdout or "[]")
+    progs = [progs] if isinstance(progs, dict) else progs  # one program: an object, not a list
+    if len(progs) != 1:
+        raise RuntimeError(f"expected one {name} program loaded, found {len(progs)}")
+    p = progs[0]
+    return {"run_cnt": p.get("run_cnt", 0), "run_time_ns": p.get("run_time_ns", 0)}
 
 
 def set_rps(mask: str) -> None:
@@ -136,9 +162,14 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
                             "--dst-mac", SPAN_DST_MAC, "--size", str(size), "--pps", str(int(pps)),
                             "--seconds", str(seconds), timeout=seconds + 30).stdout)
         after = veth_counters()
+        prog = bpf_prog_stats(cap.hook)
         r = cap.stop()
     finally:
         cap.kill()
+    want_copy = {"ebpf-xdp": "helper", "ebpf-xdp-loop": "loop"}.get(backend)
+    # (A build before 2026-11-30, given with --livecat, does not say: it has the loop only.)
+    if want_copy and "xdp_copy" in r and r["xdp_copy"] != want_copy:
+        raise RuntimeError(f"{backend}: livecat copied with {r.get('xdp_copy')!r}, not {want_copy!r}")
     st = r["stats"]
     sent = gen["sent"]
     wire = after["rx"] - before["rx"]
@@ -156,7 +187,7 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
     socket_drops = st["kernel_drops"] - (if_drops or 0)
     drops = socket_drops + st["ring_drops"] + st["copy_errors"]
     if_drops_match = if_drops == after["rx_dropped"] - before["rx_dropped"]
-    if backend == "ebpf":
+    if backend.startswith("ebpf"):
         # The kernel's per-flow counters are exact wire totals whatever user space does.
         counters_exact = (counted_by_flow == sent_by_flow and st["packets_matched"] == sent
                           and st["frames_matched"] == r["delivered"] + st["ring_drops"] + st["copy_errors"])
@@ -166,6 +197,9 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
     counters_exact = counters_exact and if_drops_match
     row = {
         "backend": backend,
+        "hook": r.get("hook"),
+        "xdp_mode": r.get("xdp_mode"),
+        "xdp_copy": r.get("xdp_copy"),
         "placement": placement,
         "size": size,
         "target_pps": round(pps),
@@ -181,6 +215,10 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
         "ring_drops": st["ring_drops"],
         "copy_errors": st["copy_errors"],
         "counters_exact": counters_exact,
+        # The kernel's own accounting of the eBPF program (kernel.bpf_stats_enabled): runs
+        # (every frame the hook saw) and nanoseconds per run, helpers (ring copy) included.
+        "bpf_runs": prog and prog["run_cnt"],
+        "bpf_ns_per_frame": prog and prog["run_cnt"] and round(prog["run_time_ns"] / prog["run_cnt"], 1),
         "frames_ok": r["numbers_ok"] and r["all_delivered_match"] and r["truncated"] == 0,
     }
     # A frame the veth refused (receive backlog of the capture CPU full, netdev_max_backlog)
@@ -189,7 +227,7 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
     # on a real mirror port it would be a NIC drop, which no capture backend sees.
     row["lossless"] = (drops == 0 and r["delivered"] == sent and wire == sent and row["frames_ok"]
                        and not (STRICT_BACKLOG and row["veth_dropped"])
-                       and (backend != "ebpf" or counters_exact))
+                       and (not backend.startswith("ebpf") or counters_exact))
     row["reached"] = pps == 0 or gen["pps"] >= REACHED * pps
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
@@ -238,6 +276,8 @@ def find_limit(backend: str, size: int, seconds: float, placement: str, bisect: 
 
 # Reader stalled this long with a ring this small: overflows at any rate blast reaches.
 OVERLOAD = {"ebpf": ("--stall", "2", "--ring-bytes", str(1 << 20)),
+            "ebpf-xdp": ("--stall", "2", "--ring-bytes", str(1 << 20)),
+            "ebpf-xdp-loop": ("--stall", "2", "--ring-bytes", str(1 << 20)),
             "af-packet": ("--stall", "2", "--blocks", "2")}
 
 
@@ -261,6 +301,25 @@ def _on_signal(signum, frame):
 
 def fmt_bytes_s(v: float) -> str:
     return f"{v / 1e6:,.1f} MB/s" if v < 1e9 else f"{v / 1e9:,.2f} GB/s"
+
+
+def bpf_cost_table(results: list[dict]) -> list[str]:
+    """Nanoseconds per frame in the eBPF program (the kernel's bpf_stats, helpers included),
+    per backend and frame size: median and range over every lossless step's run."""
+    groups: dict[tuple, list[float]] = {}
+    for res in results:
+        for st in res["runs"]:
+            if st.get("bpf_ns_per_frame") and st["lossless"]:
+                groups.setdefault((res["backend"], res["size"]), []).append(st["bpf_ns_per_frame"])
+    if not groups:
+        return []
+    out = ["", "eBPF program time per frame (kernel.bpf_stats_enabled; classify, count, copy into the "
+           "ring; lossless steps):", "",
+           "| backend | frame | ns per frame, median | range | steps |", "|---|---|---|---|---|"]
+    for (backend, size), v in sorted(groups.items()):
+        v.sort()
+        out.append(f"| {backend} | {size} B | {v[(len(v) - 1) // 2]:.0f} | {v[0]:.0f} – {v[-1]:.0f} | {len(v)} |")
+    return out
 
 
 def summary(results: list[dict], baseline: dict, seconds: float, load: tuple, when: str) -> list[str]:
@@ -302,7 +361,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0, help="length of one step")
     ap.add_argument("--sizes", default="128,1514", help="frame sizes in bytes (without FCS)")
-    ap.add_argument("--backends", default="ebpf,af-packet")
+    ap.add_argument("--backends", default="ebpf,af-packet",
+                    help="of ebpf (the hook auto picks), ebpf-xdp, ebpf-xdp-loop, af-packet")
     ap.add_argument("--placements", default="split,rps")
     ap.add_argument("--bisect", type=int, default=5, help="bisection steps when top speed loses frames")
     ap.add_argument("--budget", type=float, default=1200, help="stop (and tear down) after this many seconds")
@@ -311,8 +371,12 @@ def main() -> int:
     ap.add_argument("--no-build", action="store_true", help="use the examples already in target/release")
     ap.add_argument("--strict-backlog", action="store_true",
                     help="count frames the capture CPU's backlog refused as loss")
+    ap.add_argument("--livecat", type=Path, metavar="PATH",
+                    help="another build's livecat (an experiment: the same steps against an older eBPF program)")
     args = ap.parse_args()
-    global STRICT_BACKLOG, DEADLINE
+    global STRICT_BACKLOG, DEADLINE, LIVECAT
+    if args.livecat:
+        LIVECAT = args.livecat.resolve()
     STRICT_BACKLOG = args.strict_backlog
     if os.geteuid() != 0:
         print("live_rates: needs root (network namespaces, BPF)", file=sys.stderr)
@@ -333,6 +397,9 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     teardown()
+    # The kernel times every eBPF program run while this is 1 (about two clock reads a run).
+    stats_before = sh("sysctl", "-n", "kernel.bpf_stats_enabled").stdout.strip()
+    sh("sysctl", "-qw", "kernel.bpf_stats_enabled=1")
     try:
         setup()
         # Generator alone, no capture: what the sender does by itself (receive softirq on CPU 0).
@@ -360,6 +427,7 @@ def main() -> int:
               file=sys.stderr)
     finally:
         teardown()
+        sh("sysctl", "-qw", f"kernel.bpf_stats_enabled={stats_before}", check=False)
     elapsed = time.monotonic() - t0
     for r in results:
         r["bytes_s"] = r["pps"] * r["size"]
@@ -377,6 +445,7 @@ def main() -> int:
         refused = f"{b['veth_dropped']:,} ({100 * b['veth_dropped'] / max(1, b['sent']):.1f} %)" if b else "-"
         md.append(f"| {r['run']} | {r['placement']} | {r['backend']} | {r['size']} B | {ge}{r['pps']:,} pps | {ge}{r['gbit_s']:.2f} "
                   f"| {r['limit']} | {refused} | offered {t['achieved_pps']:,} pps: {top_note(t)} |")
+    md += bpf_cost_table(results)
     if overload:
         md += ["", f"Overload (reader stalled 2 s, small ring, top speed, {max(sizes)} B frames):", ""]
         md.append("| backend | sent | delivered | kernel drops | ring drops | per-flow/total counters |")
@@ -395,7 +464,7 @@ def main() -> int:
     (out / ("live_rates_strict.json" if STRICT_BACKLOG else "live_rates.json")).write_text(json.dumps(
         {"seconds_per_step": args.seconds, "strict_backlog": STRICT_BACKLOG, "span_dst_mac": SPAN_DST_MAC,
          "placements": PLACEMENTS, "load_average_before": load, "elapsed_seconds": elapsed,
-         "repeat": args.repeat,
+         "repeat": args.repeat, "livecat": str(LIVECAT),
          "complete": len(results) == args.repeat * len(sizes) * len(backends) * len(args.placements.split(",")),
          "generator_alone": baseline, "results": results, "overload": overload}, indent=1))
     return 0

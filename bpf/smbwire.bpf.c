@@ -150,6 +150,12 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
 	return 0;
 }
 
+/* Set by user space before load (`.rodata`, frozen): 1 when the kernel has
+ * bpf_xdp_load_bytes (Linux 5.18+; Debian 12's 6.1 has it), as libbpf's helper probe says.
+ * The verifier then knows the value and walks one branch of `copy_frame` only, so a kernel
+ * without the helper never checks its call, and one with it never walks the word loop. */
+const volatile __u32 have_xdp_load_bytes = 0;
+
 /* Copies the first `caplen` bytes of the frame to `dst` (caplen <= SMBWIRE_MAX_SNAP). */
 static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 caplen)
 {
@@ -161,7 +167,9 @@ static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 capl
 		return bpf_skb_load_bytes(p->ctx, 0, dst, caplen);
 	if (caplen > SMBWIRE_XDP_MAX_COPY)
 		return -1;
-	/* bpf_xdp_load_bytes would need Linux 5.18: words, then the last bytes. */
+	if (have_xdp_load_bytes)
+		return bpf_xdp_load_bytes(p->ctx, 0, dst, caplen) ? -1 : 0;
+	/* Before 5.18: words, then the last bytes. */
 	__u32 i;
 	for (i = 0; i < SMBWIRE_XDP_MAX_COPY / 8; i++) {
 		__u32 o = i * 8;

@@ -3,12 +3,14 @@
 //!
 //! livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P]
 //!               [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N]
-//!               [--stall SECONDS] [--hook auto|tcx|xdp] [--xdp-drop]
+//!               [--stall SECONDS] [--hook auto|tcx|xdp] [--xdp-drop] [--digests]
 //! "ready BACKEND" ("ready ebpf HOOK" with eBPF) is printed on stderr once the source is
 //! attached. It reads until `--seconds`
 //! pass or, with `--stdin-stop`, until stdin is closed, then drains what is queued.
 //! `--stall` waits that long before reading (to make the buffers overflow on purpose).
 //! `--ports` adds TCP ports to the defaults (445, 5445), as `smbwire live --port` does.
+//! `--digests` lists the SHA-256 of every delivered frame's captured bytes, in order (tests
+//! compare them with the frames they sent, to check the copy byte for byte).
 //! Payload bytes are never printed.
 
 use std::io::Read;
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use smbwire_dissectors::live::{self, classify::classify, LiveOptions};
 
 fn usage() -> ! {
-    eprintln!("usage: livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P] [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N] [--stall S] [--hook auto|tcx|xdp] [--xdp-drop]");
+    eprintln!("usage: livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P] [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N] [--stall S] [--hook auto|tcx|xdp] [--xdp-drop] [--digests]");
     std::process::exit(2);
 }
 
@@ -30,6 +32,7 @@ fn main() {
     let mut seconds = 5.0f64;
     let mut stall = 0.0f64;
     let mut stdin_stop = false;
+    let mut digests: Option<Vec<String>> = None;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
@@ -44,6 +47,7 @@ fn main() {
             "--no-promisc" => opts.promisc = false,
             "--hook" => opts.hook = val().parse().unwrap_or_else(|_| usage()),
             "--xdp-drop" => opts.xdp_drop = true,
+            "--digests" => digests = Some(Vec::new()),
             "--snaplen" => opts.snaplen = val().parse().unwrap_or_else(|_| usage()),
             "--ports" => {
                 let mut named = opts.tcp_ports.clone();
@@ -110,6 +114,10 @@ fn main() {
             all_match &= classify(f.data, &ports).is_some();
             all_match &= f.data.len() <= snaplen + 4 && f.data.len() <= f.info.orig_len as usize;
             captured_bytes += f.data.len() as u64;
+            if let Some(d) = digests.as_mut() {
+                use sha2::Digest;
+                d.push(sha2::Sha256::digest(f.data).iter().map(|b| format!("{b:02x}")).collect());
+            }
             wire_bytes += u64::from(f.info.orig_len);
             truncated += u64::from(f.data.len() < f.info.orig_len as usize);
         });
@@ -127,6 +135,7 @@ fn main() {
         "fallback_reason": why,
         "hook": src.hook().map(|h| h.hook),
         "xdp_mode": src.hook().and_then(|h| h.xdp_mode),
+        "xdp_copy": src.hook().and_then(|h| h.xdp_copy),
         "stats": src.stats(),
         "delivered": delivered,
         "delivered_wire_bytes": wire_bytes,
@@ -135,6 +144,7 @@ fn main() {
         "numbers_ok": numbers_ok,
         "ts_ok": ts_ok,
         "all_delivered_match": all_match,
+        "digests": digests,
     });
     println!("{out}");
 }

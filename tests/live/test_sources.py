@@ -8,6 +8,7 @@ For eBPF, nothing of ours may stay in the kernel after livecat exits, is termina
 Needs root (network namespaces, BPF). Run: pytest tests/live
 """
 
+import hashlib
 import json
 import re
 import os
@@ -25,8 +26,17 @@ LIVECAT = ROOT / "target" / "release" / "examples" / "livecat"
 #: bpftool's name of the program at each hook.
 PROGRAMS = {"tcx": "smbwire_tc", "xdp": "smbwire_xdp"}
 HOOKS = ["tcx", "xdp"]
-#: A capture source: the eBPF program at one of its hooks, or AF_PACKET.
-BACKENDS = [*HOOKS, "af-packet"]
+#: A capture source: the eBPF program at one of its hooks, or AF_PACKET. `xdp-loop` is the XDP
+#: entry point with the copy older kernels get (8-byte loads; SMBWIRE_XDP_COPY=loop): this
+#: kernel has bpf_xdp_load_bytes (5.18+), which `xdp` uses, and Debian 12's 6.1 has it too.
+BACKENDS = [*HOOKS, "xdp-loop", "af-packet"]
+#: The copy each XDP backend must report (livecat's `xdp_copy`).
+XDP_COPY = {"xdp": "helper", "xdp-loop": "loop"}
+
+
+def hook_of(backend):
+    """The eBPF hook a backend attaches to (None for AF_PACKET)."""
+    return None if backend == "af-packet" else backend.removesuffix("-loop")
 
 
 
@@ -162,18 +172,24 @@ class Lab:
 
 
 def ready_line(backend):
-    """What livecat prints once `backend` (a hook, or af-packet) is attached."""
-    return "ready af-packet" if backend == "af-packet" else f"ready ebpf {backend}"
+    """What livecat prints once `backend` (a hook, xdp-loop, or af-packet) is attached."""
+    return "ready af-packet" if backend == "af-packet" else f"ready ebpf {hook_of(backend)}"
 
 
 def backend_args(backend):
-    return ["--af-packet"] if backend == "af-packet" else ["--require-ebpf", "--hook", backend]
+    """livecat's arguments for `backend`, after the environment it needs (`env` and names)."""
+    if backend == "af-packet":
+        return ["--af-packet"]
+    env = ["env", "SMBWIRE_XDP_COPY=loop"] if backend == "xdp-loop" else []
+    return [*env, "--require-ebpf", "--hook", hook_of(backend)]
 
 
 class Capture:
     def __init__(self, livecat, lab, backend, *extra):
-        args = ["ip", "netns", "exec", lab.b, str(livecat), lab.vb, "--seconds", "120", "--stdin-stop", *extra]
-        args += backend_args(backend)
+        ba = backend_args(backend)
+        env = ba[:ba.index("--require-ebpf")] if "--require-ebpf" in ba else []
+        args = ["ip", "netns", "exec", lab.b, *env, str(livecat), lab.vb, "--seconds", "120", "--stdin-stop", *extra]
+        args += ba[len(env):]
         self.backend = backend
         self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stderr.readline()
@@ -183,9 +199,10 @@ class Capture:
         out, err = self.p.communicate(timeout=30)
         assert self.p.returncode == 0, err
         r = json.loads(out)
-        assert r["hook"] == (None if self.backend == "af-packet" else self.backend), r
-        if self.backend == "xdp":
+        assert r["hook"] == hook_of(self.backend), r
+        if hook_of(self.backend) == "xdp":
             assert r["xdp_mode"] == "native", r  # veth has native XDP
+        assert r["xdp_copy"] == XDP_COPY.get(self.backend), r
         return r
 
 
@@ -288,7 +305,7 @@ def test_gso_frames_count_as_their_wire_packets(livecat, lab, backend):
     # A frame dropped between A and B was counted by A's TCP but never reached the hook; the
     # byte check below cannot account for it, so such a run proves nothing and says so.
     assert lab.tx_dropped() == dropped_before, "frames were lost on the veth: rerun on a quieter machine"
-    if backend == "xdp":
+    if hook_of(backend) == "xdp":
         assert st["frames_matched"] == segs == r["delivered"] + st["ring_drops"], "one frame per wire packet"
     else:
         assert st["frames_matched"] == frames < segs // 4, "the peer did hand over GSO frames"
@@ -343,6 +360,31 @@ def udp(sport, dport, n=64):
 
 def tcp(sport, dport, n=64):
     return struct.pack("!HHIIHHHH", sport, dport, 1, 0, 0x5010, 65535, 0, 0) + bytes(n)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("snaplen", [None, 101])
+def test_copies_are_the_frames_byte_for_byte(livecat, lab, backend, snaplen):
+    """Each delivered frame is the frame on the wire (or its first `--snaplen` bytes), byte for
+    byte, whichever way it was copied: bpf_skb_load_bytes at TC, bpf_xdp_load_bytes or the
+    8-byte load loop with its byte tail at XDP, AF_PACKET's ring. Lengths cover every
+    remainder modulo 8, the shortest frame and a full 1500-byte MTU."""
+    lengths = [60, 61, 62, 63, 64, 65, 66, 67, 68, 127, 129, 1001, 1514]
+    frames = []
+    for i, total in enumerate(lengths):
+        n = total - 14 - 20 - 20
+        body = bytes((i * 31 + j * 7 + (j >> 8)) & 0xFF for j in range(n))
+        frames.append(ether(lab, 0x0800) + ipv4(6, tcp(50000 + i, 445, 0) + body))
+    assert [len(f) for f in frames] == lengths
+    extra = ("--digests",) + (("--snaplen", str(snaplen)) if snaplen else ())
+    cap = Capture(livecat, lab, backend, *extra)
+    lab.inject(frames)
+    time.sleep(0.2)
+    r = cap.finish()
+    check_invariants(r)
+    want = [hashlib.sha256(f[:snaplen] if snaplen else f).hexdigest() for f in frames]
+    assert r["digests"] == want
+    assert r["truncated"] == (sum(len(f) > snaplen for f in frames) if snaplen else 0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -758,16 +800,18 @@ def test_smbwire_live_without_bpf_privilege_says_why_and_falls_back(lab, tmp_pat
 # --- which hook ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("hook", HOOKS)
+@pytest.mark.parametrize("hook", [*HOOKS, "xdp-loop"])
 def test_the_verifier_takes_the_program_with_room_to_spare(livecat, lab, hook):
     """The kernel verifies at most 1M instructions of a program. The XDP entry point once took
     972,704 of them with one tunnel opened (an exact packet offset per path kept the
     verifier's paths apart): another kernel's verifier, or one more header, would have refused
     it. With two tunnels opened it must take under a quarter of the bound at either hook.
     (SMBWIRE_LIBBPF_DEBUG makes libbpf print the verifier's statistics.)"""
-    r = lab.ns(lab.b, "env", "SMBWIRE_LIBBPF_DEBUG=1", str(livecat), lab.vb, "--require-ebpf", "--hook", hook,
-               "--seconds", "0")
-    assert f"ready ebpf {hook}" in r.stderr.splitlines(), r.stderr[-2000:]
+    loop = ["SMBWIRE_XDP_COPY=loop"] if hook == "xdp-loop" else []
+    r = lab.ns(lab.b, "env", "SMBWIRE_LIBBPF_DEBUG=1", *loop, str(livecat), lab.vb, "--require-ebpf",
+               "--hook", hook_of(hook), "--seconds", "0")
+    assert ready_line(hook) in r.stderr.splitlines(), r.stderr[-2000:]
+    assert json.loads(r.stdout)["xdp_copy"] == XDP_COPY.get(hook)
     stats = re.findall(r"^processed (\d+) insns \(limit (\d+)\)", r.stderr, re.M)
     assert len(stats) == 1, r.stderr[-2000:]
     processed, limit = map(int, stats[0])

@@ -284,6 +284,24 @@ pub struct EbpfSource {
     hook: HookInfo,
 }
 
+/// The object's `.rodata`: `have_xdp_load_bytes` alone.
+const RODATA_SIZE: usize = 4;
+
+/// The running kernel lets XDP programs call `bpf_xdp_load_bytes` (Linux 5.18+): libbpf loads
+/// a two-instruction probe program that calls it. The XDP entry point then copies a frame
+/// with one helper call instead of a loop of 8-byte loads, each checked against the frame's
+/// end.
+fn has_xdp_load_bytes() -> bool {
+    // SAFETY: no pointers besides the documented NULL options.
+    unsafe {
+        libbpf_sys::libbpf_probe_bpf_helper(
+            libbpf_sys::BPF_PROG_TYPE_XDP,
+            libbpf_sys::BPF_FUNC_xdp_load_bytes,
+            std::ptr::null(),
+        ) == 1
+    }
+}
+
 fn bpf_error(e: libbpf_rs::Error, what: String) -> LiveError {
     if e.kind() == libbpf_rs::ErrorKind::PermissionDenied {
         // Maps need CAP_BPF; networking programs CAP_BPF and CAP_NET_ADMIN. Name what is
@@ -335,8 +353,21 @@ impl EbpfSource {
             }
         }
         let queues = opts.queues.clamp(1, super::MAX_QUEUES) as usize;
+        // SMBWIRE_XDP_COPY=loop keeps the pre-5.18 copy on any kernel (tests, benchmarks).
+        let xdp_load_bytes = hook == Hook::Xdp
+            && std::env::var("SMBWIRE_XDP_COPY").map_or(true, |v| v != "loop")
+            && has_xdp_load_bytes();
         for mut m in open.maps_mut() {
             let name = m.name().to_str().unwrap_or("");
+            if name.ends_with(".rodata") {
+                // `have_xdp_load_bytes`, the object's one read-only global (its only
+                // `.rodata`): a constant the verifier prunes the copy's other branch by.
+                let v = m.initial_value_mut().filter(|v| v.len() == RODATA_SIZE).ok_or_else(|| {
+                    LiveError::Unsupported("eBPF object's .rodata is not the expected 4 bytes".into())
+                })?;
+                v.copy_from_slice(&u32::from(xdp_load_bytes).to_ne_bytes());
+                continue;
+            }
             let entries = match name {
                 "scratch_buf" => cpus as u32,
                 // ring0 .. ring15: the queues in use get the ring size, the others a page.
@@ -475,7 +506,11 @@ impl EbpfSource {
             cfg,
             _obj: obj,
             _promisc: promisc,
-            hook: HookInfo { hook, xdp_mode },
+            hook: HookInfo {
+                hook,
+                xdp_mode,
+                xdp_copy: (hook == Hook::Xdp).then_some(if xdp_load_bytes { "helper" } else { "loop" }),
+            },
         })
     }
 
@@ -815,6 +850,19 @@ mod tests {
             map.update(&key, &value, MapFlags::ANY).unwrap();
         }
         Some(map)
+    }
+
+    /// The loader writes `have_xdp_load_bytes` as the whole of `.rodata`: the object must have
+    /// exactly that (a second read-only global would be overwritten, or refuse to load).
+    #[test]
+    fn rodata_is_the_xdp_copy_switch_alone() {
+        let mut open = ObjectBuilder::default().open_memory(&OBJECT.0).expect("the embedded object opens");
+        let rodata: Vec<usize> = open
+            .maps_mut()
+            .filter(|m| m.name().to_str().is_some_and(|n| n.ends_with(".rodata")))
+            .map(|m| m.initial_value().map_or(0, |v| v.len()))
+            .collect();
+        assert_eq!(rodata, vec![RODATA_SIZE]);
     }
 
     #[test]

@@ -133,6 +133,9 @@ pub struct HookInfo {
     pub hook: Hook,
     /// XDP only: "native", "generic" (or "offloaded", "unknown").
     pub xdp_mode: Option<&'static str>,
+    /// XDP only: how a matched frame is copied into its record: "helper"
+    /// (`bpf_xdp_load_bytes`, Linux 5.18+) or "loop" (8-byte loads, older kernels).
+    pub xdp_copy: Option<&'static str>,
 }
 
 /// (major, minor) of a kernel release string such as "6.1.0-18-amd64"; None if unparsable.

@@ -631,6 +631,7 @@ impl Capture {
             "backend": self.backend,
             "hook": self.source.hook().map(|h| h.hook),
             "xdp_mode": self.source.hook().and_then(|h| h.xdp_mode),
+            "xdp_copy": self.source.hook().and_then(|h| h.xdp_copy),
             "fallback_reason": self.fallback_reason,
             "privileges": self.privileges,
             "started": self.started_wall,
