@@ -57,6 +57,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vethpair import VethPair  # noqa: E402
@@ -69,17 +70,30 @@ NS_A, NS_B = LAB.ns_a, LAB.ns_b
 VA, VB = LAB.va, LAB.vb
 # Locally administered, not B's: B receives in promiscuous mode, as on a mirror port.
 SPAN_DST_MAC = "02:00:5e:c6:12:02"
+
+
+class Backend(NamedTuple):
+    args: tuple[str, ...]  # livecat's options
+    ready: str  # how livecat's "ready" line starts
+    overload: tuple[str, ...]  # the overload step's options: the reader stalls, the buffer is small
+    env: tuple[str, ...] = ()  # livecat's environment
+    xdp_copy: str | None = None  # the copy livecat must report (None: not XDP, or not checked)
+
+
+_EBPF_OVERLOAD = ("--stall", "2", "--ring-bytes", str(1 << 20))
 # `ebpf` takes the hook `auto` picks (TCX on 6.6+); `ebpf-xdp` the XDP entry point, which `auto`
 # picks on 5.9-6.5 (Debian 12's 6.1): native XDP on a veth, frames passed on (XDP_PASS), copied
 # with bpf_xdp_load_bytes where the kernel has it (5.18+); `ebpf-xdp-loop` the same with the
-# copy kernels before 5.18 get (8-byte loads, SMBWIRE_XDP_COPY=loop).
-BACKENDS = {"ebpf": ("--require-ebpf",), "ebpf-xdp": ("--require-ebpf", "--hook", "xdp"),
-            "ebpf-xdp-loop": ("--require-ebpf", "--hook", "xdp"), "af-packet": ("--af-packet",)}
-# Environment livecat runs with, per backend.
-BACKEND_ENV = {"ebpf-xdp-loop": ("SMBWIRE_XDP_COPY=loop",)}
-# What livecat's "ready" line names for each backend.
-READY = {"ebpf": "ready ebpf", "ebpf-xdp": "ready ebpf xdp", "ebpf-xdp-loop": "ready ebpf xdp",
-         "af-packet": "ready af-packet"}
+# copy kernels before 5.18 get (8-byte loads, SMBWIRE_XDP_COPY=loop). The overload steps stall
+# the reader with a ring or block count this small: it overflows at any rate blast reaches.
+BACKENDS = {
+    "ebpf": Backend(("--require-ebpf",), "ready ebpf", _EBPF_OVERLOAD),
+    "ebpf-xdp": Backend(("--require-ebpf", "--hook", "xdp"), "ready ebpf xdp", _EBPF_OVERLOAD,
+                        xdp_copy="helper"),
+    "ebpf-xdp-loop": Backend(("--require-ebpf", "--hook", "xdp"), "ready ebpf xdp", _EBPF_OVERLOAD,
+                             env=("SMBWIRE_XDP_COPY=loop",), xdp_copy="loop"),
+    "af-packet": Backend(("--af-packet",), "ready af-packet", ("--stall", "2", "--blocks", "2")),
+}
 # placement: (blast CPU, livecat CPU, RPS mask for B's veth rx queue or "0" for none)
 PLACEMENTS = {"split": ("0", "1", "0"), "rps": ("0", "1", "2")}
 # --strict-backlog: a frame refused before the capture point fails the step too.
@@ -107,17 +121,15 @@ class Capture:
     """One livecat run; started before the generator, stopped by closing its stdin."""
 
     def __init__(self, backend: str, cpu: str, extra: tuple[str, ...] = ()):
+        b = BACKENDS[backend]
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", NS_B, "env", *BACKEND_ENV.get(backend, ()), "taskset", "-c", cpu, str(LIVECAT), VB,
-             "--seconds", "600", "--stdin-stop", *BACKENDS[backend], *extra],
+            ["ip", "netns", "exec", NS_B, "env", *b.env, "taskset", "-c", cpu, str(LIVECAT), VB,
+             "--seconds", "600", "--stdin-stop", *b.args, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()
-        if not line.startswith(READY[backend]):
+        if not line.startswith(b.ready):
             self.kill()
             raise RuntimeError(f"livecat did not start {backend}: {line.strip()} {self.proc.stderr.read()}")
-        # "ready ebpf HOOK": the hook the program is attached at.
-        words = line.split()
-        self.hook = words[2] if len(words) > 2 else None
 
     def stop(self) -> dict:
         out, err = self.proc.communicate(input="", timeout=60)
@@ -131,17 +143,14 @@ class Capture:
             self.proc.wait()
 
 
-def bpf_prog_stats(hook: str | None) -> dict | None:
-    """run_cnt and run_time_ns of livecat's eBPF program at `hook` (None for AF_PACKET)."""
-    if hook is None:
-        return None
-    name = {"xdp": "smbwire_xdp", "tcx": "smbwire_tc"}[hook]
-    progs = json.loads(sh("bpftool", "prog", "show", "name", name, "-j").stdout or "[]")
-    progs = [progs] if isinstance(progs, dict) else progs  # one program: an object, not a list
-    if len(progs) != 1:
-        raise RuntimeError(f"expected one {name} program loaded, found {len(progs)}")
-    p = progs[0]
-    return {"run_cnt": p.get("run_cnt", 0), "run_time_ns": p.get("run_time_ns", 0)}
+def bpf_prog_stats() -> dict | None:
+    """run_cnt and run_time_ns of livecat's eBPF program, whichever hook it is at (the only
+    smbwire program loaded while a step runs); None with AF_PACKET, which loads none."""
+    progs = [p for p in json.loads(sh("bpftool", "prog", "show", "-j").stdout or "[]")
+             if p.get("name", "").startswith("smbwire_")]
+    if len(progs) > 1:
+        raise RuntimeError(f"expected one smbwire program loaded, found {len(progs)}")
+    return {"run_cnt": progs[0].get("run_cnt", 0), "run_time_ns": progs[0].get("run_time_ns", 0)} if progs else None
 
 
 def set_rps(mask: str) -> None:
@@ -162,11 +171,11 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
                             "--dst-mac", SPAN_DST_MAC, "--size", str(size), "--pps", str(int(pps)),
                             "--seconds", str(seconds), timeout=seconds + 30).stdout)
         after = veth_counters()
-        prog = bpf_prog_stats(cap.hook)
+        prog = bpf_prog_stats()
         r = cap.stop()
     finally:
         cap.kill()
-    want_copy = {"ebpf-xdp": "helper", "ebpf-xdp-loop": "loop"}.get(backend)
+    want_copy = BACKENDS[backend].xdp_copy
     # (A build before 2026-11-30, given with --livecat, does not say: it has the loop only.)
     if want_copy and "xdp_copy" in r and r["xdp_copy"] != want_copy:
         raise RuntimeError(f"{backend}: livecat copied with {r.get('xdp_copy')!r}, not {want_copy!r}")
@@ -273,12 +282,6 @@ def find_limit(backend: str, size: int, seconds: float, placement: str, bisect: 
         res.update(pps=confirmed["achieved_pps"], gbit_s=confirmed["achieved_gbit_s"], best=confirmed)
     return res
 
-
-# Reader stalled this long with a ring this small: overflows at any rate blast reaches.
-OVERLOAD = {"ebpf": ("--stall", "2", "--ring-bytes", str(1 << 20)),
-            "ebpf-xdp": ("--stall", "2", "--ring-bytes", str(1 << 20)),
-            "ebpf-xdp-loop": ("--stall", "2", "--ring-bytes", str(1 << 20)),
-            "af-packet": ("--stall", "2", "--blocks", "2")}
 
 
 def top_note(t: dict) -> str:
@@ -421,7 +424,7 @@ def main() -> int:
                         res["run"] = run + 1
                         results.append(res)
         for backend in backends:
-            overload.append(step(backend, max(sizes), 0, args.seconds, "split", OVERLOAD[backend]))
+            overload.append(step(backend, max(sizes), 0, args.seconds, "split", BACKENDS[backend].overload))
     except OutOfTime as e:
         print(f"live_rates: {e} (ran {time.monotonic() - t0:.0f} s); partial results below",
               file=sys.stderr)

@@ -176,20 +176,19 @@ def ready_line(backend):
     return "ready af-packet" if backend == "af-packet" else f"ready ebpf {hook_of(backend)}"
 
 
+def backend_env(backend):
+    """The environment livecat needs for `backend` (NAME=VALUE words for `env`)."""
+    return ["SMBWIRE_XDP_COPY=loop"] if backend == "xdp-loop" else []
+
+
 def backend_args(backend):
-    """livecat's arguments for `backend`, after the environment it needs (`env` and names)."""
-    if backend == "af-packet":
-        return ["--af-packet"]
-    env = ["env", "SMBWIRE_XDP_COPY=loop"] if backend == "xdp-loop" else []
-    return [*env, "--require-ebpf", "--hook", hook_of(backend)]
+    return ["--af-packet"] if backend == "af-packet" else ["--require-ebpf", "--hook", hook_of(backend)]
 
 
 class Capture:
     def __init__(self, livecat, lab, backend, *extra):
-        ba = backend_args(backend)
-        env = ba[:ba.index("--require-ebpf")] if "--require-ebpf" in ba else []
-        args = ["ip", "netns", "exec", lab.b, *env, str(livecat), lab.vb, "--seconds", "120", "--stdin-stop", *extra]
-        args += ba[len(env):]
+        args = ["ip", "netns", "exec", lab.b, "env", *backend_env(backend), str(livecat), lab.vb,
+                "--seconds", "120", "--stdin-stop", *extra, *backend_args(backend)]
         self.backend = backend
         self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stderr.readline()
@@ -807,9 +806,8 @@ def test_the_verifier_takes_the_program_with_room_to_spare(livecat, lab, hook):
     verifier's paths apart): another kernel's verifier, or one more header, would have refused
     it. With two tunnels opened it must take under a quarter of the bound at either hook.
     (SMBWIRE_LIBBPF_DEBUG makes libbpf print the verifier's statistics.)"""
-    loop = ["SMBWIRE_XDP_COPY=loop"] if hook == "xdp-loop" else []
-    r = lab.ns(lab.b, "env", "SMBWIRE_LIBBPF_DEBUG=1", *loop, str(livecat), lab.vb, "--require-ebpf",
-               "--hook", hook_of(hook), "--seconds", "0")
+    r = lab.ns(lab.b, "env", "SMBWIRE_LIBBPF_DEBUG=1", *backend_env(hook), str(livecat), lab.vb,
+               *backend_args(hook), "--seconds", "0")
     assert ready_line(hook) in r.stderr.splitlines(), r.stderr[-2000:]
     assert json.loads(r.stdout)["xdp_copy"] == XDP_COPY.get(hook)
     stats = re.findall(r"^processed (\d+) insns \(limit (\d+)\)", r.stderr, re.M)
