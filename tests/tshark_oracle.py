@@ -177,3 +177,67 @@ def smb_direct_counts(path: Path, extra: list[str] = ()) -> dict[str, int]:
 
 def smb2_command_histogram(path: Path, extra: list[str] = ()) -> dict[tuple[int, bool], int]:
     return pdu_counts(path, list(extra))
+
+
+# Tunnel kinds as smbwire names them (docs/json-schema.md, `tunnels`), from tshark's
+# protocol layers: ERSPAN by its version field (absent in type I, 1 in type II, 2 in III).
+_ERSPAN_KIND = {None: "erspan1", "1": "erspan2", "2": "erspan3"}
+_INNER = ("eth", "ip", "ipv6")
+
+
+def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Frames that tshark decodes from inside a tunnel, as smbwire's `tunnels` reports them:
+    kind ("outer+inner" when nested) -> {"frames", "bytes"}, where bytes are everything before
+    the innermost frame (its offset, from PDML's `pos`) plus the outer frame's trailer (after
+    the outer IP packet's length). Second: tunnels whose inner frame tshark did not decode as
+    Ethernet or IP (ERSPAN frame types other than Ethernet, NSH, ...), by kind, frames."""
+    import xml.etree.ElementTree as ET
+
+    text = _run(path, list(extra), ["-T", "pdml"])
+    decoded: dict[str, dict[str, int]] = {}
+    undecoded: dict[str, int] = {}
+    for packet in ET.fromstring(text).iter("packet"):
+        protos = packet.findall("proto")
+        caplen = int(packet.find("proto[@name='geninfo']/field[@name='caplen']").get("show"))
+        kinds: list[str] = []
+        last = -1
+        outer_end = None
+        for i, p in enumerate(protos):
+            name = p.get("name")
+            if name in ("ip", "ipv6") and outer_end is None:
+                field = p.find("field[@name='ip.len']" if name == "ip" else "field[@name='ipv6.plen']")
+                if field is not None:
+                    outer_end = int(p.get("pos")) + int(field.get("show")) + (40 if name == "ipv6" else 0)
+            nxt = protos[i + 1].get("name") if i + 1 < len(protos) else None
+            if name == "erspan":
+                version = p.find(".//field[@name='erspan.version']")
+                kinds.append(_ERSPAN_KIND.get(None if version is None else version.get("show"), "erspan?"))
+            elif name == "gre" and nxt == "eth":
+                kinds.append("gretap")
+            elif name == "gre" and nxt in ("ip", "ipv6"):
+                kinds.append("gre_ip")
+            elif name in ("vxlan", "geneve"):
+                kinds.append(name)
+            else:
+                continue
+            last = i
+        if not kinds:
+            continue
+        key = "+".join(kinds)
+        if last + 1 >= len(protos) or protos[last + 1].get("name") not in _INNER:
+            undecoded[key] = undecoded.get(key, 0) + 1
+            continue
+        trailer = caplen - outer_end if outer_end is not None and outer_end < caplen else 0
+        entry = decoded.setdefault(key, {"frames": 0, "bytes": 0})
+        entry["frames"] += 1
+        entry["bytes"] += int(protos[last + 1].get("pos")) + trailer
+    return decoded, undecoded
+
+
+def frame_layers(path: Path, extra: list[str] = ()) -> list[list[tuple[str, int]]]:
+    """Per frame, tshark's protocol layers in order with the offset each starts at (PDML `pos`)."""
+    import xml.etree.ElementTree as ET
+
+    text = _run(path, list(extra), ["-T", "pdml"])
+    return [[(p.get("name"), int(p.get("pos") or 0)) for p in packet.findall("proto")]
+            for packet in ET.fromstring(text).iter("packet")]

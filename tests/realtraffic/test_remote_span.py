@@ -1,8 +1,10 @@
 """A remote mirror session on real Samba traffic: the switch mirrors every frame into a VXLAN
 tunnel (the Linux kernel's encapsulation, not smbwire's encoders) and the monitor captures the
 tunnel. smbwire opens it and finds the workload's truth, as on a local span port; tshark, the
-oracle, opens the same tunnel to the same SMB2 WRITEs. (This machine's kernel has no GRE, so
-ERSPAN and gretap are checked on synthesized captures: tests/scenarios/test_remote_span.py.)"""
+oracle, opens the same tunnel to the same SMB2 WRITEs. (This machine's kernel has no GRE or
+GENEVE, so ERSPAN, gretap and GENEVE are checked on synthesized captures,
+tests/scenarios/test_remote_span.py, and on other implementations' tunnel captures,
+tests/oracle/test_tunnels_tshark.py and tests/live/test_sources.py.)"""
 
 from __future__ import annotations
 
