@@ -181,3 +181,38 @@ def test_the_report_says_how_the_frames_came_and_every_path_agrees(local, tmp_pa
     assert f'id="tunnels">tunnelled: {n_e} frames in ERSPAN type III' in html.read_text()
     p = smbwire("analyze", local[0])
     assert p.returncode == 0 and "tunnelled" not in p.stdout
+
+
+def test_copies_through_two_sessions_are_one_frame_mirrored_twice(local, tmp_path):
+    """A tunnel's identifiers are not part of a connection's identity (README): when two
+    mirror sessions (ERSPAN session 42 and 43, or VXLAN VNI 42 and 43) deliver a copy of each
+    frame, the second copy is a mirror duplicate, as on a local port, and the figures are
+    the local port's."""
+    import struct
+
+    _, plain = local
+    for encap, at in (("erspan2", 14 + 20 + 8 + 2), ("vxlan", 14 + 20 + 8 + 4)):
+        cap, _ = synth_and_analyze(tmp_path, encap)
+        data = cap.read_bytes()
+        out, off = bytearray(data[:24]), 24
+        while off + 16 <= len(data):
+            ts_s, ts_frac, caplen, orig = struct.unpack_from("<IIII", data, off)
+            frame = data[off + 16:off + 16 + caplen]
+            off += 16 + caplen
+            other = bytearray(frame)
+            if encap == "erspan2":
+                assert struct.unpack_from("!H", other, at)[0] & 0x3FF == 42
+                struct.pack_into("!H", other, at, (struct.unpack_from("!H", other, at)[0] & ~0x3FF) | 43)
+            else:
+                assert other[at:at + 3] == (42).to_bytes(3, "big")
+                other[at:at + 3] = (43).to_bytes(3, "big")
+            out += struct.pack("<IIII", ts_s, ts_frac, caplen, orig) + frame
+            out += struct.pack("<IIII", ts_s, ts_frac + 1, caplen, orig) + bytes(other)
+        both = tmp_path / f"{encap}-two-sessions.pcap"
+        both.write_bytes(bytes(out))
+        p = smbwire("analyze", both, "-q", "--json", "-")
+        assert p.returncode == 0, p.stderr
+        r = json.loads(p.stdout)
+        assert r["tcp"]["mirror_duplicate_frames"] == plain["inputs"][0]["frames"], encap
+        assert r["edges"] == plain["edges"] and r["totals"] == plain["totals"], encap
+        assert r["tunnels"][encap]["frames"] == 2 * plain["inputs"][0]["frames"]
