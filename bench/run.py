@@ -396,7 +396,7 @@ def main() -> None:
         summary["rows"] = workload_rows(smbwire, None if args.no_tshark else tshark, args.rows_bytes, args.repeat, args.threads)
     summary["machine"] = host
     (OUT / "results.json").write_text(json.dumps(summary, indent=2))
-    print(f"\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
+    print("\n| tool | seconds | MB/s | peak RSS (MiB) |\n|---|---|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:.0f} | {r['peak_rss_bytes'] / 2**20:.0f} |")
     if not args.no_tshark:

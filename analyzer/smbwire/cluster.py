@@ -298,7 +298,7 @@ def _connect(distributed: Any, address: str | None, timeout: float) -> tuple[Any
         raise UserError(f"dask scheduler {address}: unreachable within {timeout:g} s ({reason})") from None
     try:
         client.wait_for_workers(1, timeout=timeout)
-    except (TimeoutError, OSError) as e:
+    except (TimeoutError, OSError):
         client.close()
         raise UserError(f"dask scheduler {address}: no worker joined within {timeout:g} s") from None
     return None, client

@@ -6,7 +6,6 @@ and the line, and that the CLI's shapes of a topology round-trip."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether

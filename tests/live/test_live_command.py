@@ -18,14 +18,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from realtraffic.analyzer_cli import analyze, analyzer_command, edge_sum
+from realtraffic.analyzer_cli import analyze, analyzer_command
 from realtraffic.capture_check import frame_health
 from realtraffic.netlab import Lab, check_prerequisites
 from realtraffic.workloads import CHUNKS, REDIRECTION, REPLICATION, W, copies, redirect

@@ -17,7 +17,6 @@ import socket
 import struct
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 

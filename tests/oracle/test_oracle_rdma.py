@@ -16,7 +16,6 @@ import pytest
 import tshark_oracle as oracle
 from smbwire.engine import analyze
 
-from paths import ROOT
 from paths import PUBLIC
 SMBD = PUBLIC / "smbdirect-iwarp-win2012-smb300.pcap"
 

@@ -7,7 +7,6 @@ favour of noise), and count the flood (issue 12)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import random
 import shutil
