@@ -21,6 +21,7 @@ import time
 import pytest
 
 from paths import ROOT
+from live.test_metrics import pcap_frames
 LIVECAT = ROOT / "target" / "release" / "examples" / "livecat"
 #: bpftool's name of the program at each hook.
 PROGRAMS = {"tcx": "smbwire_tc", "xdp": "smbwire_xdp"}
@@ -462,6 +463,22 @@ def geneve(inner, protocol=0x6558, version=0, options=b"\x01\x02\x01\x01\x00\x00
     return udp(49152, 6081, 0)[:4] + struct.pack("!HH", 8 + len(header) + len(inner), 0) + header + inner
 
 
+def check_matched_by_the_frame_inside(livecat, lab, backend, matched, unmatched, flows):
+    """Sends each matched frame 5 times and each unmatched one 3 times: exactly the matched
+    frames are copied and counted, whole, under `flows` (one per matched frame)."""
+    cap = Capture(livecat, lab, backend)
+    lab.inject(matched * 5 + unmatched * 3)
+    time.sleep(0.2)
+    r = cap.finish()
+    check_invariants(r)
+    st = r["stats"]
+    assert st["packets_matched"] == 5 * len(matched) == r["delivered"]
+    assert st["bytes_matched"] == 5 * sum(len(f) for f in matched) == r["delivered_wire_bytes"]
+    assert st["packets_seen"] == 5 * len(matched) + 3 * len(unmatched)
+    assert sorted(f["flow"] for f in st["flows"]) == sorted(flows)
+    assert all(f["packets"] == 5 for f in st["flows"])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, backend):
     """A remote mirror session's copies (gretap, ERSPAN II and III, GRE over IP, VXLAN, GENEVE) are
@@ -495,16 +512,8 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(17, geneve(inner_ether() + t445, version=1)),  # a GENEVE version that does not exist
         ether(lab, 0x0800) + ipv4(17, geneve(bytes(4) + t445, protocol=0x8847)),  # MPLS in GENEVE
     ]
-    cap = Capture(livecat, lab, backend)
-    lab.inject(matched * 5 + unmatched * 3)
-    time.sleep(0.2)
-    r = cap.finish()
-    check_invariants(r)
-    st = r["stats"]
-    assert st["packets_matched"] == 5 * len(matched) == r["delivered"]
-    assert st["bytes_matched"] == 5 * sum(len(f) for f in matched) == r["delivered_wire_bytes"]
-    assert st["packets_seen"] == 5 * len(matched) + 3 * len(unmatched)
-    assert sorted(f["flow"] for f in st["flows"]) == sorted([
+    check_matched_by_the_frame_inside(livecat, lab, backend, matched, unmatched, [
+
         "198.18.5.1:50000 > 198.18.5.2:445 tcp",
         "198.18.6.1:49152 > 198.18.6.2:4791 rocev2",
         "[2001:db8::1]:50001 > [2001:db8::2]:5445 tcp",
@@ -516,7 +525,6 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         "198.18.12.1:50007 > 198.18.12.2:445 tcp",
         "198.18.13.1:50008 > 198.18.13.2:445 tcp",
     ])
-    assert all(f["packets"] == 5 for f in st["flows"])
 
 
 #: Frames of tunnels as other implementations write them (captures/tunnels, from tcpdump's test
@@ -584,17 +592,6 @@ def others_tunnel_frame(lab, capture, number, sport):
     return bytes(out), flow
 
 
-def pcap_frames(path):
-    data = path.read_bytes()
-    assert struct.unpack("<I", data[:4])[0] in (0xA1B2C3D4, 0xA1B23C4D), "a little-endian pcap"
-    off, out = 24, []
-    while off + 16 <= len(data):
-        n = struct.unpack("<I", data[off + 8:off + 12])[0]
-        out.append(data[off + 16:off + 16 + n])
-        off += 16 + n
-    return out
-
-
 @pytest.mark.usefixtures("tshark_required")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tunnels_as_other_implementations_write_them(livecat, lab, backend, tmp_path):
@@ -614,17 +611,7 @@ def test_tunnels_as_other_implementations_write_them(livecat, lab, backend, tmp_
         if len(frame) <= 1514:  # the GSO captures' frames are larger than the veth's MTU
             unmatched.append(ether(lab, 0)[:12] + frame[12:])
     assert len(unmatched) >= 6
-    cap = Capture(livecat, lab, backend)
-    lab.inject(matched * 5 + unmatched * 3)
-    time.sleep(0.2)
-    r = cap.finish()
-    check_invariants(r)
-    st = r["stats"]
-    assert st["packets_matched"] == 5 * len(matched) == r["delivered"]
-    assert st["bytes_matched"] == 5 * sum(len(f) for f in matched) == r["delivered_wire_bytes"]
-    assert st["packets_seen"] == 5 * len(matched) + 3 * len(unmatched)
-    assert sorted(f["flow"] for f in st["flows"]) == sorted(flow for _, flow in made)
-    assert all(f["packets"] == 5 for f in st["flows"])
+    check_matched_by_the_frame_inside(livecat, lab, backend, matched, unmatched, [flow for _, flow in made])
     # The same frames offline: each opened to the tunnel the oracle names.
     pcap = tmp_path / "made.pcap"
     pcap.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1) + b"".join(
