@@ -189,8 +189,8 @@ def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str
     """Frames that tshark decodes from inside a tunnel, as smbwire's `tunnels` reports them:
     kind ("outer+inner" when nested) -> {"frames", "bytes"}, where bytes are everything before
     the innermost frame (its offset, from PDML's `pos`) plus the outer frame's trailer (after
-    the outer IP packet's length). Second: tunnels whose inner frame tshark did not decode as
-    Ethernet or IP (ERSPAN frame types other than Ethernet, NSH, ...), by kind, frames."""
+    the outer IP packet's length). Second: tunnels whose next layer in tshark is not Ethernet
+    or IP (ERSPAN frame types other than Ethernet, NSH in VXLAN-GPE, ...), by kind, frames."""
     import xml.etree.ElementTree as ET
 
     text = _run(path, list(extra), ["-T", "pdml"])

@@ -37,9 +37,10 @@ NOT_OPENED: dict[str, dict[str, dict[str, int]]] = {
     "wccp_redirect_gre.pcap": {"gre_ip": {"frames": 1, "bytes": 42}},
 }
 
-# The files whose tunnels tshark does not open to Ethernet or IP either, with what it finds:
+# The files whose tunnels tshark does not open to Ethernet or IP directly, with what it finds:
 # ERSPAN type III with frame type 7 (not Ethernet), an ERSPAN III header cut by the capture's
-# snap length, NSH over VXLAN-GPE (UDP 4790). smbwire counts none of them as tunnelled.
+# snap length, VXLAN-GPE (UDP 4790) carrying NSH (tshark opens NSH, and IP inside it; smbwire
+# opens neither). smbwire counts none of them as tunnelled.
 UNDECODED = {
     "erspan-type-iii-ft-7.pcap": {"erspan3": 58},
     "erspan-type-iii-pb-1.pcap": {"erspan3": 1},
