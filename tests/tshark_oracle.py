@@ -184,6 +184,19 @@ def smb2_command_histogram(path: Path, extra: list[str] = ()) -> dict[tuple[int,
 _ERSPAN_KIND = {None: "erspan1", "1": "erspan2", "2": "erspan3"}
 _INNER = ("eth", "ip", "ipv6")
 
+# tshark options a tunnel capture needs to decode what smbwire decodes without being told:
+# Linux's legacy VXLAN port (8472), which smbwire opens as VXLAN and tshark only when asked.
+TUNNEL_DECODE_AS: dict[str, list[str]] = {
+    "vxlan_port_8472.pcap": ["-d", "udp.port==8472,vxlan"],
+}
+
+
+def _pdml_packets(path: Path, extra: list[str]):
+    """tshark's PDML of the capture: one `packet` element per frame."""
+    import xml.etree.ElementTree as ET
+
+    return ET.fromstring(_run(path, list(extra), ["-T", "pdml"])).iter("packet")
+
 
 def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Frames that tshark decodes from inside a tunnel, as smbwire's `tunnels` reports them:
@@ -191,12 +204,9 @@ def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str
     the innermost frame (its offset, from PDML's `pos`) plus the outer frame's trailer (after
     the outer IP packet's length). Second: tunnels whose next layer in tshark is not Ethernet
     or IP (ERSPAN frame types other than Ethernet, NSH in VXLAN-GPE, ...), by kind, frames."""
-    import xml.etree.ElementTree as ET
-
-    text = _run(path, list(extra), ["-T", "pdml"])
     decoded: dict[str, dict[str, int]] = {}
     undecoded: dict[str, int] = {}
-    for packet in ET.fromstring(text).iter("packet"):
+    for packet in _pdml_packets(path, extra):
         protos = packet.findall("proto")
         caplen = int(packet.find("proto[@name='geninfo']/field[@name='caplen']").get("show"))
         kinds: list[str] = []
@@ -236,8 +246,5 @@ def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str
 
 def frame_layers(path: Path, extra: list[str] = ()) -> list[list[tuple[str, int]]]:
     """Per frame, tshark's protocol layers in order with the offset each starts at (PDML `pos`)."""
-    import xml.etree.ElementTree as ET
-
-    text = _run(path, list(extra), ["-T", "pdml"])
     return [[(p.get("name"), int(p.get("pos") or 0)) for p in packet.findall("proto")]
-            for packet in ET.fromstring(text).iter("packet")]
+            for packet in _pdml_packets(path, extra)]

@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import time
+from collections import Counter
 
 import pytest
 
@@ -513,7 +514,6 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(17, geneve(bytes(4) + t445, protocol=0x8847)),  # MPLS in GENEVE
     ]
     check_matched_by_the_frame_inside(livecat, lab, backend, matched, unmatched, [
-
         "198.18.5.1:50000 > 198.18.5.2:445 tcp",
         "198.18.6.1:49152 > 198.18.6.2:4791 rocev2",
         "[2001:db8::1]:50001 > [2001:db8::2]:5445 tcp",
@@ -550,10 +550,10 @@ def others_tunnel_frame(lab, capture, number, sport):
     outer lengths and IPv4 checksum made to fit; the tunnel's headers are the capture's own.
     Returns the frame and its inner flow as livecat names it."""
     import tshark_oracle
+    from scapy.utils import checksum
 
     path = ROOT / "captures" / "tunnels" / capture
-    extra = ["-d", "udp.port==8472,vxlan"] if capture == "vxlan_port_8472.pcap" else []
-    layers = tshark_oracle.frame_layers(path, extra)
+    layers = tshark_oracle.frame_layers(path, tshark_oracle.TUNNEL_DECODE_AS.get(capture, []))
     if number == 0:  # the first GRE frame carrying IP
         number = 1 + next(i for i, ls in enumerate(layers) if [n for n, _ in ls][-3:-1] == ["gre", "ip"])
     frame, names = pcap_frames(path)[number - 1], [n for n, _ in layers[number - 1]]
@@ -578,11 +578,7 @@ def others_tunnel_frame(lab, capture, number, sport):
         ihl = (out[ip] & 15) * 4
         out[ip + 2:ip + 4] = struct.pack("!H", len(out) - ip)
         out[ip + 10:ip + 12] = bytes(2)
-        words = struct.unpack(f"!{ihl // 2}H", bytes(out[ip:ip + ihl]))
-        total = sum(words)
-        while total >> 16:
-            total = (total & 0xFFFF) + (total >> 16)
-        out[ip + 10:ip + 12] = struct.pack("!H", ~total & 0xFFFF)
+        out[ip + 10:ip + 12] = struct.pack("!H", checksum(bytes(out[ip:ip + ihl])))
     else:
         ip6 = pos["ipv6"]
         out[ip6 + 4:ip6 + 6] = struct.pack("!H", len(out) - ip6 - 40)
@@ -601,6 +597,7 @@ def test_tunnels_as_other_implementations_write_them(livecat, lab, backend, tmp_
     the frame inside at every source, under the inner flow, counted whole; the captures' own
     frames (ICMP, ARP, SSH, ... inside) are not. `analyze` opens the same frames to the same
     kinds of tunnel, so the kernel program and the engine agree on them."""
+    from cli.test_infiniband_inputs import write_pcap
     from smbwire.engine import analyze
 
     made = [others_tunnel_frame(lab, c, n, 51000 + i) for i, (c, n, _) in enumerate(OTHERS_TUNNELS)]
@@ -614,11 +611,8 @@ def test_tunnels_as_other_implementations_write_them(livecat, lab, backend, tmp_
     check_matched_by_the_frame_inside(livecat, lab, backend, matched, unmatched, [flow for _, flow in made])
     # The same frames offline: each opened to the tunnel the oracle names.
     pcap = tmp_path / "made.pcap"
-    pcap.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1) + b"".join(
-        struct.pack("<IIII", i, 0, len(f), len(f)) + f for i, f in enumerate(matched)))
-    kinds: dict[str, int] = {}
-    for _, _, kind in OTHERS_TUNNELS:
-        kinds[kind] = kinds.get(kind, 0) + 1
+    write_pcap(pcap, 1, [(i, 0, f) for i, f in enumerate(matched)])
+    kinds = Counter(kind for _, _, kind in OTHERS_TUNNELS)
     assert {k: v["frames"] for k, v in analyze([str(pcap)])["tunnels"].items()} == kinds
 
 

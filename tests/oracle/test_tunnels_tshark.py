@@ -23,12 +23,6 @@ pytestmark = pytest.mark.usefixtures("tshark_required")
 
 TUNNELS = CAPTURES / "tunnels"
 
-# tshark options a file needs to decode what smbwire decodes without being told: Linux's
-# legacy VXLAN port (8472), which smbwire opens as VXLAN and tshark only when asked.
-DECODE_AS: dict[str, list[str]] = {
-    "vxlan_port_8472.pcap": ["-d", "udp.port==8472,vxlan"],
-}
-
 # Where smbwire and tshark differ, per file, with the reason: tshark's counts minus these are
 # smbwire's. A WCCP redirect (GRE protocol 0x883E, a 4-byte redirect header before the IP
 # packet, used by WAN optimisers) is not a mirror session; smbwire does not open it, and
@@ -58,7 +52,7 @@ def _captures() -> list[Path]:
 @pytest.mark.tshark
 @pytest.mark.parametrize("capture", _captures(), ids=lambda p: p.name)
 def test_tunnels_agree_with_tshark(capture: Path) -> None:
-    theirs, undecoded = oracle.tunnel_counts(capture, DECODE_AS.get(capture.name, []))
+    theirs, undecoded = oracle.tunnel_counts(capture, oracle.TUNNEL_DECODE_AS.get(capture.name, []))
     assert undecoded == UNDECODED.get(capture.name, {}), capture.name
     for kind, diff in NOT_OPENED.get(capture.name, {}).items():
         assert theirs.get(kind) == diff, f"{capture.name}: tshark no longer finds {kind} {diff}"
