@@ -399,8 +399,8 @@ static __noinline int classify_at(const struct pkt *p, struct look *at,
 }
 
 /* classify_at on the frame, and on the frame inside when it is a remote mirror session's
- * tunnel, two deep as `analyze` opens them (ERSPAN carried across a VXLAN fabric; a third
- * tunnel is not storage traffic here). classify_at is a function of its own, not inlined:
+ * tunnel, SMBWIRE_MAX_TUNNELS deep as `analyze` opens them (ERSPAN carried across a VXLAN
+ * fabric; a third tunnel is not storage traffic here). classify_at is a function of its own, not inlined:
  * inlined twice, the XDP entry point's direct packet reads took the verifier past its
  * complexity bound (E2BIG). */
 static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key *key,
@@ -409,7 +409,7 @@ static __always_inline int classify(const struct pkt *p, struct smbwire_flow_key
 	struct look at = {};
 	int r = classify_at(p, &at, key, hdr_len);
 #pragma unroll
-	for (int depth = 0; depth < 2; depth++) {
+	for (int depth = 0; depth < SMBWIRE_MAX_TUNNELS; depth++) {
 		if (r != CLASSIFY_TUNNEL)
 			return r == 1;
 		__builtin_memset(key, 0, sizeof(*key));

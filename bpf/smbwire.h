@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Layouts shared by the kernel program (smbwire.bpf.c) and the Rust loader
- * (dissectors/src/live/ebpf.rs). Any change here must be mirrored there: the
- * Rust side asserts the sizes below at compile time. */
+/* Constants and layouts shared by the kernel program (smbwire.bpf.c) and user space: the
+ * engine's build script (dissectors/build.rs) generates its Rust copy (`live::abi`) from this
+ * file, every integer #define and every struct's size and field offsets, and checks its
+ * layouts against clang's. One #define per line, an integer value; struct fields of
+ * __u8 .. __u64 (arrays allowed), one per line. */
 #ifndef SMBWIRE_H
 #define SMBWIRE_H
 
@@ -22,6 +24,10 @@
 /* Connections user space has shed (stopped analysing under overload): their frames are
  * counted and not copied. */
 #define SMBWIRE_MAX_SHED 4096
+
+/* Tunnels opened inside one another at most, here and in `analyze` (wire::decode): ERSPAN
+ * carried across a VXLAN fabric is two; a frame in a third is not looked into. */
+#define SMBWIRE_MAX_TUNNELS 2
 
 #define SMBWIRE_ROCEV2_UDP_PORT 4791
 #define SMBWIRE_ETH_P_ROCEV1 0x8915

@@ -11,6 +11,7 @@
 //! the test below, which scans every `crate::` path outside `#[cfg(test)]` modules). `context`
 //! holds the run state the stream stages are lent, so no stage needs the pipeline.
 
+pub mod abi;
 pub mod accounting;
 pub mod attribute;
 pub mod annotate;
@@ -44,7 +45,7 @@ pub use report::all_anomaly_names;
 /// The allowed dependency order, lowest first: a module may use only modules of an earlier
 /// entry (modules within one entry use none of each other).
 pub const LAYERS: &[&[&str]] = &[
-    &["frame", "anomaly", "accounting", "fasthash", "community", "hint", "outputs"],
+    &["abi", "frame", "anomaly", "accounting", "fasthash", "community", "hint", "outputs"],
     &["payload"],
     &["context"],
     &["ledger"],

@@ -34,37 +34,40 @@ pub fn program_name(hook: Hook) -> &'static str {
     }
 }
 
-/// `SMBWIRE_CFG_XDP_DROP`, `SMBWIRE_CFG_SHEDDING` (bpf/smbwire.h).
-const CFG_XDP_DROP: u32 = 1;
-const CFG_SHEDDING: u32 = 2;
+// Constants and layouts of bpf/smbwire.h (`crate::abi`, generated from it).
+use crate::abi::{self, u32_of};
+const CFG_XDP_DROP: u32 = u32_of(abi::SMBWIRE_CFG_XDP_DROP);
+const CFG_SHEDDING: u32 = u32_of(abi::SMBWIRE_CFG_SHEDDING);
 /// `struct smbwire_config`: snaplen, flags, rings, padding.
-const CONFIG_SIZE: usize = 16;
+const CONFIG_SIZE: usize = abi::smbwire_config::SIZE;
+use abi::smbwire_config as config_at;
+/// Sets the u32 field at `at` of a config value.
+fn put_u32(cfg: &mut [u8; CONFIG_SIZE], at: usize, v: u32) {
+    cfg[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
 /// `SMBWIRE_MAX_RINGS`: ring0 .. ring15 in the object.
 const MAX_RINGS: usize = super::MAX_QUEUES as usize;
 /// `struct smbwire_shed_counters`.
-const SHED_VALUE_SIZE: usize = 16;
+const SHED_VALUE_SIZE: usize = abi::smbwire_shed_counters::SIZE;
 
 /// `struct smbwire_event_hdr` (bpf/smbwire.h).
 mod event {
-    pub const SIZE: usize = 32;
-    pub const TS_NS: usize = 0;
-    pub const LEN: usize = 8;
-    pub const CAPLEN: usize = 12;
-    pub const VLAN_PROTO: usize = 20;
-    pub const VLAN_TCI: usize = 22;
-    pub const FLAGS: usize = 24;
-    // `segs` at 28 is counted in the kernel's totals already; frames carry orig_len only.
+    pub use crate::abi::smbwire_event_hdr::{CAPLEN, FLAGS, LEN, SIZE, TS_NS, VLAN_PROTO, VLAN_TCI};
+    // `segs` is counted in the kernel's totals already; frames carry orig_len only.
     /// SMBWIRE_EV_VLAN: the outer tag was stripped by the kernel.
-    pub const FLAG_VLAN: u32 = 1;
+    pub const FLAG_VLAN: u32 = crate::abi::u32_of(crate::abi::SMBWIRE_EV_VLAN);
 }
 
-/// `struct smbwire_totals` (bpf/smbwire.h): nine u64 counters.
-const TOTALS_SIZE: usize = 72;
+/// `struct smbwire_totals` (bpf/smbwire.h): u64 counters, read by their offsets.
+mod totals {
+    pub use crate::abi::smbwire_totals::*;
+}
+const TOTALS_SIZE: usize = totals::SIZE;
 /// `struct smbwire_flow_key` and `struct smbwire_flow_counters` (bpf/smbwire.h).
 const FLOW_KEY_SIZE: usize = std::mem::size_of::<FlowKey>();
-const FLOW_VALUE_SIZE: usize = 16;
+const FLOW_VALUE_SIZE: usize = abi::smbwire_flow_counters::SIZE;
 /// `SMBWIRE_MAX_PORTS`.
-const MAX_PORTS: usize = 64;
+const MAX_PORTS: usize = abi::SMBWIRE_MAX_PORTS as usize;
 
 #[repr(C, align(8))]
 struct Aligned<T: ?Sized>(T);
@@ -414,14 +417,14 @@ impl EbpfSource {
                 .map_err(|e| bpf_error(e, "filling the ports map".into()))?;
         }
         let mut cfg = [0u8; CONFIG_SIZE];
-        cfg[..4].copy_from_slice(&opts.snaplen.min(MAX_SNAPLEN).to_ne_bytes());
-        cfg[8..12].copy_from_slice(&(queues as u32).to_ne_bytes());
+        put_u32(&mut cfg, config_at::SNAPLEN, opts.snaplen.min(MAX_SNAPLEN));
+        put_u32(&mut cfg, config_at::RINGS, queues as u32);
         let flags = if opts.xdp_drop && hook == Hook::Xdp {
             CFG_XDP_DROP
         } else {
             0
         };
-        cfg[4..8].copy_from_slice(&flags.to_ne_bytes());
+        put_u32(&mut cfg, config_at::FLAGS, flags);
         config
             .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
             .map_err(|e| bpf_error(e, "filling the config map".into()))?;
@@ -695,11 +698,11 @@ impl LiveSource for EbpfSource {
             // Full (SMBWIRE_MAX_SHED) or refused: the session discards the frames itself.
             Err(_) => return false,
         }
-        let flags = u32::from_ne_bytes(rd(&self.cfg, 4));
+        let flags = u32::from_ne_bytes(rd(&self.cfg, config_at::FLAGS));
         if flags & CFG_SHEDDING == 0 {
-            self.cfg[4..8].copy_from_slice(&(flags | CFG_SHEDDING).to_ne_bytes());
+            put_u32(&mut self.cfg, config_at::FLAGS, flags | CFG_SHEDDING);
             if self.config.update(&0u32.to_ne_bytes(), &self.cfg, MapFlags::ANY).is_err() {
-                self.cfg[4..8].copy_from_slice(&flags.to_ne_bytes());
+                put_u32(&mut self.cfg, config_at::FLAGS, flags);
                 let _ = self.shed_map.delete(&conn.to_bytes());
                 return false;
             }
@@ -744,20 +747,21 @@ impl LiveSource for EbpfSource {
         let mut top = flows::TopFlows::new(STATS_TOP_FLOWS);
         self.flow_stats(&mut top);
         let interface_drops = self.if_drops.since_open();
+        let at = |offset: usize| t[offset / 8];
         LiveStats {
             kernel_drops: interface_drops.unwrap_or(0),
             interface_drops,
-            packets_seen: t[0],
-            bytes_seen: t[1],
-            packets_matched: t[2],
-            bytes_matched: t[3],
-            ring_drops: t[4],
-            copy_errors: t[5] + self.records.bad_records,
-            frames_matched: t[6],
+            packets_seen: at(totals::PACKETS_SEEN),
+            bytes_seen: at(totals::BYTES_SEEN),
+            packets_matched: at(totals::PACKETS_MATCHED),
+            bytes_matched: at(totals::BYTES_MATCHED),
+            ring_drops: at(totals::RING_DROPS),
+            copy_errors: at(totals::COPY_ERRORS) + self.records.bad_records,
+            frames_matched: at(totals::FRAMES_MATCHED),
             packets_delivered: self.records.delivered,
             queues: self.rings.len() as u32,
-            shed_frames: t[7],
-            shed_bytes: t[8],
+            shed_frames: at(totals::SHED_FRAMES),
+            shed_bytes: at(totals::SHED_BYTES),
             flow_count: top.count,
             flows: top.into_vec(),
         }

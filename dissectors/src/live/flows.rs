@@ -7,10 +7,11 @@ use serde::{Serialize, Serializer};
 
 /// `FlowKey::family` values (`SMBWIRE_FAMILY_*` in bpf/smbwire.h).
 pub mod family {
-    pub const IPV4: u8 = 4;
-    pub const IPV6: u8 = 6;
+    use crate::abi::{u8_of, SMBWIRE_FAMILY_IPV4, SMBWIRE_FAMILY_IPV6, SMBWIRE_FAMILY_ROCEV1};
+    pub const IPV4: u8 = u8_of(SMBWIRE_FAMILY_IPV4);
+    pub const IPV6: u8 = u8_of(SMBWIRE_FAMILY_IPV6);
     /// RoCEv1: the addresses are the GRH source and destination GIDs.
-    pub const ROCEV1: u8 = 27;
+    pub const ROCEV1: u8 = u8_of(SMBWIRE_FAMILY_ROCEV1);
 }
 
 /// Protocol of a RoCEv1 flow: the GRH next header of a BTH (IBTA vol.1 8.3).
@@ -30,7 +31,14 @@ pub struct FlowKey {
     pub _pad: u16,
 }
 
-const _: () = assert!(std::mem::size_of::<FlowKey>() == 40);
+const _: () = {
+    use crate::abi::smbwire_flow_key as k;
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<FlowKey>() == k::SIZE);
+    assert!(offset_of!(FlowKey, saddr) == k::SADDR && offset_of!(FlowKey, daddr) == k::DADDR);
+    assert!(offset_of!(FlowKey, sport) == k::SPORT && offset_of!(FlowKey, dport) == k::DPORT);
+    assert!(offset_of!(FlowKey, proto) == k::PROTO && offset_of!(FlowKey, family) == k::FAMILY);
+};
 
 impl FlowKey {
     /// The connection this flow direction belongs to, the same key for both directions

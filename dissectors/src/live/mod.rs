@@ -52,13 +52,13 @@ pub fn tcp_ports_with(extra: &[u16]) -> Vec<u16> {
     ports
 }
 /// RoCEv2 UDP destination port (IBTA RoCEv2 annex A17).
-pub const ROCEV2_UDP_PORT: u16 = 4791;
+pub const ROCEV2_UDP_PORT: u16 = crate::abi::u16_of(crate::abi::SMBWIRE_ROCEV2_UDP_PORT);
 /// RoCEv1 EtherType (IBTA RoCE annex A16).
-pub const ETHERTYPE_ROCEV1: u16 = 0x8915;
+pub const ETHERTYPE_ROCEV1: u16 = crate::abi::u16_of(crate::abi::SMBWIRE_ETH_P_ROCEV1);
 /// Largest number of bytes copied from one frame: a whole GRO/GSO frame (64 KiB, the
 /// default gro_max_size) plus L2 headers (`SMBWIRE_MAX_SNAP`), so coalescing never cuts
 /// SMB payload off.
-pub const MAX_SNAPLEN: u32 = 66048;
+pub const MAX_SNAPLEN: u32 = crate::abi::u32_of(crate::abi::SMBWIRE_MAX_SNAP);
 /// How many flows `LiveStats::flows` lists (largest by bytes first).
 pub const STATS_TOP_FLOWS: usize = 32;
 
@@ -236,7 +236,7 @@ pub struct LiveOptions {
 }
 
 /// Most capture queues (`SMBWIRE_MAX_RINGS` in bpf/smbwire.h).
-pub const MAX_QUEUES: u32 = 16;
+pub const MAX_QUEUES: u32 = crate::abi::u32_of(crate::abi::SMBWIRE_MAX_RINGS);
 
 impl Default for LiveOptions {
     fn default() -> Self {

@@ -429,8 +429,9 @@ pub fn decode<'a>(linktype: u32, data: &'a [u8]) -> Result<Decoded<'a>, DecodeEr
 }
 
 /// Tunnels followed inside one another at most (ERSPAN inside VXLAN is two); deeper ones are
-/// `Other`, so a crafted frame cannot make the decoder recurse without end.
-pub(crate) const MAX_TUNNEL_DEPTH: u8 = 2;
+/// `Other`, so a crafted frame cannot make the decoder recurse without end. The kernel
+/// program looks as deep (`SMBWIRE_MAX_TUNNELS`, bpf/smbwire.h).
+pub(crate) const MAX_TUNNEL_DEPTH: u8 = crate::abi::u8_of(crate::abi::SMBWIRE_MAX_TUNNELS);
 
 /// A frame carried inside a tunnel: how to decode it, and a remark on it.
 struct Tunnelled<'a> {
