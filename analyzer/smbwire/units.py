@@ -240,12 +240,26 @@ def tunnel_sentence(result: Any) -> str | None:
         return None
     from .tables import tunnel_label
 
-    parts = []
-    for key, c in sorted(tunnels.items(), key=lambda kv: -(kv[1].get("frames", 0) if isinstance(kv[1], dict) else 0)):
-        if not isinstance(c, dict):
-            continue
-        kind = " inside ".join(tunnel_label(k) for k in reversed(str(key).split("+")))
-        parts.append(f"{fmt_counted(c.get('frames'), 'frame')} in {kind} ({fmt_bytes(c.get('bytes'))} of tunnel headers)")
+    def kinds(counts: dict, with_bytes: bool) -> list[str]:
+        out = []
+        for key, c in sorted(counts.items(), key=lambda kv: -(kv[1].get("frames", 0) if isinstance(kv[1], dict) else 0)):
+            if not isinstance(c, dict):
+                continue
+            kind = " inside ".join(tunnel_label(k) for k in reversed(str(key).split("+")))
+            out.append(f"{fmt_counted(c.get('frames'), 'frame')} in {kind}"
+                       + (f" ({fmt_bytes(c.get('bytes'))} of tunnel headers)" if with_bytes else ""))
+        return out
+
+    parts = kinds(tunnels, True)
     if not parts:
         return None
-    return "tunnelled: " + "; ".join(parts)
+    sentence = "tunnelled: " + "; ".join(parts)
+    # Several inputs (captures of several mirror sessions, say): which came how, as the engine
+    # counted them per input (`inputs[].tunnels`; absent in results from older ledgers).
+    inputs = [i for i in result.get("inputs") or [] if isinstance(i, dict)]
+    if len(inputs) > 1 and all(isinstance(i.get("tunnels"), dict) for i in inputs):
+        import os.path
+        each = [f"{os.path.basename(str(i.get('path')))}: {', '.join(kinds(i['tunnels'], False)) or 'none'}"
+                for i in inputs]
+        sentence += " (by input: " + "; ".join(each) + ")"
+    return sentence

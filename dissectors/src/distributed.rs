@@ -297,6 +297,7 @@ fn inputs_of(path: &str, v: &Value) -> Result<Vec<InputFile>, AnalyzeError> {
                     Some(c) => Some(packings.into_iter().find(|k| *k == c).ok_or_else(|| bad("compression"))?),
                 },
                 compressed_bytes: num("compressed_bytes"),
+                tunnels: None,
             })
         })
         .collect()

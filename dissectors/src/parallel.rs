@@ -1187,6 +1187,7 @@ pub(crate) fn read_inputs(
                 source: src.kind.name(),
                 compression: src.compression.map(|c| c.name()),
                 compressed_bytes: src.compression.map(|_| src.raw_bytes()),
+                tunnels: None,
             }
         })
         .collect();

@@ -390,8 +390,8 @@ pub struct Counts {
     pub rdma: crate::rdma::RdmaStats,
     pub flows: crate::tcp::ReassemblyStats,
     pub conns: u64,
-    /// Frames decoded from inside tunnels, by kind.
-    pub tunnels: std::collections::BTreeMap<String, report::TunnelCount>,
+    /// Frames decoded from inside tunnels, by input and kind.
+    pub tunnels: report::TunnelsByInput,
 }
 
 impl Counts {
@@ -404,7 +404,7 @@ impl Counts {
         self.rdma.absorb(o.rdma);
         self.flows.absorb(&o.flows);
         self.conns += o.conns;
-        report::add_tunnels(&mut self.tunnels, &o.tunnels);
+        self.tunnels.absorb(&o.tunnels);
     }
 }
 
@@ -460,7 +460,7 @@ impl<D: PayloadSink> Pipeline<D> {
             self.shared.anomalies.raise(a);
         }
         if let Some(t) = &decoded.tunnel {
-            self.tunnels.add(t);
+            self.tunnels.add(ctx.frame.file, t);
         }
         // IPoIB inside a native InfiniBand Send: from here on the IP packet inside is the frame's
         // network layer, and the IB headers, IPoIB header, pad, ICRC and VCRC are header bytes.
@@ -748,6 +748,10 @@ impl Run {
         for (k, v) in std::mem::take(&mut dedupe.anomalies) {
             *anomaly_counts.entry(k).or_insert(0) += v;
         }
+        let mut inputs = inputs;
+        for (i, input) in inputs.iter_mut().enumerate() {
+            input.tunnels = Some(u16::try_from(i).map(|f| tunnels.of(f)).unwrap_or_default());
+        }
         let input_bytes: u64 = inputs.iter().map(|i| i.size_bytes).sum::<u64>() + self.unusable_input_bytes;
         let total_bytes = accounting.total();
         let input_findings = self.input_findings;
@@ -775,7 +779,7 @@ impl Run {
                 input_bytes,
                 reconciled: total_bytes == input_bytes,
             },
-            tunnels,
+            tunnels: tunnels.total(),
             anomalies: anomaly_counts,
             tcp,
             smb2,
@@ -882,7 +886,7 @@ impl PipelineView {
             dedupe,
             accounting: counts.accounting.clone(),
             anomalies,
-            tunnels: counts.tunnels.clone(),
+            tunnels: counts.tunnels.total(),
             tcp: TcpReport::from_stats(&counts.flows, counts.flows.mirror_duplicate_frames, counts.conns),
             smb2: counts.smb2.clone(),
             first_ts_ns: clock.first_ts,

@@ -30,6 +30,10 @@ pub struct InputFile {
     /// The compressed capture's own size (bytes read from the file or stream).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compressed_bytes: Option<u64>,
+    /// This input's part of the result's `tunnels` (set when the result is made: `analyze`
+    /// and `--dask` always, empty when none of its frames came in a tunnel; not in `live`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tunnels: Option<BTreeMap<String, TunnelCount>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,27 +64,60 @@ pub struct TunnelCount {
 }
 
 /// Per-frame tunnel counting: a short list searched linearly (a capture holds one kind, two
-/// at most in practice), turned into the result's map when counts are taken.
+/// at most in practice), by input file, turned into the result's maps when counts are taken.
 #[derive(Debug, Clone, Default)]
-pub struct TunnelCounter(Vec<(crate::wire::Tunnel, Option<crate::wire::Tunnel>, TunnelCount)>);
+pub struct TunnelCounter(Vec<(u16, crate::wire::Tunnel, Option<crate::wire::Tunnel>, TunnelCount)>);
 
 impl TunnelCounter {
+    /// Counts `t`, a frame of input `file` (`FrameRef::file`).
     #[inline]
-    pub fn add(&mut self, t: &crate::wire::Tunnelling) {
-        let c = match self.0.iter_mut().find(|(o, i, _)| *o == t.outer && *i == t.inner) {
-            Some((_, _, c)) => c,
+    pub fn add(&mut self, file: u16, t: &crate::wire::Tunnelling) {
+        let c = match self.0.iter_mut().find(|(f, o, i, _)| *f == file && *o == t.outer && *i == t.inner) {
+            Some((_, _, _, c)) => c,
             None => {
-                self.0.push((t.outer, t.inner, TunnelCount::default()));
-                &mut self.0.last_mut().expect("just pushed").2
+                self.0.push((file, t.outer, t.inner, TunnelCount::default()));
+                &mut self.0.last_mut().expect("just pushed").3
             }
         };
         c.frames += 1;
         c.bytes += u64::from(t.bytes);
     }
 
-    /// By the result's key.
-    pub fn counts(&self) -> BTreeMap<String, TunnelCount> {
-        self.0.iter().map(|(outer, inner, c)| (crate::wire::Tunnelling { outer: *outer, inner: *inner, bytes: 0 }.key(), *c)).collect()
+    /// By input, by the result's key.
+    pub fn counts(&self) -> TunnelsByInput {
+        let mut out = TunnelsByInput::default();
+        for (file, outer, inner, c) in &self.0 {
+            let key = crate::wire::Tunnelling { outer: *outer, inner: *inner, bytes: 0 }.key();
+            add_tunnels(out.0.entry(*file).or_default(), &BTreeMap::from([(key, *c)]));
+        }
+        out
+    }
+}
+
+/// Tunnel counts by input file (its index in `inputs`, `FrameRef::file`), then by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunnelsByInput(pub BTreeMap<u16, BTreeMap<String, TunnelCount>>);
+
+impl TunnelsByInput {
+    /// Over all inputs: the result's `tunnels`.
+    pub fn total(&self) -> BTreeMap<String, TunnelCount> {
+        let mut out = BTreeMap::new();
+        for by_kind in self.0.values() {
+            add_tunnels(&mut out, by_kind);
+        }
+        out
+    }
+
+    /// Sums `from` into this (workers, `--dask` parts).
+    pub fn absorb(&mut self, from: &TunnelsByInput) {
+        for (file, by_kind) in &from.0 {
+            add_tunnels(self.0.entry(*file).or_default(), by_kind);
+        }
+    }
+
+    /// Input `file`'s counts (empty when none of its frames came in a tunnel).
+    pub fn of(&self, file: u16) -> BTreeMap<String, TunnelCount> {
+        self.0.get(&file).cloned().unwrap_or_default()
     }
 }
 

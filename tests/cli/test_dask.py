@@ -262,6 +262,11 @@ def test_a_scheduler_with_two_worker_processes_gives_the_one_process_result(tmp_
     assert [i["path"] for i in r["inputs"]] == [str(f) for f in files]
     if case == "rotated-span":  # port B's frames came over ERSPAN, and were found duplicates of A's
         assert set(r["tunnels"]) == {"erspan2"} and r["tunnels"]["erspan2"]["frames"] > 0
+        # By input: port A's three files came in none, port B's two in ERSPAN, summing to it.
+        per = [i["tunnels"] for i in r["inputs"]]
+        assert per[:3] == [{}, {}, {}] and all(set(t) == {"erspan2"} for t in per[3:]), per
+        assert sum(t["erspan2"]["frames"] for t in per[3:]) == r["tunnels"]["erspan2"]["frames"]
+        assert sum(t["erspan2"]["bytes"] for t in per[3:]) == r["tunnels"]["erspan2"]["bytes"]
         assert r["tcp"]["mirror_duplicate_frames"] >= r["tunnels"]["erspan2"]["frames"] // 2
     if case == "rdma-tcp":  # both transports carried payload
         assert r["rdma"]["linked_transfers"] > 0 and r["tcp"]["flows"] > 0

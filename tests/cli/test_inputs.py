@@ -82,7 +82,7 @@ def test_stdin(plain, tmp_path):
     res = json.loads(out.read_text())
     assert figures(res) == figures(plain)
     assert res["inputs"] == [{"path": "-", "size_bytes": CAPTURE.stat().st_size,
-                              "frames": plain["inputs"][0]["frames"], "source": "stdin"}]
+                              "frames": plain["inputs"][0]["frames"], "source": "stdin", "tunnels": {}}]
     # Compressed on stdin too (`tcpdump -w - | gzip | ...`).
     r = smbwire("analyze", "-", "--topology", TOPOLOGY, "-q", "--json", out, input=gzip.compress(CAPTURE.read_bytes()))
     assert r.returncode == 0, r.stderr

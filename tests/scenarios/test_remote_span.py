@@ -146,20 +146,25 @@ def test_a_frame_the_switch_cut_to_fit_its_tunnel_is_named(tmp_path):
 
 
 def test_the_report_says_how_the_frames_came_and_every_path_agrees(local, tmp_path):
-    """The tunnels a result names are the same whichever way it is computed: one thread or
-    two, or replayed from ledgers (`attribute` sums the ledgers' counts), and the terminal
-    report and the HTML page say so in words; a local port's report says nothing of it."""
+    """The tunnels a result names, in all and per input, are the same whichever way it is
+    computed: one thread or two, or replayed from ledgers (`attribute` sums the ledgers'
+    counts), and the terminal report and the HTML page say so in words, input by input when
+    there are several; a local port's report says nothing of it."""
     erspan, r = synth_and_analyze(tmp_path, "erspan3")
     vxlan, v = synth_and_analyze(tmp_path, "vxlan")
     results = {}
     for threads in (1, 2):
         out = tmp_path / f"t{threads}.json"
         ledger = tmp_path / f"t{threads}.parquet"
-        p = smbwire("analyze", erspan, vxlan, "-q", "--threads", threads, "--json", out, "--ledger", ledger)
+        p = smbwire("analyze", erspan, vxlan, local[0], "-q", "--threads", threads, "--json", out, "--ledger", ledger)
         assert p.returncode == 0, p.stderr
-        results[threads] = json.loads(out.read_text())["tunnels"]
+        results[threads] = json.loads(out.read_text())
     both = {"erspan3": r["tunnels"]["erspan3"], "vxlan": v["tunnels"]["vxlan"]}
-    assert results[1] == results[2] == both
+    per_input = [{"erspan3": both["erspan3"]}, {"vxlan": both["vxlan"]}, {}]
+    assert r["inputs"][0]["tunnels"] == per_input[0] and v["inputs"][0]["tunnels"] == per_input[1]
+    for res in results.values():
+        assert res["tunnels"] == both
+        assert [i["tunnels"] for i in res["inputs"]] == per_input
     # Two ledgers, one per capture, replayed together.
     ledgers = []
     for cap in (erspan, vxlan):
@@ -168,13 +173,16 @@ def test_the_report_says_how_the_frames_came_and_every_path_agrees(local, tmp_pa
         assert p.returncode == 0, p.stderr
     p = smbwire("attribute", *ledgers, "--json", "-")
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["tunnels"] == both
+    replayed = json.loads(p.stdout)
+    assert replayed["tunnels"] == both and [i["tunnels"] for i in replayed["inputs"]] == per_input[:2]
     # In words.
-    p = smbwire("analyze", erspan, vxlan)
+    p = smbwire("analyze", erspan, vxlan, local[0])
     assert p.returncode == 0, p.stderr
     text = " ".join(p.stdout.split())
     n_e, n_v = (f"{t['frames']:,}" for t in (both["erspan3"], both["vxlan"]))
     assert f"tunnelled: {n_e} frames in ERSPAN type III (" in text and f"{n_v} frames in VXLAN (" in text
+    assert (f"(by input: {erspan.name}: {n_e} frames in ERSPAN type III; {vxlan.name}: {n_v} frames in VXLAN; "
+            f"{local[0].name}: none)") in text, text
     html = tmp_path / "r.html"
     p = smbwire("analyze", erspan, "-q", "--html", html)
     assert p.returncode == 0, p.stderr

@@ -618,6 +618,7 @@ impl Capture {
             source: "interface",
             compression: None,
             compressed_bytes: None,
+            tunnels: None,
         }
     }
 
@@ -833,7 +834,7 @@ mod tests {
         let mut p = crate::pipeline::Pipeline::new(&crate::pipeline::Config::default(), None);
         let info = crate::capture::FrameInfo { ts_ns: 1, linktype: crate::wire::linktype::ETHERNET, orig_len: frame.len() as u32, ..Default::default() };
         p.process(&crate::capture::RawFrame { info, data: &frame });
-        let input = InputFile { path: "span0".into(), size_bytes: frame.len() as u64, frames: 1, source: "character_device", compression: None, compressed_bytes: None };
+        let input = InputFile { path: "span0".into(), size_bytes: frame.len() as u64, frames: 1, source: "character_device", compression: None, compressed_bytes: None, tunnels: None };
         let snap = view_result(&p.view(), input, Instant::now());
         let around = frame.len() - inner.len();
         assert_eq!(snap["tunnels"], json!({"vxlan": {"frames": 1, "bytes": around}}), "{snap}");
