@@ -6,7 +6,7 @@
 //! crate still builds: the `smbwire_bpf` cfg stays off and the live capture falls back to
 //! AF_PACKET, saying why.
 //!
-//! Also writes `OUT_DIR/bpf_abi.rs` (`live::abi`) from `bpf/smbwire.h`, the one place the
+//! Also writes `OUT_DIR/bpf_abi.rs` (`crate::abi`) from `bpf/smbwire.h`, the one place the
 //! kernel program and user space take their shared constants and record layouts from: every
 //! `#define SMBWIRE_*` integer, and for every `struct smbwire_*` its size and each field's
 //! offset (natural alignment, as both compilers lay them out; with clang the layout computed
