@@ -750,7 +750,9 @@ pub fn analysed_section(result: &Value, stats: &LiveStats, delivered: u64, disca
 }
 
 /// A snapshot in the shape of the final result (`smbwire/1`), from a `PipelineView`.
-fn view_result(view: &PipelineView, input: InputFile, started: Instant) -> Value {
+fn view_result(view: &PipelineView, mut input: InputFile, started: Instant) -> Value {
+    // One input, the interface: its tunnels are all of them (as in the final result).
+    input.tunnels = Some(view.tunnels.clone());
     let input_bytes = input.size_bytes;
     let total = view.accounting.total();
     let first = view.first_ts_ns.map(|t| t as f64 / 1e9);
@@ -838,6 +840,7 @@ mod tests {
         let snap = view_result(&p.view(), input, Instant::now());
         let around = frame.len() - inner.len();
         assert_eq!(snap["tunnels"], json!({"vxlan": {"frames": 1, "bytes": around}}), "{snap}");
+        assert_eq!(snap["inputs"][0]["tunnels"], snap["tunnels"], "{snap}");
         assert_eq!(snap["tcp"]["flows"], json!(1), "the SYN inside was the frame analysed");
     }
 
