@@ -30,8 +30,8 @@ pub struct InputFile {
     /// The compressed capture's own size (bytes read from the file or stream).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compressed_bytes: Option<u64>,
-    /// This input's part of the result's `tunnels` (set when the result is made: `analyze`
-    /// and `--dask` always, empty when none of its frames came in a tunnel; not in `live`).
+    /// This input's part of the result's `tunnels` (set when the result or a live snapshot
+    /// is made; empty when none of its frames came in a tunnel).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tunnels: Option<BTreeMap<String, TunnelCount>>,
 }
@@ -88,7 +88,8 @@ impl TunnelCounter {
         let mut out = TunnelsByInput::default();
         for (file, outer, inner, c) in &self.0 {
             let key = crate::wire::Tunnelling { outer: *outer, inner: *inner, bytes: 0 }.key();
-            add_tunnels(out.0.entry(*file).or_default(), &BTreeMap::from([(key, *c)]));
+            // One entry per (file, kind) in the list, so no sum is needed.
+            out.0.entry(*file).or_default().insert(key, *c);
         }
         out
     }
