@@ -29,6 +29,16 @@ impl Merged {
 
     /// `open`, regular uncompressed files mapped or read through a buffer (`ReadMode`).
     pub fn open_with(paths: &[String], how: ReadMode) -> Result<Self, CaptureError> {
+        // Frames name their file in 16 bits (`FrameRef::file`): more files would share numbers.
+        if paths.len() > MAX_FILES {
+            return Err(CaptureError::Io {
+                path: format!("{} capture files", paths.len()),
+                reason: format!(
+                    "more than {MAX_FILES} in one run (frames name their file in 16 bits); \
+                     merge them first (captures: mergecap -w merged.pcapng FILE...)"
+                ),
+            });
+        }
         fd_room(paths.len(), "capture files")?;
         let mut readers = Vec::with_capacity(paths.len());
         let mut used = Vec::with_capacity(paths.len());
@@ -119,6 +129,9 @@ impl Merged {
         self.readers.iter().map(|r| r.position()).sum()
     }
 }
+
+/// Most capture files in one run: `FrameRef::file` numbers them 0..=65535.
+pub const MAX_FILES: usize = u16::MAX as usize + 1;
 
 /// Descriptors kept free beside the inputs: the ledger, the evidence, the annotated capture,
 /// the interpreter's own files, threads' and the live session's descriptors.

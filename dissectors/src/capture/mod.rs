@@ -784,6 +784,15 @@ mod tests {
         assert_eq!(acct.total() + bytes, m.total_size());
     }
 
+    /// Frames name their file in 16 bits: a run of more files is refused before any is
+    /// opened (none of these paths exists), not numbered twice.
+    #[test]
+    fn more_files_than_frames_can_name_are_refused() {
+        let paths = vec!["/nonexistent/smbwire-x.pcap".to_string(); merge::MAX_FILES + 1];
+        let err = merge::Merged::open(&paths).err().expect("refused");
+        assert!(err.to_string().contains("more than 65536 in one run"), "{err}");
+    }
+
     #[test]
     fn merge_skips_unusable_files_and_fails_only_when_none_is_usable() {
         let dir = std::env::temp_dir().join(format!("smbwire-merge-{}", std::process::id()));
