@@ -205,8 +205,9 @@ static __always_inline __u16 ip_ethertype(const struct pkt *p, __u32 off)
 }
 
 /* A remote mirror session's tunnel in the IP payload at `off` (protocol `l4`): GRE
- * carrying Ethernet (gretap, ERSPAN I-III) or IP, VXLAN (UDP to 4789, or Linux's 8472), or
- * GENEVE version 0 (UDP to 6081) carrying Ethernet or IP after its options. Sets the inner
+ * carrying Ethernet (gretap, ERSPAN I-III) or IP, either possibly after Cisco MetaData,
+ * VXLAN (UDP to 4789, or Linux's 8472), or GENEVE version 0 (UDP to 6081) carrying
+ * Ethernet or IP after its options. Sets the inner
  * frame's offset and, when it starts at IP rather than Ethernet, its EtherType; returns 1. */
 static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __u32 *inner,
 				     __u16 *inner_type)
@@ -257,6 +258,19 @@ static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __
 		return *inner_type != 0;
 	}
 	__u8 e[12];
+	if (proto == SMBWIRE_ETH_P_CMD) {
+		/* Cisco MetaData in GRE: the EtherType first, then version 1, length 1, option, SGT. */
+		if (load(p, in, e, 8) || e[2] != 1 || e[3] != 1)
+			return 0;
+		proto = ((__u16)e[0] << 8) | e[1];
+		*inner = in + 8;
+		if (proto == GRE_P_TEB)
+			return 1;
+		if (proto != ETH_P_IP && proto != ETH_P_IPV6)
+			return 0;
+		*inner_type = ip_ethertype(p, *inner);
+		return *inner_type != 0;
+	}
 	if (proto == GRE_P_ERSPAN_II) {
 		if (load(p, in, e, 1) || (e[0] >> 4) != 1)
 			return 0;
@@ -308,11 +322,18 @@ static __noinline int classify_at(const struct pkt *p, struct look *at,
 		if (load(p, base + 12, &h_proto, 2))
 			return 0;
 #pragma unroll
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < SMBWIRE_MAX_L2_TAGS; i++) {
 			if (h_proto == bpf_htons(ETH_P_8021Q_) || h_proto == bpf_htons(ETH_P_8021AD_)) {
 				if (load(p, off + 2, &h_proto, 2))
 					return 0;
 				off += 4;
+			} else if (h_proto == bpf_htons(SMBWIRE_ETH_P_CMD)) {
+				/* Version 1, length 1, option, SGT, then the EtherType. */
+				__u8 c[8];
+				if (load(p, off, c, 8) || c[0] != 1 || c[1] != 1)
+					return 0;
+				h_proto = bpf_htons(((__u16)c[6] << 8) | c[7]);
+				off += 8;
 			}
 		}
 	}

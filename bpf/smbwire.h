@@ -29,6 +29,12 @@
  * carried across a VXLAN fabric is two; a frame in a third is not looked into. */
 #define SMBWIRE_MAX_TUNNELS 2
 
+/* Headers walked between the MAC addresses and the EtherType of what a frame carries:
+ * 802.1Q/802.1ad tags (QinQ is two) and Cisco MetaData (TrustSec's in-line SGT, 0x8909;
+ * wire/cmd.rs), here and in the AF_PACKET classifier (live/classify.rs). */
+#define SMBWIRE_MAX_L2_TAGS 3
+#define SMBWIRE_ETH_P_CMD 0x8909
+
 #define SMBWIRE_ROCEV2_UDP_PORT 4791
 #define SMBWIRE_ETH_P_ROCEV1 0x8915
 

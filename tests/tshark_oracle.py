@@ -202,8 +202,8 @@ def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str
     """Frames that tshark decodes from inside a tunnel, as smbwire's `tunnels` reports them:
     kind ("outer+inner" when nested) -> {"frames", "bytes"}, where bytes are everything before
     the innermost frame (its offset, from PDML's `pos`) plus the outer frame's trailer (after
-    the outer IP packet's length). Second: tunnels whose next layer in tshark is not Ethernet
-    or IP (ERSPAN frame types other than Ethernet, NSH in VXLAN-GPE, ...), by kind, frames."""
+    the outer IP packet's length; a Cisco MetaData header after GRE is part of the tunnel).
+    Second: tunnels whose next layer in tshark is not Ethernet or IP (ERSPAN frame types other than Ethernet, NSH in VXLAN-GPE, ...), by kind, frames."""
     decoded: dict[str, dict[str, int]] = {}
     undecoded: dict[str, int] = {}
     for packet in _pdml_packets(path, extra):
@@ -226,6 +226,12 @@ def tunnel_counts(path: Path, extra: list[str] = ()) -> tuple[dict[str, dict[str
                 kinds.append("gretap")
             elif name == "gre" and nxt in ("ip", "ipv6"):
                 kinds.append("gre_ip")
+            elif name == "gre" and nxt == "cmd":
+                # Cisco MetaData (TrustSec's SGT) between GRE and what it carries.
+                after = protos[i + 2].get("name") if i + 2 < len(protos) else None
+                kinds.append("gretap" if after == "eth" else "gre_ip")
+                last = i + 1
+                continue
             elif name in ("vxlan", "geneve"):
                 kinds.append(name)
             else:

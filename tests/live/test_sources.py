@@ -400,8 +400,12 @@ def test_tags_ipv6_rocev1_fragments_exact(livecat, lab, backend):
         ether(lab, 0x86DD) + ipv6(0, hop_by_hop + first_fragment + tcp(50001, 5445)),
         ether(lab, 0x8915) + grh + bytes(76),  # RoCEv1
         ether(lab, 0x0800) + ipv4(6, tcp(445, 50002)),  # server to client direction
+        # Cisco MetaData (TrustSec's in-line SGT 17), alone and after a tag.
+        ether(lab, 0x8909) + cmd(0x0800) + ipv4(6, tcp(50010, 445)),
+        ether(lab, (0x8100, 100), 0x8909) + cmd(0x86DD) + ipv6(6, tcp(50011, 445)),
     ]
     unmatched = [
+        ether(lab, 0x8909) + cmd(0x0800, version=2) + ipv4(6, tcp(50012, 445)),  # a form not walked
         ether(lab, 0x0800) + ipv4(6, tcp(50000, 446)),
         ether(lab, 0x0800) + ipv4(17, udp(4791, 49152)),  # RoCEv2 is matched on destination
         ether(lab, 0x0800) + ipv4(6, tcp(50000, 445), frag=0x0010),  # non-first fragment
@@ -428,8 +432,16 @@ def test_tags_ipv6_rocev1_fragments_exact(livecat, lab, backend):
         "[2001:db8::1]:50001 > [2001:db8::2]:5445 tcp",
         "::1 > ::2 rocev1",
         "198.18.0.1:445 > 198.18.0.2:50002 tcp",
+        "198.18.0.1:50010 > 198.18.0.2:445 tcp",
+        "[2001:db8::1]:50011 > [2001:db8::2]:445 tcp",
     ])
     assert all(f["packets"] == 7 for f in st["flows"])
+
+
+def cmd(ethertype, version=1, sgt=17):
+    """A Cisco MetaData header after its EtherType (0x8909): version, length 1, the SGT
+    option, the SGT, then the EtherType of what follows."""
+    return struct.pack("!BBHHH", version, 1, 1, sgt, ethertype)
 
 
 def inner_ipv4(src, dst, proto, l4):
@@ -540,8 +552,9 @@ OTHERS_TUNNELS = [
     ("vxlan_port_8472.pcap", 1, "vxlan"),
     ("gso-ipv6-vxlan-ipv6.pcap", 1, "vxlan"),  # over IPv6
     ("gso-ipv6-geneve-ipv4.pcap", 1, "geneve"),
+    ("various_gre.pcap", 25, "gre_ip"),  # Cisco MetaData between GRE and IP, after a VLAN tag
 ]
-TUNNEL_LAYERS = ("gre", "erspan", "vxlan", "geneve")
+TUNNEL_LAYERS = ("gre", "erspan", "vxlan", "geneve", "cmd")
 
 
 def others_tunnel_frame(lab, capture, number, sport):
@@ -591,8 +604,8 @@ def others_tunnel_frame(lab, capture, number, sport):
 @pytest.mark.usefixtures("tshark_required")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tunnels_as_other_implementations_write_them(livecat, lab, backend, tmp_path):
-    """ERSPAN I-III, GRE carrying IP, GENEVE (with the options a cloud sets) and VXLAN headers
-    as switches and other stacks write them (captures/tunnels: each frame's tunnel headers
+    """ERSPAN I-III, GRE carrying IP (also after Cisco MetaData), GENEVE (with the options a
+    cloud sets) and VXLAN headers as switches and other stacks write them (captures/tunnels: each frame's tunnel headers
     kept byte for byte, its inner frame replaced by a TCP segment to port 445) are matched by
     the frame inside at every source, under the inner flow, counted whole; the captures' own
     frames (ICMP, ARP, SSH, ... inside) are not. `analyze` opens the same frames to the same

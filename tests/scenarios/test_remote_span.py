@@ -224,3 +224,73 @@ def test_copies_through_two_sessions_are_one_frame_mirrored_twice(local, tmp_pat
         assert r["tcp"]["mirror_duplicate_frames"] == plain["inputs"][0]["frames"], encap
         assert r["edges"] == plain["edges"] and r["totals"] == plain["totals"], encap
         assert r["tunnels"][encap]["frames"] == 2 * plain["inputs"][0]["frames"]
+
+
+def _with_cmd(path: Path, out: Path, version: int = 1) -> Path:
+    """Every frame of the capture with a Cisco MetaData header (TrustSec's in-line SGT 17)
+    between the MAC addresses and the EtherType, as a mirror port of a link that tags in line
+    delivers it."""
+    import struct
+
+    data = path.read_bytes()
+    magic, linktype = data[:4], struct.unpack_from("<I", data, 20)[0]
+    assert magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") and linktype == 1, "little-endian Ethernet pcap expected"
+    res, off = bytearray(data[:24]), 24
+    while off + 16 <= len(data):
+        ts_s, ts_frac, caplen, length = struct.unpack_from("<IIII", data, off)
+        frame = data[off + 16:off + 16 + caplen]
+        off += 16 + caplen
+        tagged = frame[:12] + b"\x89\x09" + bytes([version, 1, 0, 1, 0, 17]) + frame[12:]
+        res += struct.pack("<IIII", ts_s, ts_frac, len(tagged), length + 8) + tagged
+    out.write_bytes(bytes(res))
+    return out
+
+
+def test_trustsec_tagged_frames_give_the_local_figures(local, tmp_path):
+    """A mirror port of a link with Cisco TrustSec in-line tagging copies every frame with its
+    Cisco MetaData header (EtherType 0x8909, the SGT): walked like a VLAN tag, the figures are
+    the local port's, the header's bytes are protocol headers, and tshark reads the same SMB2
+    messages and the SGT as written. A header of another form is named, not guessed past."""
+    local_cap, plain = local
+    cap = _with_cmd(local_cap, tmp_path / "cmd.pcap")
+    r = json.loads(smbwire("analyze", cap, "-q", "--json", "-").stdout)
+    assert figures(r) == figures(plain)
+    frames = plain["inputs"][0]["frames"]
+    acc, base = r["accounting"], plain["accounting"]
+    assert acc["reconciled"] is True and r["tunnels"] == {}
+    assert acc["categories"]["protocol_headers"] - base["categories"]["protocol_headers"] == 8 * frames
+    assert field_rows(cap, [], ["frame.protocols"])[0][0][0] == "eth:ethertype:cmd:ethertype:ip:tcp"
+    assert {tuple(c[0] for c in row) for row in field_rows(cap, [], ["cmd.version", "cmd.sgt", "cmd.type"])} \
+        == {("1", "17", "0x0800")}
+    assert pdu_counts(cap) == pdu_counts(local_cap)
+    assert write_length_sum(cap) == r["smb2"]["write_bytes"] == plain["smb2"]["write_bytes"]
+    # With two threads, as with one.
+    r2 = json.loads(smbwire("analyze", cap, "-q", "--threads", "2", "--json", "-").stdout)
+    assert figures(r2) == figures(r)
+
+    other = _with_cmd(local_cap, tmp_path / "cmd-v2.pcap", version=2)
+    r = json.loads(smbwire("analyze", other, "-q", "--json", "-").stdout)
+    assert r["anomalies"].get("cmd.unsupported") == frames
+    assert r["smb2"]["write_bytes"] == 0 and r["accounting"]["reconciled"] is True
+
+
+@pytest.mark.parametrize("name", ["smb202-samba-reads-writes.pcap", "smb311-multichannel-zeek.pcap",
+                                  "smb311-async-large-reads.pcap", "smbdirect-iwarp-win2012-smb300.pcap"])
+def test_trustsec_tags_on_real_captures_change_nothing_but_headers(name, tmp_path):
+    """Real SMB2 and SMB Direct captures (captures/public), every frame given a Cisco MetaData
+    header: the same figures, the header's 8 bytes per frame counted as link headers."""
+    from paths import CAPTURES
+
+    src = CAPTURES / "public" / name
+    plain = json.loads(smbwire("analyze", src, "-q", "--json", "-").stdout)
+    r = json.loads(smbwire("analyze", _with_cmd(src, tmp_path / name), "-q", "--json", "-").stdout)
+    keep = ("edges", "totals", "smb2", "anomalies", "duplicated_payloads")
+    assert {k: r[k] for k in keep} == {k: plain[k] for k in keep}
+    assert r["totals"]["payload_bytes"] > 0
+    # The 8 bytes are protocol headers, or other protocols in a frame that is not IP (ARP...).
+    frames = plain["inputs"][0]["frames"]
+    (ours, theirs), headers = (r["accounting"]["categories"], plain["accounting"]["categories"]), \
+        ("protocol_headers", "other_protocols")
+    assert r["accounting"]["reconciled"] is True
+    assert sum(ours.get(k, 0) - theirs.get(k, 0) for k in headers) == 8 * frames
+    assert {k: v for k, v in ours.items() if k not in headers} == {k: v for k, v in theirs.items() if k not in headers}

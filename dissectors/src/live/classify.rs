@@ -2,11 +2,12 @@
 //! bpf/smbwire.bpf.c (keep the two in step). Used by the AF_PACKET backend.
 //!
 //! Storage traffic: TCP with either port in the configured set (445, 5445, ...), UDP to
-//! 4791 (RoCEv2), EtherType 0x8915 (RoCEv1); over Ethernet with up to two 802.1Q/802.1ad
-//! tags, IPv4 or IPv6 (with hop-by-hop, routing, destination-options and fragment headers).
-//! Non-first IP fragments carry no ports and never match. A remote mirror session's tunnel
-//! (GRE carrying Ethernet or IP: gretap, ERSPAN I-III; VXLAN, UDP to 4789 or 8472; GENEVE, UDP
-//! to 6081) is looked into, two deep as `analyze` opens them (ERSPAN carried across a VXLAN
+//! 4791 (RoCEv2), EtherType 0x8915 (RoCEv1); over Ethernet with up to three 802.1Q/802.1ad
+//! tags and Cisco MetaData headers (TrustSec's in-line SGT), IPv4 or IPv6 (with hop-by-hop,
+//! routing, destination-options and fragment headers). Non-first IP fragments carry no ports
+//! and never match. A remote mirror session's tunnel (GRE carrying Ethernet or IP: gretap,
+//! ERSPAN I-III, either after Cisco MetaData; VXLAN, UDP to 4789 or 8472; GENEVE, UDP to
+//! 6081) is looked into, two deep as `analyze` opens them (ERSPAN carried across a VXLAN
 //! fabric): the innermost frame decides, and its flow is the flow.
 
 use super::flows::{family, FlowKey, PROTO_BTH};
@@ -16,6 +17,9 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
+const ETHERTYPE_CMD: u16 = crate::wire::cmd::ETHERTYPE;
+/// Tags and Cisco MetaData headers walked after the MACs, as the kernel program walks them.
+const MAX_L2_TAGS: usize = crate::abi::u32_of(crate::abi::SMBWIRE_MAX_L2_TAGS) as usize;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
 const PROTO_GRE: u8 = crate::wire::ipv4::protocol::GRE;
@@ -126,6 +130,19 @@ fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
         GRE_P_ERSPAN_II if g[0] & 0x10 == 0 => Some((inner, None)),
         ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Some((inner, Some(ip_ethertype(frame, inner)?))),
         GRE_P_ERSPAN_II => (*frame.get(inner)? >> 4 == 1).then_some((inner + 8, None)),
+        ETHERTYPE_CMD => {
+            // The EtherType first, then version 1, length 1, option, SGT.
+            let c = frame.get(inner..inner + 8)?;
+            if c[2] != 1 || c[3] != 1 {
+                return None;
+            }
+            let at = inner + 8;
+            match u16::from_be_bytes([c[0], c[1]]) {
+                GRE_P_TEB => Some((at, None)),
+                ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Some((at, Some(ip_ethertype(frame, at)?))),
+                _ => None,
+            }
+        }
         GRE_P_ERSPAN_III => {
             let e = frame.get(inner..inner + 12)?;
             if e[0] >> 4 != 2 {
@@ -154,10 +171,21 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
         Some(t) => (base, t),
         None => (base + 14, be16(frame, base + 12)?),
     };
-    for _ in 0..2 {
-        if ip_type.is_none() && (ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ) {
+    for _ in 0..MAX_L2_TAGS {
+        if ip_type.is_some() {
+            break;
+        }
+        if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
             ethertype = be16(frame, off + 2)?;
             off += 4;
+        } else if ethertype == ETHERTYPE_CMD {
+            // Version 1, length 1, option, SGT, then the EtherType.
+            let c = frame.get(off..off + 8)?;
+            if c[0] != 1 || c[1] != 1 {
+                return None;
+            }
+            ethertype = u16::from_be_bytes([c[6], c[7]]);
+            off += 8;
         }
     }
     let mut key = FlowKey::default();
@@ -355,6 +383,64 @@ mod tests {
         bad_ihl.extend(ipv4(6, 0, 50000, 445));
         bad_ihl[14] = 0x44;
         assert!(classify(&bad_ihl, PORTS).is_none());
+    }
+
+    /// Cisco MetaData (TrustSec's in-line SGT) after the MACs, alone, after a VLAN tag or
+    /// after QinQ (three headers, as many as the kernel program walks); a fourth, or a form
+    /// other than version 1 length 1, is not looked past.
+    #[test]
+    fn cisco_metadata_is_walked_like_a_tag() {
+        let cmd = |next: u16| {
+            let mut h = vec![0x89, 0x09, 1, 1, 0, 1, 0, 17];
+            h.extend_from_slice(&next.to_be_bytes());
+            h
+        };
+        let want = "198.18.0.1:50000 > 198.18.0.2:445 tcp";
+        let mut alone = eth(0x8909);
+        alone.extend_from_slice(&cmd(0x0800)[2..]);
+        alone.extend(ipv4(6, 0x4000, 50000, 445));
+        assert_eq!(classify(&alone, PORTS).unwrap().to_string(), want);
+        assert_eq!(inspect(&alone, PORTS).header_len, 14 + 8 + 20 + 20);
+        let mut vlan = eth(0x8100);
+        vlan.extend_from_slice(&[0, 10]);
+        vlan.extend(cmd(0x0800));
+        vlan.extend(ipv4(6, 0x4000, 50000, 445));
+        assert_eq!(classify(&vlan, PORTS).unwrap().to_string(), want);
+        let mut qinq = eth(0x88a8);
+        qinq.extend_from_slice(&[0, 10, 0x81, 0x00, 0, 20]);
+        qinq.extend(cmd(0x0800));
+        qinq.extend(ipv4(6, 0x4000, 50000, 445));
+        assert_eq!(classify(&qinq, PORTS).unwrap().to_string(), want);
+        let mut four = eth(0x88a8);
+        four.extend_from_slice(&[0, 10, 0x81, 0x00, 0, 20]);
+        four.extend(cmd(0x8909));
+        four.extend_from_slice(&cmd(0x0800)[2..]);
+        four.extend(ipv4(6, 0x4000, 50000, 445));
+        assert!(classify(&four, PORTS).is_none());
+        let mut v2 = alone.clone();
+        v2[14] = 2;
+        assert!(classify(&v2, PORTS).is_none());
+        for n in 14..22 {
+            assert!(classify(&alone[..n], PORTS).is_none(), "prefix {n}");
+        }
+        // In GRE: the EtherType first, then version 1, length 1, option, SGT.
+        let mut inner = eth(0x0800);
+        inner.extend(ipv4(6, 0x4000, 50000, 445));
+        let gre_cmd = |next: u16| {
+            let mut h = vec![0, 0, 0x89, 0x09];
+            h.extend_from_slice(&next.to_be_bytes());
+            h.extend_from_slice(&[1, 1, 0, 1, 0, 17]);
+            h
+        };
+        let f = tunnelled(47, &gre_cmd(0x6558), &inner);
+        let i = inspect(&f, PORTS);
+        assert_eq!(i.key.unwrap().to_string(), want);
+        assert_eq!(i.header_len, 14 + 20 + 12 + 14 + 20 + 20);
+        assert_eq!(classify(&tunnelled(47, &gre_cmd(0x0800), &inner[14..]), PORTS).unwrap().to_string(), want);
+        assert!(classify(&tunnelled(47, &gre_cmd(0x8847), &inner[14..]), PORTS).is_none());
+        let mut bad = gre_cmd(0x0800);
+        bad[6] = 2;
+        assert!(classify(&tunnelled(47, &bad, &inner[14..]), PORTS).is_none());
     }
 
     /// `inner` (an Ethernet frame, or an IP packet) inside outer Ethernet / IPv4 / `tunnel`.

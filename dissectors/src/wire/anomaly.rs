@@ -11,6 +11,10 @@ use crate::anomaly::AnomalyKind;
 crate::anomaly::anomalies! {
     /// What the wire decoders can raise.
     pub enum Anomaly {
+        CmdTruncated = "cmd.truncated",
+        /// A Cisco MetaData header (TrustSec's in-line SGT) in a form other than version 1,
+        /// length 1: not walked.
+        CmdUnsupported = "cmd.unsupported",
         ErfBadRecordLength = "erf.bad_record_length",
         ErfExtensionTruncated = "erf.extension_truncated",
         ErfRxError = "erf.rx_error",

@@ -1,5 +1,6 @@
 //! Ethernet II (IEEE 802.3 clause 3.2) with IEEE 802.1Q customer tags and 802.1ad service
-//! tags (QinQ). A tag is 4 bytes (TPID, TCI) inserted before the EtherType.
+//! tags (QinQ). A tag is 4 bytes (TPID, TCI) inserted before the EtherType. Cisco MetaData
+//! (TrustSec's in-line SGT, `cmd`), 8 bytes after its own EtherType, is walked like a tag.
 
 use super::DecodeError;
 
@@ -47,17 +48,24 @@ pub const TAG_LEN: usize = 4;
 /// Tags beyond this depth are refused as malformed (QinQ uses two; allow some slack).
 pub const MAX_TAGS: usize = 4;
 
-/// Follow 802.1Q / 802.1ad tags: `ty` is the type field read just before `off`. Returns
-/// the first non-tag EtherType and the offset of what follows it. At most `MAX_TAGS` tags.
+/// Follow 802.1Q / 802.1ad tags and Cisco MetaData headers: `ty` is the type field read
+/// just before `off`. Returns the first EtherType that is neither and the offset of what
+/// follows it. At most `MAX_TAGS` of them.
 pub fn skip_tags(data: &[u8], mut ty: u16, mut off: usize) -> Result<(u16, usize), DecodeError> {
     let mut depth = 0;
-    while ethertype::is_tag(ty) {
+    while ethertype::is_tag(ty) || ty == super::cmd::ETHERTYPE {
         if depth == MAX_TAGS {
             return Err(DecodeError::Malformed("ethernet.too_many_vlan_tags"));
         }
-        let tag = data.get(off..off + TAG_LEN).ok_or(DecodeError::Truncated("ethernet.vlan_truncated"))?;
-        ty = u16::from_be_bytes([tag[field::TAG_NEXT_TYPE][0], tag[field::TAG_NEXT_TYPE][1]]);
-        off += TAG_LEN;
+        if ty == super::cmd::ETHERTYPE {
+            let rest = data.get(off..).unwrap_or_default();
+            ty = super::cmd::Repr::parse(rest, super::cmd::Placement::Ethernet)?.next;
+            off += super::cmd::HEADER_LEN;
+        } else {
+            let tag = data.get(off..off + TAG_LEN).ok_or(DecodeError::Truncated("ethernet.vlan_truncated"))?;
+            ty = u16::from_be_bytes([tag[field::TAG_NEXT_TYPE][0], tag[field::TAG_NEXT_TYPE][1]]);
+            off += TAG_LEN;
+        }
         depth += 1;
     }
     Ok((ty, off))

@@ -32,6 +32,8 @@ pub mod protocol {
     pub const ERSPAN_II: u16 = 0x88be;
     /// ERSPAN type III.
     pub const ERSPAN_III: u16 = 0x22eb;
+    /// Cisco MetaData (`wire::cmd`), then what its header names: IP or Ethernet.
+    pub const CISCO_METADATA: u16 = super::super::cmd::ETHERTYPE;
     pub const IPV4: u16 = 0x0800;
     pub const IPV6: u16 = 0x86dd;
 }

@@ -6,6 +6,7 @@
 
 pub mod anomaly;
 pub mod checksum;
+pub mod cmd;
 pub mod erf;
 pub mod erspan;
 pub mod ethernet;
@@ -442,7 +443,8 @@ struct Tunnelled<'a> {
 }
 
 /// What a remote mirror session or tunnel carries in this IP payload: the frame inside GRE
-/// (`gretap`, ERSPAN types I-III, GRE over IP) or VXLAN (UDP port 4789, or Linux's 8472). `Ok(None)` for
+/// (`gretap`, ERSPAN types I-III, GRE over IP; Ethernet or IP after a Cisco MetaData header)
+/// or VXLAN (UDP port 4789, or Linux's 8472). `Ok(None)` for
 /// anything else, and for GRE or VXLAN carrying what smbwire does not follow (a GRE version
 /// or protocol type of its own: PPTP, MPLS, NSH); `Err` when the tunnel's header is cut or
 /// impossible.
@@ -456,6 +458,16 @@ fn tunnelled<'a>(layer: &NetLayer<'a>) -> Result<Option<Tunnelled<'a>>, DecodeEr
             let (kind, linktype, frame, anomaly) = match g.protocol {
                 gre::protocol::TEB => (Tunnel::Gretap, linktype::ETHERNET, inner, None),
                 gre::protocol::IPV4 | gre::protocol::IPV6 => (Tunnel::GreIp, linktype::RAW, inner, None),
+                // TrustSec between its devices: the SGT header, then IP or Ethernet.
+                gre::protocol::CISCO_METADATA => {
+                    let c = cmd::Repr::parse(inner, cmd::Placement::Gre)?;
+                    let frame: &'a [u8] = &inner[cmd::HEADER_LEN..];
+                    match c.next {
+                        gre::protocol::TEB => (Tunnel::Gretap, linktype::ETHERNET, frame, None),
+                        gre::protocol::IPV4 | gre::protocol::IPV6 => (Tunnel::GreIp, linktype::RAW, frame, None),
+                        _ => return Ok(None),
+                    }
+                }
                 // Type I: no ERSPAN header, no sequence number.
                 gre::protocol::ERSPAN_II if g.sequence.is_none() => (Tunnel::Erspan1, linktype::ETHERNET, inner, None),
                 gre::protocol::ERSPAN_II | gre::protocol::ERSPAN_III => {
@@ -1070,6 +1082,63 @@ mod tests {
             // The tag is link layer: same signature as the untagged copy.
             assert_eq!(d.dup_signature(), decode(linktype::ETHERNET, &plain).unwrap().dup_signature());
         }
+    }
+
+    /// Cisco MetaData (TrustSec's in-line SGT) after the MACs, alone or after a VLAN tag, is
+    /// walked like a tag; in GRE it leads to IP or Ethernet; cut or unknown forms are named.
+    #[test]
+    fn cisco_metadata_is_walked_in_ethernet_and_gre() {
+        let cmd_eth = |next: u16| {
+            let mut h = vec![0x89, 0x09, 0, 0, 0, 0, 0, 0, 0, 0];
+            cmd::Repr { sgt: 17, next }.emit(&mut h[2..], cmd::Placement::Ethernet);
+            h
+        };
+        let plain = eth_ipv4_tcp([None, None], 1, 64, b"hello");
+        let want = decode(linktype::ETHERNET, &plain).unwrap();
+        let tagged = [&plain[..12], &cmd_eth(ethernet::ethertype::IPV4), &plain[14..]].concat();
+        let vlan = eth_ipv4_tcp([Some(ethernet::VlanTag { tpid: ethernet::ethertype::VLAN, pcp: 0, dei: false, vid: 10 }), None], 1, 64, b"hello");
+        let vlan_cmd = [&vlan[..16], &cmd_eth(ethernet::ethertype::IPV4), &vlan[18..]].concat();
+        for f in [&tagged, &vlan_cmd] {
+            let d = decode(linktype::ETHERNET, f).unwrap();
+            assert_eq!((d.src, d.dst, tcp_of(&d).payload), (want.src, want.dst, &b"hello"[..]));
+            assert_eq!(d.header_bytes, f.len() - 5);
+            assert_eq!((d.tunnel, d.anomaly), (None, None));
+            assert_eq!(d.dup_signature(), want.dup_signature(), "the tag is link layer");
+        }
+        let cut = [&plain[..12], &cmd_eth(ethernet::ethertype::IPV4)[..5]].concat();
+        assert_eq!(decode(linktype::ETHERNET, &cut).unwrap_err(), DecodeError::Truncated("cmd.truncated"));
+        let mut v2 = tagged.clone();
+        v2[14] = 2;
+        assert_eq!(decode(linktype::ETHERNET, &v2).unwrap_err(), DecodeError::Malformed("cmd.unsupported"));
+        // Headers naming one another count against the tags' bound.
+        let chain: Vec<u8> = (0..ethernet::MAX_TAGS).flat_map(|_| cmd_eth(cmd::ETHERTYPE)[2..].to_vec()).collect();
+        let deep = [&plain[..12], &[0x89, 0x09][..], &chain, &plain[12..]].concat();
+        assert_eq!(decode(linktype::ETHERNET, &deep).unwrap_err(), DecodeError::Malformed("ethernet.too_many_vlan_tags"));
+
+        // GRE protocol 0x8909: the CMD header names what follows it.
+        let gre_cmd = |next: u16| {
+            let mut h = gre_header(gre::protocol::CISCO_METADATA, None, None);
+            let at = h.len();
+            h.resize(at + cmd::HEADER_LEN, 0);
+            cmd::Repr { sgt: 17, next }.emit(&mut h[at..], cmd::Placement::Gre);
+            h
+        };
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_cmd(gre::protocol::IPV4), &plain[14..]);
+        let d = decode(linktype::ETHERNET, &frame).unwrap();
+        assert_eq!(tcp_of(&d).payload, b"hello");
+        assert_eq!(d.tunnel, Some(Tunnelling { outer: Tunnel::GreIp, inner: None, bytes: (frame.len() - plain.len() + 14) as u32 }));
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_cmd(gre::protocol::TEB), &plain);
+        let d = decode(linktype::ETHERNET, &frame).unwrap();
+        assert_eq!(d.tunnel, Some(Tunnelling { outer: Tunnel::Gretap, inner: None, bytes: (frame.len() - plain.len()) as u32 }));
+        // MPLS after the header is not followed: the GRE packet is other traffic.
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_cmd(0x8847), &plain[14..]);
+        let d = decode(linktype::ETHERNET, &frame).unwrap();
+        assert!(d.tunnel.is_none() && matches!(d.transport, Transport::Other));
+        let mut bad = gre_cmd(gre::protocol::IPV4);
+        let v = bad.len() - cmd::HEADER_LEN + 2;
+        bad[v] = 9;
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &bad, &plain[14..]);
+        assert_eq!(decode(linktype::ETHERNET, &frame).unwrap_err(), DecodeError::Malformed("cmd.unsupported"));
     }
 
     #[test]
