@@ -1441,7 +1441,8 @@ mod tests {
             fn decode_never_panics_on_plausible_ip(
                 v6 in any::<bool>(), proto in proptest::sample::select(&[0u8, 6, 17, 43, 44, 47, 51, 60, 59][..]),
                 ihl_or_next in any::<u8>(), len in any::<u16>(), tail in proptest::collection::vec(any::<u8>(), 0..120),
-                eth_type in proptest::sample::select(&[0x0800u16, 0x86dd, 0x8100, 0x88a8, 0x8915][..]),
+                eth_type in proptest::sample::select(&[0x0800u16, 0x86dd, 0x8100, 0x88a8, 0x8915, 0x8909][..]),
+                cmd_form in any::<[u8; 2]>(),
             ) {
                 let mut ip = Vec::new();
                 if v6 {
@@ -1464,6 +1465,10 @@ mod tests {
                 eth.extend_from_slice(&eth_type.to_be_bytes());
                 if eth_type == 0x8100 || eth_type == 0x88a8 {
                     eth.extend_from_slice(&[0, 1, if v6 { 0x86 } else { 0x08 }, if v6 { 0xdd } else { 0x00 }]);
+                }
+                if eth_type == 0x8909 {
+                    // Cisco MetaData: version and length random (mostly refused), SGT, EtherType.
+                    eth.extend_from_slice(&[cmd_form[0] % 3, cmd_form[1] % 3, 0, 1, 0, 7, if v6 { 0x86 } else { 0x08 }, if v6 { 0xdd } else { 0x00 }]);
                 }
                 eth.extend_from_slice(&ip);
                 check(linktype::ETHERNET, &eth)?;
