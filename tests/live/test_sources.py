@@ -510,6 +510,9 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.10.1", "198.18.10.2", 6, tcp(50005, 445)), 8472)),
         ether(lab, 0x0800) + ipv4(17, geneve(inner_ether() + inner_ipv4("198.18.11.1", "198.18.11.2", 6, tcp(50006, 445)))),
         ether(lab, 0x0800) + ipv4(17, geneve(inner_ipv4("198.18.12.1", "198.18.12.2", 6, tcp(50007, 445)), 0x0800, options=b"")),
+        # An ERSPAN session copying a link with TrustSec in-line tagging (Cisco MetaData).
+        ether(lab, 0x0800) + ipv4(47, erspan2() + inner_ether(0x8909) + cmd(0x0800)
+                                  + inner_ipv4("198.18.14.1", "198.18.14.2", 6, tcp(50009, 445))),
         # Two deep, as `analyze` opens them: an ERSPAN session carried across a VXLAN fabric.
         ether(lab, 0x0800) + ipv4(17, vxlan(inner_ether() + inner_ipv4("198.18.3.1", "198.18.3.2", 47, erspan2() + inner_ether()
                                                                        + inner_ipv4("198.18.13.1", "198.18.13.2", 6, tcp(50008, 445))))),
@@ -536,6 +539,7 @@ def test_remote_mirror_tunnels_are_matched_by_the_frame_inside(livecat, lab, bac
         "198.18.11.1:50006 > 198.18.11.2:445 tcp",
         "198.18.12.1:50007 > 198.18.12.2:445 tcp",
         "198.18.13.1:50008 > 198.18.13.2:445 tcp",
+        "198.18.14.1:50009 > 198.18.14.2:445 tcp",
     ])
 
 

@@ -438,6 +438,9 @@ mod tests {
         assert_eq!(i.header_len, 14 + 20 + 12 + 14 + 20 + 20);
         assert_eq!(classify(&tunnelled(47, &gre_cmd(0x0800), &inner[14..]), PORTS).unwrap().to_string(), want);
         assert!(classify(&tunnelled(47, &gre_cmd(0x8847), &inner[14..]), PORTS).is_none());
+        // An ERSPAN II session copying a link that tags in line.
+        let erspan2 = [0x10, 0, 0x88, 0xbe, 0, 0, 0, 1, 0x10, 0, 0, 42, 0, 0, 0, 1];
+        assert_eq!(classify(&tunnelled(47, &erspan2, &alone), PORTS).unwrap().to_string(), want);
         let mut bad = gre_cmd(0x0800);
         bad[6] = 2;
         assert!(classify(&tunnelled(47, &bad, &inner[14..]), PORTS).is_none());

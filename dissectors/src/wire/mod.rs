@@ -1134,6 +1134,13 @@ mod tests {
         let frame = tunnelled_frame(ipv4::protocol::GRE, &gre_cmd(0x8847), &plain[14..]);
         let d = decode(linktype::ETHERNET, &frame).unwrap();
         assert!(d.tunnel.is_none() && matches!(d.transport, Transport::Other));
+        // An ERSPAN session copying a link that tags in line: the mirrored frame carries it.
+        let erspan = gre_header(gre::protocol::ERSPAN_II, Some(1), Some(erspan_repr(erspan::VERSION_II, 0, false)));
+        let frame = tunnelled_frame(ipv4::protocol::GRE, &erspan, &tagged);
+        let d = decode(linktype::ETHERNET, &frame).unwrap();
+        assert_eq!((d.src, d.dst, tcp_of(&d).payload), (want.src, want.dst, &b"hello"[..]));
+        assert_eq!(d.tunnel, Some(Tunnelling { outer: Tunnel::Erspan2, inner: None, bytes: (frame.len() - tagged.len()) as u32 }));
+        assert_eq!(d.header_bytes, frame.len() - 5);
         let mut bad = gre_cmd(gre::protocol::IPV4);
         let v = bad.len() - cmd::HEADER_LEN + 2;
         bad[v] = 9;
