@@ -260,10 +260,10 @@ static __always_inline int tunnel_at(const struct pkt *p, __u8 l4, __u32 off, __
 	__u8 e[12];
 	if (proto == SMBWIRE_ETH_P_CMD) {
 		/* Cisco MetaData in GRE: the EtherType first, then version 1, length 1, option, SGT. */
-		if (load(p, in, e, 8) || e[2] != 1 || e[3] != 1)
+		if (load(p, in, e, SMBWIRE_CMD_LEN) || e[2] != 1 || e[3] != 1)
 			return 0;
 		proto = ((__u16)e[0] << 8) | e[1];
-		*inner = in + 8;
+		*inner = in + SMBWIRE_CMD_LEN;
 		if (proto == GRE_P_TEB)
 			return 1;
 		if (proto != ETH_P_IP && proto != ETH_P_IPV6)
@@ -329,11 +329,11 @@ static __noinline int classify_at(const struct pkt *p, struct look *at,
 				off += 4;
 			} else if (h_proto == bpf_htons(SMBWIRE_ETH_P_CMD)) {
 				/* Version 1, length 1, option, SGT, then the EtherType. */
-				__u8 c[8];
-				if (load(p, off, c, 8) || c[0] != 1 || c[1] != 1)
+				__u8 c[SMBWIRE_CMD_LEN];
+				if (load(p, off, c, SMBWIRE_CMD_LEN) || c[0] != 1 || c[1] != 1)
 					return 0;
 				h_proto = bpf_htons(((__u16)c[6] << 8) | c[7]);
-				off += 8;
+				off += SMBWIRE_CMD_LEN;
 			}
 		}
 	}

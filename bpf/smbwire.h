@@ -34,6 +34,8 @@
  * wire/cmd.rs), here and in the AF_PACKET classifier (live/classify.rs). */
 #define SMBWIRE_MAX_L2_TAGS 3
 #define SMBWIRE_ETH_P_CMD 0x8909
+/* Its length after its EtherType (in GRE: after the GRE header). */
+#define SMBWIRE_CMD_LEN 8
 
 #define SMBWIRE_ROCEV2_UDP_PORT 4791
 #define SMBWIRE_ETH_P_ROCEV1 0x8915

@@ -17,7 +17,8 @@ const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
-const ETHERTYPE_CMD: u16 = crate::wire::cmd::ETHERTYPE;
+use crate::wire::cmd;
+const ETHERTYPE_CMD: u16 = cmd::ETHERTYPE;
 /// Tags and Cisco MetaData headers walked after the MACs, as the kernel program walks them.
 const MAX_L2_TAGS: usize = crate::abi::u32_of(crate::abi::SMBWIRE_MAX_L2_TAGS) as usize;
 const PROTO_TCP: u8 = 6;
@@ -131,13 +132,9 @@ fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
         ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Some((inner, Some(ip_ethertype(frame, inner)?))),
         GRE_P_ERSPAN_II => (*frame.get(inner)? >> 4 == 1).then_some((inner + 8, None)),
         ETHERTYPE_CMD => {
-            // The EtherType first, then version 1, length 1, option, SGT.
-            let c = frame.get(inner..inner + 8)?;
-            if c[2] != 1 || c[3] != 1 {
-                return None;
-            }
-            let at = inner + 8;
-            match u16::from_be_bytes([c[0], c[1]]) {
+            let next = cmd::Repr::parse(frame.get(inner..)?, cmd::Placement::Gre).ok()?.next;
+            let at = inner + cmd::HEADER_LEN;
+            match next {
                 GRE_P_TEB => Some((at, None)),
                 ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => Some((at, Some(ip_ethertype(frame, at)?))),
                 _ => None,
@@ -179,13 +176,8 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
             ethertype = be16(frame, off + 2)?;
             off += 4;
         } else if ethertype == ETHERTYPE_CMD {
-            // Version 1, length 1, option, SGT, then the EtherType.
-            let c = frame.get(off..off + 8)?;
-            if c[0] != 1 || c[1] != 1 {
-                return None;
-            }
-            ethertype = u16::from_be_bytes([c[6], c[7]]);
-            off += 8;
+            ethertype = cmd::Repr::parse(frame.get(off..)?, cmd::Placement::Ethernet).ok()?.next;
+            off += cmd::HEADER_LEN;
         }
     }
     let mut key = FlowKey::default();

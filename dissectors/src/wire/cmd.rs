@@ -18,8 +18,8 @@ use super::DecodeError;
 /// The EtherType (and GRE protocol type) of the header (`SMBWIRE_ETH_P_CMD` in
 /// bpf/smbwire.h, which the kernel program walks too).
 pub const ETHERTYPE: u16 = crate::abi::u16_of(crate::abi::SMBWIRE_ETH_P_CMD);
-/// The header after its EtherType, and in GRE after the GRE header.
-pub const HEADER_LEN: usize = 8;
+/// The header after its EtherType, and in GRE after the GRE header (`SMBWIRE_CMD_LEN`).
+pub const HEADER_LEN: usize = crate::abi::u32_of(crate::abi::SMBWIRE_CMD_LEN) as usize;
 const VERSION: u8 = 1;
 const LENGTH: u8 = 1;
 
