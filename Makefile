@@ -45,8 +45,9 @@ demo: setup
 test-rust:
 	cargo test --workspace --quiet
 
+# The 30 slowest tests are listed at the end, so a CI log shows where its time goes.
 test-python: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 test: setup lint test-rust test-python fuzz-smoke
 
