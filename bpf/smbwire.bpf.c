@@ -101,8 +101,12 @@ struct {
  * not for every record: by default the kernel wakes it whenever it had caught up, which
  * under load means one wakeup (irq_work, then a context switch) per frame, paid on the
  * receiving CPU. The reader also wakes on its poll timeout (100 ms in smbwire), so frames
- * of a quiet link wait at most that long. */
-#define SMBWIRE_WAKEUP_BYTES (128 << 10)
+ * of a quiet link wait at most that long. Each wakeup raises an irq_work (a self-IPI: in a
+ * VM, an exit to the hypervisor, several microseconds), so the mark is 1 MiB rather than
+ * 128 KiB: at 128 KiB the wakeups took 7.5% of the program's time on 1514-byte frames and
+ * more on jumbo frames, which fill it in 14 frames (docs/performance-log.md, 2026-11-30);
+ * 1 MiB is still 1/32 of the default ring and a third of a millisecond at 25 Gbit/s. */
+#define SMBWIRE_WAKEUP_BYTES (1 << 20)
 
 /* The ring buffer record is assembled here first: bpf_ringbuf_reserve wants a
  * constant size, bpf_ringbuf_output copies a variable-size record. One slot per CPU,

@@ -7,7 +7,8 @@
 //! blast IFACE --pcap FILE [--mbps R] [--batch N]
 //! Frames alternate over `--flows` flows from 198.18.0.1 to 198.18.0.2 (RFC 2544 benchmark
 //! range): even flows are RoCEv2 (UDP to 4791, BTH RDMA WRITE Only), odd flows SMB over TCP
-//! (to port 445, ACK|PSH). Every frame is `--size` bytes without FCS (60..=1514).
+//! (to port 445, ACK|PSH). Every frame is `--size` bytes without FCS (60..=9014; above 1514
+//! the interface's MTU must carry it).
 //! `--pps 0` sends at top speed. Payloads are zero bytes; nothing is read or written to disk.
 //! Addresses are fixed inside 198.18.0.0/15; run it only on a link inside namespaces the
 //! caller made.
@@ -364,7 +365,7 @@ fn main() {
         return replay(&iface, &path, mbps, batch);
     }
     let dst = dst.unwrap_or_else(|| usage());
-    if !(60..=1514).contains(&size) || !(1..=1024).contains(&batch) || !(1..=256).contains(&flows) {
+    if !(60..=9014).contains(&size) || !(1..=1024).contains(&batch) || !(1..=256).contains(&flows) {
         usage();
     }
     let fd = open(&iface).unwrap_or_else(|e| {
