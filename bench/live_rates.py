@@ -364,7 +364,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0, help="length of one step")
     ap.add_argument("--sizes", default="128,1514",
-                    help="frame sizes in bytes without FCS, 60-9014 (above 1514 the veth's MTU is raised; "
+                    help="frame sizes in bytes without FCS, as blast takes them (above 1514 the veth's MTU is raised; "
                          "XDP on a veth refuses an MTU above a page, so jumbo sizes are for ebpf and af-packet)")
     ap.add_argument("--backends", default="ebpf,af-packet",
                     help="of ebpf (the hook auto picks), ebpf-xdp, ebpf-xdp-loop, af-packet")
