@@ -78,6 +78,7 @@ class Backend(NamedTuple):
     overload: tuple[str, ...]  # the overload step's options: the reader stalls, the buffer is small
     env: tuple[str, ...] = ()  # livecat's environment
     xdp_copy: str | None = None  # the copy livecat must report (None: not XDP, or not checked)
+    ring_copy: str | None = None  # "direct" or "staged", which livecat must report (None: not eBPF)
 
 
 _EBPF_OVERLOAD = ("--stall", "2", "--ring-bytes", str(1 << 20))
@@ -86,12 +87,19 @@ _EBPF_OVERLOAD = ("--stall", "2", "--ring-bytes", str(1 << 20))
 # with bpf_xdp_load_bytes where the kernel has it (5.18+); `ebpf-xdp-loop` the same with the
 # copy kernels before 5.18 get (8-byte loads, SMBWIRE_XDP_COPY=loop). The overload steps stall
 # the reader with a ring or block count this small: it overflows at any rate blast reaches.
+# `ebpf-staged` and `ebpf-xdp-staged` are `ebpf` and `ebpf-xdp` with the frame copied twice,
+# into a per-CPU slot and then into the ring (SMBWIRE_BPF_COPY=staged, the program before
+# 2026-12-01), to measure the direct copy by.
 BACKENDS = {
-    "ebpf": Backend(("--require-ebpf",), "ready ebpf", _EBPF_OVERLOAD),
+    "ebpf": Backend(("--require-ebpf",), "ready ebpf", _EBPF_OVERLOAD, ring_copy="direct"),
+    "ebpf-staged": Backend(("--require-ebpf",), "ready ebpf", _EBPF_OVERLOAD,
+                           env=("SMBWIRE_BPF_COPY=staged",), ring_copy="staged"),
     "ebpf-xdp": Backend(("--require-ebpf", "--hook", "xdp"), "ready ebpf xdp", _EBPF_OVERLOAD,
-                        xdp_copy="helper"),
+                        xdp_copy="helper", ring_copy="direct"),
+    "ebpf-xdp-staged": Backend(("--require-ebpf", "--hook", "xdp"), "ready ebpf xdp", _EBPF_OVERLOAD,
+                               env=("SMBWIRE_BPF_COPY=staged",), xdp_copy="helper", ring_copy="staged"),
     "ebpf-xdp-loop": Backend(("--require-ebpf", "--hook", "xdp"), "ready ebpf xdp", _EBPF_OVERLOAD,
-                             env=("SMBWIRE_XDP_COPY=loop",), xdp_copy="loop"),
+                             env=("SMBWIRE_XDP_COPY=loop",), xdp_copy="loop", ring_copy="staged"),
     "af-packet": Backend(("--af-packet",), "ready af-packet", ("--stall", "2", "--blocks", "2")),
 }
 # placement: (blast CPU, livecat CPU, RPS mask for B's veth rx queue or "0" for none)
@@ -179,6 +187,9 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
     # (A build before 2026-11-30, given with --livecat, does not say: it has the loop only.)
     if want_copy and "xdp_copy" in r and r["xdp_copy"] != want_copy:
         raise RuntimeError(f"{backend}: livecat copied with {r.get('xdp_copy')!r}, not {want_copy!r}")
+    want_ring = BACKENDS[backend].ring_copy
+    if want_ring and "ring_copy" in r and r["ring_copy"] != want_ring:
+        raise RuntimeError(f"{backend}: livecat copied into the ring {r.get('ring_copy')!r}, not {want_ring!r}")
     st = r["stats"]
     sent = gen["sent"]
     wire = after["rx"] - before["rx"]
@@ -209,6 +220,7 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
         "hook": r.get("hook"),
         "xdp_mode": r.get("xdp_mode"),
         "xdp_copy": r.get("xdp_copy"),
+        "ring_copy": r.get("ring_copy"),
         "placement": placement,
         "size": size,
         "target_pps": round(pps),
@@ -367,7 +379,8 @@ def main() -> int:
                     help="frame sizes in bytes without FCS, as blast takes them (above 1514 the veth's MTU is raised; "
                          "XDP on a veth refuses an MTU above a page, so jumbo sizes are for ebpf and af-packet)")
     ap.add_argument("--backends", default="ebpf,af-packet",
-                    help="of ebpf (the hook auto picks), ebpf-xdp, ebpf-xdp-loop, af-packet")
+                    help="of ebpf (the hook auto picks), ebpf-xdp, ebpf-xdp-loop, af-packet, and "
+                         "ebpf-staged, ebpf-xdp-staged (the copy through a per-CPU slot)")
     ap.add_argument("--placements", default="split,rps")
     ap.add_argument("--bisect", type=int, default=5, help="bisection steps when top speed loses frames")
     ap.add_argument("--budget", type=float, default=1200, help="stop (and tear down) after this many seconds")

@@ -108,10 +108,12 @@ struct {
  * 1 MiB is still 1/32 of the default ring and a third of a millisecond at 25 Gbit/s. */
 #define SMBWIRE_WAKEUP_BYTES (1 << 20)
 
-/* The ring buffer record is assembled here first: bpf_ringbuf_reserve wants a
- * constant size, bpf_ringbuf_output copies a variable-size record. One slot per CPU,
- * indexed by CPU id (a per-CPU array value is limited to 32 KiB); user space sets
- * max_entries to the number of possible CPUs. TC programs do not migrate mid-run. */
+/* With SMBWIRE_COPY_STAGED the ring buffer record is assembled here first, then copied by
+ * bpf_ringbuf_output, which takes a variable size (the default copies straight into a
+ * reservation of a size class instead: `reserve_record`); XDP also passes its load offsets
+ * through a word of it (`load`). One slot per CPU, indexed by CPU id (a per-CPU array value
+ * is limited to 32 KiB); user space sets max_entries to the number of possible CPUs when the
+ * program uses it. TC programs do not migrate mid-run. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -154,11 +156,17 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
 	return 0;
 }
 
-/* Set by user space before load (`.rodata`, frozen): 1 when the kernel has
- * bpf_xdp_load_bytes (Linux 5.18+; Debian 12's 6.1 has it), as libbpf's helper probe says.
- * The verifier then knows the value and walks one branch of `copy_frame` only, so a kernel
- * without the helper never checks its call, and one with it never walks the word loop. */
-const volatile __u32 have_xdp_load_bytes = 0;
+/* Set by user space before load (`.rodata`, frozen), the object's one read-only global:
+ * - SMBWIRE_COPY_XDP_HELPER: the kernel has bpf_xdp_load_bytes (Linux 5.18+; Debian 12's
+ *   6.1 has it), as libbpf's helper probe says;
+ * - SMBWIRE_COPY_STAGED: copy a frame into this CPU's `scratch_buf` slot and from there into
+ *   its ring (`bpf_ringbuf_output`) rather than straight into a ring reservation
+ *   (`copy_direct`); the loader sets it for XDP's word loop and when the user asks for it.
+ * The verifier knows the value and walks only the branches it selects, so a kernel without
+ * the helper never checks its call, and one with it never walks the word loop. */
+#define SMBWIRE_COPY_XDP_HELPER 1
+#define SMBWIRE_COPY_STAGED 2
+const volatile __u32 copy_flags = 0;
 
 /* Copies the first `caplen` bytes of the frame to `dst` (caplen <= SMBWIRE_MAX_SNAP). */
 static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 caplen)
@@ -171,7 +179,7 @@ static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 capl
 		return bpf_skb_load_bytes(p->ctx, 0, dst, caplen);
 	if (caplen > SMBWIRE_XDP_MAX_COPY)
 		return -1;
-	if (have_xdp_load_bytes)
+	if (copy_flags & SMBWIRE_COPY_XDP_HELPER)
 		return bpf_xdp_load_bytes(p->ctx, 0, dst, caplen) ? -1 : 0;
 	/* Before 5.18: words, then the last bytes. */
 	__u32 i;
@@ -512,16 +520,16 @@ static __always_inline __u32 connection_hash(const struct smbwire_flow_key *k)
 /* Wake the reader only on the record that crosses the mark: a reader that is awake drains
  * the ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
  * and records queued while it is busy cost no wakeup at all. */
-#define RING_OUT(map, data, len)                                                          \
+#define WAKE_FLAG(map, len)                                                               \
 	({                                                                               \
 		__u64 before = bpf_ringbuf_query(&map, BPF_RB_AVAIL_DATA);               \
 		__u64 wake_at = bpf_ringbuf_query(&map, BPF_RB_RING_SIZE) / 4;           \
 		if (wake_at > SMBWIRE_WAKEUP_BYTES)                                      \
 			wake_at = SMBWIRE_WAKEUP_BYTES;                                  \
-		__u64 fl = before < wake_at && before + (len) >= wake_at ? BPF_RB_FORCE_WAKEUP \
-									: BPF_RB_NO_WAKEUP;   \
-		bpf_ringbuf_output(&map, data, len, fl);                                 \
+		before < wake_at && before + (len) >= wake_at ? BPF_RB_FORCE_WAKEUP      \
+							      : BPF_RB_NO_WAKEUP;        \
 	})
+#define RING_OUT(map, data, len) bpf_ringbuf_output(&map, data, len, WAKE_FLAG(map, len))
 
 static __always_inline long ring_output(__u32 q, void *data, __u64 len)
 {
@@ -543,6 +551,77 @@ static __always_inline long ring_output(__u32 q, void *data, __u64 len)
 	case 14: return RING_OUT(ring14, data, len);
 	default: return RING_OUT(ring15, data, len);
 	}
+}
+
+/* A record of `size` bytes in ring `q`, to be committed with the flags left in `*fl` (as
+ * RING_OUT's); NULL when the ring is full. `size` must be a constant at each inlined call:
+ * bpf_ringbuf_reserve wants one. */
+#define RING_RESERVE(map, size, fl) ({ *(fl) = WAKE_FLAG(map, size); bpf_ringbuf_reserve(&map, size, 0); })
+
+static __always_inline void *ring_reserve(__u32 q, __u64 size, __u64 *fl)
+{
+	switch (q) {
+	case 0: return RING_RESERVE(ring0, size, fl);
+	case 1: return RING_RESERVE(ring1, size, fl);
+	case 2: return RING_RESERVE(ring2, size, fl);
+	case 3: return RING_RESERVE(ring3, size, fl);
+	case 4: return RING_RESERVE(ring4, size, fl);
+	case 5: return RING_RESERVE(ring5, size, fl);
+	case 6: return RING_RESERVE(ring6, size, fl);
+	case 7: return RING_RESERVE(ring7, size, fl);
+	case 8: return RING_RESERVE(ring8, size, fl);
+	case 9: return RING_RESERVE(ring9, size, fl);
+	case 10: return RING_RESERVE(ring10, size, fl);
+	case 11: return RING_RESERVE(ring11, size, fl);
+	case 12: return RING_RESERVE(ring12, size, fl);
+	case 13: return RING_RESERVE(ring13, size, fl);
+	case 14: return RING_RESERVE(ring14, size, fl);
+	default: return RING_RESERVE(ring15, size, fl);
+	}
+}
+
+/* Copies the frame into a record of ring `q` with room for `room` bytes after its header
+ * (`hdr`, whose caplen is at most `room`) and commits it: 0, or EMIT_RING_FULL, or
+ * EMIT_COPY_ERROR (the record is discarded). `room` is a constant at each inlined call. */
+#define EMIT_RING_FULL 1
+#define EMIT_COPY_ERROR 2
+static __always_inline int emit(const struct pkt *p, const struct smbwire_event_hdr *hdr, __u32 q,
+				__u64 room)
+{
+	__u64 fl;
+	struct smbwire_event_hdr *h = ring_reserve(q, sizeof(*h) + room, &fl);
+	if (!h)
+		return EMIT_RING_FULL;
+	__builtin_memcpy(h, hdr, sizeof(*h));
+	/* The bound on the very register the copy gets, for the verifier: the comparison that
+	 * chose this size was on another. */
+	__u64 len = hdr->caplen;
+	barrier_var(len);
+	if (len > room || copy_frame(p, (__u8 *)(h + 1), len)) {
+		bpf_ringbuf_discard(h, BPF_RB_NO_WAKEUP);
+		return EMIT_COPY_ERROR;
+	}
+	bpf_ringbuf_submit(h, fl);
+	return 0;
+}
+
+/* Copies the frame straight into ring `q`, in a record of the smallest of these sizes its
+ * copy fits (a reservation's size is a constant). The classes are close where frames are
+ * common (up to the 1500 B MTU's 1514-1522, the 9000 B MTU's 9014-9022) and about 1.5x apart
+ * elsewhere, so a record holds at most half again its frame (and never more than 64 bytes
+ * beyond a frame of 64 or less); user space reads `caplen` bytes of it. */
+#define COPY_CLASS(n)                                                                    \
+	if (caplen <= (n))                                                               \
+		return emit(p, hdr, q, n);
+static __always_inline int copy_direct(const struct pkt *p, const struct smbwire_event_hdr *hdr, __u32 q)
+{
+	__u32 caplen = hdr->caplen;
+	COPY_CLASS(64) COPY_CLASS(96) COPY_CLASS(128) COPY_CLASS(192) COPY_CLASS(256)
+	COPY_CLASS(384) COPY_CLASS(512) COPY_CLASS(768) COPY_CLASS(1024) COPY_CLASS(1280)
+	COPY_CLASS(1536) COPY_CLASS(2048) COPY_CLASS(3072) COPY_CLASS(4096) COPY_CLASS(6144)
+	COPY_CLASS(9216) COPY_CLASS(13824) COPY_CLASS(20736) COPY_CLASS(31104)
+	COPY_CLASS(46656) COPY_CLASS(SMBWIRE_MAX_SNAP)
+	return EMIT_COPY_ERROR;
 }
 
 /* What the hook knows about the frame beyond its bytes. */
@@ -601,13 +680,8 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		}
 	}
 
-	struct scratch *s = p->s;
-	if (!s) {
-		__u32 cpu = bpf_get_smp_processor_id();
-		s = bpf_map_lookup_elem(&scratch_buf, &cpu);
-	}
 	struct smbwire_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!s || !cfg) {
+	if (!cfg) {
 		t->copy_errors++;
 		return 1;
 	}
@@ -637,6 +711,37 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		t->copy_errors++;
 		return 1;
 	}
+	__u32 rings = cfg->rings;
+	__u32 q = rings > 1 ? connection_hash(&key) % rings : 0;
+	if (!(copy_flags & SMBWIRE_COPY_STAGED)) {
+		/* Straight into the ring: one copy of the frame. */
+		struct smbwire_event_hdr hdr = {
+			.ts_ns = bpf_ktime_get_ns(),
+			.len = frame_len,
+			.caplen = caplen,
+			.ifindex = m->ifindex,
+			.vlan_proto = m->vlan ? m->vlan_proto : 0,
+			.vlan_tci = m->vlan ? m->vlan_tci : 0,
+			.flags = m->vlan ? SMBWIRE_EV_VLAN : 0,
+			.segs = segs,
+		};
+		int r = copy_direct(p, &hdr, q);
+		if (r == EMIT_RING_FULL)
+			t->ring_drops++;
+		else if (r)
+			t->copy_errors++;
+		return 1;
+	}
+	/* Staged: assembled in this CPU's slot, then copied into the ring. */
+	struct scratch *s = p->s;
+	if (!s) {
+		__u32 cpu = bpf_get_smp_processor_id();
+		s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	}
+	if (!s) {
+		t->copy_errors++;
+		return 1;
+	}
 	s->hdr.ts_ns = bpf_ktime_get_ns();
 	s->hdr.len = frame_len;
 	s->hdr.caplen = caplen;
@@ -658,8 +763,6 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		t->copy_errors++;
 		return 1;
 	}
-	__u32 rings = cfg->rings;
-	__u32 q = rings > 1 ? connection_hash(&key) % rings : 0;
 	if (ring_output(q, s, rec_len))
 		t->ring_drops++;
 	return 1;

@@ -136,6 +136,7 @@ fn main() {
         "hook": src.hook().map(|h| h.hook),
         "xdp_mode": src.hook().and_then(|h| h.xdp_mode),
         "xdp_copy": src.hook().and_then(|h| h.xdp_copy),
+        "ring_copy": src.hook().map(|h| h.ring_copy),
         "stats": src.stats(),
         "delivered": delivered,
         "delivered_wire_bytes": wire_bytes,

@@ -33,11 +33,17 @@ HOOKS = ["tcx", "xdp"]
 BACKENDS = [*HOOKS, "xdp-loop", "af-packet"]
 #: The copy each XDP backend must report (livecat's `xdp_copy`).
 XDP_COPY = {"xdp": "helper", "xdp-loop": "loop"}
+#: `tcx-staged` is TCX with each frame copied through a per-CPU slot into the ring
+#: (SMBWIRE_BPF_COPY=staged), as xdp-loop copies; the others copy straight into a ring
+#: reservation. Only the tests of the copy itself run it.
+STAGED = "tcx-staged"
+#: How each eBPF backend must say it copies into the ring (livecat's `ring_copy`).
+RING_COPY = {"tcx": "direct", "xdp": "direct", "xdp-loop": "staged", STAGED: "staged"}
 
 
 def hook_of(backend):
     """The eBPF hook a backend attaches to (None for AF_PACKET)."""
-    return None if backend == "af-packet" else backend.removesuffix("-loop")
+    return None if backend == "af-packet" else backend.split("-")[0]
 
 
 
@@ -179,7 +185,7 @@ def ready_line(backend):
 
 def backend_env(backend):
     """The environment livecat needs for `backend` (NAME=VALUE words for `env`)."""
-    return ["SMBWIRE_XDP_COPY=loop"] if backend == "xdp-loop" else []
+    return {"xdp-loop": ["SMBWIRE_XDP_COPY=loop"], STAGED: ["SMBWIRE_BPF_COPY=staged"]}.get(backend, [])
 
 
 def backend_args(backend):
@@ -203,6 +209,7 @@ class Capture:
         if hook_of(self.backend) == "xdp":
             assert r["xdp_mode"] == "native", r  # veth has native XDP
         assert r["xdp_copy"] == XDP_COPY.get(self.backend), r
+        assert r["ring_copy"] == RING_COPY.get(self.backend), r
         return r
 
 
@@ -385,6 +392,41 @@ def test_copies_are_the_frames_byte_for_byte(livecat, lab, backend, snaplen):
     want = [hashlib.sha256(f[:snaplen] if snaplen else f).hexdigest() for f in frames]
     assert r["digests"] == want
     assert r["truncated"] == (sum(len(f) > snaplen for f in frames) if snaplen else 0)
+
+
+#: The sizes of a TC frame's record in its ring (bpf/smbwire.bpf.c, `copy_direct`): a frame
+#: of at most n bytes is copied into a record with room for n.
+COPY_CLASSES = [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1280, 1536, 2048, 3072, 4096, 6144,
+                9216, 13824, 20736, 31104, 46656]
+
+
+@pytest.mark.parametrize("backend", ["tcx", STAGED])
+def test_tc_copies_of_every_record_size_are_the_frames(livecat, lab, backend):
+    """TC copies a frame straight into a ring reservation of the smallest size class it fits
+    (or, staged, through a per-CPU slot): frames of each class's size and one byte more, up
+    to the largest a 64 KiB MTU lets through, arrive whole and byte for byte, and nothing is
+    copied from beyond a frame's end (the record is larger than the frame)."""
+    lengths = sorted({60, 65535 + 14} | {n for c in COPY_CLASSES for n in (c, c + 1) if n >= 60})
+    frames = []
+    for i, total in enumerate(lengths):
+        n = total - 14 - 20 - 20
+        body = bytes((i * 37 + j * 11 + (j >> 9)) & 0xFF for j in range(n))
+        frames.append(ether(lab, 0x0800) + ipv4(6, tcp(51000, 445, 0) + body))
+    assert [len(f) for f in frames] == lengths
+    for dev, ns in ((lab.va, lab.a), (lab.vb, lab.b)):
+        sh("ip", "-n", ns, "link", "set", dev, "mtu", "65535")
+    try:
+        cap = Capture(livecat, lab, backend, "--digests")
+        lab.inject(frames)
+        time.sleep(0.3)
+        r = cap.finish()
+    finally:
+        for dev, ns in ((lab.va, lab.a), (lab.vb, lab.b)):
+            sh("ip", "-n", ns, "link", "set", dev, "mtu", "1500")
+    check_invariants(r)
+    assert r["stats"]["copy_errors"] == 0 and r["stats"]["ring_drops"] == 0, r["stats"]
+    assert r["delivered"] == len(frames) and r["truncated"] == 0
+    assert r["digests"] == [hashlib.sha256(f).hexdigest() for f in frames]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -912,7 +954,7 @@ def test_smbwire_live_without_bpf_privilege_says_why_and_falls_back(lab, tmp_pat
 # --- which hook ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("hook", [*HOOKS, "xdp-loop"])
+@pytest.mark.parametrize("hook", [*HOOKS, "xdp-loop", STAGED])
 def test_the_verifier_takes_the_program_with_room_to_spare(livecat, lab, hook):
     """The kernel verifies at most 1M instructions of a program. The XDP entry point once took
     972,704 of them with one tunnel opened (an exact packet offset per path kept the
@@ -923,6 +965,7 @@ def test_the_verifier_takes_the_program_with_room_to_spare(livecat, lab, hook):
                *backend_args(hook), "--seconds", "0")
     assert ready_line(hook) in r.stderr.splitlines(), r.stderr[-2000:]
     assert json.loads(r.stdout)["xdp_copy"] == XDP_COPY.get(hook)
+    assert json.loads(r.stdout)["ring_copy"] == RING_COPY[hook]
     stats = re.findall(r"^processed (\d+) insns \(limit (\d+)\)", r.stderr, re.M)
     assert len(stats) == 1, r.stderr[-2000:]
     processed, limit = map(int, stats[0])
@@ -974,10 +1017,10 @@ def corpus():
     return frames
 
 
-@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "af-packet"])
+@pytest.mark.parametrize("backend", [*(b for b in BACKENDS if b != "af-packet"), STAGED])
 def test_kernel_program_and_user_space_classifier_agree_on_real_traffic(livecat, lab, backend, corpus):
     """Differential: every frame of the bundled real captures sent through the eBPF program
-    (TCX, XDP with either copy) and through AF_PACKET, whose matching is the user-space
+    (TCX with either copy into the ring, XDP with either copy) and through AF_PACKET, whose matching is the user-space
     classifier (`live::classify`): the same frames are delivered, byte for byte, counted
     under the same flows with the same packets and bytes, and the same number seen."""
     results = {}

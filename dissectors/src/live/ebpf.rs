@@ -287,8 +287,13 @@ pub struct EbpfSource {
     hook: HookInfo,
 }
 
-/// The object's `.rodata`: `have_xdp_load_bytes` alone.
+/// The object's `.rodata`: `copy_flags` alone.
 const RODATA_SIZE: usize = 4;
+/// `copy_flags` bits (bpf/smbwire.bpf.c): the kernel has `bpf_xdp_load_bytes`; frames are
+/// staged in `scratch_buf` and copied into the ring by `bpf_ringbuf_output` instead of being
+/// copied once, straight into a ring reservation.
+const COPY_XDP_HELPER: u32 = 1;
+const COPY_STAGED: u32 = 2;
 
 /// The running kernel lets XDP programs call `bpf_xdp_load_bytes` (Linux 5.18+): libbpf loads
 /// a two-instruction probe program that calls it. The XDP entry point then copies a frame
@@ -303,6 +308,20 @@ fn has_xdp_load_bytes() -> bool {
             std::ptr::null(),
         ) == 1
     }
+}
+
+/// The program's `copy_flags` for `hook`. A frame is copied once, straight into a ring
+/// reservation, unless XDP has no `bpf_xdp_load_bytes` (its word loop would be walked by the
+/// verifier once per reservation size) or `SMBWIRE_BPF_COPY=staged` asks for the copy through
+/// the per-CPU slot (benchmarks). `SMBWIRE_XDP_COPY=loop` keeps the pre-5.18 XDP copy on any
+/// kernel (tests, benchmarks).
+fn copy_flags(hook: Hook) -> u32 {
+    let xdp_load_bytes = hook == Hook::Xdp
+        && std::env::var("SMBWIRE_XDP_COPY").map_or(true, |v| v != "loop")
+        && has_xdp_load_bytes();
+    let staged = std::env::var("SMBWIRE_BPF_COPY").is_ok_and(|v| v == "staged")
+        || (hook == Hook::Xdp && !xdp_load_bytes);
+    (if xdp_load_bytes { COPY_XDP_HELPER } else { 0 }) | (if staged { COPY_STAGED } else { 0 })
 }
 
 fn bpf_error(e: libbpf_rs::Error, what: String) -> LiveError {
@@ -356,23 +375,23 @@ impl EbpfSource {
             }
         }
         let queues = opts.queues.clamp(1, super::MAX_QUEUES) as usize;
-        // SMBWIRE_XDP_COPY=loop keeps the pre-5.18 copy on any kernel (tests, benchmarks).
-        let xdp_load_bytes = hook == Hook::Xdp
-            && std::env::var("SMBWIRE_XDP_COPY").map_or(true, |v| v != "loop")
-            && has_xdp_load_bytes();
+        let copy = copy_flags(hook);
         for mut m in open.maps_mut() {
             let name = m.name().to_str().unwrap_or("");
             if name.ends_with(".rodata") {
-                // `have_xdp_load_bytes`, the object's one read-only global (its only
-                // `.rodata`): a constant the verifier prunes the copy's other branch by.
+                // `copy_flags`, the object's one read-only global (its only `.rodata`): a
+                // constant the verifier prunes the copy's other branches by.
                 let v = m.initial_value_mut().filter(|v| v.len() == RODATA_SIZE).ok_or_else(|| {
                     LiveError::Unsupported("eBPF object's .rodata is not the expected 4 bytes".into())
                 })?;
-                v.copy_from_slice(&u32::from(xdp_load_bytes).to_ne_bytes());
+                v.copy_from_slice(&copy.to_ne_bytes());
                 continue;
             }
             let entries = match name {
-                "scratch_buf" => cpus as u32,
+                // A slot per CPU where the program uses them: the staged copy, and XDP's
+                // load offsets (`load`); the direct copy at TC needs none.
+                "scratch_buf" if hook == Hook::Xdp || copy & COPY_STAGED != 0 => cpus as u32,
+                "scratch_buf" => 1,
                 // ring0 .. ring15: the queues in use get the ring size, the others a page.
                 _ => match name.strip_prefix("ring").and_then(|n| n.parse::<usize>().ok()) {
                     Some(i) if i < queues => ring_bytes,
@@ -512,7 +531,8 @@ impl EbpfSource {
             hook: HookInfo {
                 hook,
                 xdp_mode,
-                xdp_copy: (hook == Hook::Xdp).then_some(if xdp_load_bytes { "helper" } else { "loop" }),
+                xdp_copy: (hook == Hook::Xdp).then_some(if copy & COPY_XDP_HELPER != 0 { "helper" } else { "loop" }),
+                ring_copy: if copy & COPY_STAGED != 0 { "staged" } else { "direct" },
             },
         })
     }
@@ -856,7 +876,7 @@ mod tests {
         Some(map)
     }
 
-    /// The loader writes `have_xdp_load_bytes` as the whole of `.rodata`: the object must have
+    /// The loader writes `copy_flags` as the whole of `.rodata`: the object must have
     /// exactly that (a second read-only global would be overwritten, or refuse to load).
     #[test]
     fn rodata_is_the_xdp_copy_switch_alone() {

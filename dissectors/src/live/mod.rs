@@ -136,6 +136,9 @@ pub struct HookInfo {
     /// XDP only: how a matched frame is copied into its record: "helper"
     /// (`bpf_xdp_load_bytes`, Linux 5.18+) or "loop" (8-byte loads, older kernels).
     pub xdp_copy: Option<&'static str>,
+    /// How a matched frame reaches its ring: "direct" (copied once, into a ring reservation
+    /// of a size class) or "staged" (into a per-CPU slot, then copied into the ring).
+    pub ring_copy: &'static str,
 }
 
 /// (major, minor) of a kernel release string such as "6.1.0-18-amd64"; None if unparsable.

@@ -633,6 +633,7 @@ impl Capture {
             "hook": self.source.hook().map(|h| h.hook),
             "xdp_mode": self.source.hook().and_then(|h| h.xdp_mode),
             "xdp_copy": self.source.hook().and_then(|h| h.xdp_copy),
+            "ring_copy": self.source.hook().map(|h| h.ring_copy),
             "fallback_reason": self.fallback_reason,
             "privileges": self.privileges,
             "started": self.started_wall,
