@@ -423,7 +423,7 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         backend = ["--require-ebpf", "--hook", "tcx"] if source == "tcx" else ["--backend", "af-packet"]
         live = LiveProc(lab, tmp_path, "--topology", str(topo), *backend,
                         "--duration", "300", "--write", str(written_path), "--queues", "2",
-                        "--ring-size", "8MiB", "--test-frame-delay-us", "60")
+                        "--ring-size", "8MiB", "--test-frame-delay-us", "150")
         run_workloads(lab)
         time.sleep(1.0)
         live.p.send_signal(signal.SIGTERM)
@@ -432,7 +432,10 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         result = live.result()
         stats, shed, analysed = result["live"]["stats"], result["live"]["shed"], result["live"]["analysed"]
         assert stats["queues"] == 2
-        assert shed["enabled"] and shed["connections"] >= 1, shed
+        # 150 us a frame: at most 6,700 frames/s, about 10 MB/s, below the lab's workload even on
+        # a busy machine (at 60 us, 25 MB/s, one run in a full tests/live run on 2026-12-01 was
+        # not overloaded and shed nothing; it passed alone and under a CPU hog).
+        assert shed["enabled"] and shed["connections"] >= 1, (shed, stats, analysed)
         if source == "tcx":
             assert shed["connections_at_capture_point"] == shed["connections"], "the kernel stopped copying them"
             assert stats["shed_frames"] > 0
