@@ -1031,6 +1031,11 @@ mod tests {
         footer(&[0x09u8, 0x50, 0x61, 0x19, 0xf1, 0xff, 0xff, 0xff, 0x07, 0x00]);
         let e = read(p.to_str().unwrap()).err().expect("refused");
         assert!(e.0.contains("footer: metadata collection of booleans"), "{e}");
+        // A field the crate parses, declared with another type: `created_by` (6) as a boolean,
+        // which takes no bytes here and which the crate reads as a string anyway.
+        footer(&[0x62u8, 0x00]);
+        let e = read(p.to_str().unwrap()).err().expect("refused");
+        assert!(e.0.contains("footer: FileMetaData field 6 has Thrift type 2, not 8"), "{e}");
         // The same for a map whose keys or values are booleans.
         for kv in [0x15u8, 0x51] {
             footer(&[0x0bu8, 0x50, 0x01, kv, 0x01, 0x05, 0x00]);
