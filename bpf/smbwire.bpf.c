@@ -156,7 +156,8 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
 	return 0;
 }
 
-/* Set by user space before load (`.rodata`, frozen), the object's one read-only global:
+/* Set by user space before load (`.rodata`, frozen), the object's one read-only global
+ * (bits in smbwire.h):
  * - SMBWIRE_COPY_XDP_HELPER: the kernel has bpf_xdp_load_bytes (Linux 5.18+; Debian 12's
  *   6.1 has it), as libbpf's helper probe says;
  * - SMBWIRE_COPY_STAGED: copy a frame into this CPU's `scratch_buf` slot and from there into
@@ -164,8 +165,6 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
  *   (`copy_direct`); the loader sets it for XDP's word loop and when the user asks for it.
  * The verifier knows the value and walks only the branches it selects, so a kernel without
  * the helper never checks its call, and one with it never walks the word loop. */
-#define SMBWIRE_COPY_XDP_HELPER 1
-#define SMBWIRE_COPY_STAGED 2
 const volatile __u32 copy_flags = 0;
 
 /* Copies the first `caplen` bytes of the frame to `dst` (caplen <= SMBWIRE_MAX_SNAP). */

@@ -101,6 +101,12 @@ struct smbwire_totals {
                                   (a mirror port, where nothing on this host needs them) */
 #define SMBWIRE_CFG_SHEDDING 2 /* the shed map may hold connections: look frames up in it */
 
+/* Bits of the program's read-only `copy_flags` (set by user space before load):
+ * the kernel has bpf_xdp_load_bytes (5.18+); frames go through the per-CPU slot and
+ * bpf_ringbuf_output rather than straight into a ring reservation. */
+#define SMBWIRE_COPY_XDP_HELPER 1
+#define SMBWIRE_COPY_STAGED 2
+
 /* Configuration filled by user space before attach; one entry. */
 struct smbwire_config {
 	__u32 snaplen; /* at most SMBWIRE_MAX_SNAP; 0 means SMBWIRE_MAX_SNAP */

@@ -292,8 +292,8 @@ const RODATA_SIZE: usize = 4;
 /// `copy_flags` bits (bpf/smbwire.bpf.c): the kernel has `bpf_xdp_load_bytes`; frames are
 /// staged in `scratch_buf` and copied into the ring by `bpf_ringbuf_output` instead of being
 /// copied once, straight into a ring reservation.
-const COPY_XDP_HELPER: u32 = 1;
-const COPY_STAGED: u32 = 2;
+const COPY_XDP_HELPER: u32 = u32_of(abi::SMBWIRE_COPY_XDP_HELPER);
+const COPY_STAGED: u32 = u32_of(abi::SMBWIRE_COPY_STAGED);
 
 /// The running kernel lets XDP programs call `bpf_xdp_load_bytes` (Linux 5.18+): libbpf loads
 /// a two-instruction probe program that calls it. The XDP entry point then copies a frame
