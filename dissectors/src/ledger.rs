@@ -36,6 +36,7 @@ use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::FrameRef;
 use crate::payload::{BlockDigest, PayloadDigest, BLOCK_SIZE};
 
+mod footer;
 mod pages;
 
 /// Version of the ledger format; readers refuse any other.
@@ -791,7 +792,7 @@ impl LedgerReader {
         let file = File::open(path).map_err(|e| err(path, format!("cannot read ledger: {e}")))?;
         let file_len = file.metadata().map_err(|e| err(path, format!("cannot read ledger: {e}")))?.len();
         let pages = file.try_clone().map_err(|e| err(path, format!("cannot read ledger: {e}")))?;
-        pages::check_footer(&file, file_len).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
+        footer::check_footer(&file, file_len).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
         let reader = SerializedFileReader::new(file).map_err(|e| err(path, format!("not a Parquet ledger ({e})")))?;
         let meta = reader.metadata();
         let kv = meta.file_metadata().key_value_metadata().cloned().unwrap_or_default();

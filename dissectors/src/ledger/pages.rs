@@ -44,7 +44,7 @@ const MAX_PAGE_BYTES: usize = 256 << 20;
 /// Snappy output per input byte is below 22 (a 3-byte copy element yields at most 64 bytes).
 const SNAPPY_MAX_RATIO: usize = 22;
 /// Nesting the Thrift skipper follows (a page header's statistics are two levels deep).
-const MAX_THRIFT_DEPTH: u32 = 16;
+pub(super) const MAX_THRIFT_DEPTH: u32 = 16;
 
 /// One value type of the ledger's columns, as PLAIN encodes it.
 pub(super) trait Value: Sized + Clone {
@@ -202,54 +202,6 @@ pub(super) fn read_column<T: Value>(
         }
     }
     Ok(col)
-}
-
-/// Checks a file's footer (`PAR1`, the Thrift-encoded metadata, its length, `PAR1`) before the
-/// `parquet` crate parses it: the metadata must be well-formed compact protocol, nested at most
-/// `MAX_THRIFT_DEPTH` deep, every count and length within its bytes. The crate's parser spins on
-/// a list whose count far exceeds its bytes (2^32 iterations: found by `ledger_inputs`); here
-/// every element takes at least one byte, so the walk is linear in the footer.
-pub(super) fn check_footer(file: &File, file_len: u64) -> Result<(), String> {
-    if file_len < 12 {
-        return Err(format!("{file_len} bytes, too short for Parquet"));
-    }
-    let mut tail = [0u8; 8];
-    file.read_exact_at(&mut tail, file_len - 8).map_err(|e| format!("cannot read footer: {e}"))?;
-    if &tail[4..] != b"PAR1" {
-        return Err("no PAR1 at the end (not Parquet, or an encrypted footer)".into());
-    }
-    let meta_len = u64::from(u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")));
-    if meta_len + 12 > file_len {
-        return Err(format!("footer of {meta_len} bytes in a file of {file_len}"));
-    }
-    let mut meta = vec![0u8; meta_len as usize];
-    file.read_exact_at(&mut meta, file_len - 8 - meta_len).map_err(|e| format!("cannot read footer: {e}"))?;
-    let mut t = Thrift { data: &meta, pos: 0 };
-    t.fields(0, |t, id, ty| {
-        // The crate reads a field it knows as parquet.thrift's type, whatever type its header
-        // declares: a `created_by` declared a boolean (no bytes here) it read as a string, and
-        // what followed as nested collections, 1-4 s on four 3-6 KB ledgers (fuzz/slow-inputs).
-        if let Some(want) = file_metadata_type(id).filter(|&want| want != ty) {
-            return Err(format!("FileMetaData field {id} has Thrift type {ty}, not {want}"));
-        }
-        t.skip(ty, 0)
-    })
-    .map_err(|e| format!("footer: {}", e.replace("page header", "metadata")))
-}
-
-/// The compact-protocol type of field `id` of parquet.thrift's `FileMetaData` (None: a field
-/// the `parquet` crate does not parse, which it skips by its declared type, as the check does).
-/// Only the top level is checked: the crate reads the nested structs' known fields by their
-/// parquet.thrift types too, which the check does not yet compare.
-fn file_metadata_type(id: i16) -> Option<u8> {
-    Some(match id {
-        1 => T_I32,                   // version
-        2 | 4 | 5 | 7 => T_LIST,     // schema, row_groups, key_value_metadata, column_orders
-        3 => T_I64,                   // num_rows
-        6 | 9 => T_BINARY,            // created_by, footer_signing_key_metadata
-        8 => T_STRUCT,                // encryption_algorithm
-        _ => return None,
-    })
 }
 
 /// A data page's value count: positive and within the rows still to read.
@@ -514,18 +466,18 @@ impl PageHeader {
 }
 
 // Thrift compact protocol types (in a field header's low nibble).
-const T_TRUE: u8 = 1;
-const T_FALSE: u8 = 2;
-const T_BYTE: u8 = 3;
-const T_I16: u8 = 4;
-const T_I32: u8 = 5;
-const T_I64: u8 = 6;
-const T_DOUBLE: u8 = 7;
-const T_BINARY: u8 = 8;
-const T_LIST: u8 = 9;
-const T_SET: u8 = 10;
-const T_MAP: u8 = 11;
-const T_STRUCT: u8 = 12;
+pub(super) const T_TRUE: u8 = 1;
+pub(super) const T_FALSE: u8 = 2;
+pub(super) const T_BYTE: u8 = 3;
+pub(super) const T_I16: u8 = 4;
+pub(super) const T_I32: u8 = 5;
+pub(super) const T_I64: u8 = 6;
+pub(super) const T_DOUBLE: u8 = 7;
+pub(super) const T_BINARY: u8 = 8;
+pub(super) const T_LIST: u8 = 9;
+pub(super) const T_SET: u8 = 10;
+pub(super) const T_MAP: u8 = 11;
+pub(super) const T_STRUCT: u8 = 12;
 
 /// A Thrift compact-protocol reader over a byte slice: every read is bounds-checked, nesting is
 /// limited, and a count can only make it read further, never allocate.
@@ -542,19 +494,19 @@ fn no_boolean_elements(ty: u8) -> Result<(), String> {
     }
 }
 
-struct Thrift<'a> {
-    data: &'a [u8],
-    pos: usize,
+pub(super) struct Thrift<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) pos: usize,
 }
 
 impl Thrift<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
+    pub(super) fn byte(&mut self) -> Result<u8, String> {
         let b = *self.data.get(self.pos).ok_or("page header past the chunk's end")?;
         self.pos += 1;
         Ok(b)
     }
 
-    fn varint(&mut self) -> Result<u64, String> {
+    pub(super) fn varint(&mut self) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.byte()?;
@@ -577,7 +529,7 @@ impl Thrift<'_> {
     }
 
     /// The fields of one struct, each handed to `f` with its id and type, up to its stop byte.
-    fn fields(&mut self, depth: u32, mut f: impl FnMut(&mut Self, i16, u8) -> Result<(), String>) -> Result<(), String> {
+    pub(super) fn fields(&mut self, depth: u32, mut f: impl FnMut(&mut Self, i16, u8) -> Result<(), String>) -> Result<(), String> {
         if depth > MAX_THRIFT_DEPTH {
             return Err("page header nested too deep".into());
         }
@@ -605,7 +557,7 @@ impl Thrift<'_> {
     }
 
     /// Skips one value of type `ty` (a field's; booleans are in the type itself).
-    fn skip(&mut self, ty: u8, depth: u32) -> Result<(), String> {
+    pub(super) fn skip(&mut self, ty: u8, depth: u32) -> Result<(), String> {
         match ty {
             T_TRUE | T_FALSE => Ok(()),
             _ => self.skip_value(ty, depth),
@@ -613,7 +565,7 @@ impl Thrift<'_> {
     }
 
     /// Skips one value of type `ty` as a collection element (booleans take a byte).
-    fn skip_value(&mut self, ty: u8, depth: u32) -> Result<(), String> {
+    pub(super) fn skip_value(&mut self, ty: u8, depth: u32) -> Result<(), String> {
         if depth > MAX_THRIFT_DEPTH {
             return Err("page header nested too deep".into());
         }
