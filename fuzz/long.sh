@@ -14,6 +14,10 @@
 #                              "70:stall" for a timeout that did not reproduce, see `stalled`);
 #                              `fuzz/long_table.py` makes the
 #                              README table from it
+#   slow-units.tsv             one line per slow unit libFuzzer reported (an input that took
+#                              over FUZZ_SLOW_UNIT s, default 10), with its time replayed once
+#                              (`slow_units`): not a crash, so the campaign goes on, but a few KB
+#                              that take seconds are a finding to look at
 # A campaign is resumable: it starts from the executions results.tsv already holds for the
 # target and sanitizer. A session is FUZZ_SESSION_RUNS executions per worker (so an interrupted
 # campaign loses at most one session's count); SIGTERM/SIGINT to this script ends the running
@@ -32,6 +36,8 @@ WORKERS=${FUZZ_WORKERS:-2}
 # Per-input limit (s); a timeout's input replayed within a tenth of it was a stall (`stalled`).
 TIMEOUT=60
 STALL_LIMIT=$((TIMEOUT / 10))
+# libFuzzer's -report_slow_units: an input slower than this (s) is written as slow-unit-<hash>.
+SLOW_UNIT=${FUZZ_SLOW_UNIT:-10}
 SAN=${FUZZ_SANITIZER:-none}
 OUT=${FUZZ_LONG_DIR:?set FUZZ_LONG_DIR to a directory outside the repository}
 TARGETS=${FUZZ_TARGETS:?set FUZZ_TARGETS (the order is the order of the run)}
@@ -105,6 +111,27 @@ stalled() {
     echo "== the timeout's input ran $STALL_REPLAYS times within $STALL_LIMIT s each: a stall, not a finding" >>"$log"
 }
 
+# The slow units worker log $2 of target $1 reports ("Slowest unit: N s:", then the file it
+# wrote): each replayed once by this campaign's binary, and recorded in slow-units.tsv with both
+# times (a unit that replays fast was the host's stall: a busy or paused machine) and in the
+# target's log. Four slow units went unreported for a day before this (README, Fuzzing).
+slow_units() {
+    local t=$1 log=$2 start=$3 w=$4 rec="$OUT/slow-units.tsv" secs unit t0 ms r
+    [ -f "$rec" ] || printf 'start_utc\ttarget\tsanitizer\tworker\treported_s\treplay_s\tfile\tcommit\n' >"$rec"
+    awk '/^Slowest unit: /{s=$3} /Test unit written to .*slow-unit-/{sub(/.*Test unit written to /, ""); print s "\t" $0}' "$log" |
+        while IFS=$'\t' read -r secs unit; do
+            r=-
+            if [ -f "$unit" ] && [ $stop -eq 0 ]; then
+                t0=$(date +%s%N)
+                timeout $((TIMEOUT * 10)) nice -n 19 "$OUT/bin/$SAN/$t" -rss_limit_mb=2048 "$unit" >/dev/null 2>&1
+                ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+                r=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+            fi
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$t" "$SAN" "$w" "$secs" "$r" "$unit" "$COMMIT" >>"$rec"
+            echo "== slow unit: ${secs:-?} s as libFuzzer timed it, $r s replayed: $unit" >>"$OUT/$t.log"
+        done
+}
+
 for t in $TARGETS; do
     mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
     while [ $stop -eq 0 ]; do
@@ -117,7 +144,7 @@ for t in $TARGETS; do
         for i in $(seq 0 $((WORKERS - 1))); do
             nice -n 19 "$OUT/bin/$SAN/$t" "$OUT/corpus/$t" "$OUT/seeds/$t" -runs="$per" \
                 -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=$TIMEOUT \
-                -print_final_stats=1 >"$OUT/$t.w$i.log" 2>&1 &
+                -report_slow_units=$SLOW_UNIT -print_final_stats=1 >"$OUT/$t.w$i.log" 2>&1 &
             pids+=($!)
         done
         codes=()
@@ -138,6 +165,7 @@ for t in $TARGETS; do
             # host (the process paused, or starved of CPU), not a finding: recorded as
             # "70:stall", its input kept as artifacts/<target>/stall-*, the campaign goes on.
             if [ "$code" -eq 70 ] && [ $stop -eq 0 ] && stalled "$t" "$log"; then code=70:stall; fi
+            slow_units "$t" "$log" "$start" "$i"
             # After `stop`, a non-zero code is libFuzzer's interrupt exit (72), not a finding.
             if [ "$code" != 0 ] && [ "$code" != 70:stall ] && [ $stop -eq 0 ]; then crashed=1; fi
             printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$t" "$SAN" "$i" "$per" "${n:-0}" "$code" "$secs" "${rss:-}" "$COMMIT" "$HOST" >>"$RESULTS"

@@ -1,6 +1,7 @@
 """fuzz/long.sh on a timeout: an input that runs quickly when replayed was a stall of the host
 (a paused or starved process) and the campaign goes on; one that times out again is a finding
-and ends the target's campaign. A target at its goal has its corpus replayed once through its
+and ends the target's campaign. A slow unit libFuzzer reports is replayed and recorded in
+slow-units.tsv, and the campaign goes on. A target at its goal has its corpus replayed once through its
 ASan build, unless the corpus is not on this machine. Run with stand-ins for the libFuzzer
 binaries (shell scripts that answer like them), so no fuzz build is needed."""
 
@@ -33,6 +34,14 @@ if [ -z "$prefix" ]; then
     exit 0
 fi
 n=$(cat "$state" 2>/dev/null || echo 0); echo $((n + 1)) >"$state"
+if [ "$n" -eq 0 ] && [ -n "${FAKE_SLOW:-}" ]; then
+    printf 'y' >"${prefix}slow-unit-feedbeef"
+    echo "Slowest unit: 12 s:"
+    echo "artifact_prefix='$prefix'; Test unit written to ${prefix}slow-unit-feedbeef"
+    echo "stat::number_of_executed_units: $runs"
+    echo "stat::peak_rss_mb: 30"
+    exit 0
+fi
 if [ "$n" -eq 0 ]; then
     printf 'x' >"${prefix}timeout-0123abcd"
     echo "ALARM: working on the last Unit for 300 seconds"
@@ -48,7 +57,7 @@ exit 0
 """
 
 
-def campaign(tmp_path: Path, replay_times_out: bool) -> tuple[int, list[dict], Path]:
+def campaign(tmp_path: Path, replay_times_out: bool, slow: bool = False) -> tuple[int, list[dict], Path]:
     out = tmp_path / "long"
     (out / "bin" / "none").mkdir(parents=True)
     (out / "seeds" / "t").mkdir(parents=True)
@@ -60,6 +69,9 @@ def campaign(tmp_path: Path, replay_times_out: bool) -> tuple[int, list[dict], P
     env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
                FUZZ_SESSION_RUNS="10", FUZZ_WORKERS="1")
     env.pop("REPLAY_TIMES_OUT", None)
+    env.pop("FAKE_SLOW", None)
+    if slow:
+        env["FAKE_SLOW"] = "1"
     if replay_times_out:
         env["REPLAY_TIMES_OUT"] = "1"
     # Its own session: the script renices its scheduler autogroup, which is not the tests'.
@@ -86,6 +98,23 @@ def test_timeout_that_reproduces_is_a_finding_and_stops_the_target(tmp_path):
     assert [r["exit"] for r in rows] == ["70"]
     assert sorted(p.name for p in (out / "artifacts" / "t").iterdir()) == ["timeout-0123abcd"]
     assert list(out.glob("t.crash.*.w0.log")) and not list(out.glob("t.stall.*"))
+
+
+def test_a_slow_unit_is_replayed_and_recorded_and_the_campaign_goes_on(tmp_path):
+    rc, rows, out = campaign(tmp_path, replay_times_out=False, slow=True)
+    assert rc == 0
+    assert [r["exit"] for r in rows] == ["0"] * 4
+    with open(out / "slow-units.tsv", newline="") as f:
+        slow = list(csv.DictReader(f, delimiter="\t"))
+    unit = out / "artifacts" / "t" / "slow-unit-feedbeef"
+    assert [(r["target"], r["sanitizer"], r["worker"], r["reported_s"], r["file"], r["commit"]) for r in slow] == [
+        ("t", "none", "0", "12", str(unit), "abc1234")]
+    assert 0 <= float(slow[0]["replay_s"]) < 10
+    assert (out / "state.replays").read_text() == f"replayed {unit}\n"
+    assert f"slow unit: 12 s as libFuzzer timed it, {slow[0]['replay_s']} s replayed: {unit}" in (out / "t.log").read_text()
+    # A campaign without slow units writes only the header.
+    rc, _, out = campaign(tmp_path / "quiet", replay_times_out=False)
+    assert (out / "slow-units.tsv").read_text().count("\n") == 1
 
 
 # An ASan build's stand-in: replays the inputs of the directory it is given, 0 unless one is

@@ -19,10 +19,10 @@ def line(start, target, san, worker, executed, code, secs, commit="abc1234"):
     return f"{start}\t{start}\t{target}\t{san}\t{worker}\t1000\t{executed}\t{code}\t{secs}\t30\t{commit}\thost\n"
 
 
-def rows(tmp_path, lines, goal, asan_goal=None):
+def rows(tmp_path, lines, goal, asan_goal=None, slow=None):
     p = tmp_path / "results.tsv"
     p.write_text(HEADER + "".join(lines))
-    out = long_table.table(str(p), goal, asan_goal).splitlines()
+    out = long_table.table(str(p), goal, asan_goal, slow).splitlines()
     return {r.split("|")[1].strip() + "/" + r.split("|")[2].strip(): [c.strip() for c in r.split("|")[1:-1]] for r in out[2:]}
 
 
@@ -77,3 +77,18 @@ def test_asan_rows_reach_their_own_goal(tmp_path):
     assert r["e/address"][3] == "no (60.0%)"
     # Without an ASan goal every row is measured against --goal, as before.
     assert rows(tmp_path, lines, goal=100)["d/address"][3] == "no (60.0%)"
+
+
+SLOW_HEADER = "start_utc\ttarget\tsanitizer\tworker\treported_s\treplay_s\tfile\tcommit\n"
+
+
+def test_slow_units_counted_with_those_that_replay_slowly(tmp_path):
+    """The last column: slow units per target and sanitizer, and in brackets those that took a
+    second or more replayed (or were not replayed); "-" when the campaign has no slow-units file."""
+    lines = [line("2026-01-01T00:00:00Z", "f", "none", 0, 60, 0, 2), line("2026-01-01T00:00:00Z", "g", "none", 0, 60, 0, 2)]
+    (tmp_path / "slow-units.tsv").write_text(SLOW_HEADER + "".join(
+        f"2026-01-01T00:00:00Z\tf\tnone\t0\t12\t{r}\t/x/slow-unit-{i}\tabc1234\n" for i, r in enumerate(["0.004", "3.500", "-"])))
+    r = rows(tmp_path, lines, goal=100)  # found beside the results
+    assert r["f/none"][9] == "3 (2)"
+    assert r["g/none"][9] == "0 (0)"
+    assert rows(tmp_path, lines, goal=100, slow=str(tmp_path / "none.tsv"))["f/none"][9] == "-"
