@@ -37,7 +37,7 @@ cpu = a * frames + b * payload_bytes for a (ns per frame) and b (ns per payload 
 projects the cores smbwire needs for 25 and 100 Gbit/s of such traffic at each frame size.
 
 Needs root. Usage: python bench/live_e2e.py [--bytes 1GiB] [--threads 1,2] [--sizes jumbo,wire]
-    [--placements shared,split] [--bisect 4] [--budget 1200] [--keep] [--no-build]
+    [--placements shared,split] [--channels 1] [--bisect 4] [--budget 1200] [--keep] [--no-build]
     [--live-args "OPTIONS"]   (extra `smbwire live` options, for experiments)
     python bench/live_e2e.py --render bench/out/live_e2e.json   (the tables of a saved run)
     python bench/live_e2e.py --fixed 2700 --sizes jumbo --threads 1,2 --repeat 3
@@ -114,16 +114,22 @@ def softirq_seconds() -> float:
     return int(f[7]) / CLK_TCK
 
 
-def make_capture(name: str, nbytes: int) -> tuple[Path, dict]:
-    """The capture of one frame size and its `smbwire analyze --json` (made once)."""
+def make_capture(name: str, nbytes: int, channels: int = 1) -> tuple[Path, dict]:
+    """The capture of one frame size and its `smbwire analyze --json` (made once). `channels`:
+    TCP connections of the multichannel session the writes are spread over (1: one
+    connection, where `live --threads N` decodes everything on one worker, the others only
+    hashing; S2D's SMB multichannel opens several per interface)."""
     mss, _ = SIZES[name]
-    cap = WORK / f"nested4-1MiB-mss{mss}-{nbytes >> 20}MiB.pcap"
+    ch = f"-{channels}ch" if channels > 1 else ""
+    cap = WORK / f"nested4-1MiB-mss{mss}{ch}-{nbytes >> 20}MiB.pcap"
     ref = WORK / f"{cap.stem}.analyze.json"
     if not cap.exists() or not ref.exists():
         from smbwire import _core
 
         spec = {"scenario": "nested4", "bytes": nbytes, "io_size": 1 << 20, "seed": 1,
                 "transport": "tcp", "mss": mss}
+        if channels > 1:
+            spec["channels"] = channels
         t0 = time.perf_counter()
         _core.synth(json.dumps(spec), str(cap))
         print(f"generated {cap.name}: {cap.stat().st_size / 2**20:.0f} MiB in "
@@ -527,6 +533,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bytes", default="1GiB", help="payload the scenario writes (the wire carries it twice)")
     ap.add_argument("--threads", default="1,2", help="smbwire live --threads values to measure")
+    ap.add_argument("--channels", type=int, default=1,
+                    help="TCP connections the session's writes are spread over (SMB multichannel; default 1)")
     ap.add_argument("--sizes", default="jumbo,wire", help="frame sizes: jumbo (MSS 8948), wire (MSS 1448)")
     ap.add_argument("--placements", default="shared,split",
                     help="shared: unpinned; split: blast on CPU 0, smbwire on CPU 1 (threads 1 only)")
@@ -573,7 +581,7 @@ def main() -> int:
     complete = False
     try:
         for name in sizes:
-            caps[name], refs[name] = make_capture(name, nbytes)
+            caps[name], refs[name] = make_capture(name, nbytes, args.channels)
         cap_mib = {n: caps[n].stat().st_size / 2**20 for n in caps}
         DEADLINE = time.monotonic() + args.budget
         if args.fixed is not None:
@@ -611,10 +619,12 @@ def main() -> int:
                 f.unlink()
     elapsed = time.monotonic() - t0
     model = cost_model(results, refs, gen_alone)
-    meta = (f"bench/live_e2e.py --bytes {args.bytes} --threads {args.threads} --placements {args.placements}, "
+    meta = (f"bench/live_e2e.py --bytes {args.bytes} --threads {args.threads} --placements {args.placements}"
+            + (f" --channels {args.channels}" if args.channels > 1 else "") + ", "
             f"{when}; "
             f"{sum(len(r['runs']) for r in results)} steps, {elapsed:.0f} s; load average before {load[0]:.2f}; "
-            f"captures: nested4, 1 MiB writes, " + ", ".join(
+            f"captures: nested4, 1 MiB writes, "
+            + (f"{args.channels} channels, " if args.channels > 1 else "") + ", ".join(
                 f"{SIZES[n][0]} MSS {cap_mib[n]:.0f} MiB, {refs[n]['totals']['payload_bytes'] / 2**20:.0f} MiB payload"
                 for n in cap_mib) + "; Gbit/s count Ethernet frames without FCS; machine: " + machine.line(host))
     text = markdown(results, model, gen_alone, refs, meta)
