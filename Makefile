@@ -68,7 +68,7 @@ fuzz-smoke:
 # FUZZ_SECONDS per target; seeds from fuzz/corpus/<target>, new inputs in a temporary
 # directory (the repository is not written). A crash stops it with the input in fuzz/artifacts/.
 FUZZ_SECONDS ?= 20
-FUZZ_TARGETS := capture_reader wire_decode pipeline_tcp pipeline_roce text_inputs xca_lznt1 xca_lz77 xca_lz77_huffman xca_roundtrip ledger_inputs live_frames
+FUZZ_TARGETS := capture_reader wire_decode pipeline_tcp pipeline_roce text_inputs xca_lznt1 xca_lz77 xca_lz77_huffman xca_roundtrip ledger_inputs ledger_footer live_frames
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
@@ -93,7 +93,7 @@ FUZZ_WORKERS ?= 2
 FUZZ_SANITIZER ?= none
 FUZZ_SESSION_RUNS ?= 2000000
 FUZZ_LONG_DIR ?= $(HOME)/smbwire-fuzzlong
-FUZZ_LONG_ORDER := xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs live_frames capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip ledger_inputs
+FUZZ_LONG_ORDER := xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs live_frames capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip ledger_inputs ledger_footer
 FUZZ_ASAN_TARGETS := capture_reader wire_decode pipeline_roce pipeline_tcp
 # The ASan campaign's goal per target (`make fuzz-long FUZZ_SANITIZER=address FUZZ_RUNS=$(FUZZ_ASAN_RUNS)`),
 # for the table.

@@ -267,10 +267,61 @@ pub(super) fn check_footer(file: &File, file_len: u64) -> Result<(), String> {
     check_metadata(&meta)
 }
 
-/// Checks the Thrift-encoded `FileMetaData` (see `check_footer`).
-fn check_metadata(meta: &[u8]) -> Result<(), String> {
+/// Checks the Thrift-encoded `FileMetaData` (see `check_footer`), then the schema's shape
+/// (`schema_shape`).
+pub(super) fn check_metadata(meta: &[u8]) -> Result<(), String> {
     let mut t = Thrift { data: meta, pos: 0 };
-    walk_struct(&mut t, &FILE_META_DATA, 0).map_err(|e| format!("footer: {}", e.replace("page header", "metadata")))
+    walk_struct(&mut t, &FILE_META_DATA, 0)
+        .and_then(|()| schema_shape(meta))
+        .map_err(|e| format!("footer: {}", e.replace("page header", "metadata")))
+}
+
+/// Deepest schema tree accepted (a ledger's is one level: a root and its columns).
+const MAX_SCHEMA_DEPTH: usize = 64;
+
+/// The schema is a tree written depth first, each element giving its number of children
+/// (`SchemaElement.num_children`). The crate reserves that many entries before reading them,
+/// and recurses once per level: a forged count (2^31: 16 GB reserved, found by `ledger_footer`
+/// in a 114-byte footer) or a chain of one-child groups (a recursion as deep as the schema is
+/// long) must not reach it. So every count must be within the elements that follow it, and the
+/// tree at most `MAX_SCHEMA_DEPTH` deep. Run after `walk_struct`, so the types are known good.
+fn schema_shape(meta: &[u8]) -> Result<(), String> {
+    let mut t = Thrift { data: meta, pos: 0 };
+    let mut children: Vec<i32> = Vec::new();
+    t.fields(0, |t, id, ty| {
+        if id != 2 {
+            return t.skip(ty, 0);
+        }
+        let h = t.byte()?;
+        let n = if h >> 4 == 15 { t.varint()? } else { u64::from(h >> 4) };
+        for _ in 0..n {
+            let mut c = 0;
+            t.fields(2, |t, id, ty| if id == 5 { t.i32().map(|v| c = v) } else { t.skip(ty, 2) })?;
+            children.push(c);
+        }
+        Ok(())
+    })?;
+    // Children still to come of each open group, innermost last.
+    let mut open: Vec<i32> = Vec::new();
+    for (i, &c) in children.iter().enumerate() {
+        if let Some(left) = open.last_mut() {
+            *left -= 1;
+        }
+        let after = children.len() - i - 1;
+        if c < 0 || c as usize > after {
+            return Err(format!("schema element {i} has {c} children, {after} elements follow it"));
+        }
+        if c > 0 {
+            open.push(c);
+            if open.len() > MAX_SCHEMA_DEPTH {
+                return Err(format!("schema nested over {MAX_SCHEMA_DEPTH} levels deep"));
+            }
+        }
+        while open.last() == Some(&0) {
+            open.pop();
+        }
+    }
+    Ok(())
 }
 
 /// One struct's fields up to its stop byte: those `s` names checked and walked by their
@@ -377,6 +428,54 @@ mod tests {
                 assert!(e.contains("SortingColumn field 2 has Thrift type 3, not 1 or 2"), "{e}");
             }
         }
+    }
+
+    /// FileMetaData { 2: schema = elements with `num_children` from `kids` (None: absent) }.
+    fn schema(kids: &[Option<i32>]) -> Vec<u8> {
+        let mut m = vec![fh(2, T_LIST)];
+        if kids.len() < 15 {
+            m.push(((kids.len() as u8) << 4) | T_STRUCT);
+        } else {
+            m.push(0xf0 | T_STRUCT);
+            let mut n = kids.len();
+            while n >= 0x80 {
+                m.push((n as u8 & 0x7f) | 0x80);
+                n >>= 7;
+            }
+            m.push(n as u8);
+        }
+        for k in kids {
+            m.extend([fh(4, T_BINARY), 1, b'x']); // name "x"
+            if let Some(k) = k {
+                let z = ((i64::from(*k) << 1) ^ (i64::from(*k) >> 63)) as u64;
+                m.push(fh(1, T_I32));
+                let mut z = z;
+                while z >= 0x80 {
+                    m.push((z as u8 & 0x7f) | 0x80);
+                    z >>= 7;
+                }
+                m.push(z as u8);
+            }
+            m.push(0);
+        }
+        m.push(0);
+        m
+    }
+
+    #[test]
+    fn the_schema_tree_is_within_its_elements_and_not_too_deep() {
+        // A root of two columns, one a group of two; leaves with 0 or no count.
+        check_metadata(&schema(&[Some(2), None, Some(2), Some(0), None])).expect("a well-formed tree");
+        // A count past the elements after it (the crate would reserve 2^31 entries first).
+        let e = check_metadata(&schema(&[Some(i32::MAX), None])).expect_err("refused");
+        assert!(e.contains("schema element 0 has 2147483647 children, 1 elements follow it"), "{e}");
+        let e = check_metadata(&schema(&[Some(2), Some(-1), None])).expect_err("refused");
+        assert!(e.contains("schema element 1 has -1 children"), "{e}");
+        // A chain of one-child groups: 64 levels pass, 65 do not.
+        let chain = |n: usize| (0..n).map(|_| Some(1)).chain([None]).collect::<Vec<_>>();
+        check_metadata(&schema(&chain(MAX_SCHEMA_DEPTH))).expect("64 levels");
+        let e = check_metadata(&schema(&chain(MAX_SCHEMA_DEPTH + 1))).expect_err("refused");
+        assert!(e.contains("schema nested over 64 levels deep"), "{e}");
     }
 
     #[test]

@@ -523,7 +523,7 @@ impl Thrift<'_> {
         Ok((v >> 1) as i64 ^ -((v & 1) as i64))
     }
 
-    fn i32(&mut self) -> Result<i32, String> {
+    pub(super) fn i32(&mut self) -> Result<i32, String> {
         let v = self.zigzag()?;
         i32::try_from(v).map_err(|_| format!("page header i32 of {v}"))
     }
