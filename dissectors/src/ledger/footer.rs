@@ -229,8 +229,9 @@ static BOUNDING_BOX: Struct = st(
 );
 
 static KEY_VALUE: Struct = st("KeyValue", &[(1, STRING), (2, STRING)]);
-/// A union: TYPE_ORDER (an empty struct).
-static COLUMN_ORDER: Struct = st("ColumnOrder", &[(1, E)]);
+/// A union: TYPE_ORDER, IEEE_754_TOTAL_ORDER, INT96_TIMESTAMP_ORDER (empty structs, which the
+/// crate reads as one stop byte whatever their declared type: found by `ledger_footer`).
+static COLUMN_ORDER: Struct = st("ColumnOrder", &[(1, E), (2, E), (3, E)]);
 
 /// A union: ENCRYPTION_WITH_FOOTER_KEY (empty), ENCRYPTION_WITH_COLUMN_KEY.
 static COLUMN_CRYPTO_META_DATA: Struct =
