@@ -482,8 +482,8 @@ mod tests {
     #[test]
     fn unknown_fields_are_skipped_by_their_declared_type() {
         // FileMetaData { 20: i64 3 (long form: type, then the id zigzag), 7: column_orders =
-        // [ColumnOrder { 2: binary "x" }] (long form: ids go down), 9: binary "" }.
-        let m = [0x06u8, 40, 6, 0x09, 14, 0x1c, fh(2, T_BINARY), 1, b'x', 0, fh(2, T_BINARY), 0, 0];
+        // [ColumnOrder { 4: binary "x" }] (long form: ids go down), 9: binary "" }.
+        let m = [0x06u8, 40, 6, 0x09, 14, 0x1c, fh(4, T_BINARY), 1, b'x', 0, fh(2, T_BINARY), 0, 0];
         check_metadata(&m).expect("unknown fields skipped");
     }
 
