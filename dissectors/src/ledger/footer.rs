@@ -282,7 +282,7 @@ const MAX_SCHEMA_DEPTH: usize = 64;
 
 /// The schema is a tree written depth first, each element giving its number of children
 /// (`SchemaElement.num_children`). The crate reserves that many entries before reading them,
-/// and recurses once per level: a forged count (2^31: 16 GB reserved, found by `ledger_footer`
+/// and recurses once per level: a forged count (671 million: 5 GB reserved at once, found by `ledger_footer`
 /// in a 114-byte footer) or a chain of one-child groups (a recursion as deep as the schema is
 /// long) must not reach it. So every count must be within the elements that follow it, and the
 /// tree at most `MAX_SCHEMA_DEPTH` deep. Run after `walk_struct`, so the types are known good.
