@@ -293,8 +293,7 @@ fn schema_shape(meta: &[u8]) -> Result<(), String> {
         if id != 2 {
             return t.skip(ty, 0);
         }
-        let h = t.byte()?;
-        let n = if h >> 4 == 15 { t.varint()? } else { u64::from(h >> 4) };
+        let (n, _) = t.list_header()?;
         for _ in 0..n {
             let mut c = 0;
             t.fields(2, |t, id, ty| if id == 5 { t.i32().map(|v| c = v) } else { t.skip(ty, 2) })?;
@@ -348,9 +347,7 @@ fn walk_value(t: &mut Thrift, want: Ty, depth: u32) -> Result<(), String> {
         // A field's boolean is in its header.
         Ty::Bool => Ok(()),
         Ty::List(elem) => {
-            let h = t.byte()?;
-            let n = if h >> 4 == 15 { t.varint()? } else { u64::from(h >> 4) };
-            let et = h & 0x0f;
+            let (n, et) = t.list_header()?;
             if n > 0 && et != elem.wire() {
                 return Err(format!("list of Thrift type {et} elements, not {}", elem.wire()));
             }

@@ -500,13 +500,13 @@ pub(super) struct Thrift<'a> {
 }
 
 impl Thrift<'_> {
-    pub(super) fn byte(&mut self) -> Result<u8, String> {
+    fn byte(&mut self) -> Result<u8, String> {
         let b = *self.data.get(self.pos).ok_or("page header past the chunk's end")?;
         self.pos += 1;
         Ok(b)
     }
 
-    pub(super) fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> Result<u64, String> {
         let mut v = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.byte()?;
@@ -526,6 +526,14 @@ impl Thrift<'_> {
     pub(super) fn i32(&mut self) -> Result<i32, String> {
         let v = self.zigzag()?;
         i32::try_from(v).map_err(|_| format!("page header i32 of {v}"))
+    }
+
+    /// A list's or set's header: its element count (in the high nibble, or a varint after it
+    /// when the nibble is 15) and its element type.
+    pub(super) fn list_header(&mut self) -> Result<(u64, u8), String> {
+        let h = self.byte()?;
+        let n = if h >> 4 == 15 { self.varint()? } else { u64::from(h >> 4) };
+        Ok((n, h & 0x0f))
     }
 
     /// The fields of one struct, each handed to `f` with its id and type, up to its stop byte.
@@ -580,9 +588,7 @@ impl Thrift<'_> {
                 Ok(())
             }
             T_LIST | T_SET => {
-                let h = self.byte()?;
-                let n = if h >> 4 == 15 { self.varint()? } else { u64::from(h >> 4) };
-                let et = h & 0x0f;
+                let (n, et) = self.list_header()?;
                 if n > 0 {
                     no_boolean_elements(et)?;
                 }
