@@ -13,7 +13,7 @@
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 //! They grow a few entries per insert (`postable`), so no send stalls the stage on a rehash.
 //!
-//! Per live send (what dominates on 4 KiB I/O, where every block is a send): a 48-byte
+//! Per live send (what dominates on 4 KiB I/O, where every block is a send): a 40-byte
 //! record in the send table with what the index decides with (`LiveSend`; a connection
 //! number or response time too wide for its field kept whole beside it, `Wide`); the send's
 //! evidence fields, which only its leaving the window reads, as differences from the
@@ -97,7 +97,7 @@ impl LiveBlock {
     }
 }
 
-/// A send in the window: what the index decides with. 48 bytes: on 4 KiB I/O every block is
+/// A send in the window: what the index decides with. 40 bytes: on 4 KiB I/O every block is
 /// a send, so this is most of a live block's cost; what only its evidence needs (frames, own
 /// capture time, offset, context, file) is in `Dedupe::cold`. The response time is kept
 /// relative to the send's window time in 32 bits; it, or a connection number past 2^31,
@@ -113,25 +113,22 @@ struct LiveSend {
     /// When its response was seen, from `ts_ns` (`NOT_COMPLETED`: not yet; `WIDE_I32`: in
     /// `wide`).
     completed: i32,
-    /// Position of its first block in the ring (low 32 bits: `full_pos`); its block count
-    /// and the last one's length (the others are `BLOCK_SIZE`: blocks are aligned to the
-    /// payload's start).
+    /// Position of its first block in the ring (low 32 bits: `full_pos`), and the last
+    /// one's length (the others are `BLOCK_SIZE`: blocks are aligned to the payload's start).
+    /// Its blocks run to the next send's first one (the ring's end for the newest send):
+    /// the block count is not kept (`Spans`).
     first_pos: u32,
     edge: u32,
     /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty, `SINGLE` for a one-block
     /// payload no other send in the window carries): sends in the window with the same
     /// payload have the same open id.
     payload: u32,
-    /// Edge payload epoch when the send happened (see `EdgeState::epoch`), modulo 2^32:
-    /// only compared for equality between sends in the window, which are fewer.
-    epoch: u32,
-    n_blocks: u32,
     last_len: u16,
     /// Its kind, ends and rule (`pack_flags`).
     flags: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<LiveSend>() == 48);
+const _: () = assert!(std::mem::size_of::<LiveSend>() == 40);
 
 /// Values of live sends too wide for their `LiveSend` fields, by sequence number.
 #[derive(Clone, Copy, Default)]
@@ -275,8 +272,9 @@ impl LiveSend {
         self.conn == WIDE_U32 || self.completed == WIDE_I32
     }
 
-    fn block_len(&self, i: usize) -> u64 {
-        if i + 1 == self.n_blocks as usize {
+    /// Length of its block `i` of `n`.
+    fn block_len(&self, i: usize, n: usize) -> u64 {
+        if i + 1 == n {
             self.last_len as u64
         } else {
             BLOCK_SIZE as u64
@@ -298,11 +296,21 @@ fn full_pos(front_pos: u64, p: u32) -> u64 {
     front_pos + u64::from(p.wrapping_sub(front_pos as u32))
 }
 
+/// First block position and block count of live send `i`, the live blocks starting at
+/// `front` and numbering `live`: its blocks run to the next send's first (to the ring's end
+/// for the newest, whose blocks may still be coming).
+#[inline]
+fn span_of(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, i: usize) -> (u64, u32) {
+    let first = full_pos(front, sends[i].first_pos);
+    let end = sends.get(i + 1).map_or(front + live as u64, |next| full_pos(front, next.first_pos));
+    (first, (end - first) as u32)
+}
+
 /// Index in `sends` of the send holding block position `pos` (which must be live), the live
 /// blocks starting at `front` and numbering `live`.
 #[inline]
 fn send_at(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, pos: u64) -> usize {
-    locate(sends.len(), |i| (full_pos(front, sends[i].first_pos), sends[i].n_blocks), front, live, pos)
+    locate(sends.len(), |i| span_of(sends, front, live, i), front, live, pos)
 }
 
 /// Of `n` consecutive spans (first position, length) starting at `front` and covering `live`
@@ -398,9 +406,10 @@ struct EdgeState {
     dst: NodeIdx,
     /// Payload of the edge's latest send.
     last_payload: Option<PayloadKey>,
-    /// Incremented whenever a send carries a different payload than the edge's previous
-    /// send: two sends with equal epochs and equal payloads had only that payload between them.
-    epoch: u64,
+    /// Sequence number of the first send of the edge's latest run of sends of one payload:
+    /// an earlier send of that payload on the edge at or after it had only that payload
+    /// between it and now.
+    run_seq: u64,
     acc: [ClassAcc; Class::COUNT],
 }
 
@@ -640,15 +649,15 @@ impl Dedupe {
             .topo
             .rule_class(s.share.as_deref(), s.file_name.as_deref());
         let payload_key: PayloadKey = (s.digest.digest, s.digest.len);
-        let epoch = {
+        let seq = self.next_seq;
+        let run_seq = {
             let e = &mut self.edges[edge as usize];
             if e.last_payload != Some(payload_key) {
-                e.epoch += 1;
+                e.run_seq = seq;
                 e.last_payload = Some(payload_key);
             }
-            e.epoch as u32
+            e.run_seq
         };
-        let seq = self.next_seq;
 
         let nontrivial_len: u64 = s
             .digest
@@ -714,8 +723,6 @@ impl Dedupe {
             first_pos: first_pos as u32,
             edge,
             payload,
-            epoch,
-            n_blocks: 0,
             last_len: s.digest.blocks.last().map_or(0, |b| b.len as u16),
             flags: pack_flags(s.kind, ends, rule),
         };
@@ -756,7 +763,6 @@ impl Dedupe {
             }
             let pos = front + blocks.len() as u64;
             blocks.push_back(LiveBlock::new(b.hash, b.trivial));
-            sends.back_mut().expect("pushed above").n_blocks += 1;
             if b.trivial {
                 // Equal-byte blocks collide everywhere by nature; never index them.
                 continue;
@@ -799,7 +805,7 @@ impl Dedupe {
                         same_send: false,
                         same_payload: payload != SINGLE && e.payload == payload,
                         outstanding: e.outstanding_at(s.ts_ns, || wide_of(wide, front_seq + i as u64)),
-                        consecutive: e.epoch == epoch,
+                        consecutive: front_seq + i as u64 >= run_seq,
                     }
                 };
                 dup = dup_kind(&repeated);
@@ -968,8 +974,8 @@ impl Dedupe {
     pub fn snapshot(&self) -> DedupeReport {
         let mut acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
         let mut globally_unique = self.globally_unique_bytes;
-        for send in self.sends.iter() {
-            let (part, unique) = send_figures(send, self.send_blocks(send));
+        for (i, send) in self.sends.iter().enumerate() {
+            let (part, unique) = send_figures(send, self.send_blocks(i));
             globally_unique += unique;
             for (total, p) in acc[send.edge as usize].iter_mut().zip(part.iter()) {
                 total.figures.add(&p.figures);
@@ -991,13 +997,13 @@ impl Dedupe {
             .filter_map(|(i, e)| e.open.map(|id| (id, i)))
             .collect();
         if !wanted.is_empty() {
-            for (live, cold) in self.sends.iter().zip(self.cold.iter()) {
+            for (k, (live, cold)) in self.sends.iter().zip(self.cold.iter()).enumerate() {
                 let Some(&i) = wanted.get(&live.payload) else { continue };
                 let sends = &mut entries[i].payload.sends;
                 if sends.len() >= super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD {
                     continue;
                 }
-                let (part, _) = send_figures(live, self.send_blocks(live));
+                let (part, _) = send_figures(live, self.send_blocks(k));
                 let (class, dup) = send_verdict(&part);
                 let mut s = self.evidence.live_send(&live.stored(&cold));
                 s.class = Some(class);
@@ -1091,17 +1097,18 @@ impl Dedupe {
             src,
             dst,
             last_payload: None,
-            epoch: 0,
+            run_seq: 0,
             acc: [ClassAcc::default(); Class::COUNT],
         });
         self.edge_ids.insert((src, dst), id);
         id
     }
 
-    /// The blocks of a live send.
-    fn send_blocks<'a>(&'a self, send: &LiveSend) -> impl Iterator<Item = &'a LiveBlock> + 'a {
-        let start = (full_pos(self.front_pos, send.first_pos) - self.front_pos) as usize;
-        self.blocks.range(start, start + send.n_blocks as usize)
+    /// The blocks of live send `i` (an exact-size iterator: its length is their count).
+    fn send_blocks(&self, i: usize) -> impl ExactSizeIterator<Item = &LiveBlock> + '_ {
+        let (first, n) = span_of(&self.sends, self.front_pos, self.blocks.len(), i);
+        let start = (first - self.front_pos) as usize;
+        self.blocks.range(start, start + n as usize)
     }
 
     /// Fold the oldest send into the figures and drop everything that points at it.
@@ -1119,13 +1126,13 @@ impl Dedupe {
             return;
         };
         debug_assert_eq!(send.first_pos, self.front_pos as u32);
-        let (acc, globally_unique) = send_figures(send, self.send_blocks(send));
+        let n = span_of(&self.sends, self.front_pos, self.blocks.len(), 0).1 as usize;
+        let (acc, globally_unique) = send_figures(send, self.send_blocks(0));
         let send = self.sends.pop_front().expect("front exists");
         let cold = self.cold.pop_front();
         let seq = self.next_seq - self.sends.len() as u64 - 1;
         let wide = if send.has_wide() { self.wide.remove(&seq).unwrap_or_default() } else { Wide::default() };
         self.globally_unique_bytes += globally_unique;
-        let n = send.n_blocks as usize;
         let dst = self.edges[send.edge as usize].dst;
         let prefetch = |b: &LiveBlock, t: &Self| {
             if !b.trivial() {
@@ -1253,7 +1260,8 @@ fn send_verdict(acc: &[ClassAcc; Class::COUNT]) -> (Class, SendDupKind) {
 
 /// A send's figures per class (what folding it adds to its edge) and its globally unique
 /// bytes, from what is known of its blocks now.
-fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>) -> ([ClassAcc; Class::COUNT], u64) {
+fn send_figures<'a>(send: &LiveSend, blocks: impl ExactSizeIterator<Item = &'a LiveBlock>) -> ([ClassAcc; Class::COUNT], u64) {
+    let n = blocks.len();
     let mut acc = [ClassAcc::default(); Class::COUNT];
     let mut trivial_bytes = 0u64;
     let mut globally_unique = 0u64;
@@ -1264,7 +1272,7 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl Iterator<Item = &'a LiveBlock>
         && (!send.ends().known || (send.ends().src_member && send.ends().dst_member));
     let mut all_pending = may_change;
     for (i, b) in blocks.enumerate() {
-        let len = send.block_len(i);
+        let len = send.block_len(i, n);
         if b.trivial() {
             trivial_bytes += len;
             continue;
@@ -1443,8 +1451,6 @@ mod tests {
                         first_pos: 0,
                         edge: 0,
                         payload: 0,
-                        epoch: 0,
-                        n_blocks: 0,
                         last_len: 0,
                         flags: pack_flags(kind, ends, rule),
                     };
@@ -1452,5 +1458,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A send's blocks run to the next send's first block (to the ring's end for the newest,
+    /// `span_of`): every live send spans its payload's block count, with empty payloads
+    /// between, and every live block position resolves to its send.
+    #[test]
+    fn a_send_spans_its_own_blocks() {
+        let lens = [0usize, 4096, 3 * 4096 + 17, 0, 0, 1, 8192, 5000, 0];
+        let mut d = Dedupe::new(DedupeConfig::default(), Topology::default(), None);
+        for (i, &len) in lens.iter().enumerate() {
+            let bytes: Vec<u8> = (0..len).map(|j| (j * 31 + i * 7 + j / 4096) as u8).collect();
+            d.send(crate::dedupe::tests::rec(SendKind::Write, 1, 2, 1, i as u64 + 1, i as u64, &bytes));
+        }
+        assert_eq!(d.sends.len(), lens.len());
+        let mut pos = d.front_pos;
+        for (i, &len) in lens.iter().enumerate() {
+            let (first, n) = span_of(&d.sends, d.front_pos, d.blocks.len(), i);
+            assert_eq!((first, n as usize), (pos, len.div_ceil(BLOCK_SIZE)), "send {i}");
+            assert_eq!(d.send_blocks(i).len(), n as usize);
+            for p in first..first + u64::from(n) {
+                assert_eq!(send_at(&d.sends, d.front_pos, d.blocks.len(), p), i, "position {p}");
+            }
+            pos += u64::from(n);
+        }
+        assert_eq!(pos, d.front_pos + d.blocks.len() as u64);
+        // The oldest leaves with its blocks; the others keep theirs.
+        d.fold_front();
+        d.fold_front();
+        assert_eq!(span_of(&d.sends, d.front_pos, d.blocks.len(), 0), (d.front_pos, 4));
+        assert_eq!(d.blocks.len(), 4 + 1 + 2 + 2);
     }
 }

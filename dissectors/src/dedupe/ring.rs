@@ -154,7 +154,7 @@ impl<T: Copy, const SHIFT: u32> Ring<T, SHIFT> {
     }
 
     /// Entries `start..end`, in order.
-    pub(super) fn range(&self, start: usize, end: usize) -> impl Iterator<Item = &T> + '_ {
+    pub(super) fn range(&self, start: usize, end: usize) -> impl ExactSizeIterator<Item = &T> + '_ {
         let end = end.min(self.len);
         (start.min(end)..end).map(move |i| {
             let (c, o) = self.slot(i);
