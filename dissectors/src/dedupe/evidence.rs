@@ -292,18 +292,30 @@ fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
 /// window, `live() == 0`, is a free slot).
 /// A send's own evidence stays in the index's send table while it is in the window; only the
 /// sends that left while their payload stayed open are stored here. On 4 KiB I/O, where every
-/// block is a send and most payloads are sent once, nothing is stored at all.
+/// block is a send and most payloads are sent once, nothing is stored at all; the sends
+/// stored for a payload are in `Evidence::departed`, by its id.
+///
+/// 60 bytes, packed to 4-byte alignment (72 unpacked with a list pointer): on 4 KiB I/O a
+/// payload sent twice, as every nested-mirror write is, opens one for every two sends.
+/// Its fields are read by value (a reference to a packed `u64` is not allowed).
+#[derive(Clone, Copy)]
+#[repr(C, packed(4))]
 struct Open {
     digest: [u8; 32],
     len: u64,
     nontrivial_len: u64,
     sends_total: u64,
-    /// Sends of it that left the window so far.
-    folded: u64,
-    /// Sends of it that left the window while it stayed open (at most `MAX_SENDS_PER_PAYLOAD`).
-    #[allow(clippy::box_collection)] // one pointer in every open payload, not a 24-byte `Vec`
-    departed: Option<Box<Vec<StoredSend>>>,
+    /// Sends of it in the window (fewer than 2^31: `index::MAX_LIVE_SENDS`).
+    live: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Open>() == 60);
+
+/// A free `Open` slot.
+const NO_OPEN: Open = Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, live: 0 };
+
+/// An `Evidence::departed` entry: its key, list and control byte (hashbrown).
+const DEPARTED_ENTRY_BYTES: usize = 4 + std::mem::size_of::<Vec<StoredSend>>() + 1;
 
 /// No payload: an empty one is not tracked.
 pub(super) const NO_PAYLOAD: u32 = u32::MAX;
@@ -365,6 +377,9 @@ pub struct Evidence {
     free: Vec<u32>,
     /// Open payload ids by digest and length (`payload_hash`).
     lookup: PosTable,
+    /// Sends of an open payload that left the window while it stayed open (at most
+    /// `MAX_SENDS_PER_PAYLOAD`), by its id; none for most.
+    departed: crate::fasthash::FastMap<u32, Vec<StoredSend>>,
     contexts: Contexts,
     /// Sends stored for open payloads (those that left the window before their payload).
     stored_sends: usize,
@@ -384,7 +399,7 @@ pub struct Evidence {
 impl Open {
     /// Sends of it in the window.
     fn live(&self) -> u64 {
-        self.sends_total - self.folded
+        u64::from(self.live)
     }
 }
 
@@ -395,6 +410,7 @@ impl Evidence {
             open: Chunked::default(),
             free: Vec::new(),
             lookup: PosTable::new(),
+            departed: Default::default(),
             contexts: Contexts::default(),
             stored_sends: 0,
             stored_capacity: 0,
@@ -423,10 +439,12 @@ impl Evidence {
         let hash = payload_hash(&key.0, key.1);
         let open = &self.open;
         let &mut id = self.lookup.find_mut(hash, |id| {
-            let o = &open[id as usize];
-            o.digest == key.0 && o.len == key.1
+            let o = open[id as usize];
+            o.digest == key.0 && { o.len } == key.1
         })?;
-        self.open[id as usize].sends_total += 1;
+        let o = &mut self.open[id as usize];
+        o.sends_total += 1;
+        o.live += 1;
         Some(id)
     }
 
@@ -451,8 +469,7 @@ impl Evidence {
             len: key.1,
             nontrivial_len,
             sends_total: 1,
-            folded: 0,
-            departed: None,
+            live: 1,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -469,7 +486,7 @@ impl Evidence {
             hash,
             id,
             |id| {
-                let o = &open[id as usize];
+                let o = open[id as usize];
                 payload_hash(&o.digest, o.len)
             },
             |id| crate::hint::prefetch_one(&open[id as usize]),
@@ -487,15 +504,15 @@ impl Evidence {
             return;
         }
         let o = &mut self.open[id as usize];
-        s.n = o.folded;
-        o.folded += 1;
+        s.n = o.sends_total - o.live();
+        o.live -= 1;
         s.class = Some(verdict.0);
         s.dup_kind = Some(verdict.1);
-        let listed = o.departed.as_ref().map_or(0, |d| d.len());
+        let listed = self.departed.get(&id).map_or(0, |d| d.len());
         if o.live() > 0 {
             // Its payload stays open: another send of it is in the window.
             if listed < MAX_SENDS_PER_PAYLOAD && self.stored_sends < MAX_STORED_SENDS {
-                let d = o.departed.get_or_insert_with(Default::default);
+                let d = self.departed.entry(id).or_default();
                 let before = d.capacity();
                 if d.len() == before && before < 4 {
                     // Most duplicated payloads have a few sends: room one at a time.
@@ -513,13 +530,14 @@ impl Evidence {
             return;
         }
         // The payload closes.
-        let o = std::mem::replace(
-            &mut self.open[id as usize],
-            Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, folded: 0, departed: None },
-        );
+        let o = std::mem::replace(&mut self.open[id as usize], NO_OPEN);
         self.lookup.remove(payload_hash(&o.digest, o.len), |v| v == id);
         self.free.push(id);
-        let mut stored = o.departed.map(|d| *d).unwrap_or_default();
+        let mut stored = self.departed.remove(&id).unwrap_or_default();
+        if self.departed.capacity() > 1024 && self.departed.len() < self.departed.capacity() / 8 {
+            // After a burst of payloads open across the window's end: give the room back.
+            self.departed.shrink_to(self.departed.len() * 2);
+        }
         self.stored_sends -= stored.len();
         self.stored_capacity -= stored.capacity();
         if stored.len() < MAX_SENDS_PER_PAYLOAD {
@@ -606,8 +624,8 @@ impl Evidence {
             .map(|Reverse(r)| (None, Ranked(DuplicatePayload { sends: first(&r.0.sends), ..r.0.clone_head() })))
             .collect();
         for ((dup, _, _), id) in open {
-            let o = &self.open[id as usize];
-            let departed = o.departed.as_deref().map_or(&[][..], |d| &d[..]);
+            let o = self.open[id as usize];
+            let departed = self.departed.get(&id).map_or(&[][..], |d| &d[..]);
             out.push((
                 Some(id),
                 Ranked(DuplicatePayload {
@@ -651,7 +669,9 @@ impl Evidence {
     /// entry, a control byte each).
     pub fn held_bytes(&self) -> u64 {
         let (open, _) = self.open_counts();
-        (open * std::mem::size_of::<Open>()) as u64 + self.lookup.held_bytes() + self.stored_bytes_of(self.stored_sends)
+        (open * std::mem::size_of::<Open>() + self.departed.len() * DEPARTED_ENTRY_BYTES) as u64
+            + self.lookup.held_bytes()
+            + self.stored_bytes_of(self.stored_sends)
     }
 
     /// `stored_bytes` with the room the send lists hold rather than what they hold, and
@@ -659,6 +679,7 @@ impl Evidence {
     pub fn allocated_bytes(&self) -> u64 {
         self.stored_bytes_of(self.stored_capacity)
             + (self.open.capacity() * std::mem::size_of::<Open>()) as u64
+            + (self.departed.capacity() * DEPARTED_ENTRY_BYTES) as u64
             + self.lookup.bytes()
     }
 
@@ -819,6 +840,53 @@ mod tests {
         assert_eq!(ev.open.len(), 2, "slots reused");
         assert_eq!(ev.duplicated_payloads(), 6);
         assert_eq!(ev.contexts.len(), 0);
+    }
+
+    /// Sends that left the window before their payload closed are kept by the payload's id
+    /// (`departed`), come back first and in order, numbered by when they left, and the room a
+    /// burst of them took goes once their payloads closed.
+    #[test]
+    fn departed_sends_come_back_in_order_and_their_room_goes() {
+        const N: u64 = 5000;
+        let mut ev = Evidence::new(None, N as usize);
+        let mut an = Anomalies::default();
+        let (name, node): (Arc<str>, Arc<str>) = ("a.vhdx".into(), "n1".into());
+        let key = |p: u64| {
+            let mut d = [0u8; 32];
+            d[..8].copy_from_slice(&(p + 1).to_le_bytes());
+            (d, 4096)
+        };
+        // Each payload sent three times; the first two leave while the third is in the window.
+        let mut live = Vec::new();
+        for p in 0..N {
+            for k in 0..3 {
+                let id = ev.on_send(&key(p), 4096);
+                let (c, mut stored) = split(send(1, p * 3 + k, &name, &node));
+                stored.ctx = ev.intern(c);
+                live.push((id, stored));
+            }
+        }
+        for (id, stored) in live.iter().filter(|(_, s)| s.message_id % 3 != 2) {
+            ev.on_leave(*id, *stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+        }
+        assert_eq!(ev.open_counts(), (N as usize, 2 * N as usize));
+        assert_eq!(ev.departed.len(), N as usize);
+        let peak = ev.departed.capacity();
+        assert!(ev.allocated_bytes() >= (peak * DEPARTED_ENTRY_BYTES) as u64);
+        for (id, stored) in live.iter().filter(|(_, s)| s.message_id % 3 == 2) {
+            ev.on_leave(*id, *stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+        }
+        assert_eq!(ev.open_counts(), (0, 0));
+        assert!(ev.departed.is_empty());
+        assert!(ev.departed.capacity() < peak / 4, "{} of {peak}", ev.departed.capacity());
+        assert_eq!(ev.contexts.len(), 0);
+        let (top, _) = ev.finish(&mut an);
+        assert_eq!(top.len(), N as usize);
+        for d in &top {
+            assert_eq!(d.sends_total, 3);
+            let first = d.sends[0].message_id;
+            assert_eq!(d.sends.iter().map(|s| (s.message_id - first, s.n)).collect::<Vec<_>>(), [(0, 0), (1, 1), (2, 2)]);
+        }
     }
 
     /// A writer that takes `room` bytes, then fails as a full disk does.
