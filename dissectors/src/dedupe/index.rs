@@ -116,7 +116,7 @@ struct LiveSend {
     /// Position of its first block in the ring (low 32 bits: `full_pos`), and the last
     /// one's length (the others are `BLOCK_SIZE`: blocks are aligned to the payload's start).
     /// Its blocks run to the next send's first one (the ring's end for the newest send):
-    /// the block count is not kept (`Spans`).
+    /// the block count is not kept (`span_of`).
     first_pos: u32,
     edge: u32,
     /// Its payload's open id in `Evidence` (`NO_PAYLOAD` when empty, `SINGLE` for a one-block
