@@ -103,7 +103,7 @@ fn main() {
         } else {
             left.as_millis().min(100) as i32
         };
-        let r = src.next_batch(wait, &mut |f| {
+        let r = src.next_batch(wait, &mut |f, _| {
             delivered += 1;
             numbers_ok &= f.info.frame.number == delivered;
             let now = SystemTime::now()

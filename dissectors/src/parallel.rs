@@ -37,8 +37,10 @@
 //! - **Memory.** At most `DEPTH` (6; 3 for live rings) batches per worker are in flight. A
 //!   frame of a capture file goes to its worker as a place in the reader's 1 MiB read buffer,
 //!   which the batch holds on to (`Source::chunk`): no copy; the reader reads on into another
-//!   buffer and reuses one once no batch holds it. Live frames are copied once into the
-//!   batch's buffer. Buffers are reused. Capture files are read, not mapped: why, and the
+//!   buffer and reuses one once no batch holds it. A frame of a live eBPF ring goes as a
+//!   place in the ring, the batch holding the ring's `Lease` of that stretch, which the
+//!   kernel may not write until no batch holds it (`live::ebpf::Ring::lend`); AF_PACKET
+//!   frames are copied once into the batch's buffer. Buffers are reused. Capture files are read, not mapped: why, and the
 //!   measurements, at `capture::source::ReadMode`.
 //! - **Between cores.** What one thread writes and another reads crosses between their
 //!   cores a cache line at a time, and the host may place the two vCPUs of this project's
@@ -99,7 +101,8 @@ const LOOKUPS_KEPT: usize = 1 << 18;
 /// `BATCH_BYTES` of frames per batch); frames copied into the batch (live rings) cost
 /// `BATCH_BYTES` a batch each, so when a run copies `DEPTH_COPIED` are in flight: with 16, a
 /// live run's resident set grew by 8 MiB after its warm-up as bursts filled more batches
-/// (tests/live/test_live_memory.py).
+/// (tests/live/test_live_memory.py). Frames left in an eBPF ring (`Lease`) hold room in the
+/// ring instead, which the kernel cannot fill meanwhile: `DEPTH_COPIED` too.
 const DEPTH: usize = 6;
 const DEPTH_COPIED: usize = 3;
 /// A batch is handed out at this many frames or bytes, whichever comes first.
@@ -165,17 +168,104 @@ impl PayloadSink for Recorder {
 const COPIED: u32 = u32::MAX;
 
 enum Step {
-    /// A frame: its context and its bytes, at `start..start + len` of read buffer `chunk` of
-    /// the batch's `chunks`, or of the batch's own buffer (`COPIED`: live rings).
+    /// A frame: its context and its bytes, at `start..start + len` of read buffer or ring
+    /// lease `chunk` of the batch's `chunks`, or of the batch's own buffer (`COPIED`:
+    /// AF_PACKET rings).
     Frame { info: FrameInfo, ctx: FrameCtx, chunk: u32, start: usize, len: usize },
     /// Close the flows idle at this time.
     Sweep(u64),
 }
 
+/// Bytes a batch holds on to instead of copying the frames lying in them: a capture file's
+/// read buffer (`Source::chunk`) or a stretch of a live ring the kernel may not write until
+/// the last batch holding it is spent (`Lease`).
+#[derive(Clone)]
+pub enum Chunk {
+    Buf(Arc<Vec<u8>>),
+    Lease(Arc<Lease>),
+}
+
+impl Chunk {
+    /// Its bytes at `start..start + len` (a frame's).
+    #[inline]
+    fn slice(&self, start: usize, len: usize) -> &[u8] {
+        match self {
+            Chunk::Buf(b) => &b[start..start + len],
+            Chunk::Lease(l) => l.slice(start, len),
+        }
+    }
+
+    fn same(&self, other: ChunkRef<'_>) -> bool {
+        match (self, other) {
+            (Chunk::Buf(a), ChunkRef::Buf(b)) => Arc::ptr_eq(a, b),
+            (Chunk::Lease(a), ChunkRef::Lease(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// A borrowed `Chunk`, as the reader offers it with a frame.
+#[derive(Clone, Copy)]
+enum ChunkRef<'a> {
+    Buf(&'a Arc<Vec<u8>>),
+    Lease(&'a Arc<Lease>),
+}
+
+impl ChunkRef<'_> {
+    /// Where its bytes start, and how many.
+    fn span(&self) -> (usize, usize) {
+        match self {
+            ChunkRef::Buf(b) => (b.as_ptr() as usize, b.len()),
+            ChunkRef::Lease(l) => (l.ptr as usize, l.len),
+        }
+    }
+
+    fn to_owned(self) -> Chunk {
+        match self {
+            ChunkRef::Buf(b) => Chunk::Buf(b.clone()),
+            ChunkRef::Lease(l) => Chunk::Lease(l.clone()),
+        }
+    }
+}
+
+/// Memory someone else owns whose frames handed out with the lease stay readable and
+/// unchanged while it lives: a stretch of a live capture ring (`live::ebpf`), which the ring hands back to the kernel
+/// only once no batch holds its lease (`Arc::get_mut` on the ring's own reference).
+pub struct Lease {
+    ptr: *const u8,
+    len: usize,
+    /// Keeps the memory mapped.
+    _owner: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: the bytes are only read, and stay mapped and unwritten while the lease lives
+// (`Lease::new`'s contract); `_owner` is Send + Sync.
+unsafe impl Send for Lease {}
+// SAFETY: as above.
+unsafe impl Sync for Lease {}
+
+impl Lease {
+    /// # Safety
+    /// `ptr..ptr + len` must stay mapped while `owner` lives, and nothing may write the bytes
+    /// of the frames handed out with the lease while it (or a clone of its `Arc`) lives.
+    pub unsafe fn new(ptr: *const u8, len: usize, owner: Arc<dyn Send + Sync>) -> Lease {
+        Lease { ptr, len, _owner: owner }
+    }
+
+    /// Its bytes at `start..start + len`. Only frames handed out with the lease are read:
+    /// the rest of a ring's stretch may be written by the kernel meanwhile.
+    #[inline]
+    pub fn slice(&self, start: usize, len: usize) -> &[u8] {
+        assert!(start <= self.len && len <= self.len - start, "a frame outside its lease");
+        // SAFETY: within the lease (checked), which `new`'s contract keeps mapped and unwritten.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(start), len) }
+    }
+}
+
 struct Batch {
     data: Vec<u8>,
-    /// Read buffers its frames lie in (`Step::Frame::chunk`).
-    chunks: Vec<Arc<Vec<u8>>>,
+    /// Read buffers and ring leases its frames lie in (`Step::Frame::chunk`).
+    chunks: Vec<Chunk>,
     steps: Vec<Step>,
     /// What the worker recorded for it (empty on the way out; its capacity is reused).
     out: Vec<(Mark, Item)>,
@@ -192,7 +282,7 @@ impl Batch {
     /// own buffer (`COPIED`).
     fn frame_bytes(&self, chunk: u32, start: usize, len: usize) -> &[u8] {
         match self.chunks.get(chunk as usize) {
-            Some(c) => &c[start..start + len],
+            Some(c) => c.slice(start, len),
             None => &self.data[start..start + len],
         }
     }
@@ -702,7 +792,7 @@ pub struct Parallel {
     window_ns: u64,
     pub input_findings: Vec<crate::findings::Finding>,
     pub unusable_input_bytes: u64,
-    /// Frames were copied into the batches (`DEPTH_COPIED`).
+    /// Frames were copied into the batches or lie in leased ring memory (`DEPTH_COPIED`).
     copies: bool,
     /// Frames handed out as places in a read buffer, and copied (tests).
     pub handed: (u64, u64),
@@ -787,19 +877,39 @@ impl Parallel {
     /// `process`, the frame lying in `chunk` (a capture file's read buffer, `Source::chunk`):
     /// its worker's batch holds on to the buffer rather than copy the frame.
     pub fn process_in(&mut self, frame: &RawFrame<'_>, chunk: Option<&Arc<Vec<u8>>>) {
+        self.hand(frame, chunk.map(ChunkRef::Buf))
+    }
+
+    /// `process`, the frame lying in `lease` (a live ring's, `live::ebpf`): its worker's batch
+    /// holds the lease rather than copy the frame, and the ring's stretch goes back to the
+    /// kernel once no batch holds it.
+    pub fn process_leased(&mut self, frame: &RawFrame<'_>, lease: &Arc<Lease>) {
+        self.hand(frame, Some(ChunkRef::Lease(lease)))
+    }
+
+    fn hand(&mut self, frame: &RawFrame<'_>, chunk: Option<ChunkRef<'_>>) {
         let ctx = self.clock.frame(frame, &mut self.anomalies);
         let w = self.sharder.pick(&frame.info, frame.data);
         let b = &mut self.workers[w].batch;
         let len = frame.data.len();
         let p = frame.data.as_ptr() as usize;
-        match chunk.filter(|c| p >= c.as_ptr() as usize && p + len <= c.as_ptr() as usize + c.len()) {
+        let within = |c: &ChunkRef<'_>| {
+            let (at, n) = c.span();
+            p >= at && p + len <= at + n
+        };
+        match chunk.filter(within) {
             Some(c) => {
                 self.handed.0 += 1;
-                if !b.chunks.last().is_some_and(|l| Arc::ptr_eq(l, c)) {
-                    b.chunks.push(c.clone());
+                if matches!(c, ChunkRef::Lease(_)) {
+                    // A lease holds ring space the kernel cannot fill meanwhile: as few
+                    // batches in flight as when frames are copied (`DEPTH_COPIED`).
+                    self.copies = true;
+                }
+                if !b.chunks.last().is_some_and(|l| l.same(c)) {
+                    b.chunks.push(c.to_owned());
                 }
                 let chunk = (b.chunks.len() - 1) as u32;
-                b.steps.push(Step::Frame { info: frame.info, ctx, chunk, start: p - c.as_ptr() as usize, len });
+                b.steps.push(Step::Frame { info: frame.info, ctx, chunk, start: p - c.span().0, len });
             }
             None => {
                 self.copies = true;
@@ -1058,6 +1168,16 @@ impl Engine {
         match self {
             Engine::One(p) => p.process(frame),
             Engine::Many(p) => p.process(frame),
+        }
+    }
+
+    /// `process`, the frame lying in a live ring's `lease` when it has one: workers decode
+    /// it in place (`Parallel::process_leased`); one pipeline decodes it now.
+    pub fn process_live(&mut self, frame: &RawFrame<'_>, lease: Option<&Arc<Lease>>) {
+        match (self, lease) {
+            (Engine::One(p), _) => p.process(frame),
+            (Engine::Many(p), Some(l)) => p.process_leased(frame, l),
+            (Engine::Many(p), None) => p.process(frame),
         }
     }
 

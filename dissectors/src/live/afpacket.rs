@@ -48,6 +48,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
 
 use super::classify::inspect;
 use super::flows::FlowTable;
@@ -55,6 +56,7 @@ use super::sys::{self, os_error, setsockopt, SOL_PACKET};
 use super::{pick_queue, Head, LiveError, LiveOptions, LiveSource, LiveStats, MAX_QUEUES, STATS_TOP_FLOWS};
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
+use crate::parallel::Lease;
 
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_RX_RING: i32 = 5;
@@ -838,8 +840,11 @@ impl LiveSource for AfPacketSource {
     fn next_batch(
         &mut self,
         timeout_ms: i32,
-        f: &mut dyn FnMut(RawFrame<'_>),
+        f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>),
     ) -> io::Result<usize> {
+        // Frames are handed out of the TPACKET_V3 blocks without a lease: each block goes back
+        // to the kernel as soon as it is read, so `--threads` workers get copies.
+        let f = &mut |r: RawFrame<'_>| f(r, None);
         // At most one lap of each ring, so a busy interface cannot keep us here forever.
         for q in &mut self.queues {
             q.laps = q.ring.block_count;
@@ -1002,7 +1007,7 @@ mod ring_tests {
     /// (frame number, capture time, connection) of each frame a batch delivered.
     fn read(src: &mut AfPacketSource, timeout_ms: i32) -> Vec<(u64, u64, u16)> {
         let mut got = Vec::new();
-        src.next_batch(timeout_ms, &mut |f| {
+        src.next_batch(timeout_ms, &mut |f, _| {
             // The client port less 40000 (hostile rings deliver anything: no panic on it).
             let port = |at: usize| f.data.get(at..at + 2).map_or(0, |p| u16::from_be_bytes([p[0], p[1]]));
             got.push((f.info.frame.number, f.info.ts_ns, port(34).min(port(36)).wrapping_sub(40000)));
@@ -1320,7 +1325,7 @@ mod capture_tests {
         let mut mine = 0;
         let deadline = Instant::now() + Duration::from_secs(5);
         while (mine < want || src.held()) && Instant::now() < deadline {
-            src.next_batch(50, &mut |f| {
+            src.next_batch(50, &mut |f, _| {
                 let mark = mark_of(run, f.data);
                 mine += usize::from(mark.is_some());
                 seen.push(Seen { number: f.info.frame.number, ts_ns: f.info.ts_ns, mark });
@@ -1352,7 +1357,7 @@ mod capture_tests {
         if !private {
             let deadline = Instant::now() + Duration::from_secs(5);
             while !drained(src) && Instant::now() < deadline {
-                src.next_batch(20, &mut |_| {}).unwrap();
+                src.next_batch(20, &mut |_, _| {}).unwrap();
             }
         }
         assert!(!src.held(), "frames held after all were read");
@@ -1444,7 +1449,7 @@ mod capture_tests {
                 let deadline = Instant::now() + Duration::from_secs(2);
                 let mut latency = None;
                 while latency.is_none() && Instant::now() < deadline {
-                    src.next_batch(50, &mut |f| {
+                    src.next_batch(50, &mut |f, _| {
                         if mark_of(run, f.data) == Some(m) {
                             latency = Some(wall_now().saturating_sub(f.info.ts_ns) / 1_000_000);
                         }
@@ -1563,7 +1568,7 @@ mod capture_tests {
                 let until = Instant::now() + Duration::from_millis(500);
                 let (mut got, mut latency) = (0, 0);
                 while got < 48 && Instant::now() < until {
-                    src.next_batch(1, &mut |f| {
+                    src.next_batch(1, &mut |f, _| {
                         got += 1;
                         latency = wall_now().saturating_sub(f.info.ts_ns);
                     })

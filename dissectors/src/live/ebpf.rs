@@ -9,9 +9,12 @@
 // Without clang at build time only the stub at the end is compiled.
 #![cfg_attr(not(smbwire_bpf), allow(dead_code, unused_imports))]
 
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use libbpf_rs::{
     libbpf_sys, AsRawLibbpf, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder,
@@ -25,6 +28,7 @@ use super::{
 };
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
+use crate::parallel::Lease;
 
 /// Name of the program in the object (and in `bpftool prog show`) for each hook.
 pub fn program_name(hook: Hook) -> &'static str {
@@ -96,17 +100,59 @@ const ORDER_GRACE_NS: u64 = 2_000_000;
 /// back to its snapshot and shedding decisions under a continuous flood.
 const BATCH_MAX_BYTES: usize = 4 << 20;
 
-/// One BPF ring buffer, read in place (Documentation/bpf/ringbuf.rst, the layout the kernel
-/// maps): a read-write page with the consumer position, then read-only the producer position
-/// page and the data pages mapped twice in a row, so a record that wraps is contiguous.
-/// Records are 8-byte aligned, each after an 8-byte header whose busy bit the kernel clears
-/// (with release order) when the record is committed.
-struct Ring {
-    fd: i32,
+/// The two mappings of one BPF ring buffer (Documentation/bpf/ringbuf.rst, the layout the
+/// kernel maps): a read-write page with the consumer position, then read-only the producer
+/// position page and the data pages mapped twice in a row, so a record that wraps is
+/// contiguous. Unmapped once neither the ring nor a lease of its memory (`Ring::lend`) holds
+/// it.
+struct Mapping {
     consumer: *mut u8,
     producer: *const u8,
     size: u64,
     page: usize,
+}
+
+// SAFETY: the mappings are plain shared memory; through `Mapping` they are only unmapped
+// (once, on drop), and leases only read the data pages.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the two mappings made by `Ring::map`, unmapped once, when nothing uses them.
+        unsafe {
+            libc::munmap(self.consumer as *mut libc::c_void, self.page);
+            libc::munmap(self.producer as *mut libc::c_void, self.page + 2 * self.size as usize);
+        }
+    }
+}
+
+/// One BPF ring buffer, read in place. Records are 8-byte aligned, each after an 8-byte
+/// header whose busy bit the kernel clears (with release order) when the record is committed.
+///
+/// **Leases.** With `--threads`, workers decode frames where they lie in the ring instead of
+/// copies (`crate::parallel::Lease`). The kernel reserves a record only where the consumer
+/// position leaves room (a reservation past `consumer + size` fails and is counted as a
+/// drop), so it never writes between the consumer position and the producer's. The ring
+/// therefore keeps two positions: `read`, after the records handed out, and the kernel's
+/// consumer position, which trails it while a lease of the stretch between is held. A
+/// stretch goes back to the kernel, oldest first, once no batch holds its lease.
+struct Ring {
+    fd: i32,
+    map: Arc<Mapping>,
+    consumer: *mut u8,
+    producer: *const u8,
+    size: u64,
+    page: usize,
+    /// The read position: records before it were handed out.
+    read: Cell<u64>,
+    /// Leases handed out and still held, oldest first, each with the read position at the
+    /// end of its stretch.
+    lent: RefCell<VecDeque<(u64, Arc<Lease>)>>,
+    /// A batch's lease is out (`lend` .. `settle`), from this read position on.
+    lending: Cell<bool>,
+    lent_from: Cell<u64>,
 }
 
 impl Ring {
@@ -138,7 +184,11 @@ impl Ring {
             unsafe { libc::munmap(consumer, page) };
             return Err(e);
         }
-        Ok(Ring { fd, consumer: consumer as *mut u8, producer: producer as *const u8, size, page })
+        let (consumer, producer) = (consumer as *mut u8, producer as *const u8);
+        let map = Arc::new(Mapping { consumer, producer, size, page });
+        // SAFETY: the first word of the consumer page, 8-byte aligned.
+        let read = unsafe { (*(consumer as *const AtomicU64)).load(Ordering::Relaxed) };
+        Ok(Ring { fd, map, consumer, producer, size, page, read: Cell::new(read), lent: RefCell::default(), lending: Cell::new(false), lent_from: Cell::new(read) })
     }
 
     fn consumer_pos(&self) -> &AtomicU64 {
@@ -151,17 +201,22 @@ impl Ring {
         unsafe { (*(self.producer as *const AtomicU64)).load(Ordering::Acquire) }
     }
 
-    /// Unread bytes, headers included.
+    /// Records not handed out yet, headers included.
     fn pending(&self) -> u64 {
+        self.producer_pos().wrapping_sub(self.read.get())
+    }
+
+    /// Bytes the kernel cannot write now: records not handed out and stretches still lent.
+    fn occupied(&self) -> u64 {
         self.producer_pos().wrapping_sub(self.consumer_pos().load(Ordering::Relaxed))
     }
 
-    /// The oldest committed record and its size in the ring (header and padding included);
-    /// None when the ring is empty or its oldest record is not committed yet. Discarded
-    /// records are skipped.
+    /// The oldest committed record not handed out and its size in the ring (header and
+    /// padding included); None when there is none or the oldest is not committed yet.
+    /// Discarded records are skipped.
     fn head(&self) -> Option<(&[u8], u64)> {
         loop {
-            let cons = self.consumer_pos().load(Ordering::Relaxed);
+            let cons = self.read.get();
             if cons >= self.producer_pos() {
                 return None;
             }
@@ -176,7 +231,7 @@ impl Ring {
             let total = (body + RB_HDR as u64 + 7) & !7;
             if len & RB_DISCARD != 0 || body > self.size {
                 // A discarded record (or a length no record can have): step over it.
-                self.consumer_pos().store(cons + total.min(self.size), Ordering::Release);
+                self.release(total.min(self.size));
                 continue;
             }
             // SAFETY: the record's body follows its header; the data pages are mapped twice in
@@ -186,19 +241,66 @@ impl Ring {
         }
     }
 
-    /// Hands the oldest record's space back to the kernel.
+    /// Hands the oldest record out: its space goes back to the kernel now, or with the
+    /// stretch it lies in when that is lent (`settle`).
     fn release(&self, total: u64) {
-        let cons = self.consumer_pos().load(Ordering::Relaxed);
-        self.consumer_pos().store(cons + total, Ordering::Release);
+        let read = self.read.get() + total;
+        self.read.set(read);
+        if !self.lending.get() && self.lent.borrow().is_empty() {
+            self.consumer_pos().store(read, Ordering::Release);
+        }
     }
-}
 
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: the two mappings made by `map`, unmapped once.
-        unsafe {
-            libc::munmap(self.consumer as *mut libc::c_void, self.page);
-            libc::munmap(self.producer as *mut libc::c_void, self.page + 2 * self.size as usize);
+    /// A lease of the ring's memory from the read position on, `size` bytes (within the
+    /// second copy of the data pages), holding every record the batch about to start may
+    /// hand out. Give it back with `settle` at the batch's end.
+    fn lend(&self) -> Arc<Lease> {
+        // Until `settle`, the consumer position stays where it is: so the records this batch
+        // hands out lie within `size` bytes of the read position now.
+        self.lending.set(true);
+        self.lent_from.set(self.read.get());
+        let at = self.page + (self.read.get() & (self.size - 1)) as usize;
+        let owner: Arc<dyn Send + Sync> = self.map.clone();
+        // SAFETY: `at..at + size` lies within the producer mapping (page + 2 * size bytes),
+        // which `owner` keeps mapped. The kernel writes only records it reserves, past the
+        // consumer position plus nothing lent: the consumer position stays at or before this
+        // stretch's start while the lease is held (`settle`, `reclaim`).
+        Arc::new(unsafe { Lease::new(self.producer.add(at), self.size as usize, owner) })
+    }
+
+    /// The batch that took `lease` (`lend`) is over: when something holds it, its stretch
+    /// (to the read position now) waits for it; else it is handed back with the rest.
+    fn settle(&self, mut lease: Arc<Lease>) {
+        self.lending.set(false);
+        let mut lent = self.lent.borrow_mut();
+        // `get_mut`: as in `reclaim`.
+        if Arc::get_mut(&mut lease).is_none() {
+            lent.push_back((self.read.get(), lease));
+        } else if lent.is_empty() {
+            self.consumer_pos().store(self.read.get(), Ordering::Release);
+        }
+    }
+
+    /// Hands back to the kernel the stretches whose leases nothing holds any more, oldest
+    /// first; all that was read once none is held.
+    fn reclaim(&self) {
+        let mut lent = self.lent.borrow_mut();
+        let mut to = None;
+        while let Some((end, lease)) = lent.front_mut() {
+            // `get_mut` succeeds only when this is the last reference, and synchronizes with
+            // the other holders' drops (their reads of the stretch happen before).
+            if Arc::get_mut(lease).is_none() {
+                break;
+            }
+            to = Some(*end);
+            lent.pop_front();
+        }
+        if lent.is_empty() {
+            // All read, up to where the batch's own lease starts while it is out.
+            to = Some(if self.lending.get() { self.lent_from.get() } else { self.read.get() });
+        }
+        if let Some(to) = to {
+            self.consumer_pos().store(to, Ordering::Release);
         }
     }
 }
@@ -631,16 +733,14 @@ fn read_flows_by_key(map: &MapHandle, top: &mut flows::TopFlows) {
 }
 
 #[cfg(smbwire_bpf)]
-impl LiveSource for EbpfSource {
-    /// Frames of every ring in time stamp order (`pick_queue`), at most `BATCH_MAX_BYTES` or
-    /// what `batch_full` allows; waits up to `timeout_ms` only when nothing can be handed out.
-    fn next_batch(
+impl EbpfSource {
+    /// `next_batch` with each ring's lease lent (`leases`, by ring).
+    fn hand_out(
         &mut self,
         timeout_ms: i32,
-        f: &mut dyn FnMut(RawFrame<'_>),
+        leases: &[Option<Arc<Lease>>],
+        f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>),
     ) -> io::Result<usize> {
-        // Re-read each batch so a stepped wall clock (NTP) is followed.
-        self.records.wall_offset = sys::monotonic_to_wall_offset();
         let (mut frames, mut bytes) = (0usize, 0usize);
         let mut waited = false;
         let started = std::time::Instant::now();
@@ -657,7 +757,8 @@ impl LiveSource for EbpfSource {
             while let Some(i) = pick_queue(heads, horizon) {
                 let ring = &self.rings[i];
                 let Some((rec, total)) = ring.head() else { break };
-                self.records.deliver(rec, f);
+                let lease = leases[i].as_ref();
+                self.records.deliver(rec, &mut |r| f(r, lease));
                 ring.release(total);
                 frames += 1;
                 bytes += total as usize;
@@ -681,6 +782,18 @@ impl LiveSource for EbpfSource {
                 waited = true;
                 continue;
             }
+            // A ring polls readable while its consumer position trails the producer's, as it
+            // does while a stretch is lent (`Ring::lend`), and the program's wake-up counts
+            // lent bytes as queued: then poll would return at once, again and again. Until
+            // the workers give the stretches back, look again after a short sleep instead.
+            for r in &self.rings {
+                r.reclaim();
+            }
+            if self.rings.iter().any(|r| !r.lent.borrow().is_empty()) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                waited = true;
+                continue;
+            }
             let mut fds = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; MAX_RINGS];
             for (p, r) in fds.iter_mut().zip(&self.rings) {
                 p.fd = r.fd;
@@ -696,18 +809,49 @@ impl LiveSource for EbpfSource {
             waited = true;
         }
     }
+}
+
+#[cfg(smbwire_bpf)]
+impl LiveSource for EbpfSource {
+    /// Frames of every ring in time stamp order (`pick_queue`), at most `BATCH_MAX_BYTES` or
+    /// what `batch_full` allows; waits up to `timeout_ms` only when nothing can be handed out.
+    fn next_batch(
+        &mut self,
+        timeout_ms: i32,
+        f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>),
+    ) -> io::Result<usize> {
+        // Re-read each batch so a stepped wall clock (NTP) is followed.
+        self.records.wall_offset = sys::monotonic_to_wall_offset();
+        // What the workers are done with goes back to the kernel; then each ring lends what
+        // this batch may hand out (`Ring::lend`), settled whatever way the batch ends.
+        let mut leases = [const { None }; MAX_RINGS];
+        for (l, r) in leases.iter_mut().zip(&self.rings) {
+            r.reclaim();
+            *l = Some(r.lend());
+        }
+        let got = self.hand_out(timeout_ms, &leases, f);
+        for (l, r) in leases.iter_mut().zip(&self.rings) {
+            if let Some(l) = l.take() {
+                r.settle(l);
+            }
+        }
+        got
+    }
 
     fn held(&self) -> bool {
         self.rings.iter().any(|r| r.pending() > 0)
     }
 
     fn backlog(&self) -> f64 {
+        // What the kernel cannot write: records waiting and stretches the workers still hold
+        // (`Ring::lend`), both of which push the ring towards dropping frames.
         self.rings
             .iter()
-            .map(|r| r.pending() as f64 / r.size as f64)
+            .map(|r| r.occupied() as f64 / r.size as f64)
             .fold(0.0, f64::max)
             .min(1.0)
     }
+
 
     fn shed(&mut self, conn: &FlowKey) -> bool {
         let zero = [0u8; SHED_VALUE_SIZE];
@@ -832,7 +976,7 @@ impl EbpfSource {
 
 #[cfg(not(smbwire_bpf))]
 impl LiveSource for EbpfSource {
-    fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(RawFrame<'_>)) -> io::Result<usize> {
+    fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>)) -> io::Result<usize> {
         match self._never {}
     }
     fn stats(&self) -> LiveStats {

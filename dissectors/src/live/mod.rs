@@ -30,10 +30,12 @@ pub mod session;
 mod sys;
 
 use std::io;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::capture::RawFrame;
+use crate::parallel::Lease;
 pub use flows::{FlowKey, FlowStat};
 
 /// Default SMB ports: 445 (direct TCP transport, MS-SMB2 2.1) and 5445 (SMB Direct over
@@ -309,8 +311,10 @@ pub struct LiveStats {
 
 pub trait LiveSource {
     /// Waits up to `timeout_ms` (negative: forever, 0: no wait) for frames and hands each
-    /// one to `f` (Ethernet, frame numbers from 1, wall-clock ns). Returns how many.
-    fn next_batch(&mut self, timeout_ms: i32, f: &mut dyn FnMut(RawFrame<'_>))
+    /// one to `f` (Ethernet, frame numbers from 1, wall-clock ns), with the lease of the
+    /// ring memory it lies in when the source lends it (`Lease`: `--threads` workers then
+    /// decode it in place). Returns how many.
+    fn next_batch(&mut self, timeout_ms: i32, f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>))
         -> io::Result<usize>;
     fn stats(&self) -> LiveStats;
     /// The eBPF hook in use; None for AF_PACKET.

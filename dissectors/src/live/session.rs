@@ -589,7 +589,7 @@ impl Capture {
         let bytes = &mut self.captured_bytes;
         let shed = &mut self.shed;
         let delay = self.opts.frame_delay;
-        let n = self.source.next_batch(wait_ms, &mut |f| {
+        let n = self.source.next_batch(wait_ms, &mut |f, lease| {
             if !shed.admit(&f) {
                 return;
             }
@@ -604,7 +604,7 @@ impl Capture {
             if let Some(w) = writer.as_mut() {
                 w.write(&f);
             }
-            pipeline.process(&f);
+            pipeline.process_live(&f, lease);
         })?;
         self.shed.after_batch(self.source.as_mut());
         Ok(n)
@@ -916,7 +916,11 @@ mod tests {
     }
 
     impl LiveSource for Filling {
-        fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(crate::capture::RawFrame<'_>)) -> std::io::Result<usize> {
+        fn next_batch(
+            &mut self,
+            _t: i32,
+            _f: &mut dyn FnMut(crate::capture::RawFrame<'_>, Option<&std::sync::Arc<crate::parallel::Lease>>),
+        ) -> std::io::Result<usize> {
             Ok(0)
         }
         fn stats(&self) -> LiveStats {

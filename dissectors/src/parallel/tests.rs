@@ -340,3 +340,70 @@ fn a_worker_is_handed_only_the_batches_with_work_for_it() {
     };
     assert_eq!(strip(&a), strip(&b));
 }
+
+#[test]
+fn frames_in_a_lease_are_decoded_in_place_and_the_lease_comes_back() {
+    /// Keeps every frame (as a live ring would hold them), then hands nothing on.
+    struct Keeping(Engine, Vec<(FrameInfo, Vec<u8>)>);
+    impl FrameSink for Keeping {
+        fn inputs(&mut self) -> (&mut u64, &mut Anomalies, &mut Vec<crate::findings::Finding>) {
+            self.0.inputs()
+        }
+        fn process(&mut self, frame: &RawFrame<'_>) {
+            self.1.push((frame.info, frame.data.to_vec()));
+        }
+    }
+    let caps = captures();
+    let cap = caps.iter().find(|p| p.to_string_lossy().contains("redirect4-1MiB")).unwrap();
+    let paths = vec![cap.to_string_lossy().into_owned()];
+    let config = Config::default();
+    let mut results = Vec::new();
+    let mut leases: Vec<Arc<Lease>> = Vec::new();
+    for leased in [false, true] {
+        let merged = open_inputs(&paths, ReadMode::Buffered).unwrap();
+        let mut sink = Keeping(Engine::Many(Box::new(Parallel::new(&config, 2, None))), Vec::new());
+        let (inputs, container) = read_inputs(&paths, merged, &config, &mut sink, &mut |_, _| true).unwrap();
+        let Keeping(mut engine, frames) = sink;
+        assert!(frames.len() > 1000);
+        // Stretches of 37 frames, each in one buffer a lease stands for; every fifth frame
+        // lies outside its stretch's lease (a retagged VLAN frame does): that one is copied.
+        for group in frames.chunks(37) {
+            let owner: Arc<Vec<u8>> = Arc::new(group.iter().flat_map(|(_, d)| d.iter().copied()).collect());
+            let keep: Arc<dyn Send + Sync> = owner.clone();
+            // SAFETY: `owner` is never written and `keep` keeps it alive.
+            let lease = Arc::new(unsafe { Lease::new(owner.as_ptr(), owner.len(), keep) });
+            let mut at = 0;
+            for (k, (info, data)) in group.iter().enumerate() {
+                let frame = RawFrame { info: *info, data: &owner[at..at + data.len()] };
+                at += data.len();
+                match (leased, k % 5 == 4) {
+                    (false, _) => engine.process_live(&frame, None),
+                    (true, false) => engine.process_live(&frame, Some(&lease)),
+                    (true, true) => engine.process_live(&RawFrame { info: *info, data }, Some(&lease)),
+                }
+            }
+            if leased {
+                leases.push(lease);
+            }
+        }
+        let Engine::Many(many) = &engine else { unreachable!() };
+        let (in_place, copied) = many.handed;
+        if leased {
+            assert_eq!(in_place + copied, frames.len() as u64);
+            assert_eq!(copied, frames.chunks(37).map(|g| g.len() / 5).sum::<usize>() as u64, "only frames outside their lease are copied");
+        } else {
+            assert_eq!(in_place, 0);
+        }
+        let mut v = serde_json::to_value(engine.finish(inputs, container, Instant::now())).unwrap();
+        for k in ["analysis", "inputs"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        results.push(v);
+    }
+    crate::capture::testutil::assert_same_json("frames copied and leased", &results[0], &results[1]);
+    // Every batch that held a lease is spent: each lease is back with its ring alone.
+    assert!(!leases.is_empty());
+    for l in &mut leases {
+        assert!(Arc::get_mut(l).is_some(), "a lease still held after the run");
+    }
+}
