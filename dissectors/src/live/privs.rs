@@ -51,7 +51,11 @@ struct CapData {
 
 /// A capability set field of /proc/thread-self/status (`CapEff`, `CapPrm`, ...).
 fn status_field(path: &str, field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    status_text_field(&std::fs::read_to_string(path).ok()?, field)
+}
+
+/// A hexadecimal field of a /proc status text.
+fn status_text_field(text: &str, field: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with(field))?;
     u64::from_str_radix(line.split(':').nth(1)?.trim(), 16).ok()
 }
@@ -233,11 +237,42 @@ fn clear_thread_effective() -> io::Result<()> {
 /// capability on this kernel: tried on a short-lived thread whose effective set is empty,
 /// so the caller keeps its own.
 pub fn fd_reads_need_cap(read: impl FnOnce() -> bool + Send) -> bool {
-    std::thread::scope(|s| {
-        s.spawn(|| clear_thread_effective().is_ok() && !read())
-            .join()
-            .unwrap_or(true)
-    })
+    probe_on_own_thread(read).0
+}
+
+/// How long `probe_on_own_thread` waits for its thread's task to leave /proc.
+const PROBE_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `fd_reads_need_cap`, and the probe thread's id. The thread gives up every capability
+/// (effective, permitted, bounding; no_new_privs) before it ends, and this returns once its
+/// task has left /proc/self/task (at most `PROBE_EXIT_WAIT`): a join returns when the thread
+/// has cleared its id, while the kernel may still list the task, with its credentials, for
+/// a moment after, and the privilege summary read then (`summary`, right after the drop)
+/// would count it as a thread holding capabilities: the likeliest cause of one CI run on
+/// 2026-12-02 reporting `threads_with_capabilities` 1 at start while every thread /proc
+/// listed during the capture held none (not reproduced by hand, even on one loaded CPU).
+fn probe_on_own_thread(read: impl FnOnce() -> bool + Send) -> (bool, libc::pid_t) {
+    let (needs, tid) = std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let needs = clear_thread_effective().is_ok() && !read();
+            // Whatever fails here leaves the thread no more than it had; it ends next.
+            let _ = limit_thread(false);
+            let _ = set_thread_caps(0);
+            (needs, tid)
+        })
+        .join()
+        .unwrap_or((true, 0))
+    });
+    if tid > 0 {
+        let task = format!("/proc/self/task/{tid}");
+        let deadline = std::time::Instant::now() + PROBE_EXIT_WAIT;
+        while std::path::Path::new(&task).exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+    (needs, tid)
 }
 
 /// The capability to keep for map reads, when they need one: CAP_BPF, or CAP_SYS_ADMIN on a
@@ -300,12 +335,19 @@ pub fn summary(user: Option<&User>, keep: u64) -> Summary {
         .flatten();
     for t in tasks {
         let path = t.path().join("status");
-        let path = path.to_string_lossy();
-        let eff = status_field(&path, "CapEff:").unwrap_or(u64::MAX);
-        let prm = status_field(&path, "CapPrm:").unwrap_or(u64::MAX);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            // The thread ended after the listing: it holds nothing.
+            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => continue,
+            // Unreadable for another reason: counted as holding everything.
+            Err(_) => String::new(),
+        };
+        let field = |name: &str| status_text_field(&text, name);
+        let eff = field("CapEff:").unwrap_or(u64::MAX);
+        let prm = field("CapPrm:").unwrap_or(u64::MAX);
         s.threads_with_capabilities += u64::from(eff | prm != 0);
-        s.bounding_set_empty &= status_field(&path, "CapBnd:") == Some(0);
-        s.no_new_privs &= status_field(&path, "NoNewPrivs:") == Some(1);
+        s.bounding_set_empty &= field("CapBnd:") == Some(0);
+        s.no_new_privs &= field("NoNewPrivs:") == Some(1);
     }
     s
 }
@@ -340,6 +382,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no such user"));
+    }
+
+    #[test]
+    fn the_probe_thread_is_gone_and_held_nothing_when_it_returns() {
+        // SAFETY: no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !crate::live::privileged_test_runs("capability probe test", (!root).then(|| "not root".to_string())) {
+            return;
+        }
+        let before = status_field("/proc/thread-self/status", "CapEff:").unwrap();
+        for _ in 0..200 {
+            let seen = std::sync::Mutex::new(None);
+            let (needs, tid) = probe_on_own_thread(|| {
+                *seen.lock().unwrap() = status_field("/proc/thread-self/status", "CapEff:");
+                true
+            });
+            assert!(!needs);
+            assert!(tid > 0);
+            // The read ran with an empty effective set, and the thread's task is gone.
+            assert_eq!(*seen.lock().unwrap(), Some(0));
+            assert!(!std::path::Path::new(&format!("/proc/self/task/{tid}")).exists(), "task {tid} still listed");
+        }
+        assert_eq!(status_field("/proc/thread-self/status", "CapEff:"), Some(before));
     }
 
     #[test]
