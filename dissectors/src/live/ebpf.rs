@@ -852,6 +852,14 @@ impl LiveSource for EbpfSource {
             .min(1.0)
     }
 
+    fn unread(&self) -> f64 {
+        self.rings
+            .iter()
+            .map(|r| r.pending() as f64 / r.size as f64)
+            .fold(0.0, f64::max)
+            .min(1.0)
+    }
+
 
     fn shed(&mut self, conn: &FlowKey) -> bool {
         let zero = [0u8; SHED_VALUE_SIZE];

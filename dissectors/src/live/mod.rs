@@ -331,6 +331,12 @@ pub trait LiveSource {
     fn backlog(&self) -> f64 {
         0.0
     }
+    /// Of `backlog`, the part not handed out yet (0.0 to 1.0): what grows when the analysis
+    /// falls behind. It differs only where handed-out frames keep their queue space while
+    /// the workers decode them (eBPF rings lent to `--threads` workers, `ebpf::Ring::lend`).
+    fn unread(&self) -> f64 {
+        self.backlog()
+    }
     /// Stops copying the frames of connection `conn` (`FlowKey::connection`) at the capture
     /// point, counting them in `shed_frames`/`shed_bytes`. False when the capture point
     /// cannot (AF_PACKET: the session then discards them itself).
