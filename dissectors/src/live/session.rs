@@ -919,9 +919,11 @@ mod tests {
         f
     }
 
-    /// A source whose queue is as full as the test says, recording what it is told to shed.
+    /// A source whose queue is as full as the test says, recording what it is told to shed;
+    /// `unread`, when set, is the part not handed out (else all of it).
     struct Filling {
         backlog: f64,
+        unread: Option<f64>,
         told: Vec<super::super::FlowKey>,
     }
 
@@ -938,6 +940,9 @@ mod tests {
         }
         fn backlog(&self) -> f64 {
             self.backlog
+        }
+        fn unread(&self) -> f64 {
+            self.unread.unwrap_or(self.backlog)
         }
         fn shed(&mut self, conn: &super::super::FlowKey) -> bool {
             self.told.push(*conn);
@@ -958,7 +963,7 @@ mod tests {
             (info, data.to_vec())
         };
         let mut shed = Shedder::new(true, vec![445]);
-        let mut src = Filling { backlog: 0.2, told: Vec::new() };
+        let mut src = Filling { backlog: 0.2, unread: None, told: Vec::new() };
         let a_out = tcp_frame(1, 50000, 2, 445);
         let a_back = tcp_frame(2, 445, 1, 50000);
         let b_out = tcp_frame(3, 50001, 2, 445);
@@ -1024,42 +1029,18 @@ mod tests {
         assert!(admit(&mut off, &a_out));
     }
 
-    /// A queue part of whose space is lent to workers: `backlog` is all of it, `unread`
-    /// what is not handed out yet.
-    struct Lent {
-        backlog: f64,
-        unread: f64,
-    }
-
-    impl LiveSource for Lent {
-        fn next_batch(
-            &mut self,
-            _t: i32,
-            _f: &mut dyn FnMut(crate::capture::RawFrame<'_>, Option<&std::sync::Arc<crate::parallel::Lease>>),
-        ) -> std::io::Result<usize> {
-            Ok(0)
-        }
-        fn stats(&self) -> LiveStats {
-            LiveStats::default()
-        }
-        fn backlog(&self) -> f64 {
-            self.backlog
-        }
-        fn unread(&self) -> f64 {
-            self.unread
-        }
-    }
-
     #[test]
     fn lent_space_rising_is_no_overload_but_unread_rising_and_a_nearly_full_queue_are() {
-        let look = |shed: &mut Shedder, src: &mut Lent, backlog: f64, unread: f64| {
-            (src.backlog, src.unread) = (backlog, unread);
+        let look = |shed: &mut Shedder, src: &mut Filling, backlog: f64, unread: f64| {
+            (src.backlog, src.unread) = (backlog, Some(unread));
             std::thread::sleep(SHED_SAMPLE_MIN_AGE);
             shed.after_batch(src);
             (shed.want, shed.rises)
         };
         let mut shed = Shedder::new(true, vec![445]);
-        let mut src = Lent { backlog: 0.0, unread: 0.0 };
+        // A queue part of whose space is lent to workers: `backlog` is all of it, `unread`
+        // what is not handed out yet.
+        let mut src = Filling { backlog: 0.0, unread: Some(0.0), told: Vec::new() };
         // The queue above the mark and filling, but with what the workers hold: nothing.
         assert_eq!(look(&mut shed, &mut src, 0.55, 0.10), (false, 0));
         assert_eq!(look(&mut shed, &mut src, 0.60, 0.10), (false, 0));
