@@ -734,6 +734,11 @@ fn read_flows_by_key(map: &MapHandle, top: &mut flows::TopFlows) {
 
 #[cfg(smbwire_bpf)]
 impl EbpfSource {
+    /// The largest share of its ring that `bytes` counts, over the rings (0.0 to 1.0).
+    fn fullest(&self, bytes: fn(&Ring) -> u64) -> f64 {
+        self.rings.iter().map(|r| bytes(r) as f64 / r.size as f64).fold(0.0, f64::max).min(1.0)
+    }
+
     /// `next_batch` with each ring's lease lent (`leases`, by ring).
     fn hand_out(
         &mut self,
@@ -845,21 +850,12 @@ impl LiveSource for EbpfSource {
     fn backlog(&self) -> f64 {
         // What the kernel cannot write: records waiting and stretches the workers still hold
         // (`Ring::lend`), both of which push the ring towards dropping frames.
-        self.rings
-            .iter()
-            .map(|r| r.occupied() as f64 / r.size as f64)
-            .fold(0.0, f64::max)
-            .min(1.0)
+        self.fullest(Ring::occupied)
     }
 
     fn unread(&self) -> f64 {
-        self.rings
-            .iter()
-            .map(|r| r.pending() as f64 / r.size as f64)
-            .fold(0.0, f64::max)
-            .min(1.0)
+        self.fullest(Ring::pending)
     }
-
 
     fn shed(&mut self, conn: &FlowKey) -> bool {
         let zero = [0u8; SHED_VALUE_SIZE];

@@ -462,11 +462,8 @@ impl Shedder {
         // handed out yet. They differ only while `--threads` workers decode frames where an
         // eBPF ring holds them (`LiveSource::unread`): those stretches come back as the
         // workers finish, a few MiB at most, and rise and fall with the batches in flight,
-        // so the analysis is behind when what is unread grows, not what is lent. (Measured
-        // on a slower host, 2026-12-02, 9000 B frames at a fixed 4.8 Gbit/s, `--threads 2`:
-        // 1 of 5 replays shed their connection judged on the whole, 2 of 5 judged on what
-        // is unread, then 0 of 12, leased or copied alike: the sheds seen there come from
-        // the host's scheduling, this rule only stops counting lent space as a backlog.)
+        // so the analysis is behind when what is unread grows, not what is lent
+        // (docs/performance-log.md, 2026-12-02: no change in how often replays shed).
         let backlog = source.backlog();
         let unread = source.unread();
         // Unread above the mark and filling: `SHED_RISES` looks since it last drained found
