@@ -13,9 +13,10 @@
 //! edge, receiver) are read back from the ring and the send, so a digest is stored once.
 //! They grow a few entries per insert (`postable`), so no send stalls the stage on a rehash.
 //!
-//! Per live send (what dominates on 4 KiB I/O, where every block is a send): a 40-byte
-//! record in the send table with what the index decides with (`LiveSend`; a connection
-//! number or response time too wide for its field kept whole beside it, `Wide`); the send's
+//! Per live send (what dominates on 4 KiB I/O, where every block is a send): a 32-byte
+//! record in the send table with what the index decides with (`LiveSend`: its window time
+//! from its group's base, `TimeBases`, its MessageId in 32 bits; a value too wide for its
+//! field kept whole beside it, `Wide`); the send's
 //! evidence fields, which only its leaving the window reads, as differences from the
 //! previous send's in a byte stream (`cold`);
 //! a 5-byte slot in `messages`; and either its payload's evidence entry (`Evidence`, shared by
@@ -97,17 +98,20 @@ impl LiveBlock {
     }
 }
 
-/// A send in the window: what the index decides with. 40 bytes: on 4 KiB I/O every block is
+/// A send in the window: what the index decides with. 32 bytes: on 4 KiB I/O every block is
 /// a send, so this is most of a live block's cost; what only its evidence needs (frames, own
-/// capture time, offset, context, file) is in `Dedupe::cold`. The response time is kept
-/// relative to the send's window time in 32 bits; it, or a connection number past 2^31,
-/// when it does not fit, is kept whole in `Dedupe::wide` by the send's sequence number, and
-/// the compact field says so.
+/// capture time, offset, context, file) is in `Dedupe::cold`. Its window time is kept in 32
+/// bits from its group's base (`TimeBases`), the response time from its window time, the
+/// MessageId in 32 bits; each of them, or a connection number past 2^31, when it does not
+/// fit, is kept whole in `Dedupe::wide` by the send's sequence number, and the compact field
+/// says so.
 #[derive(Clone, Copy)]
 struct LiveSend {
-    message_id: u64,
-    /// Time used for the window (capture time, never earlier than the previous send's).
-    ts_ns: u64,
+    /// Its MessageId (`WIDE_U32`: in `wide`).
+    message_id: u32,
+    /// Time used for the window (capture time, never earlier than the previous send's), from
+    /// its group's base in `Dedupe::bases` (`WIDE_U32`: in `wide`).
+    ts: u32,
     /// Its connection's number in the report (`pack_conn`; `WIDE_U32`: in `wide`).
     conn: u32,
     /// When its response was seen, from `ts_ns` (`NOT_COMPLETED`: not yet; `WIDE_I32`: in
@@ -128,13 +132,81 @@ struct LiveSend {
     flags: u8,
 }
 
-const _: () = assert!(std::mem::size_of::<LiveSend>() == 40);
+const _: () = assert!(std::mem::size_of::<LiveSend>() == 32);
 
 /// Values of live sends too wide for their `LiveSend` fields, by sequence number.
 #[derive(Clone, Copy, Default)]
 struct Wide {
     conn: u64,
     completed_ns: u64,
+    message_id: u64,
+    ts_ns: u64,
+}
+
+/// Sends per group of `TimeBases`.
+const TIME_GROUP_SHIFT: u32 = 10;
+
+/// The window time of the first send of each group of `2^TIME_GROUP_SHIFT` consecutive
+/// sequence numbers with a live send: a live send's time is kept from its group's (8 bytes per
+/// 1024 sends). Sends arrive in window-time order, so no send is earlier than its group's base.
+#[derive(Default)]
+struct TimeBases {
+    /// Group number (sequence number >> `TIME_GROUP_SHIFT`) of `bases[0]`.
+    first: u64,
+    bases: std::collections::VecDeque<u64>,
+}
+
+impl TimeBases {
+    /// The compact time of a new send `seq` at `ts_ns` (sequence numbers come one by one).
+    fn push(&mut self, seq: u64, ts_ns: u64) -> u32 {
+        let group = seq >> TIME_GROUP_SHIFT;
+        if self.bases.is_empty() {
+            self.first = group;
+        }
+        if group >= self.first + self.bases.len() as u64 {
+            self.bases.push_back(ts_ns);
+        }
+        self.compact(seq, ts_ns)
+    }
+
+    fn base(&self, seq: u64) -> u64 {
+        self.bases[((seq >> TIME_GROUP_SHIFT) - self.first) as usize]
+    }
+
+    /// `ts_ns` from `seq`'s base in 32 bits, `WIDE_U32` when it does not fit.
+    fn compact(&self, seq: u64, ts_ns: u64) -> u32 {
+        ts_ns.checked_sub(self.base(seq)).and_then(|d| u32::try_from(d).ok()).filter(|&d| d != WIDE_U32).unwrap_or(WIDE_U32)
+    }
+
+    /// The window time of live send `seq` (`e`); `wide` is its entry in `Dedupe::wide`.
+    #[inline]
+    fn time(&self, e: &LiveSend, seq: u64, wide: impl FnOnce() -> Wide) -> u64 {
+        match e.ts {
+            WIDE_U32 => wide().ts_ns,
+            d => self.base(seq) + u64::from(d),
+        }
+    }
+
+    /// The live sends now start at `front_seq` (none live: `None`).
+    fn drop_before(&mut self, front_seq: Option<u64>) {
+        match front_seq {
+            None => self.bases.clear(),
+            Some(seq) => {
+                while self.first < seq >> TIME_GROUP_SHIFT && !self.bases.is_empty() {
+                    self.bases.pop_front();
+                    self.first += 1;
+                }
+            }
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.bases.capacity() * 8) as u64
+    }
+
+    fn held_bytes(&self) -> u64 {
+        (self.bases.len() * 8) as u64
+    }
 }
 
 /// A compact field whose value is in `Dedupe::wide`.
@@ -145,6 +217,20 @@ const WIDE_I32: i32 = i32::MIN;
 const NOT_COMPLETED: i32 = i32::MAX;
 /// A `Dedupe::wide` entry: its key, value and control byte.
 const WIDE_ENTRY_BYTES: usize = 8 + std::mem::size_of::<Wide>() + 1;
+
+/// Memory of `Dedupe::wide` once it has held `peak` entries: the slots of the table that
+/// many entries need (it does not shrink). Its allocation is not read: the map is seeded per
+/// process, and when it grows or rehashes over removed entries depends on where keys fall,
+/// so the figure would differ from run to run.
+fn wide_bytes(peak: usize) -> u64 {
+    let slots = match peak {
+        0 => 0,
+        1..=3 => 4,
+        4..=7 => 8,
+        n => (n * 8 / 7).next_power_of_two(),
+    };
+    (slots * WIDE_ENTRY_BYTES) as u64
+}
 
 /// `value - base` in a compact signed field: `WIDE_I32` when it does not fit or would read
 /// as one of the field's reserved values (`WIDE_I32`, `NOT_COMPLETED`).
@@ -239,26 +325,37 @@ impl LiveSend {
         }
     }
 
-    fn completed_ns(&self, wide: impl FnOnce() -> Wide) -> Option<u64> {
-        match self.completed {
-            NOT_COMPLETED => None,
-            WIDE_I32 => Some(wide().completed_ns),
-            d => Some(self.ts_ns.wrapping_add_signed(i64::from(d))),
+    /// Its MessageId; `wide` as for `conn`.
+    fn message_id(&self, wide: impl FnOnce() -> Wide) -> u64 {
+        match self.message_id {
+            WIDE_U32 => wide().message_id,
+            v => u64::from(v),
         }
     }
 
-    fn outstanding_at(&self, ts_ns: u64, wide: impl FnOnce() -> Wide) -> bool {
-        self.completed_ns(wide).is_none_or(|c| c > ts_ns)
+    /// When its response was seen, its own window time being `own_ns`.
+    fn completed_ns(&self, own_ns: u64, wide: impl FnOnce() -> Wide) -> Option<u64> {
+        match self.completed {
+            NOT_COMPLETED => None,
+            WIDE_I32 => Some(wide().completed_ns),
+            d => Some(own_ns.wrapping_add_signed(i64::from(d))),
+        }
     }
 
-    /// Its evidence, with its fields from `Dedupe::cold`.
-    fn stored(&self, cold: &Cold) -> StoredSend {
+    /// Was it still outstanding at `ts_ns`, its own window time being `own_ns`?
+    fn outstanding_at(&self, own_ns: u64, ts_ns: u64, wide: impl FnOnce() -> Wide) -> bool {
+        self.completed_ns(own_ns, wide).is_none_or(|c| c > ts_ns)
+    }
+
+    /// Its evidence, with its fields from `Dedupe::cold`, its window time `own_ns` and its
+    /// MessageId.
+    fn stored(&self, cold: &Cold, own_ns: u64, message_id: u64) -> StoredSend {
         StoredSend {
             frames: [cold.frame, cold.last_frame],
             header_frame: cold.header_frame.unwrap_or(NO_FRAME),
-            time_ns: self.ts_ns - cold.time_back,
+            time_ns: own_ns - cold.time_back,
             offset: cold.offset,
-            message_id: self.message_id,
+            message_id,
             n: 0,
             ctx: cold.ctx,
             file: cold.file,
@@ -269,7 +366,7 @@ impl LiveSend {
 
     /// Has it a field kept in `Dedupe::wide`?
     fn has_wide(&self) -> bool {
-        self.conn == WIDE_U32 || self.completed == WIDE_I32
+        self.conn == WIDE_U32 || self.completed == WIDE_I32 || self.message_id == WIDE_U32 || self.ts == WIDE_U32
     }
 
     /// Length of its block `i` of `n`.
@@ -448,6 +545,10 @@ pub struct Dedupe {
     sends: Ring<LiveSend, SEND_CHUNK_SHIFT>,
     /// What does not fit the compact fields of a live send, by its sequence number (`Wide`).
     wide: FastMap<u64, Wide>,
+    /// Most entries `wide` has held at once (its memory figure: `wide_bytes`).
+    wide_peak: usize,
+    /// The base each live send's window time is kept from.
+    bases: TimeBases,
     /// The evidence fields of the live sends, in the order of `sends`.
     cold: ColdLog,
     /// Every block of every live send, in order; `blocks[0]` is at position `front_pos`.
@@ -515,6 +616,8 @@ impl Dedupe {
             next_seq: 0,
             sends: Ring::new(),
             wide: Default::default(),
+            wide_peak: 0,
+            bases: TimeBases::default(),
             cold: ColdLog::default(),
             blocks: Ring::new(),
             front_pos: 0,
@@ -716,8 +819,8 @@ impl Dedupe {
         // blocks are indexed (a block repeated within one payload).
         let first_pos = self.front_pos + self.blocks.len() as u64;
         let live = LiveSend {
-            message_id: s.message_id,
-            ts_ns,
+            message_id: u32::try_from(s.message_id).ok().filter(|&m| m != WIDE_U32).unwrap_or(WIDE_U32),
+            ts: self.bases.push(seq, ts_ns),
             conn: pack_conn(s.conn).unwrap_or(WIDE_U32),
             completed: NOT_COMPLETED,
             first_pos: first_pos as u32,
@@ -727,7 +830,8 @@ impl Dedupe {
             flags: pack_flags(s.kind, ends, rule),
         };
         if live.has_wide() {
-            self.wide.insert(seq, Wide { conn: s.conn, completed_ns: 0 });
+            self.wide.insert(seq, Wide { conn: s.conn, completed_ns: 0, message_id: s.message_id, ts_ns });
+            self.wide_peak = self.wide_peak.max(self.wide.len());
         }
         self.sends.push_back(live);
         self.cold.push(&Cold {
@@ -739,7 +843,7 @@ impl Dedupe {
             ctx,
             file: s.first_frame.file,
         });
-        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, edges, wide, .. } = self;
+        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, edges, wide, bases, .. } = self;
         let front = *front_pos;
         let is_write = s.kind == SendKind::Write;
         let prefetch = |b: &crate::payload::BlockDigest, g: &PosTable, e: &PosTable, inb: &PosTable| {
@@ -804,7 +908,10 @@ impl Dedupe {
                     Repeated {
                         same_send: false,
                         same_payload: payload != SINGLE && e.payload == payload,
-                        outstanding: e.outstanding_at(s.ts_ns, || wide_of(wide, front_seq + i as u64)),
+                        outstanding: {
+                            let seq = front_seq + i as u64;
+                            e.outstanding_at(bases.time(e, seq, || wide_of(wide, seq)), s.ts_ns, || wide_of(wide, seq))
+                        },
                         consecutive: front_seq + i as u64 >= run_seq,
                     }
                 };
@@ -847,7 +954,8 @@ impl Dedupe {
             let key_of = |v: u32| {
                 let i = seq_index(front_seq, v);
                 let e = &sends[i];
-                msg_hash(msg_key, e.conn(|| wide_of(wide, front_seq + i as u64)), e.message_id, e.kind())
+                let w = || wide_of(wide, front_seq + i as u64);
+                msg_hash(msg_key, e.conn(w), e.message_id(w), e.kind())
             };
             messages.insert_unique(msg, seq as u32, key_of, |v| crate::hint::prefetch_one(&sends[seq_index(front_seq, v)]));
         }
@@ -880,8 +988,8 @@ impl Dedupe {
     /// Fold the oldest send before its window ended (a bound was reached), noting how long
     /// it stayed: the effective window.
     fn fold_early(&mut self) {
-        if let Some(front) = self.sends.front() {
-            let stayed = (self.clock_ns - front.ts_ns) as f64 / 1e9;
+        if let Some(front) = self.front_time() {
+            let stayed = (self.clock_ns - front) as f64 / 1e9;
             let s = &mut self.stats.shortest_window_seconds;
             *s = Some(s.map_or(stayed, |m| m.min(stayed)));
         }
@@ -903,12 +1011,15 @@ impl Dedupe {
         }
         for (kind, h) in hashes {
             let Some(i) = self.live_message(h, conn, message_id, kind, front_seq) else { continue };
+            let seq = front_seq + i as u64;
+            let own = self.bases.time(&self.sends[i], seq, || wide_of(&self.wide, seq));
             let send = &mut self.sends[i];
             if send.completed == NOT_COMPLETED {
-                send.completed = rel_i32(ts_ns, send.ts_ns);
+                send.completed = rel_i32(ts_ns, own);
                 if send.completed == WIDE_I32 {
                     // Its other fields are compact unless it has an entry already.
                     self.wide.entry(front_seq + i as u64).or_default().completed_ns = ts_ns;
+                    self.wide_peak = self.wide_peak.max(self.wide.len());
                 }
             }
         }
@@ -919,14 +1030,16 @@ impl Dedupe {
     fn live_message(&self, hash: u64, conn: u64, message_id: u64, kind: SendKind, front_seq: u64) -> Option<usize> {
         let (sends, wide) = (&self.sends, &self.wide);
         let packed = pack_conn(conn).unwrap_or(WIDE_U32);
+        let packed_id = u32::try_from(message_id).ok().filter(|&m| m != WIDE_U32).unwrap_or(WIDE_U32);
         self.messages
             .find(hash, |v| {
                 let i = seq_index(front_seq, v);
                 let e = &sends[i];
                 e.conn == packed
-                    && e.message_id == message_id
+                    && e.message_id == packed_id
                     && e.kind() == kind
                     && (packed != WIDE_U32 || wide_of(wide, front_seq + i as u64).conn == conn)
+                    && (packed_id != WIDE_U32 || wide_of(wide, front_seq + i as u64).message_id == message_id)
             })
             .map(|v| seq_index(front_seq, v))
     }
@@ -937,12 +1050,19 @@ impl Dedupe {
             tap.push(&Event::Advance { ts_ns: now_ns });
         }
         self.clock_ns = self.clock_ns.max(now_ns);
-        while let Some(front) = self.sends.front() {
-            if self.clock_ns - front.ts_ns <= self.cfg.window_ns {
+        while let Some(front) = self.front_time() {
+            if self.clock_ns - front <= self.cfg.window_ns {
                 break;
             }
             self.fold_front();
         }
+    }
+
+    /// The window time of the oldest live send.
+    fn front_time(&self) -> Option<u64> {
+        let front = self.sends.front()?;
+        let seq = self.next_seq - self.sends.len() as u64;
+        Some(self.bases.time(front, seq, || wide_of(&self.wide, seq)))
     }
 
     pub fn finish(mut self) -> DedupeReport {
@@ -997,6 +1117,7 @@ impl Dedupe {
             .filter_map(|(i, e)| e.open.map(|id| (id, i)))
             .collect();
         if !wanted.is_empty() {
+            let front_seq = self.next_seq - self.sends.len() as u64;
             for (k, (live, cold)) in self.sends.iter().zip(self.cold.iter()).enumerate() {
                 let Some(&i) = wanted.get(&live.payload) else { continue };
                 let sends = &mut entries[i].payload.sends;
@@ -1005,7 +1126,9 @@ impl Dedupe {
                 }
                 let (part, _) = send_figures(live, self.send_blocks(k));
                 let (class, dup) = send_verdict(&part);
-                let mut s = self.evidence.live_send(&live.stored(&cold));
+                let seq = front_seq + k as u64;
+                let wide = || wide_of(&self.wide, seq);
+                let mut s = self.evidence.live_send(&live.stored(&cold, self.bases.time(live, seq, wide), live.message_id(wide)));
                 s.class = Some(class);
                 s.dup_kind = Some(dup);
                 sends.push(s);
@@ -1132,6 +1255,8 @@ impl Dedupe {
         let cold = self.cold.pop_front();
         let seq = self.next_seq - self.sends.len() as u64 - 1;
         let wide = if send.has_wide() { self.wide.remove(&seq).unwrap_or_default() } else { Wide::default() };
+        let ts_ns = self.bases.time(&send, seq, || wide);
+        self.bases.drop_before((!self.sends.is_empty()).then_some(seq + 1));
         self.globally_unique_bytes += globally_unique;
         let dst = self.edges[send.edge as usize].dst;
         let prefetch = |b: &LiveBlock, t: &Self| {
@@ -1174,11 +1299,11 @@ impl Dedupe {
             total.decided.add(&part.decided);
         }
         for (class, part) in Class::ALL.iter().zip(acc.iter()) {
-            self.series.add(send.ts_ns, send.edge, *class, &part.figures);
+            self.series.add(ts_ns, send.edge, *class, &part.figures);
         }
 
         if tables {
-            self.messages.remove(msg_hash(&self.msg_key, send.conn(|| wide), send.message_id, send.kind()), |v| v == seq as u32);
+            self.messages.remove(msg_hash(&self.msg_key, send.conn(|| wide), send.message_id(|| wide), send.kind()), |v| v == seq as u32);
         }
         if let Some(h) = single_slot {
             self.singles.remove(h, |v| v == seq as u32);
@@ -1188,7 +1313,7 @@ impl Dedupe {
             self.evidence.release(cold.ctx);
         } else {
             let verdict = send_verdict(&acc);
-            self.evidence.on_leave(send.payload, send.stored(&cold), verdict, &mut self.anomalies);
+            self.evidence.on_leave(send.payload, send.stored(&cold, ts_ns, send.message_id(|| wide)), verdict, &mut self.anomalies);
         }
     }
 
@@ -1221,6 +1346,7 @@ impl Dedupe {
             + self.inbound.held_bytes()
             + self.evidence.held_bytes()
             + (self.wide.len() * WIDE_ENTRY_BYTES) as u64
+            + self.bases.held_bytes()
     }
 
     /// Memory held by the window, from the structures' capacities (not their lengths), in
@@ -1240,7 +1366,8 @@ impl Dedupe {
             + PosTable::bytes_for_len(self.messages.len())
             + self.singles.bytes()
             + self.evidence.allocated_bytes()
-            + (self.wide.capacity() * WIDE_ENTRY_BYTES) as u64;
+            + wide_bytes(self.wide_peak)
+            + self.bases.bytes();
         (blocks, sends)
     }
 }
@@ -1445,7 +1572,7 @@ mod tests {
                 for rule in std::iter::once(None).chain(Class::ALL.into_iter().map(Some)) {
                     let s = LiveSend {
                         message_id: 0,
-                        ts_ns: 0,
+                        ts: 0,
                         conn: 0,
                         completed: NOT_COMPLETED,
                         first_pos: 0,

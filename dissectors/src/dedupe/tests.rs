@@ -1215,3 +1215,43 @@ fn values_too_wide_for_the_compact_send_record_are_kept_whole() {
     assert_eq!((s3.time_ns, s3.frames, s3.header_frame), (10_100 * MS, [6_000_000_000, 6_000_000_001], Some(7)));
     assert_eq!(r.anomalies.get("dedupe.send_out_of_order"), Some(&1));
 }
+
+/// A live send keeps its window time in 32 bits from its group's first send's, and its
+/// MessageId in 32 bits; a send more than 2^32 ns (4.3 s) after its group's first, and a
+/// MessageId from 2^32 - 1 on, are kept whole (`Wide`). The window, responses, repeated
+/// messages, the series and the evidence all see the whole values.
+#[test]
+fn sends_seconds_apart_and_message_ids_past_32_bits_keep_their_values() {
+    let (x, y, z) = (data(1, 1), data(2, 1), data(3, 1));
+    let mids = [u64::from(u32::MAX) - 1, u64::from(u32::MAX), 1 << 32, (1 << 40) + 7, u64::MAX - 1, 9];
+    let mut n = Net::new();
+    let send = |n: &mut Net, mid: u64, t_ms: u64, bytes: &[u8]| n.d.send(rec(SendKind::Write, 1, 2, 1, mid, t_ms, bytes));
+    send(&mut n, mids[0], 0, &x);
+    send(&mut n, mids[1], 5_000, &y);
+    n.d.complete(1, mids[1], 5_500 * MS);
+    send(&mut n, mids[2], 10_000, &z);
+    // y again: its earlier send was answered at 5.5 s, so it is repeated content; z again
+    // while its earlier send is unanswered: a per-copy send.
+    send(&mut n, mids[3], 11_000, &y);
+    send(&mut n, mids[4], 12_000, &z);
+    // The same message again while its send is live: counted, not a send.
+    send(&mut n, mids[2], 12_500, &x);
+    assert_eq!(n.d.snapshot().anomalies.get("dedupe.repeated_message"), Some(&1));
+    // 73 s: every earlier send is more than 60 s old and has left; x is unique again.
+    send(&mut n, mids[5], 73_000, &x);
+    let r = n.finish();
+    let f = &r.totals.figures;
+    assert_eq!(f.sends, 6);
+    assert_eq!((f.unique_bytes, f.repeated_content_bytes, f.per_copy_duplicate_bytes), (4 * B, B, B));
+    // The series puts each send in its own second's interval.
+    let series = r.series.as_ref().expect("a finished report has a series");
+    assert_eq!(series.interval_seconds, 1.0);
+    let mut at: Vec<u64> = series.rows.iter().filter(|row| row.figures.sends > 0).map(|row| row.t as u64).collect();
+    at.sort_unstable();
+    at.dedup();
+    assert_eq!(at, [0, 5, 10, 11, 12, 73]);
+    // The evidence of y and z: the whole MessageIds and times.
+    let mut seen: Vec<(u64, u64)> = r.top_duplicates.iter().flat_map(|d| d.sends.iter().map(|s| (s.message_id, s.time_ns / MS))).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [(mids[1], 5_000), (mids[2], 10_000), (mids[3], 11_000), (mids[4], 12_000)]);
+}
