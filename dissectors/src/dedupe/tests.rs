@@ -1226,7 +1226,12 @@ fn sends_seconds_apart_and_message_ids_past_32_bits_keep_their_values() {
     let (x, y, z) = (data(1, 1), data(2, 1), data(3, 1));
     let mids = [u64::from(u32::MAX) - 1, u64::from(u32::MAX), 1 << 32, (1 << 40) + 7, u64::MAX - 1, 9];
     let mut n = Net::new();
-    let send = |n: &mut Net, mid: u64, t_ms: u64, bytes: &[u8]| n.d.send(rec(SendKind::Write, 1, 2, 1, mid, t_ms, bytes));
+    let send = |n: &mut Net, mid: u64, t_ms: u64, bytes: &[u8]| {
+        // Frames and offset from a small number (`rec` derives them from the MessageId).
+        let mut r = rec(SendKind::Write, 1, 2, 1, t_ms, t_ms, bytes);
+        r.message_id = mid;
+        n.d.send(r)
+    };
     send(&mut n, mids[0], 0, &x);
     send(&mut n, mids[1], 5_000, &y);
     n.d.complete(1, mids[1], 5_500 * MS);
