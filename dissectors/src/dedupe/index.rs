@@ -175,7 +175,7 @@ impl TimeBases {
 
     /// `ts_ns` from `seq`'s base in 32 bits, `WIDE_U32` when it does not fit.
     fn compact(&self, seq: u64, ts_ns: u64) -> u32 {
-        ts_ns.checked_sub(self.base(seq)).and_then(|d| u32::try_from(d).ok()).filter(|&d| d != WIDE_U32).unwrap_or(WIDE_U32)
+        ts_ns.checked_sub(self.base(seq)).map_or(WIDE_U32, compact_u32)
     }
 
     /// The window time of live send `seq` (`e`); `wide` is its entry in `Dedupe::wide`.
@@ -217,6 +217,11 @@ const WIDE_I32: i32 = i32::MIN;
 const NOT_COMPLETED: i32 = i32::MAX;
 /// A `Dedupe::wide` entry: its key, value and control byte.
 const WIDE_ENTRY_BYTES: usize = 8 + std::mem::size_of::<Wide>() + 1;
+
+/// `v` in a compact unsigned field: `WIDE_U32` when it does not fit or would read as it.
+fn compact_u32(v: u64) -> u32 {
+    u32::try_from(v).ok().filter(|&c| c != WIDE_U32).unwrap_or(WIDE_U32)
+}
 
 /// Memory of `Dedupe::wide` once it has held `peak` entries: the slots of the table that
 /// many entries need (it does not shrink). Its allocation is not read: the map is seeded per
@@ -819,7 +824,7 @@ impl Dedupe {
         // blocks are indexed (a block repeated within one payload).
         let first_pos = self.front_pos + self.blocks.len() as u64;
         let live = LiveSend {
-            message_id: u32::try_from(s.message_id).ok().filter(|&m| m != WIDE_U32).unwrap_or(WIDE_U32),
+            message_id: compact_u32(s.message_id),
             ts: self.bases.push(seq, ts_ns),
             conn: pack_conn(s.conn).unwrap_or(WIDE_U32),
             completed: NOT_COMPLETED,
@@ -1018,7 +1023,7 @@ impl Dedupe {
                 send.completed = rel_i32(ts_ns, own);
                 if send.completed == WIDE_I32 {
                     // Its other fields are compact unless it has an entry already.
-                    self.wide.entry(front_seq + i as u64).or_default().completed_ns = ts_ns;
+                    self.wide.entry(seq).or_default().completed_ns = ts_ns;
                     self.wide_peak = self.wide_peak.max(self.wide.len());
                 }
             }
@@ -1030,7 +1035,7 @@ impl Dedupe {
     fn live_message(&self, hash: u64, conn: u64, message_id: u64, kind: SendKind, front_seq: u64) -> Option<usize> {
         let (sends, wide) = (&self.sends, &self.wide);
         let packed = pack_conn(conn).unwrap_or(WIDE_U32);
-        let packed_id = u32::try_from(message_id).ok().filter(|&m| m != WIDE_U32).unwrap_or(WIDE_U32);
+        let packed_id = compact_u32(message_id);
         self.messages
             .find(hash, |v| {
                 let i = seq_index(front_seq, v);
