@@ -9,6 +9,7 @@ Exit codes: 0 done (warnings about a partially analysable capture are in the rep
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 from typing import Any
@@ -255,11 +256,22 @@ class _Size(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class _Finite(click.FloatRange):
+    """A float option in a range, refusing `nan` and `inf`: click's FloatRange passes `nan`
+    (it compares false with both bounds), and neither can reach the engine's JSON config."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        v = click.types.FloatParamType.convert(self, value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(v, param, ctx)
+
+
 def _output_options(f: Any) -> Any:
     """--interval, --csv, --edges-csv and --html (analyze, attribute, live)."""
     for opt in reversed((
         # Not given: the engine's default (engine.DEFAULT_INTERVAL_SECONDS, 1 s).
-        click.option("--interval", "series_interval", type=click.FloatRange(min=0.000001, max=86400),
+        click.option("--interval", "series_interval", type=_Finite(min=0.000001, max=86400),
                      metavar="SECONDS", help="Interval of the time series (JSON 'series', --csv, --html); default 1."),
         click.option("--csv", "csv_out", metavar="OUT.csv",
                      help="Write the time series as CSV: one row per interval, edge and class (docs/csv.md)."),
@@ -276,7 +288,7 @@ def _output_options(f: Any) -> Any:
 _TOPOLOGY = click.option("--topology", "-t", metavar="TOML", help="Topology file: nodes, their addresses, rules (docs/topology.md).")
 _ASSUME_MEMBERS = click.option("--assume-members", is_flag=True,
                                help="Without a topology, treat every address as a cluster member (WRITEs between them are replication, READs redirected reads); otherwise only forwarding seen on the wire classifies.")
-_WINDOW = click.option("--window", "-w", type=click.FloatRange(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
+_WINDOW = click.option("--window", "-w", type=_Finite(min=0, min_open=True), default=engine.DEFAULT_WINDOW_SECONDS,
                        show_default=True, metavar="SECONDS", help="Sliding window within which a repeated block is a duplicate.")
 _JSON = click.option("--json", "json_out", metavar="OUT", help="Write the result as JSON to OUT ('-' = stdout; the report then goes to stderr).")
 _EVIDENCE = click.option("--evidence", metavar="OUT", help="Write every duplicated payload with the frames of each send (JSON lines; '-' = stdout, the report then goes to stderr).")
@@ -350,7 +362,7 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
                    "without it (or 'local'): a local cluster, one worker process per CPU. Put it after the FILEs (or write --dask=local). Needs pip install 'smbwire[dask]'; not with --keys or '-'.")
 @click.option("--work-dir", metavar="DIR",
               help="With --dask: where the tasks write their ledger parts (a run directory, removed afterwards); one directory every worker and this machine reach at the same path. Required with a scheduler ADDRESS (default: a temporary directory).")
-@click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--dask-timeout", type=_Finite(min=0, min_open=True), default=10.0, show_default=True, metavar="SECONDS",
               help="With --dask ADDRESS: how long to wait for the scheduler to answer and for a worker to join it.")
 def analyze(files: tuple[str, ...], topology: str | None, window: float, json_out: str | None,
             evidence: str | None, top: int, ledger: str | None, from_ns: int | None, to_ns: int | None,
@@ -584,7 +596,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @_TOPOLOGY
 @_ASSUME_MEMBERS
 @_WINDOW
-@click.option("--duration", "-d", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--duration", "-d", type=_Finite(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long (default: until Ctrl-C or SIGTERM).")
 @click.option("--write", metavar="FILE.pcapng", help="Also keep the captured storage traffic in pcapng files.")
 @click.option("--write-size", type=_Size(), metavar="SIZE",
@@ -595,7 +607,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @_TOP
 @click.option("--require-ebpf", is_flag=True, help="Fail instead of falling back to AF_PACKET.")
 @click.option("--plain", is_flag=True, help="One status line per interval instead of the live view (default when stdout is not a terminal).")
-@click.option("--refresh", type=click.FloatRange(min=0.05, max=3600), default=1.0, hidden=True,
+@click.option("--refresh", type=_Finite(min=0.05, max=3600), default=1.0, hidden=True,
               help="Seconds between live snapshots (tests).")
 @_output_options
 @click.option("--backend", type=click.Choice(["auto", "ebpf", "af-packet"]), default=None, hidden=True,
@@ -623,7 +635,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
               help="When the capture queues fill up, stop analysing whole connections (counted, and shown as the analysed fraction) instead of letting the queues drop scattered frames (docs/live.md, Shedding).")
 @click.option("--ring-size", "ring_bytes", type=_Size(), metavar="SIZE",
               help="Buffer of each capture queue: an eBPF ring buffer (rounded up to a power of two; default 32MiB) or AF_PACKET's 1 MiB blocks (default 64).")
-@click.option("--test-frame-delay-us", type=click.FloatRange(0, 1e6), default=None, hidden=True,
+@click.option("--test-frame-delay-us", type=_Finite(0, 1e6), default=None, hidden=True,
               help="Test aid: spend this long on every frame before analysing it (puts the analysis below the capture rate).")
 def live(iface: str, topology: str | None, window: float, duration: float | None, write: str | None,
          write_size: int | None, write_count: int, json_out: str | None, top: int, require_ebpf: bool,
@@ -790,10 +802,10 @@ class _SynthCommand(click.Command):
 @click.option("--bytes", "nbytes", type=_Size(), metavar="N", help="Payload bytes the scenario writes (e.g. 64MiB).")
 @click.option("--io-size", type=_Size(), metavar="N", help="Size of each WRITE/READ (e.g. 1MiB).")
 @click.option("--mirror-dup", is_flag=True, help="Emit every frame twice, as a mirror port that sees both directions.")
-@click.option("--retransmit", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
-@click.option("--reorder", type=click.FloatRange(0, 1), metavar="P", help="Probability that a segment is reordered.")
+@click.option("--retransmit", type=_Finite(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
+@click.option("--reorder", type=_Finite(0, 1), metavar="P", help="Probability that a segment is reordered.")
 @click.option("--seed", type=int, help="Random seed (same seed, same capture).")
-@click.option("--zero-fill", type=click.FloatRange(0, 1), metavar="P",
+@click.option("--zero-fill", type=_Finite(0, 1), metavar="P",
               help="Fraction of 4 KiB data blocks that are all zeros (compressible).")
 @click.option("--transport", metavar="NAME", help="Transport the scenario uses: tcp, rocev2, rocev1, infiniband (ERF records) or iwarp.")
 @click.option("--topology-out", metavar="TOML", help="Write the scenario's topology file here.")

@@ -145,8 +145,10 @@ def build_config(
     forwarding seen on the wire decides a class)."""
     if from_ns is not None and to_ns is not None and from_ns >= to_ns:
         raise UserError("the --from time must be before the --to time")
-    if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
-        raise UserError(f"window must be a positive number of seconds, got {window!r}")
+    # Only what JSON cannot carry is refused here (nan, inf: their text is not JSON); the
+    # engine checks the range (`Config::from_json`).
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0 or window == float("inf"):
+        raise UserError(f"window must be a positive, finite number of seconds, got {window!r}")
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         raise UserError(f"top must be a non-negative integer, got {top_n!r}")
     if topology is None:
@@ -173,8 +175,8 @@ def build_config(
     if reorder_buffer is not None:
         config["reorder_buffer_bytes"] = reorder_buffer
     if interval is not None:
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise UserError(f"interval must be a number of seconds, got {interval!r}")
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval != interval or abs(interval) == float("inf"):
+            raise UserError(f"interval must be a finite number of seconds, got {interval!r}")
         config["series_interval_seconds"] = float(interval)
     if max_index_memory is not None:
         config["max_index_memory_bytes"] = max_index_memory

@@ -81,22 +81,22 @@ impl Config {
         let v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| format!("invalid analysis configuration: {e}"))?;
         let mut c = Config::default();
-        if let Some(w) = v.get("window_seconds") {
-            let w = w.as_f64().ok_or("window_seconds must be a number")?;
-            if !(w > 0.0 && w <= 86_400.0) {
-                return Err(format!("window must be between 0 and 86400 seconds, got {w}"));
+        if let Some(given) = v.get("window_seconds") {
+            let w = given.as_f64().ok_or("window_seconds must be a number")?;
+            // At least 1 us, as the interval: a shorter window rounded to whole ns would be 0.
+            // The value as given, in JSON's notation (1e+300, not its 301 digits).
+            if !(1e-6..=86_400.0).contains(&w) {
+                return Err(format!("the window must be between 0.000001 and 86400 seconds, got {given}"));
             }
-            c.dedupe.window_ns = (w * 1e9) as u64;
+            c.dedupe.window_ns = (w * 1e9).round() as u64;
         }
-        if let Some(i) = v.get("series_interval_seconds") {
-            if !i.is_null() {
-                let i = i.as_f64().ok_or("series_interval_seconds must be a number")?;
-                let ns = i * 1e9;
-                if !(ns >= crate::dedupe::series::MIN_INTERVAL_NS as f64 && ns <= crate::dedupe::series::MAX_INTERVAL_NS as f64) {
-                    return Err(format!("the interval must be between 0.000001 and 86400 seconds, got {i}"));
-                }
-                c.dedupe.series_interval_ns = ns.round() as u64;
+        if let Some(given) = v.get("series_interval_seconds").filter(|i| !i.is_null()) {
+            let i = given.as_f64().ok_or("series_interval_seconds must be a number")?;
+            let ns = i * 1e9;
+            if !(ns >= crate::dedupe::series::MIN_INTERVAL_NS as f64 && ns <= crate::dedupe::series::MAX_INTERVAL_NS as f64) {
+                return Err(format!("the interval must be between 0.000001 and 86400 seconds, got {given}"));
             }
+            c.dedupe.series_interval_ns = ns.round() as u64;
         }
         if let Some(n) = v.get("top_n") {
             let top = n.as_u64().filter(|&t| t <= MAX_TOP_N);
@@ -964,5 +964,22 @@ mod tests {
         assert_eq!(Config::from_json(r#"{"from_ns": 18446744073709551615}"#).unwrap().from_ns, Some(u64::MAX));
         let e = Config::from_json(r#"{"to_ns": 99999999999999999999}"#).err().unwrap();
         assert!(e.starts_with("the --to time (to_ns) must be in ns since 1970 and before 2554-07-21"), "{e}");
+    }
+
+    /// The window and the interval: 1 us to 1 day, refused with the value as given (a huge one
+    /// in JSON's notation, not its 301 digits); a window is rounded to whole ns, never to 0.
+    #[test]
+    fn window_and_interval_bounds() {
+        assert_eq!(Config::from_json(r#"{"window_seconds": 0.3}"#).unwrap().dedupe.window_ns, 300_000_000);
+        assert_eq!(Config::from_json(r#"{"window_seconds": 0.000001}"#).unwrap().dedupe.window_ns, 1_000);
+        assert_eq!(Config::from_json(r#"{"window_seconds": 86400}"#).unwrap().dedupe.window_ns, 86_400_000_000_000);
+        for (w, shown) in [("1e-300", "1e-300"), ("0", "0"), ("-1", "-1"), ("1e300", "1e+300"), ("86400.5", "86400.5")] {
+            let e = Config::from_json(&format!(r#"{{"window_seconds": {w}}}"#)).err().unwrap();
+            assert_eq!(e, format!("the window must be between 0.000001 and 86400 seconds, got {shown}"));
+        }
+        let e = Config::from_json(r#"{"series_interval_seconds": 1e300}"#).err().unwrap();
+        assert_eq!(e, "the interval must be between 0.000001 and 86400 seconds, got 1e+300");
+        assert_eq!(Config::from_json(r#"{"series_interval_seconds": null}"#).unwrap().dedupe.series_interval_ns, Config::default().dedupe.series_interval_ns);
+        assert!(Config::from_json(r#"{"window_seconds": "60"}"#).is_err());
     }
 }

@@ -141,6 +141,14 @@ def test_evidence_output_directory_missing(capture, tmp_path, monkeypatch):
     [
         (["analyze"], "Missing argument"),
         (["analyze", "x.pcap", "--window", "0"], "--window"),
+        # nan passes click's FloatRange (it compares false with both bounds) and neither nan
+        # nor inf can be written in the engine's JSON config: refused by the option itself.
+        (["analyze", "x.pcap", "--window", "inf"], "'inf' is not a finite number"),
+        (["analyze", "x.pcap", "--window", "nan"], "'nan' is not a finite number"),
+        (["analyze", "x.pcap", "--interval", "nan"], "'nan' is not a finite number"),
+        (["attribute", "l.parquet", "--window", "inf"], "'inf' is not a finite number"),
+        (["live", "lo", "--duration", "nan"], "'nan' is not a finite number"),
+        (["synth", "s", "-o", "x.pcap", "--reorder", "nan"], "'nan' is not a finite number"),
         (["analyze", "x.pcap", "--top", "-1"], "--top"),
         (["analyze", "x.pcap", "--bogus"], "No such option"),
         (["frobnicate"], "No such command"),
@@ -368,3 +376,21 @@ def test_the_entry_module_loads_nothing_of_ours_before_its_ctrl_c_handling():
     code = "import sys, smbwire.__main__; print(sorted(m for m in sys.modules if m.startswith('smbwire')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.strip() == "['smbwire', 'smbwire.__main__']", out
+
+
+@pytest.mark.parametrize("window,shown", [("1e-300", "1e-300"), ("86401", "86401.0"), ("1e300", "1e+300")])
+def test_a_window_out_of_range_is_refused_by_the_engine_in_one_line(capture, window, shown):
+    # The engine checks the range (the CLI only refuses what JSON cannot carry); a window
+    # that would round to 0 ns is refused, and a huge one is shown as given, not in 301 digits.
+    line = assert_one_line_error(run("analyze", str(capture), "--window", window), 2)
+    assert line == f"smbwire: error: the window must be between 0.000001 and 86400 seconds, got {shown}", line
+
+
+@pytest.mark.parametrize("kw", [{"window": float("inf")}, {"window": float("nan")}, {"interval": float("nan")},
+                                {"interval": float("-inf")}])
+def test_the_python_api_refuses_what_json_cannot_carry(kw):
+    from smbwire import engine
+    from smbwire.errors import UserError
+
+    with pytest.raises(UserError, match="finite number of seconds"):
+        engine.build_config(**kw)
