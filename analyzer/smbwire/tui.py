@@ -142,7 +142,8 @@ def _health(snap: dict[str, Any], live: dict[str, Any], width: int) -> list[Text
         if files:
             line.append(f" → {files[-1]}", style="dim")
         if w.get("error"):
-            line.append(f"  write error: {w['error']}", style="bold red")
+            # What it means for the run is in live.errors, the lines below the header.
+            line.append("  stopped", style="bold red")
         out.append(line)
     return out
 

@@ -136,6 +136,28 @@ def test_write_count_rotation_deletes_old_files(lab, tmp_path):
     assert w["bytes_written"] > 3 << 20
 
 
+def test_a_write_that_fails_is_an_error_of_the_run(lab, tmp_path):
+    """--write to a device that refuses every byte (/dev/full): the analysis goes on over the
+    traffic, but the capture file the user asked for stops short, so the run ends with exit
+    status 1 and one error line saying so, after the report; the JSON's live.errors has it
+    (the live view's write line only said so in red, and the exit status was 0)."""
+    live = Live(lab, tmp_path, "--write", "/dev/full")
+    lab.tcp_transfer(445, 1 << 20)
+    live.wait_status(1)
+    time.sleep(1.2)
+    live.p.send_signal(signal.SIGTERM)
+    assert live.wait() == 1, live.err()
+    r = live.result()
+    assert r["live"]["write"]["error"].startswith("/dev/full: No space left on device"), r["live"]["write"]
+    assert r["tcp"]["flows"] >= 1 and r["inputs"][0]["frames"] > 0, "the analysis went on"
+    frames = r["live"]["write"]["frames_written"]
+    want = (f"--write: cannot write {r['live']['write']['error']}: the capture files hold only the "
+            f"{frames} frame{'' if frames == 1 else 's'} written before it; the analysis went on")
+    assert r["live"]["errors"] == [want]
+    assert [l for l in live.err().splitlines() if l.startswith("smbwire: error:")] == [f"smbwire: error: {want}"]
+    assert "Byte accounting" in live.out(), "the report is still printed"
+
+
 def test_window_reaches_the_engine(lab, tmp_path):
     """--window sets the dedupe window of the live pipeline: in the result, in the dedupe
     index and in the report."""

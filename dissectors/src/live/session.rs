@@ -344,6 +344,15 @@ struct Capture {
     shed: Shedder,
 }
 
+/// The live result's error line for a `--write` that failed (`RotatingPcapng`: nothing is
+/// written after the first error).
+fn write_error(error: &str, frames_written: u64) -> String {
+    format!(
+        "--write: cannot write {error}: the capture files hold only the {frames_written} frame{} written before it; the analysis went on",
+        if frames_written == 1 { "" } else { "s" }
+    )
+}
+
 /// When the capture queues fill up faster than the analysis empties them, whole connections
 /// are shed rather than letting a queue overflow, which would drop scattered frames of every
 /// connection (and with them every message those frames belonged to). A shed connection is
@@ -634,6 +643,12 @@ impl Capture {
         if let Some(e) = &self.error {
             errors.push(e.clone());
         }
+        // A capture file the user asked for that stopped short is an error of the run (exit
+        // status 1), not only a line in the live view: the analysis went on without it.
+        let write = self.writer.as_ref().map(|w| w.stats());
+        if let Some(e) = write.as_ref().and_then(|w| w.error.as_ref().map(|e| (e, w.frames_written))) {
+            errors.push(write_error(e.0, e.1));
+        }
         json!({
             "iface": self.iface,
             "backend": self.backend,
@@ -646,7 +661,7 @@ impl Capture {
             "started": self.started_wall,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "stats": stats,
-            "write": self.writer.as_ref().map(|w| w.stats()),
+            "write": write,
             "shed": self.shed.section(stats),
             "errors": errors,
         })
