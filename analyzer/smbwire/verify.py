@@ -71,7 +71,18 @@ class FrameView:
 MAX_EVIDENCE_LINE = 16 << 20
 
 
+#: Wireshark numbers frames in 32 bits (`frame.number`); a larger number names no frame and
+#: is refused in tshark's display filter.
+MAX_FRAME_NUMBER = 2**32 - 1
+
+
 def read_evidence(path: str) -> Iterator[dict[str, Any]]:
+    for _, v in read_evidence_lines(path):
+        yield v
+
+
+def read_evidence_lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """`read_evidence` with each line's number."""
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -94,7 +105,43 @@ def read_evidence(path: str) -> Iterator[dict[str, Any]]:
                     raise ValueError("no 'sends' list")
             except ValueError as e:
                 raise UserError(f"{path}:{n}: not an smbwire evidence line ({e})") from None
-            yield v
+            yield n, v
+
+
+def _shown(v: Any) -> str:
+    """A value from the evidence file in an error line: printable, at most 60 characters."""
+    text = printable(repr(v))
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _frame(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_FRAME_NUMBER
+
+
+def _checked_send(where: str, s: Any, size: Any, captures: int, evidence: str) -> dict[str, Any]:
+    """A send of an evidence line as smbwire writes it (docs/json-schema.md, Evidence), else a
+    one-line `UserError` naming the line and the send: values of another shape (a frame
+    number past 32 bits, a send that is not an object) made tshark's filter or this module
+    fail with an internal error."""
+    if not isinstance(s, dict):
+        raise UserError(f"{where}: not an smbwire evidence send (not an object)")
+    f = s.get("file", 0)
+    if not isinstance(f, int) or isinstance(f, bool) or f < 0 or f >= captures:
+        raise UserError(f"{evidence}: a send names input {_shown(f)}; {captures} capture(s) given")
+    fr = s.get("frames")
+    if not isinstance(fr, list) or len(fr) != 2 or not all(_frame(x) for x in fr) or fr[0] > fr[1]:
+        raise UserError(f"{where}: 'frames' must be [first, last] frame numbers (1 to {MAX_FRAME_NUMBER:,}), "
+                        f"got {_shown(fr)}")
+    h = s.get("header_frame")
+    if h is not None and not _frame(h):
+        raise UserError(f"{where}: 'header_frame' must be a frame number (1 to {MAX_FRAME_NUMBER:,}), "
+                        f"got {_shown(h)}")
+    for key, allowed in (("kind", ("write", "read")), ("transport", ("tcp", "rdma"))):
+        if s.get(key, "tcp" if key == "transport" else None) not in allowed:
+            raise UserError(f"{where}: '{key}' must be {' or '.join(allowed)}, got {_shown(s.get(key))}")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise UserError(f"{where}: the payload's 'size' must be a byte count, got {_shown(size)}")
+    return s
 
 
 def _int(v: Any) -> int | None:
@@ -206,23 +253,24 @@ def _check(send: dict[str, Any], size: int, view: dict[int, FrameView], c: Check
 
 
 def verify(evidence: str, captures: list[str]) -> list[Check]:
-    lines = list(read_evidence(evidence))
+    # Every line is checked before tshark runs: a malformed send is one line naming it.
+    lines = [(ev, [_checked_send(f"{evidence}:{n}: send {k}", s, ev.get("size", 0), len(captures), evidence)
+                   for k, s in enumerate(ev["sends"], 1)])
+             for n, ev in read_evidence_lines(evidence)]
     need: dict[int, set[int]] = {}
-    for ev in lines:
-        for s in ev["sends"]:
-            f = s.get("file", 0)
-            if not isinstance(f, int) or f < 0 or f >= len(captures):
-                raise UserError(f"{evidence}: a send names input {f}; {len(captures)} capture(s) given")
-            fr = s.get("frames") or [0, 0]
-            need.setdefault(f, set()).update(x for x in (fr[0], fr[-1], s.get("header_frame")) if isinstance(x, int))
+    for _, sends in lines:
+        for s in sends:
+            fr = s["frames"]
+            need.setdefault(s.get("file", 0), set()).update(
+                x for x in (fr[0], fr[-1], s.get("header_frame")) if x is not None)
     views = {f: dissect(captures[f], frames) for f, frames in sorted(need.items()) if frames}
     checks = []
-    for ev in lines:
-        for i, s in enumerate(ev["sends"], 1):
-            fr = s.get("frames") or [0, 0]
+    for ev, sends in lines:
+        for i, s in enumerate(sends, 1):
+            fr = s["frames"]
             c = Check(digest=str(ev.get("digest", ""))[:16], index=i, file=s.get("file", 0),
-                      frames=(int(fr[0]), int(fr[-1])), transport=str(s.get("transport", "tcp")))
-            _check(s, int(ev.get("size", 0)), views.get(c.file, {}), c)
+                      frames=(fr[0], fr[-1]), transport=s.get("transport", "tcp"))
+            _check(s, ev.get("size", 0), views.get(c.file, {}), c)
             checks.append(c)
     return checks
 

@@ -143,3 +143,46 @@ def test_without_tshark_it_is_one_line(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, env={"PATH": str(empty)})
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("smbwire: error: verify needs tshark (Wireshark's command line) on PATH"), r.stderr
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda s: s["frames"].__setitem__(0, 10**30), ":1: send 1: 'frames' must be [first, last] frame numbers (1 to 4,294,967,295), got [1000"),
+    (lambda s: s.__setitem__("frames", [-5, 3]), ":1: send 1: 'frames' must be [first, last] frame numbers"),
+    (lambda s: s.__setitem__("frames", []), ":1: send 1: 'frames' must be [first, last] frame numbers (1 to 4,294,967,295), got []"),
+    (lambda s: s.__setitem__("frames", "12"), ":1: send 1: 'frames' must be [first, last] frame numbers"),
+    (lambda s: s.__setitem__("frames", [True, 3]), ":1: send 1: 'frames' must be [first, last] frame numbers"),
+    (lambda s: s.__setitem__("frames", list(range(1, 10_000))), "got [1, 2, 3"),
+    (lambda s: s.__setitem__("frames", [9, 3]), "got [9, 3]"),
+    (lambda s: s.__setitem__("header_frame", 2**32), ":1: send 1: 'header_frame' must be a frame number"),
+    (lambda s: s.__setitem__("kind", "delete"), ":1: send 1: 'kind' must be write or read, got 'delete'"),
+    (lambda s: s.__setitem__("transport", None), ":1: send 1: 'transport' must be tcp or rdma, got None"),
+    (lambda s: s.__setitem__("file", True), "a send names input True; 1 capture(s) given"),
+])
+def test_a_malformed_send_is_one_line_naming_it(tmp_path, change, needle):
+    """Hostile evidence: a frame number past 32 bits made tshark's display filter fail inside
+    pyshark (exit 70, a traceback on stderr); a send that is not an object, an
+    AttributeError. Every send is checked before tshark runs, and the line names it."""
+    cap = CAPTURES / "redirect4-1MiB.pcap"
+    ev = evidence(cap, None, tmp_path)
+    lines = [json.loads(l) for l in ev.read_text().splitlines()]
+    change(lines[0]["sends"][0])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    r = smbwire("verify", str(bad), str(cap))
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines_out = r.stderr.splitlines()
+    assert len(lines_out) == 1 and lines_out[0].startswith("smbwire: error: "), r.stderr
+    assert needle in lines_out[0] and len(lines_out[0]) < 250, lines_out[0]
+
+
+@pytest.mark.parametrize("line,needle", [
+    ({"sends": [None]}, ":1: send 1: not an smbwire evidence send (not an object)"),
+    ({"size": "4096", "sends": [{"file": 0, "frames": [1, 2], "kind": "write", "transport": "tcp"}]},
+     ":1: send 1: the payload's 'size' must be a byte count, got '4096'"),
+])
+def test_a_malformed_line_is_one_line_naming_it(tmp_path, line, needle):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(line) + "\n")
+    r = smbwire("verify", str(bad), str(CAPTURES / "redirect4-1MiB.pcap"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(r.stderr.splitlines()) == 1 and needle in r.stderr, r.stderr
