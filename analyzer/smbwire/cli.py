@@ -804,7 +804,7 @@ class _SynthCommand(click.Command):
 @click.option("--mirror-dup", is_flag=True, help="Emit every frame twice, as a mirror port that sees both directions.")
 @click.option("--retransmit", type=_Finite(0, 1), metavar="P", help="Probability that a segment is retransmitted.")
 @click.option("--reorder", type=_Finite(0, 1), metavar="P", help="Probability that a segment is reordered.")
-@click.option("--seed", type=int, help="Random seed (same seed, same capture).")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), help="Random seed, 0 to 2^64-1 (same seed, same capture).")
 @click.option("--zero-fill", type=_Finite(0, 1), metavar="P",
               help="Fraction of 4 KiB data blocks that are all zeros (compressible).")
 @click.option("--transport", metavar="NAME", help="Transport the scenario uses: tcp, rocev2, rocev1, infiniband (ERF records) or iwarp.")

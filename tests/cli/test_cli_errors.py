@@ -149,6 +149,10 @@ def test_evidence_output_directory_missing(capture, tmp_path, monkeypatch):
         (["attribute", "l.parquet", "--window", "inf"], "'inf' is not a finite number"),
         (["live", "lo", "--duration", "nan"], "'nan' is not a finite number"),
         (["synth", "s", "-o", "x.pcap", "--reorder", "nan"], "'nan' is not a finite number"),
+        # The seed is the synthesizer's u64: out of it, the engine's JSON error leaked
+        # ("invalid value: integer `-1`, expected u64 at line 1 column 55").
+        (["synth", "s", "-o", "x.pcap", "--seed", "-1"], "-1 is not in the range 0<=x<=18446744073709551615"),
+        (["synth", "s", "-o", "x.pcap", "--seed", str(2**64)], "--seed"),
         (["analyze", "x.pcap", "--top", "-1"], "--top"),
         (["analyze", "x.pcap", "--bogus"], "No such option"),
         (["frobnicate"], "No such command"),
