@@ -9,6 +9,7 @@ Importing this module does not load `_core`; the first call does.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -123,6 +124,11 @@ def default_threads() -> int:
         return max(1, min(os.cpu_count() or 1, 256))
 
 
+def _finite_number(v: Any) -> bool:
+    """An int or a float JSON can carry (not a bool, nan or an infinity)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def build_config(
     *,
     topology: Topology | Mapping[str, Any] | None = None,
@@ -147,7 +153,7 @@ def build_config(
         raise UserError("the --from time must be before the --to time")
     # Only what JSON cannot carry is refused here (nan, inf: their text is not JSON); the
     # engine checks the range (`Config::from_json`).
-    if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0 or window == float("inf"):
+    if not _finite_number(window) or not window > 0:
         raise UserError(f"window must be a positive, finite number of seconds, got {window!r}")
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         raise UserError(f"top must be a non-negative integer, got {top_n!r}")
@@ -175,7 +181,7 @@ def build_config(
     if reorder_buffer is not None:
         config["reorder_buffer_bytes"] = reorder_buffer
     if interval is not None:
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval != interval or abs(interval) == float("inf"):
+        if not _finite_number(interval):
             raise UserError(f"interval must be a finite number of seconds, got {interval!r}")
         config["series_interval_seconds"] = float(interval)
     if max_index_memory is not None:

@@ -136,8 +136,8 @@ def _checked_send(where: str, s: Any, size: Any, captures: int, evidence: str) -
     if h is not None and not _frame(h):
         raise UserError(f"{where}: 'header_frame' must be a frame number (1 to {MAX_FRAME_NUMBER:,}), "
                         f"got {_shown(h)}")
-    for key, allowed in (("kind", ("write", "read")), ("transport", ("tcp", "rdma"))):
-        if s.get(key, "tcp" if key == "transport" else None) not in allowed:
+    for key, allowed, default in (("kind", ("write", "read"), None), ("transport", ("tcp", "rdma"), "tcp")):
+        if s.get(key, default) not in allowed:
             raise UserError(f"{where}: '{key}' must be {' or '.join(allowed)}, got {_shown(s.get(key))}")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise UserError(f"{where}: the payload's 'size' must be a byte count, got {_shown(size)}")

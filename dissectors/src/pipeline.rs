@@ -74,6 +74,18 @@ impl Default for Config {
 /// Most top duplicated payloads a result lists (`top_n`, `--top`).
 pub const MAX_TOP_N: u64 = 10_000;
 
+/// `seconds` (the JSON value `given`) as whole ns within [`min_ns`, `max_ns`], else the line
+/// that names the bounds and the value as given, in JSON's notation (1e+300, not its 301
+/// digits).
+fn seconds_in(what: &str, given: &serde_json::Value, seconds: f64, min_ns: u64, max_ns: u64) -> Result<u64, String> {
+    let ns = seconds * 1e9;
+    if !(min_ns as f64..=max_ns as f64).contains(&ns) {
+        let (lo, hi) = (min_ns as f64 / 1e9, max_ns as f64 / 1e9);
+        return Err(format!("{what} must be between {lo} and {hi} seconds, got {given}"));
+    }
+    Ok(ns.round() as u64)
+}
+
 impl Config {
     /// `{"window_seconds": 60, "series_interval_seconds": 1, "top_n": 10, "topology": {...},
     /// "smb_ports": [445]}`; every key optional.
@@ -83,20 +95,12 @@ impl Config {
         let mut c = Config::default();
         if let Some(given) = v.get("window_seconds") {
             let w = given.as_f64().ok_or("window_seconds must be a number")?;
-            // At least 1 us, as the interval: a shorter window rounded to whole ns would be 0.
-            // The value as given, in JSON's notation (1e+300, not its 301 digits).
-            if !(1e-6..=86_400.0).contains(&w) {
-                return Err(format!("the window must be between 0.000001 and 86400 seconds, got {given}"));
-            }
-            c.dedupe.window_ns = (w * 1e9).round() as u64;
+            c.dedupe.window_ns = seconds_in("the window", given, w, crate::dedupe::MIN_WINDOW_NS, crate::dedupe::MAX_WINDOW_NS)?;
         }
         if let Some(given) = v.get("series_interval_seconds").filter(|i| !i.is_null()) {
             let i = given.as_f64().ok_or("series_interval_seconds must be a number")?;
-            let ns = i * 1e9;
-            if !(ns >= crate::dedupe::series::MIN_INTERVAL_NS as f64 && ns <= crate::dedupe::series::MAX_INTERVAL_NS as f64) {
-                return Err(format!("the interval must be between 0.000001 and 86400 seconds, got {given}"));
-            }
-            c.dedupe.series_interval_ns = ns.round() as u64;
+            let (min, max) = (crate::dedupe::series::MIN_INTERVAL_NS, crate::dedupe::series::MAX_INTERVAL_NS);
+            c.dedupe.series_interval_ns = seconds_in("the interval", given, i, min, max)?;
         }
         if let Some(n) = v.get("top_n") {
             let top = n.as_u64().filter(|&t| t <= MAX_TOP_N);

@@ -62,6 +62,11 @@ pub fn replay(events: impl IntoIterator<Item = Event>, stage: &mut Dedupe) {
     }
 }
 
+/// Accepted windows (`--window`): 1 us to one day, as the series interval; a shorter one
+/// would round to 0 ns.
+pub const MIN_WINDOW_NS: u64 = 1_000;
+pub const MAX_WINDOW_NS: u64 = 86_400_000_000_000;
+
 /// Configuration of the index.
 #[derive(Clone, Debug)]
 pub struct DedupeConfig {

@@ -646,8 +646,10 @@ impl Capture {
         // A capture file the user asked for that stopped short is an error of the run (exit
         // status 1), not only a line in the live view: the analysis went on without it.
         let write = self.writer.as_ref().map(|w| w.stats());
-        if let Some(e) = write.as_ref().and_then(|w| w.error.as_ref().map(|e| (e, w.frames_written))) {
-            errors.push(write_error(e.0, e.1));
+        if let Some(w) = &write {
+            if let Some(e) = &w.error {
+                errors.push(write_error(e, w.frames_written));
+            }
         }
         json!({
             "iface": self.iface,
