@@ -1041,7 +1041,7 @@ impl Parallel {
         }
         let counts = self.ordered.with_own(counts.expect("at least two workers"), &self.anomalies);
         let rdma = counts.rdma.clone();
-        (crate::pipeline::PipelineView::of(&self.ordered.dedupe, &counts, &self.clock, self.window_ns), rdma)
+        (crate::pipeline::PipelineView::of(&mut self.ordered.dedupe, &counts, &self.clock, self.window_ns), rdma)
     }
 
     /// End of input: every batch replayed, every worker closed in mark order, the result.

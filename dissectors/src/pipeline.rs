@@ -879,7 +879,7 @@ pub struct PipelineView {
 
 impl PipelineView {
     /// A snapshot from the ordered stage `dedupe`, the counts and the clock (`--threads`).
-    pub fn of(dedupe: &Dedupe, counts: &Counts, clock: &Clock, window_ns: u64) -> PipelineView {
+    pub fn of(dedupe: &mut Dedupe, counts: &Counts, clock: &Clock, window_ns: u64) -> PipelineView {
         let mut dedupe = dedupe.snapshot();
         let mut anomalies: std::collections::BTreeMap<String, u64> =
             counts.anomalies.iter().map(|(k, v)| (k.to_string(), v)).collect();

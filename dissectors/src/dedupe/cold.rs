@@ -48,6 +48,20 @@ impl Prev {
 /// The stream grows and shrinks in chunks of this many bytes (64 KiB), like the send table.
 const CHUNK_SHIFT: u32 = 16;
 
+/// A send is read from the nearest of these before it (`ColdLog::get_sorted`).
+const MARK_EVERY: u64 = 64;
+
+/// Where a send's bytes start in the stream (counting every byte ever pushed) and the values
+/// it is decoded against: one every `MARK_EVERY` sends, so a snapshot reads the few sends it
+/// lists without decoding every one before them.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    /// The send's number, counting every send ever pushed.
+    send: u64,
+    byte: u64,
+    prev: Prev,
+}
+
 /// The evidence fields of every live send, oldest first.
 #[derive(Default)]
 pub(super) struct ColdLog {
@@ -58,6 +72,11 @@ pub(super) struct ColdLog {
     front: Prev,
     /// Sends in the stream.
     sends: usize,
+    /// Sends ever pushed, and bytes ever dropped from the front.
+    pushed: u64,
+    dropped: u64,
+    /// Of the live sends, every `MARK_EVERY`-th's (by `pushed`), oldest first.
+    marks: std::collections::VecDeque<Mark>,
 }
 
 /// A signed difference folded into an unsigned one: 0, -1, 1, -2 ... become 0, 1, 2, 3 ...
@@ -126,6 +145,10 @@ impl ColdLog {
     /// Append the newest send's values.
     pub(super) fn push(&mut self, c: &Cold) {
         let p = self.back;
+        if self.pushed.is_multiple_of(MARK_EVERY) {
+            self.marks.push_back(Mark { send: self.pushed, byte: self.dropped + self.bytes.len() as u64, prev: p });
+        }
+        self.pushed += 1;
         self.put(u128::from(fold_sign(c.frame.wrapping_sub(p.frame))));
         self.put(u128::from(fold_sign(c.last_frame.wrapping_sub(c.frame))));
         self.put(c.header_frame.map_or(0, |h| u128::from(fold_sign(h.wrapping_sub(c.frame))) + 1));
@@ -146,8 +169,13 @@ impl ColdLog {
             (r.next_after(&self.front), r.used)
         };
         self.bytes.drop_front(used);
+        self.dropped += used as u64;
         self.front = Prev::of(&c);
         self.sends = self.sends.saturating_sub(1);
+        let oldest = self.pushed - self.sends as u64;
+        while self.marks.front().is_some_and(|m| m.send < oldest) {
+            self.marks.pop_front();
+        }
         if self.sends == 0 {
             debug_assert!(self.bytes.is_empty());
             self.front = self.back;
@@ -155,7 +183,8 @@ impl ColdLog {
         c
     }
 
-    /// Every live send's values, oldest first.
+    /// Every live send's values, oldest first (tests; a snapshot reads a few: `get_sorted`).
+    #[cfg(test)]
     pub(super) fn iter(&self) -> impl Iterator<Item = Cold> + '_ {
         let mut r = Reader { bytes: self.bytes.iter(), used: 0 };
         let mut prev = self.front;
@@ -166,14 +195,50 @@ impl ColdLog {
         })
     }
 
-    /// Bytes the live sends' values take.
+    /// The values of the live sends at `at` (positions from the oldest, ascending; each
+    /// less than the number of live sends), in that order. Each is read from the nearest mark
+    /// before it or from the one read before, whichever is nearer: at most `MARK_EVERY` sends
+    /// decoded per position, however many sends are live.
+    pub(super) fn get_sorted(&self, at: &[usize]) -> Vec<Cold> {
+        let oldest = self.pushed - self.sends as u64;
+        let front = Mark { send: oldest, byte: self.dropped, prev: self.front };
+        // The next send to decode, from where the last one read ended.
+        let mut cur: Option<Mark> = None;
+        let mut out = Vec::with_capacity(at.len());
+        for &k in at {
+            debug_assert!(k < self.sends, "cold stream has {} sends, asked for {k}", self.sends);
+            let want = oldest + k as u64;
+            let i = self.marks.partition_point(|m| m.send <= want);
+            let mark = match i {
+                0 => front,
+                i => self.marks[i - 1],
+            };
+            let mut from = match cur {
+                Some(c) if c.send <= want && c.send >= mark.send => c,
+                _ => mark,
+            };
+            let start = (from.byte - self.dropped) as usize;
+            let mut r = Reader { bytes: self.bytes.range(start, self.bytes.len()), used: 0 };
+            let mut c = r.next_after(&from.prev);
+            while from.send < want {
+                from.send += 1;
+                from.prev = Prev::of(&c);
+                c = r.next_after(&from.prev);
+            }
+            cur = Some(Mark { send: want + 1, byte: from.byte + r.used as u64, prev: Prev::of(&c) });
+            out.push(c);
+        }
+        out
+    }
+
+    /// Bytes the live sends' values take (their marks included).
     pub(super) fn len_bytes(&self) -> usize {
-        self.bytes.len()
+        self.bytes.len() + self.marks.len() * std::mem::size_of::<Mark>()
     }
 
     /// Bytes allocated for them.
     pub(super) fn capacity_bytes(&self) -> usize {
-        self.bytes.capacity()
+        self.bytes.capacity() + self.marks.capacity() * std::mem::size_of::<Mark>()
     }
 }
 
@@ -219,12 +284,23 @@ mod tests {
             if i % 4999 == 0 {
                 assert!(log.iter().eq(want.iter().copied()));
             }
+            if i % 997 == 0 && !want.is_empty() {
+                // Any ascending positions: far apart, neighbours, repeated, the first and last.
+                let n = want.len();
+                let mut at: Vec<usize> = (0..40).map(|j| ((x >> j) as usize ^ (j * 7919)) % n).collect();
+                at.extend([0, n - 1, n / 2, n / 2 + 1, n / 2 + 1]);
+                at.retain(|&k| k < n);
+                at.sort_unstable();
+                let got = log.get_sorted(&at);
+                assert_eq!(got, at.iter().map(|&k| want[k]).collect::<Vec<_>>(), "at {at:?}");
+            }
         }
         assert!(log.iter().eq(want.iter().copied()));
         while let Some(c) = want.pop_front() {
             assert_eq!(log.pop_front(), c);
         }
         assert_eq!(log.len_bytes(), 0);
+        assert!(log.marks.is_empty());
         // Emptied, it encodes the next send against the last one pushed.
         let c = sample(3, 77);
         log.push(&c);

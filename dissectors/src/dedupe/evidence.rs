@@ -295,7 +295,7 @@ fn join(c: &SendContext, s: &StoredSend) -> SendEvidence {
 /// block is a send and most payloads are sent once, nothing is stored at all; the sends
 /// stored for a payload are in `Evidence::departed`, by its id.
 ///
-/// 60 bytes, packed to 4-byte alignment (72 unpacked with a list pointer): on 4 KiB I/O a
+/// 64 bytes, packed to 4-byte alignment (80 unpacked with a list pointer): on 4 KiB I/O a
 /// payload sent twice, as every nested-mirror write is, opens one for every two sends.
 /// Its fields are read by value (a reference to a packed `u64` is not allowed).
 #[derive(Clone, Copy)]
@@ -307,12 +307,17 @@ struct Open {
     sends_total: u64,
     /// Sends of it in the window (fewer than 2^31: `index::MAX_LIVE_SENDS`).
     live: u32,
+    /// Low 32 bits of the index's sequence number at or before its first send in the window:
+    /// the sequence number of the send that opened it, then past each of its sends that
+    /// leaves (they leave in order). A snapshot finds its sends in the window from there
+    /// (`first_live`) rather than looking at every send.
+    first_live: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Open>() == 60);
+const _: () = assert!(std::mem::size_of::<Open>() == 64);
 
 /// A free `Open` slot.
-const NO_OPEN: Open = Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, live: 0 };
+const NO_OPEN: Open = Open { digest: [0; 32], len: 0, nontrivial_len: 0, sends_total: 0, live: 0, first_live: 0 };
 
 /// An `Evidence::departed` entry: its key, list and control byte (hashbrown).
 const DEPARTED_ENTRY_BYTES: usize = 4 + std::mem::size_of::<Vec<StoredSend>>() + 1;
@@ -454,9 +459,10 @@ impl Evidence {
         self.contexts.release(ctx);
     }
 
-    /// A send of `key` entered the window: its payload's open id, `NO_PAYLOAD` for an empty
-    /// payload (not tracked). Sends of one payload in the window share its id.
-    pub(super) fn on_send(&mut self, key: &PayloadKey, nontrivial_len: u64) -> u32 {
+    /// A send of `key` entered the window as the index's send `seq`: its payload's open id,
+    /// `NO_PAYLOAD` for an empty payload (not tracked). Sends of one payload in the window
+    /// share its id.
+    pub(super) fn on_send(&mut self, key: &PayloadKey, nontrivial_len: u64, seq: u64) -> u32 {
         if key.1 == 0 {
             return NO_PAYLOAD;
         }
@@ -470,6 +476,7 @@ impl Evidence {
             nontrivial_len,
             sends_total: 1,
             live: 1,
+            first_live: seq as u32,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -498,7 +505,7 @@ impl Evidence {
     /// (its context reference passes here; a send of `NO_PAYLOAD` has none). When it was the
     /// payload's last send in the window, the payload is closed. Sends of one payload leave
     /// in the order they came (the window is a queue), so the n-th to leave is its n-th send.
-    pub(super) fn on_leave(&mut self, id: u32, mut s: StoredSend, verdict: (Class, SendDupKind), anomalies: &mut Anomalies) {
+    pub(super) fn on_leave(&mut self, id: u32, seq: u64, mut s: StoredSend, verdict: (Class, SendDupKind), anomalies: &mut Anomalies) {
         if id == NO_PAYLOAD {
             // An empty payload's send has no context (`Dedupe::send` interns none).
             return;
@@ -506,6 +513,7 @@ impl Evidence {
         let o = &mut self.open[id as usize];
         s.n = o.sends_total - o.live();
         o.live -= 1;
+        o.first_live = (seq as u32).wrapping_add(1);
         s.class = Some(verdict.0);
         s.dup_kind = Some(verdict.1);
         let listed = self.departed.get(&id).map_or(0, |d| d.len());
@@ -605,18 +613,29 @@ impl Evidence {
         if self.top_n == 0 {
             return Vec::new();
         }
-        let mut open: Vec<(OpenRank, u32)> = self
-            .open
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.live() > 0 && o.sends_total >= 2)
-            .map(|(id, o)| {
-                let dup = o.nontrivial_len.saturating_mul(o.sends_total - 1);
-                ((dup, Reverse(o.digest), Reverse(o.len)), id as u32)
-            })
-            .collect();
+        // The best `top_n` open payloads, kept in a heap whose root is the worst of them: a
+        // pass over the open payloads that compares most of them on their duplicate bytes
+        // alone, the rest on their digest (sorting them all was most of a snapshot's time on 4 KiB writes).
+        let mut best: BinaryHeap<Reverse<(OpenRank, u32)>> = BinaryHeap::with_capacity(self.top_n + 1);
+        for (id, o) in self.open.iter().enumerate() {
+            if o.live() == 0 || o.sends_total < 2 {
+                continue;
+            }
+            let dup = o.nontrivial_len.saturating_mul(o.sends_total - 1);
+            if best.len() == self.top_n {
+                let Some(Reverse((worst, _))) = best.peek() else { break };
+                // Payloads of one size sent as often tie on duplicate bytes: the digest decides.
+                if dup < worst.0 || (dup == worst.0 && (Reverse(o.digest), Reverse(o.len)) <= (worst.1, worst.2)) {
+                    continue;
+                }
+            }
+            best.push(Reverse(((dup, Reverse(o.digest), Reverse(o.len)), id as u32)));
+            if best.len() > self.top_n {
+                best.pop();
+            }
+        }
+        let mut open: Vec<(OpenRank, u32)> = best.into_iter().map(|Reverse(e)| e).collect();
         open.sort_by_key(|&(rank, _)| Reverse(rank));
-        open.truncate(self.top_n);
         let first = |sends: &[SendEvidence]| sends[..sends.len().min(SNAPSHOT_SENDS_PER_PAYLOAD)].to_vec();
         let mut out: Vec<(Option<u32>, Ranked)> = self
             .top
@@ -651,6 +670,13 @@ impl Evidence {
         out.sort_by(|a, b| b.cmp(a));
         out.truncate(self.top_n);
         out.into_iter().map(|r| r.0).collect()
+    }
+
+    /// Open payload `id`'s sends in the window: how many, and the low 32 bits of a sequence
+    /// number at or before the first of them (`Open::first_live`).
+    pub(super) fn live_sends_of(&self, id: u32) -> (u64, u32) {
+        let o = self.open[id as usize];
+        (o.live(), o.first_live)
     }
 
     /// The evidence of a send still in the window (a live snapshot).
@@ -784,7 +810,7 @@ mod tests {
         let sends = [(1, 1, ([1; 32], 4096)), (2, 2, ([1; 32], 4096)), (1, 3, ([2; 32], 4096))];
         let mut live = Vec::new();
         for &(conn, m, key) in &sends {
-            let id = ev.on_send(&key, 4096);
+            let id = ev.on_send(&key, 4096, 0);
             let (c, mut stored) = split(send(conn, m, &name, &node));
             stored.ctx = ev.intern(c);
             live.push((id, stored));
@@ -794,10 +820,10 @@ mod tests {
         assert_eq!(ev.contexts.len(), 2, "one context per connection");
         assert_eq!(ev.open_counts(), (2, 0), "nothing stored while the sends are in the window");
         assert_eq!(ev.duplicated_payloads(), 1);
-        ev.on_leave(live[0].0, live[0].1, (Class::Client, SendDupKind::PerCopy), &mut an);
+        ev.on_leave(live[0].0, 0, live[0].1, (Class::Client, SendDupKind::PerCopy), &mut an);
         assert_eq!(ev.open_counts(), (2, 1), "a send that left before its payload is stored");
         for &(id, stored) in &live[1..] {
-            ev.on_leave(id, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+            ev.on_leave(id, 0, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
         }
         assert_eq!(ev.open_counts(), (0, 0));
         assert_eq!(ev.contexts.len(), 0, "released with the payloads");
@@ -826,14 +852,14 @@ mod tests {
             let mut live = Vec::new();
             for m in 0..4u64 {
                 let key = ([(m % 2) as u8 + 1; 32], 4096);
-                let id = ev.on_send(&key, 4096);
+                let id = ev.on_send(&key, 4096, 0);
                 let (c, mut stored) = split(send(1, round * 10 + m, &name, &node));
                 stored.ctx = ev.intern(c);
                 live.push((id, stored));
             }
             assert_eq!(ev.open_counts().0, 2);
             for (id, stored) in live {
-                ev.on_leave(id, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+                ev.on_leave(id, 0, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
             }
             assert_eq!(ev.open_counts(), (0, 0));
         }
@@ -860,21 +886,21 @@ mod tests {
         let mut live = Vec::new();
         for p in 0..N {
             for k in 0..3 {
-                let id = ev.on_send(&key(p), 4096);
+                let id = ev.on_send(&key(p), 4096, 0);
                 let (c, mut stored) = split(send(1, p * 3 + k, &name, &node));
                 stored.ctx = ev.intern(c);
                 live.push((id, stored));
             }
         }
         for (id, stored) in live.iter().filter(|(_, s)| s.message_id % 3 != 2) {
-            ev.on_leave(*id, *stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+            ev.on_leave(*id, 0, *stored, (Class::Client, SendDupKind::PerCopy), &mut an);
         }
         assert_eq!(ev.open_counts(), (N as usize, 2 * N as usize));
         assert_eq!(ev.departed.len(), N as usize);
         let peak = ev.departed.capacity();
         assert!(ev.allocated_bytes() >= (peak * DEPARTED_ENTRY_BYTES) as u64);
         for (id, stored) in live.iter().filter(|(_, s)| s.message_id % 3 == 2) {
-            ev.on_leave(*id, *stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+            ev.on_leave(*id, 0, *stored, (Class::Client, SendDupKind::PerCopy), &mut an);
         }
         assert_eq!(ev.open_counts(), (0, 0));
         assert!(ev.departed.is_empty());
@@ -921,13 +947,13 @@ mod tests {
         for round in 0..20u64 {
             let mut live = Vec::new();
             for m in 0..2u64 {
-                let id = ev.on_send(&([round as u8; 32], 4096), 4096);
+                let id = ev.on_send(&([round as u8; 32], 4096), 4096, 0);
                 let (c, mut stored) = split(send(1, round * 10 + m, &name, &node));
                 stored.ctx = ev.intern(c);
                 live.push((id, stored));
             }
             for (id, stored) in live {
-                ev.on_leave(id, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
+                ev.on_leave(id, 0, stored, (Class::Client, SendDupKind::PerCopy), &mut an);
             }
         }
         assert_eq!(ev.duplicated_payloads(), 20);

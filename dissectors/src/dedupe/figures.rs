@@ -35,6 +35,17 @@ impl Figures {
         self.repeated_content_bytes += o.repeated_content_bytes;
     }
 
+    /// Takes out what `add` put in (a live send's provisional figures: `Dedupe::snapshot`).
+    pub fn sub(&mut self, o: &Figures) {
+        self.payload_bytes -= o.payload_bytes;
+        self.nontrivial_bytes -= o.nontrivial_bytes;
+        self.unique_bytes -= o.unique_bytes;
+        self.sends -= o.sends;
+        self.trivial_bytes -= o.trivial_bytes;
+        self.per_copy_duplicate_bytes -= o.per_copy_duplicate_bytes;
+        self.repeated_content_bytes -= o.repeated_content_bytes;
+    }
+
     pub fn is_empty(&self) -> bool {
         self.payload_bytes == 0 && self.sends == 0
     }
@@ -72,6 +83,13 @@ impl DecidedBytes {
         self.inference += o.inference;
         self.rule += o.rule;
         self.forwarded += o.forwarded;
+    }
+
+    /// Takes out what `add` put in.
+    pub fn sub(&mut self, o: &DecidedBytes) {
+        self.inference -= o.inference;
+        self.rule -= o.rule;
+        self.forwarded -= o.forwarded;
     }
 }
 

@@ -494,7 +494,7 @@ const PREFETCH_BLOCKS: usize = 8;
 /// Largest accepted live-block bound: table entries are 32-bit positions.
 pub const MAX_LIVE_BLOCKS_LIMIT: usize = 1 << 31;
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
 struct ClassAcc {
     figures: Figures,
     decided: DecidedBytes,
@@ -591,6 +591,59 @@ pub struct Dedupe {
     /// worked out once, not per send.
     conn_numbers: FastMap<u64, (u64, Option<crate::community::CommunityId>)>,
     next_conn_number: [u64; 2],
+    /// The live sends' provisional figures, kept from the first snapshot on (`snapshot`).
+    live_figures: Option<LiveFigures>,
+}
+
+/// The sum of every live send's provisional figures (`send_figures`), kept up to date once a
+/// snapshot asked for it, so a live view every second does not walk the window: a send adds
+/// its figures when it comes and takes them out when it leaves; one whose blocks forwarding
+/// marks (the only change to a live send's figures) has its figures taken out and is listed
+/// in `changed`, and the next snapshot adds them back as they are then. Offline runs never
+/// snapshot and pay nothing. Before it, a snapshot summed every live send: about 370 ns a
+/// send on 4 KiB I/O, 12 ns a block on 1 MiB writes, every second in the capture thread.
+#[derive(Default)]
+struct LiveFigures {
+    /// Per edge (as `edges`), per class.
+    acc: Vec<[ClassAcc; Class::COUNT]>,
+    globally_unique: u64,
+    /// Sequence numbers of live sends whose figures are out of `acc` until the next snapshot.
+    changed: crate::fasthash::FastSet<u64>,
+}
+
+impl LiveFigures {
+    fn add(&mut self, edge: u32, (part, unique): &([ClassAcc; Class::COUNT], u64)) {
+        let e = edge as usize;
+        if self.acc.len() <= e {
+            self.acc.resize(e + 1, [ClassAcc::default(); Class::COUNT]);
+        }
+        for (total, p) in self.acc[e].iter_mut().zip(part.iter()) {
+            total.figures.add(&p.figures);
+            total.decided.add(&p.decided);
+            total.pending += p.pending;
+        }
+        self.globally_unique += unique;
+    }
+
+    fn sub(&mut self, edge: u32, (part, unique): &([ClassAcc; Class::COUNT], u64)) {
+        for (total, p) in self.acc[edge as usize].iter_mut().zip(part.iter()) {
+            total.figures.sub(&p.figures);
+            total.decided.sub(&p.decided);
+            total.pending -= p.pending;
+        }
+        self.globally_unique -= unique;
+    }
+
+    /// Send `seq` (at `i` in `sends`) is about to change: its figures come out until the
+    /// next snapshot (once, however often it changes before then).
+    fn take_out(&mut self, sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, blocks: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, i: usize, seq: u64) {
+        if self.changed.insert(seq) {
+            let (first, n) = span_of(sends, front_pos, blocks.len(), i);
+            let start = (first - front_pos) as usize;
+            let send = &sends[i];
+            self.sub(send.edge, &send_figures(send, blocks.range(start, start + n as usize)));
+        }
+    }
 }
 
 /// Connections numbered at most (about 40 MiB of map); later ones keep their stage id, moved
@@ -642,6 +695,7 @@ impl Dedupe {
             ledger: None,
             conn_numbers: Default::default(),
             next_conn_number: [0; 2],
+            live_figures: None,
         }
     }
 
@@ -779,7 +833,7 @@ impl Dedupe {
             _ => None,
         };
         let payload = match single {
-            None => self.evidence.on_send(&payload_key, nontrivial_len),
+            None => self.evidence.on_send(&payload_key, nontrivial_len, seq),
             Some((hash, len, h)) => match self.evidence.on_send_if_open(&payload_key) {
                 Some(id) => id,
                 None => {
@@ -789,9 +843,10 @@ impl Dedupe {
                     let earlier = singles.remove(h, |v| single_key(&sends[seq_index(front_seq, v)], ring, front) == (hash, len));
                     match earlier {
                         Some(v) => {
-                            let first = self.evidence.on_send(&payload_key, nontrivial_len);
-                            self.sends[seq_index(front_seq, v)].payload = first;
-                            self.evidence.on_send(&payload_key, nontrivial_len)
+                            let i = seq_index(front_seq, v);
+                            let first = self.evidence.on_send(&payload_key, nontrivial_len, front_seq + i as u64);
+                            self.sends[i].payload = first;
+                            self.evidence.on_send(&payload_key, nontrivial_len, seq)
                         }
                         None => SINGLE,
                     }
@@ -848,7 +903,7 @@ impl Dedupe {
             ctx,
             file: s.first_frame.file,
         });
-        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, edges, wide, bases, .. } = self;
+        let Dedupe { sends, blocks, front_pos, edge_blocks, global_blocks, inbound, edges, wide, bases, live_figures, .. } = self;
         let front = *front_pos;
         let is_write = s.kind == SendKind::Write;
         let prefetch = |b: &crate::payload::BlockDigest, g: &PosTable, e: &PosTable, inb: &PosTable| {
@@ -942,6 +997,9 @@ impl Dedupe {
                 }
             }
             if let Some(head) = head {
+                if let Some(lf) = live_figures.as_mut() {
+                    take_out_chain(lf, sends, blocks, front, front_seq, head);
+                }
                 mark_forwarded(blocks, front, head);
                 forward_of = true;
             }
@@ -952,6 +1010,13 @@ impl Dedupe {
             lb.flags |= flags;
             lb.set_dup(dup);
             lb.prev_inbound = prev_inbound.to_le_bytes();
+        }
+        if self.live_figures.is_some() {
+            let i = self.sends.len() - 1;
+            let part = send_figures(&self.sends[i], self.send_blocks(i));
+            if let Some(lf) = self.live_figures.as_mut() {
+                lf.add(edge, &part);
+            }
         }
 
         {
@@ -1071,6 +1136,7 @@ impl Dedupe {
     }
 
     pub fn finish(mut self) -> DedupeReport {
+        self.live_figures = None;
         while !self.sends.is_empty() {
             self.fold_front_keeping(false);
         }
@@ -1096,18 +1162,33 @@ impl Dedupe {
     /// At the end of the input it equals `finish`, apart from `pending_bytes` (sends still in
     /// the window have provisional classes; `finish` decides them) and `series`, which only
     /// `finish` gives.
-    pub fn snapshot(&self) -> DedupeReport {
+    /// The first snapshot sums every live send's figures; from then on they are kept as
+    /// sends come, change and leave (`LiveFigures`), and a snapshot adds back only those that
+    /// changed since the last one. Nothing it changes shows in any result.
+    pub fn snapshot(&mut self) -> DedupeReport {
+        let lf = match self.live_figures.take() {
+            None => self.walked_live_figures(),
+            Some(mut lf) => {
+                let front_seq = self.next_seq - self.sends.len() as u64;
+                for seq in std::mem::take(&mut lf.changed) {
+                    let i = (seq - front_seq) as usize;
+                    lf.add(self.sends[i].edge, &send_figures(&self.sends[i], self.send_blocks(i)));
+                }
+                lf
+            }
+        };
+        #[cfg(debug_assertions)]
+        self.assert_kept(&lf);
         let mut acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
-        let mut globally_unique = self.globally_unique_bytes;
-        for (i, send) in self.sends.iter().enumerate() {
-            let (part, unique) = send_figures(send, self.send_blocks(i));
-            globally_unique += unique;
-            for (total, p) in acc[send.edge as usize].iter_mut().zip(part.iter()) {
-                total.figures.add(&p.figures);
-                total.decided.add(&p.decided);
-                total.pending += p.pending;
+        for (total, live) in acc.iter_mut().zip(lf.acc.iter()) {
+            for (t, p) in total.iter_mut().zip(live.iter()) {
+                t.figures.add(&p.figures);
+                t.decided.add(&p.decided);
+                t.pending += p.pending;
             }
         }
+        let globally_unique = self.globally_unique_bytes + lf.globally_unique;
+        self.live_figures = Some(lf);
         let mut anomalies = self.anomalies.clone();
         let mut stats = self.stats.clone();
         let other = self.topo.overflow_lookups();
@@ -1122,13 +1203,28 @@ impl Dedupe {
             .filter_map(|(i, e)| e.open.map(|id| (id, i)))
             .collect();
         if !wanted.is_empty() {
+            // Each payload's first sends in the window, found from where its sends start
+            // (`Evidence::live_sends_of`): (position in the window, entry), in window order.
             let front_seq = self.next_seq - self.sends.len() as u64;
-            for (k, (live, cold)) in self.sends.iter().zip(self.cold.iter()).enumerate() {
-                let Some(&i) = wanted.get(&live.payload) else { continue };
-                let sends = &mut entries[i].payload.sends;
-                if sends.len() >= super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD {
-                    continue;
+            let mut found: Vec<(usize, usize)> = Vec::new();
+            for (&id, &i) in &wanted {
+                let (live, first) = self.evidence.live_sends_of(id);
+                let mut want = live.min(super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD as u64);
+                let from = (first.wrapping_sub(front_seq as u32) as i32).max(0) as usize;
+                for k in from..self.sends.len() {
+                    if want == 0 {
+                        break;
+                    }
+                    if self.sends[k].payload == id {
+                        found.push((k, i));
+                        want -= 1;
+                    }
                 }
+            }
+            found.sort_unstable();
+            let at: Vec<usize> = found.iter().map(|&(k, _)| k).collect();
+            for (&(k, i), cold) in found.iter().zip(self.cold.get_sorted(&at)) {
+                let live = &self.sends[k];
                 let (part, _) = send_figures(live, self.send_blocks(k));
                 let (class, dup) = send_verdict(&part);
                 let seq = front_seq + k as u64;
@@ -1136,11 +1232,39 @@ impl Dedupe {
                 let mut s = self.evidence.live_send(&live.stored(&cold, self.bases.time(live, seq, wide), live.message_id(wide)));
                 s.class = Some(class);
                 s.dup_kind = Some(dup);
-                sends.push(s);
+                entries[i].payload.sends.push(s);
             }
         }
         let top_duplicates = (self.evidence.duplicated_payloads(), self.evidence.rank_snapshot(entries));
         self.report(&acc, globally_unique, top_duplicates, &anomalies, &stats)
+    }
+
+    /// Kept live figures `lf`, with none changed since they were settled, are those summed
+    /// from the window (debug builds check at every snapshot).
+    #[cfg(debug_assertions)]
+    fn assert_kept(&self, lf: &LiveFigures) {
+        assert!(lf.changed.is_empty());
+        let walked = self.walked_live_figures();
+        let n = walked.acc.len();
+        assert!(lf.acc.len() >= n, "kept live figures cover {} edges, the window {n}", lf.acc.len());
+        assert_eq!(&lf.acc[..n], &walked.acc[..], "kept live figures differ from the window's");
+        assert!(lf.acc[n..].iter().flatten().all(|a| *a == ClassAcc::default()), "kept live figures of edges without a live send");
+        assert_eq!(lf.globally_unique, walked.globally_unique);
+    }
+
+    /// Are live figures being kept (a snapshot was taken)? For tests.
+    #[cfg(test)]
+    pub(super) fn keeps_live_figures(&self) -> bool {
+        self.live_figures.is_some()
+    }
+
+    /// Every live send's figures, summed from the window.
+    fn walked_live_figures(&self) -> LiveFigures {
+        let mut lf = LiveFigures::default();
+        for (i, send) in self.sends.iter().enumerate() {
+            lf.add(send.edge, &send_figures(send, self.send_blocks(i)));
+        }
+        lf
     }
 
     fn report(
@@ -1256,9 +1380,15 @@ impl Dedupe {
         debug_assert_eq!(send.first_pos, self.front_pos as u32);
         let n = span_of(&self.sends, self.front_pos, self.blocks.len(), 0).1 as usize;
         let (acc, globally_unique) = send_figures(send, self.send_blocks(0));
+        let seq = self.next_seq - self.sends.len() as u64;
+        if let Some(lf) = self.live_figures.as_mut() {
+            // Out already when it changed since the last snapshot.
+            if !lf.changed.remove(&seq) {
+                lf.sub(send.edge, &(acc, globally_unique));
+            }
+        }
         let send = self.sends.pop_front().expect("front exists");
         let cold = self.cold.pop_front();
-        let seq = self.next_seq - self.sends.len() as u64 - 1;
         let wide = if send.has_wide() { self.wide.remove(&seq).unwrap_or_default() } else { Wide::default() };
         let ts_ns = self.bases.time(&send, seq, || wide);
         self.bases.drop_before((!self.sends.is_empty()).then_some(seq + 1));
@@ -1318,7 +1448,7 @@ impl Dedupe {
             self.evidence.release(cold.ctx);
         } else {
             let verdict = send_verdict(&acc);
-            self.evidence.on_leave(send.payload, send.stored(&cold, ts_ns, send.message_id(|| wide)), verdict, &mut self.anomalies);
+            self.evidence.on_leave(send.payload, seq, send.stored(&cold, ts_ns, send.message_id(|| wide)), verdict, &mut self.anomalies);
         }
     }
 
@@ -1452,6 +1582,43 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl ExactSizeIterator<Item = &'a L
     a.figures.trivial_bytes += trivial_bytes;
     a.decided.add_bytes(main_by, trivial_bytes);
     (acc, globally_unique)
+}
+
+/// `mark_forwarded(blocks, front_pos, head)` is about to mark a chain of blocks: the live
+/// sends they belong to take their figures out (`LiveFigures::take_out`). The same walk,
+/// read-only; the send of a block is found by position (`send_at`), tried first against the
+/// send of the block before.
+fn take_out_chain(lf: &mut LiveFigures, sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, blocks: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, front_seq: u64, head: u64) {
+    let mut cur = head;
+    let mut last: Option<(usize, u64, u64)> = None;
+    while cur >= front_pos {
+        let Some(block) = blocks.get((cur - front_pos) as usize) else {
+            break;
+        };
+        if block.forwarded() {
+            break;
+        }
+        let i = match last {
+            Some((i, first, end)) if (first..end).contains(&cur) => i,
+            _ => {
+                let i = send_at(sends, front_pos, blocks.len(), cur);
+                let (first, n) = span_of(sends, front_pos, blocks.len(), i);
+                last = Some((i, first, first + u64::from(n)));
+                i
+            }
+        };
+        // The send being indexed (the newest) adds its figures once its blocks are done.
+        if i + 1 < sends.len() {
+            lf.take_out(sends, blocks, front_pos, i, front_seq + i as u64);
+        }
+        match block.prev_inbound() {
+            0 => break,
+            d => cur = match cur.checked_sub(u64::from(d)) {
+                Some(c) => c,
+                None => break,
+            },
+        }
+    }
 }
 
 /// Mark a chain of WRITE block instances (newest first, from position `head`) as forwarded,

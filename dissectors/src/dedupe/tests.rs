@@ -109,7 +109,7 @@ impl Net {
     }
     /// `finish`, checking on the way that a snapshot taken just before equals it (but for
     /// the series, which only `finish` gives).
-    fn finish(self) -> DedupeReport {
+    fn finish(mut self) -> DedupeReport {
         let snap = self.d.snapshot();
         let r = self.d.finish();
         assert!(snap.series.is_none());
@@ -1091,7 +1091,7 @@ fn snapshot_lists_the_first_sends_of_a_payload_however_often_it_is_sent() {
 
 #[test]
 fn snapshot_of_an_empty_index() {
-    let n = Net::new();
+    let mut n = Net::new();
     let s = n.d.snapshot();
     assert!(s.edges.is_empty());
     assert_eq!(s.totals.dup_ratio, Some(1.0));
@@ -1260,4 +1260,72 @@ fn sends_seconds_apart_and_message_ids_past_32_bits_keep_their_values() {
     let mut seen: Vec<(u64, u64)> = r.top_duplicates.iter().flat_map(|d| d.sends.iter().map(|s| (s.message_id, s.time_ns / MS))).collect();
     seen.sort_unstable();
     assert_eq!(seen, [(mids[1], 5_000), (mids[2], 10_000), (mids[3], 11_000), (mids[4], 12_000)]);
+}
+
+/// From the first snapshot on, the live sends' figures are kept as sends come, change and
+/// leave (`LiveFigures`) rather than summed from the window at each snapshot. Every later
+/// snapshot must equal the one an index fed the same sends gives at its first (which sums
+/// the window): on a run with forwarding chains across five nodes (redirection and its second
+/// replica), blocks repeated within a payload, trivial blocks, reads, sends leaving the window
+/// by time and before it (the live-block cap), and snapshots at irregular points. The final
+/// result is the one without snapshots.
+#[test]
+fn kept_live_figures_follow_every_change() {
+    for max_live_blocks in [usize::MAX, 24] {
+        let cfg = DedupeConfig { window_ns: 40 * MS, max_live_blocks, top_n: 4, ..Default::default() };
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let pool: Vec<Vec<u8>> = (0..5).map(|t| data(700 + t, 1)).collect();
+        let mut ops = Vec::new();
+        let mut t_ms = 0;
+        for _ in 0..240 {
+            t_ms += next(4);
+            let src = 1 + next(5) as u8;
+            let dst = 1 + (src as u64 + next(4)) as u8 % 5;
+            let kind = if next(6) == 0 { SendKind::Read } else { SendKind::Write };
+            let mut bytes = Vec::new();
+            for _ in 0..1 + next(3) {
+                match next(8) {
+                    0 => bytes.extend(std::iter::repeat_n(0u8, BLOCK_SIZE)),
+                    _ => bytes.extend_from_slice(&pool[next(5) as usize]),
+                }
+            }
+            ops.push((kind, src, dst, t_ms, bytes));
+        }
+        let feed = |n: &mut Net, ops: &[(SendKind, u8, u8, u64, Vec<u8>)]| {
+            for (kind, src, dst, t, bytes) in ops {
+                n.send(*kind, *src, *dst, u64::from(*src) * 10 + u64::from(*dst), *t, bytes);
+            }
+        };
+        let mut kept = Net::with(cfg.clone(), json!({"assume_members": true}), None);
+        let (mut done, mut snapshots) = (0, 0);
+        while done < ops.len() {
+            let upto = (done + 1 + next(9) as usize).min(ops.len());
+            feed(&mut kept, &ops[done..upto]);
+            done = upto;
+            let snap = kept.d.snapshot();
+            assert!(kept.d.keeps_live_figures());
+            let mut walked = Net::with(cfg.clone(), json!({"assume_members": true}), None);
+            feed(&mut walked, &ops[..done]);
+            assert!(!walked.d.keeps_live_figures());
+            let want = walked.d.snapshot();
+            assert_eq!(serde_json::to_value(&snap).unwrap(), serde_json::to_value(&want).unwrap(), "after {done} sends");
+            snapshots += 1;
+        }
+        assert!(snapshots > 30);
+        let with = kept.d.finish();
+        let mut plain = Net::with(cfg.clone(), json!({"assume_members": true}), None);
+        feed(&mut plain, &ops);
+        let without = plain.d.finish();
+        assert_eq!(serde_json::to_value(&with).unwrap(), serde_json::to_value(&without).unwrap());
+        // The run did what it is meant to cover.
+        assert!(with.edges.iter().any(|e| e.class == Class::Redirection), "{:#?}", with.edges);
+        assert!(with.totals.figures.trivial_bytes > 0 && with.totals.figures.repeated_content_bytes + with.totals.figures.per_copy_duplicate_bytes > 0);
+        assert_eq!(with.index.early_expiries > 0, max_live_blocks != usize::MAX);
+    }
 }
