@@ -1209,7 +1209,9 @@ impl Dedupe {
             let mut found: Vec<(usize, usize)> = Vec::new();
             for (&id, &i) in &wanted {
                 let (live, first) = self.evidence.live_sends_of(id);
-                let mut want = live.min(super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD as u64);
+                // After those that left, up to `SNAPSHOT_SENDS_PER_PAYLOAD` in all.
+                let room = super::evidence::SNAPSHOT_SENDS_PER_PAYLOAD.saturating_sub(entries[i].payload.sends.len());
+                let mut want = live.min(room as u64);
                 let from = (first.wrapping_sub(front_seq as u32) as i32).max(0) as usize;
                 for k in from..self.sends.len() {
                     if want == 0 {

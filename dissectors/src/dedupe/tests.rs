@@ -663,14 +663,15 @@ fn a_live_4k_send_costs_what_the_figures_say() {
     // Sends: the 32-byte record (in chunks; its times' bases 8 bytes per 1,024 sends) and its
     // evidence fields in the stream (13 bytes: 7 for the offset's difference, 1 for each
     // other field), a message slot and a `singles` slot (5 bytes, 7/16 to 7/8 full: at most
-    // 11.5 each); a pair of sends of one payload (half the sends) opens one 60-byte evidence
-    // entry with a lookup slot: 18 bytes per send (21 with the 72-byte entry before). 78
+    // 11.5 each); a pair of sends of one payload (half the sends) opens one 64-byte evidence
+    // entry with a lookup slot: 19 bytes per send (18 with the 60-byte entry before live
+    // snapshots found a payload's sends from its first, 21 with the 72-byte entry). 78
     // here; 86 with the 40-byte record, 89 with the 72-byte entry, 97 with
     // the 48-byte record that kept its block count and edge epoch,
     // 150 with the 80-byte record that held the evidence fields (and this
     // test's earlier sends, all of one frame and offset), about 400 before the send record
     // held its evidence (issue 7).
-    assert!(ix.send_bytes_per_live_send <= 32.0 + 13.0 + 2.0 * 11.5 + 18.0 + 4.0, "{ix:?}");
+    assert!(ix.send_bytes_per_live_send <= 32.0 + 13.0 + 2.0 * 11.5 + 19.0 + 4.0, "{ix:?}");
     assert_eq!(r.duplicated_payloads, (n - 1000) / 4);
     assert_eq!(r.top_duplicates.len(), DedupeConfig::default().top_n.min(r.duplicated_payloads as usize));
     assert!(r.top_duplicates.iter().all(|p| p.sends.len() == 2 && p.sends[0].message_id + 999 == p.sends[1].message_id));
@@ -1081,6 +1082,16 @@ fn snapshot_lists_the_first_sends_of_a_payload_however_often_it_is_sent() {
     assert_eq!(d.sends.len(), N);
     assert_eq!(d.sends.iter().map(|s| s.message_id).collect::<Vec<_>>(), (1..=N as u64).collect::<Vec<_>>());
     assert_eq!(d.duplicate_bytes, (total - 1) * B);
+    // Some left the window (stored with the payload), the rest are still in it: the first
+    // `N` in all, those that left first, then those in the window from the first of them.
+    for left in [10u64, N as u64 - 1, N as u64, N as u64 + 5] {
+        n.d.advance(10_000 * MS + (left - 1) * MS + 1);
+        let snap = n.d.snapshot();
+        let d = &snap.top_duplicates[0];
+        assert_eq!(n.d.live_sends() as u64, total - left);
+        assert_eq!(d.sends_total, total);
+        assert_eq!(d.sends.iter().map(|s| s.message_id).collect::<Vec<_>>(), (1..=N as u64).collect::<Vec<_>>(), "{left} left");
+    }
     // Closed (every send left the window): the same in the snapshot, all of them at the end.
     n.d.advance(20_000 * MS);
     let snap = n.d.snapshot();
