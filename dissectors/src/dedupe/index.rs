@@ -408,6 +408,14 @@ fn span_of(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, i:
     (first, (end - first) as u32)
 }
 
+/// The blocks of live send `i`, the ring starting at position `front` (`Dedupe::send_blocks`,
+/// for callers holding the index's fields apart).
+fn blocks_of<'a>(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, blocks: &'a Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front: u64, i: usize) -> impl ExactSizeIterator<Item = &'a LiveBlock> + 'a {
+    let (first, n) = span_of(sends, front, blocks.len(), i);
+    let start = (first - front) as usize;
+    blocks.range(start, start + n as usize)
+}
+
 /// Index in `sends` of the send holding block position `pos` (which must be live), the live
 /// blocks starting at `front` and numbering `live`.
 #[inline]
@@ -501,6 +509,20 @@ struct ClassAcc {
     /// Of `figures.payload_bytes`: bytes of sends still in the window whose class can still
     /// change (a WRITE whose receiver may yet forward it). Only snapshots have any.
     pending: u64,
+}
+
+impl ClassAcc {
+    fn add(&mut self, o: &ClassAcc) {
+        self.figures.add(&o.figures);
+        self.decided.add(&o.decided);
+        self.pending += o.pending;
+    }
+
+    fn sub(&mut self, o: &ClassAcc) {
+        self.figures.sub(&o.figures);
+        self.decided.sub(&o.decided);
+        self.pending -= o.pending;
+    }
 }
 
 struct EdgeState {
@@ -618,18 +640,14 @@ impl LiveFigures {
             self.acc.resize(e + 1, [ClassAcc::default(); Class::COUNT]);
         }
         for (total, p) in self.acc[e].iter_mut().zip(part.iter()) {
-            total.figures.add(&p.figures);
-            total.decided.add(&p.decided);
-            total.pending += p.pending;
+            total.add(p);
         }
         self.globally_unique += unique;
     }
 
     fn sub(&mut self, edge: u32, (part, unique): &([ClassAcc; Class::COUNT], u64)) {
         for (total, p) in self.acc[edge as usize].iter_mut().zip(part.iter()) {
-            total.figures.sub(&p.figures);
-            total.decided.sub(&p.decided);
-            total.pending -= p.pending;
+            total.sub(p);
         }
         self.globally_unique -= unique;
     }
@@ -638,10 +656,7 @@ impl LiveFigures {
     /// next snapshot (once, however often it changes before then).
     fn take_out(&mut self, sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, blocks: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, i: usize, seq: u64) {
         if self.changed.insert(seq) {
-            let (first, n) = span_of(sends, front_pos, blocks.len(), i);
-            let start = (first - front_pos) as usize;
-            let send = &sends[i];
-            self.sub(send.edge, &send_figures(send, blocks.range(start, start + n as usize)));
+            self.sub(sends[i].edge, &send_figures(&sends[i], blocks_of(sends, blocks, front_pos, i)));
         }
     }
 }
@@ -997,10 +1012,7 @@ impl Dedupe {
                 }
             }
             if let Some(head) = head {
-                if let Some(lf) = live_figures.as_mut() {
-                    take_out_chain(lf, sends, blocks, front, front_seq, head);
-                }
-                mark_forwarded(blocks, front, head);
+                mark_forwarded(blocks, front, head, live_figures.as_mut().map(|lf| (lf, &*sends, front_seq)));
                 forward_of = true;
             }
             if forward_of {
@@ -1011,12 +1023,9 @@ impl Dedupe {
             lb.set_dup(dup);
             lb.prev_inbound = prev_inbound.to_le_bytes();
         }
-        if self.live_figures.is_some() {
+        if let Some(lf) = self.live_figures.as_mut() {
             let i = self.sends.len() - 1;
-            let part = send_figures(&self.sends[i], self.send_blocks(i));
-            if let Some(lf) = self.live_figures.as_mut() {
-                lf.add(edge, &part);
-            }
+            lf.add(edge, &send_figures(&self.sends[i], blocks_of(&self.sends, &self.blocks, self.front_pos, i)));
         }
 
         {
@@ -1182,9 +1191,7 @@ impl Dedupe {
         let mut acc: Vec<[ClassAcc; Class::COUNT]> = self.edges.iter().map(|e| e.acc).collect();
         for (total, live) in acc.iter_mut().zip(lf.acc.iter()) {
             for (t, p) in total.iter_mut().zip(live.iter()) {
-                t.figures.add(&p.figures);
-                t.decided.add(&p.decided);
-                t.pending += p.pending;
+                t.add(p);
             }
         }
         let globally_unique = self.globally_unique_bytes + lf.globally_unique;
@@ -1360,9 +1367,7 @@ impl Dedupe {
 
     /// The blocks of live send `i` (an exact-size iterator: its length is their count).
     fn send_blocks(&self, i: usize) -> impl ExactSizeIterator<Item = &LiveBlock> + '_ {
-        let (first, n) = span_of(&self.sends, self.front_pos, self.blocks.len(), i);
-        let start = (first - self.front_pos) as usize;
-        self.blocks.range(start, start + n as usize)
+        blocks_of(&self.sends, &self.blocks, self.front_pos, i)
     }
 
     /// Fold the oldest send into the figures and drop everything that points at it.
@@ -1586,54 +1591,41 @@ fn send_figures<'a>(send: &LiveSend, blocks: impl ExactSizeIterator<Item = &'a L
     (acc, globally_unique)
 }
 
-/// `mark_forwarded(blocks, front_pos, head)` is about to mark a chain of blocks: the live
-/// sends they belong to take their figures out (`LiveFigures::take_out`). The same walk,
-/// read-only; the send of a block is found by position (`send_at`), tried first against the
-/// send of the block before.
-fn take_out_chain(lf: &mut LiveFigures, sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, blocks: &Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, front_seq: u64, head: u64) {
+/// What `mark_forwarded` needs to keep live figures: them, the send table and the sequence
+/// number of its front.
+type Live<'a> = (&'a mut LiveFigures, &'a Ring<LiveSend, SEND_CHUNK_SHIFT>, u64);
+
+/// Mark a chain of WRITE block instances (newest first, from position `head`) as forwarded,
+/// stopping at the window's edge or at an instance already marked. With `live` (kept live
+/// figures, the send table, the front's sequence number), the send of each block marked
+/// takes its figures out first (`LiveFigures::take_out`): on meeting its first block of the
+/// chain, which is its newest, so before any of its blocks changed. The send being indexed
+/// (the newest) adds its figures once its blocks are done; none of its blocks is in a chain.
+/// A block's send is found by position (`send_at`), tried first against the last one found.
+fn mark_forwarded(blocks: &mut Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, head: u64, mut live: Option<Live<'_>>) {
     let mut cur = head;
     let mut last: Option<(usize, u64, u64)> = None;
     while cur >= front_pos {
-        let Some(block) = blocks.get((cur - front_pos) as usize) else {
-            break;
-        };
-        if block.forwarded() {
-            break;
+        let at = (cur - front_pos) as usize;
+        match blocks.get(at) {
+            Some(b) if !b.forwarded() => {}
+            _ => break,
         }
-        let i = match last {
-            Some((i, first, end)) if (first..end).contains(&cur) => i,
-            _ => {
-                let i = send_at(sends, front_pos, blocks.len(), cur);
-                let (first, n) = span_of(sends, front_pos, blocks.len(), i);
-                last = Some((i, first, first + u64::from(n)));
-                i
+        if let Some((lf, sends, front_seq)) = live.as_mut() {
+            let i = match last {
+                Some((i, first, end)) if (first..end).contains(&cur) => i,
+                _ => {
+                    let i = send_at(sends, front_pos, blocks.len(), cur);
+                    let (first, n) = span_of(sends, front_pos, blocks.len(), i);
+                    last = Some((i, first, first + u64::from(n)));
+                    i
+                }
+            };
+            if i + 1 < sends.len() {
+                lf.take_out(sends, blocks, front_pos, i, *front_seq + i as u64);
             }
-        };
-        // The send being indexed (the newest) adds its figures once its blocks are done.
-        if i + 1 < sends.len() {
-            lf.take_out(sends, blocks, front_pos, i, front_seq + i as u64);
         }
-        match block.prev_inbound() {
-            0 => break,
-            d => cur = match cur.checked_sub(u64::from(d)) {
-                Some(c) => c,
-                None => break,
-            },
-        }
-    }
-}
-
-/// Mark a chain of WRITE block instances (newest first, from position `head`) as forwarded,
-/// stopping at the window's edge or at an instance already marked.
-fn mark_forwarded(blocks: &mut Ring<LiveBlock, BLOCK_CHUNK_SHIFT>, front_pos: u64, head: u64) {
-    let mut cur = head;
-    while cur >= front_pos {
-        let Some(block) = blocks.get_mut((cur - front_pos) as usize) else {
-            break;
-        };
-        if block.forwarded() {
-            break;
-        }
+        let block = &mut blocks[at];
         block.flags |= F_FORWARDED;
         match block.prev_inbound() {
             0 => break,
