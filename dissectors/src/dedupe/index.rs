@@ -423,6 +423,22 @@ fn send_at(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, po
     locate(sends.len(), |i| span_of(sends, front, live, i), front, live, pos)
 }
 
+/// Start loading the send record `send_at` reads first for block position `pos` (its first
+/// interpolation guess): a growing table's moves look up the send of every entry they move
+/// (its edge or receiver is part of the key), a cache miss each after the block's own.
+#[inline]
+fn prefetch_send_at(sends: &Ring<LiveSend, SEND_CHUNK_SHIFT>, front: u64, live: usize, pos: u64) {
+    let n = sends.len() as u64;
+    if n == 0 || live == 0 || pos < front {
+        return;
+    }
+    let off = pos - front;
+    let i = off.checked_mul(n).map_or(n - 1, |x| x / live as u64).min(n - 1);
+    if let Some(s) = sends.get(i as usize) {
+        crate::hint::prefetch_one(s);
+    }
+}
+
 /// Of `n` consecutive spans (first position, length) starting at `front` and covering `live`
 /// positions, the one holding `pos`. Interpolation first: the span where `pos` would be if
 /// the spans between the bounds known so far were all as long, then the bounds narrowed to
@@ -966,7 +982,10 @@ impl Dedupe {
             let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |p| at(p).hash == hash && edge_of(p) == edge) {
                 Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
                 None => {
-                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), |p| crate::hint::prefetch_one(at(p)));
+                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), |p| {
+                        crate::hint::prefetch_one(at(p));
+                        prefetch_send_at(sends, front, ring.len(), full_pos(front, p));
+                    });
                     None
                 }
             };
@@ -1007,7 +1026,10 @@ impl Dedupe {
                         prev_inbound = u32::try_from(pos - old).unwrap_or(0);
                     }
                     None => {
-                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), |p| crate::hint::prefetch_one(at(p)));
+                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), |p| {
+                            crate::hint::prefetch_one(at(p));
+                            prefetch_send_at(sends, front, ring.len(), full_pos(front, p));
+                        });
                     }
                 }
             }

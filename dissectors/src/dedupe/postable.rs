@@ -19,6 +19,15 @@
 //! it holds that many entries fewer than its limit), so tables given turns 0, 1 and 2 that
 //! fill together take turns instead, one moving at a time.
 //!
+//! The new array is allocated and written (its empty slots) ahead, a page every
+//! `PREPARE_INSERTS_PER_PAGE` inserts before the growth (`prepare`), so its page faults are
+//! spread out. A zeroed allocation made at the growth was faulted in all at once (the
+//! allocator's memset, when it reused memory) or by the first inserts and moves, which land
+//! on random slots: an array of 2^21 slots took most of its 2,560 faults within about 20 ms,
+//! 3-10 us each in a VM, and the live capture thread went 20-30 ms without reading its ring,
+//! enough to fill the default ring at 8 Gbit/s and shed the connection
+//! (docs/performance-log.md, 2026-12-03).
+//!
 //! Everything depends only on the hashes (no per-process seed): the same events give the
 //! same tables and the same memory figures in every run.
 
@@ -36,6 +45,12 @@ const MIGRATE_STEP: usize = 16;
 const MIN_BUCKETS: usize = 16;
 /// A control byte and a 4-byte value.
 const SLOT_BYTES: u64 = 5;
+/// Inserts per page of the coming array written ahead of a growth (`PosTable::prepare`).
+const PREPARE_INSERTS_PER_PAGE: usize = 64;
+/// What `prepare` writes at a time: the smallest page size.
+const PAGE_BYTES: usize = 4096;
+/// Arrays of fewer pages are not prepared (their faults are few).
+const PREPARE_MIN_PAGES: usize = 16;
 
 /// The tables' hash step: a 64x64 -> 128-bit multiply folded to 64 bits.
 #[inline]
@@ -68,8 +83,36 @@ impl Slots {
         self.ctrl.len()
     }
 
-    /// Entries plus deleted slots allowed before the array must be replaced: 7/8 of the
-    /// slots, so at least one slot is always empty and every probe ends.
+    /// Pages the slot arrays of `n` slots span (the control bytes, then the values).
+    fn pages_for(n: usize) -> usize {
+        n.div_ceil(PAGE_BYTES) + (n * 4).div_ceil(PAGE_BYTES)
+    }
+
+    /// Arrays of `n` slots with room allocated and nothing written yet: `fill_page` makes
+    /// them `n` empty slots a page at a time. (A zeroed allocation is written whole at once
+    /// when the allocator reuses memory, and faults it all in within that call.)
+    fn unfilled(n: usize) -> Self {
+        Slots { ctrl: Vec::with_capacity(n), vals: Vec::with_capacity(n), len: 0, deleted: 0 }
+    }
+
+    /// Write the next page of empty slots of arrays made by `unfilled(n)`: control bytes
+    /// first, then values. False once both hold `n`.
+    fn fill_page(&mut self, n: usize) -> bool {
+        if self.ctrl.len() < n {
+            self.ctrl.resize((self.ctrl.len() + PAGE_BYTES).min(n), EMPTY);
+        } else if self.vals.len() < n {
+            self.vals.resize((self.vals.len() + PAGE_BYTES / 4).min(n), 0);
+        } else {
+            return false;
+        }
+        true
+    }
+
+    /// Bytes written of arrays being filled.
+    fn filled_bytes(&self) -> usize {
+        self.ctrl.len() + self.vals.len() * 4
+    }
+
     fn limit(&self) -> usize {
         self.buckets() / 8 * 7
     }
@@ -154,6 +197,12 @@ pub(super) struct PosTable {
     cursor: usize,
     /// Moves' worth of inserts it doubles before its limit (see the module comment).
     turn: usize,
+    /// The array the next growth will move into, allocated and filled ahead (`prepare`).
+    next: Slots,
+    /// The slots `next` is being filled to (0: none is).
+    next_buckets: usize,
+    /// Inserts left before the growth when `next` was allocated.
+    lead: usize,
 }
 
 impl PosTable {
@@ -176,9 +225,9 @@ impl PosTable {
         self.cur.buckets() + self.old.buckets()
     }
 
-    /// Bytes of the slot arrays.
+    /// Bytes of the slot arrays, with what is written of the coming one.
     pub(super) fn bytes(&self) -> u64 {
-        self.buckets() as u64 * SLOT_BYTES
+        self.buckets() as u64 * SLOT_BYTES + self.next.filled_bytes() as u64
     }
 
     /// Bytes the live entries need, from their count rather than the arrays (what
@@ -254,6 +303,62 @@ impl PosTable {
         }
         self.cur.insert(hash, val);
         self.migrate(MIGRATE_STEP, &hasher, &prefetch);
+        self.prepare();
+    }
+
+    /// The slots of the array a growth now would make: the power of two that keeps it under
+    /// 7/8 full with `len` entries plus every insert that can come while `cur` is being
+    /// emptied (`MIGRATE_STEP` of its slots per insert), at least twice `cur` if `double`.
+    fn grown_buckets(&self, len: usize, double: bool) -> usize {
+        let during = self.cur.buckets() / MIGRATE_STEP;
+        let want = ((len + during) * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two();
+        if double {
+            want.max(self.cur.buckets() * 2)
+        } else {
+            want
+        }
+    }
+
+    /// Inserts before the next growth if none removes an entry, and the size it will make
+    /// (when that is clear already: the same with no entry removed as with every insert a
+    /// new entry); None while an old array is being emptied.
+    fn coming_growth(&self) -> Option<(usize, usize)> {
+        if self.old.buckets() != 0 || self.cur.buckets() == 0 {
+            return None;
+        }
+        let (limit, used) = (self.cur.limit(), self.cur.len + self.cur.deleted);
+        let full = limit.saturating_sub(used);
+        let early = match self.turn {
+            0 => usize::MAX,
+            t => (limit.saturating_sub(t * (self.cur.buckets() / MIGRATE_STEP).max(1))).saturating_sub(self.cur.len),
+        };
+        let left = full.min(early);
+        let double = early <= full;
+        let want = self.grown_buckets(self.cur.len, double);
+        (want == self.grown_buckets(self.cur.len + left, double)).then_some((left, want))
+    }
+
+    /// Allocate the array of the coming growth `PREPARE_INSERTS_PER_PAGE` inserts per page
+    /// ahead of it, and write its pages evenly over those inserts (see the module comment).
+    fn prepare(&mut self) {
+        let Some((left, want)) = self.coming_growth() else { return };
+        let pages = Slots::pages_for(want);
+        if pages < PREPARE_MIN_PAGES {
+            return;
+        }
+        if self.next_buckets != want {
+            // None yet, or one of a size the growth will no longer make.
+            self.next = Slots::default();
+            self.next_buckets = 0;
+            if left > pages * PREPARE_INSERTS_PER_PAGE {
+                return;
+            }
+            self.next = Slots::unfilled(want);
+            self.next_buckets = want;
+            self.lead = left.max(1);
+        }
+        let due = (pages - pages * left.min(self.lead) / self.lead + 1).min(pages);
+        while self.next.filled_bytes().div_ceil(PAGE_BYTES) < due && self.next.fill_page(want) {}
     }
 
     /// Start emptying `cur` into a new array. Its size is the power of two that keeps it
@@ -264,12 +369,15 @@ impl PosTable {
     /// always empty before the next growth; were one not, it would be finished first.
     fn grow(&mut self, double: bool, hasher: &impl Fn(u32) -> u64, prefetch: &impl Fn(u32)) {
         self.migrate(usize::MAX, hasher, prefetch);
-        let during = self.cur.buckets() / MIGRATE_STEP;
-        let mut want = ((self.cur.len + during) * 8 / 7 + 1).max(MIN_BUCKETS).next_power_of_two();
-        if double {
-            want = want.max(self.cur.buckets() * 2);
-        }
-        let fresh = Slots::with_buckets(want);
+        let want = self.grown_buckets(self.cur.len, double);
+        let mut next = std::mem::take(&mut self.next);
+        let fresh = if self.next_buckets == want {
+            while next.fill_page(want) {}
+            next
+        } else {
+            Slots::with_buckets(want)
+        };
+        self.next_buckets = 0;
         self.old = std::mem::replace(&mut self.cur, fresh);
         self.cursor = 0;
         if self.old.len == 0 {
@@ -474,6 +582,55 @@ mod tests {
             together += usize::from(plain.iter().all(|t| t.old.buckets() != 0) && plain[0].cur.buckets() >= 1024);
         }
         assert!(together > 10_000, "{together}");
+    }
+
+    #[test]
+    fn the_coming_array_is_written_ahead_a_page_at_a_time() {
+        for turn in 0..3 {
+            let mut t = PosTable::staggered(turn);
+            let (mut growths, mut prepared_growths, mut most) = (0, 0, 0);
+            for k in 0..600_000u32 {
+                let (before, had_old, cur) = (t.next.filled_bytes(), t.old.buckets() != 0, t.cur.buckets());
+                let next = t.next_buckets;
+                let ready = next != 0 && t.next.filled_bytes() == next * SLOT_BYTES as usize;
+                t.insert_unique(h(k), k, h, |_| {});
+                if !had_old && t.old.buckets() != 0 {
+                    growths += 1;
+                    // Every array of PREPARE_MIN_PAGES pages or more was allocated and wholly
+                    // written before the insert that grew into it.
+                    if Slots::pages_for(t.cur.buckets()) >= PREPARE_MIN_PAGES {
+                        assert!(ready && next == t.cur.buckets(), "turn {turn}: growth {cur} -> {} unprepared", t.cur.buckets());
+                        prepared_growths += 1;
+                    }
+                    assert_eq!((t.next_buckets, t.next.filled_bytes()), (0, 0));
+                } else {
+                    most = most.max(t.next.filled_bytes().saturating_sub(before).div_ceil(PAGE_BYTES));
+                }
+            }
+            assert!(prepared_growths >= 5, "turn {turn}: {prepared_growths} of {growths} growths prepared");
+            // A page (two on the insert that allocates the array) per insert at most.
+            assert!(most <= 2, "turn {turn}: {most} pages written on one insert");
+            for k in (0..600_000u32).step_by(13) {
+                assert_eq!(t.find_mut(h(k), |v| v == k).copied(), Some(k));
+            }
+        }
+        // A window sliding at a steady size rebuilds its array at the same size, prepared too.
+        let mut t = PosTable::new();
+        let (mut rebuilds, mut prepared) = (0, 0);
+        for k in 0..2_000_000u32 {
+            if k >= 20_000 {
+                let old = k - 20_000;
+                assert_eq!(t.remove(h(old), |v| v == old), Some(old));
+            }
+            let ready = t.next_buckets != 0 && t.next.filled_bytes() == t.next_buckets * SLOT_BYTES as usize;
+            let had_old = t.old.buckets() != 0;
+            t.insert_unique(h(k), k, h, |_| {});
+            if !had_old && t.old.buckets() != 0 && k > 100_000 {
+                rebuilds += 1;
+                prepared += usize::from(ready);
+            }
+        }
+        assert!(rebuilds >= 3 && prepared == rebuilds, "{prepared} of {rebuilds} rebuilds prepared");
     }
 
     #[test]
