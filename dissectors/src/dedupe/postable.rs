@@ -341,6 +341,16 @@ impl PosTable {
     /// Allocate the array of the coming growth `PREPARE_INSERTS_PER_PAGE` inserts per page
     /// ahead of it, and write its pages evenly over those inserts (see the module comment).
     fn prepare(&mut self) {
+        // Most inserts are far from a growth: the coming array has at most twice the slots
+        // of `cur`, so none is due while even that many pages' inserts and the table's turn
+        // leave it under its limit.
+        if self.next_buckets == 0 {
+            let b = self.cur.buckets();
+            let horizon = Slots::pages_for(2 * b) * PREPARE_INSERTS_PER_PAGE + self.turn * (b / MIGRATE_STEP).max(1);
+            if self.cur.len + self.cur.deleted + horizon < self.cur.limit() {
+                return;
+            }
+        }
         let Some((left, want)) = self.coming_growth() else { return };
         let pages = Slots::pages_for(want);
         if pages < PREPARE_MIN_PAGES {
