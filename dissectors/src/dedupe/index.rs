@@ -970,6 +970,12 @@ impl Dedupe {
             // Global: first instance on any edge within the window?
             let ring = &*blocks;
             let at = |p: u32| &ring[(full_pos(front, p) - front) as usize];
+            // A growth's moves in the per-edge and per-receiver tables read each moved entry's
+            // block and its send (the key's edge or receiver).
+            let moved_with_send = |p: u32| {
+                crate::hint::prefetch_one(at(p));
+                prefetch_send_at(sends, front, ring.len(), full_pos(front, p));
+            };
             match global_blocks.find_mut(h_global(&hash), |p| at(p).hash == hash) {
                 Some(e) => *e = p32,
                 None => {
@@ -982,10 +988,7 @@ impl Dedupe {
             let prev = match edge_blocks.find_mut(h_edge(edge, &hash), |p| at(p).hash == hash && edge_of(p) == edge) {
                 Some(e) => Some(full_pos(front, std::mem::replace(e, p32))),
                 None => {
-                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), |p| {
-                        crate::hint::prefetch_one(at(p));
-                        prefetch_send_at(sends, front, ring.len(), full_pos(front, p));
-                    });
+                    edge_blocks.insert_unique(h_edge(edge, &hash), p32, |p| h_edge(edge_of(p), &at(p).hash), moved_with_send);
                     None
                 }
             };
@@ -1026,10 +1029,7 @@ impl Dedupe {
                         prev_inbound = u32::try_from(pos - old).unwrap_or(0);
                     }
                     None => {
-                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), |p| {
-                            crate::hint::prefetch_one(at(p));
-                            prefetch_send_at(sends, front, ring.len(), full_pos(front, p));
-                        });
+                        inbound.insert_unique(h_node(dst, &hash), p32, |p| h_node(dst_of(p), &at(p).hash), moved_with_send);
                     }
                 }
             }

@@ -296,14 +296,19 @@ impl PosTable {
         } else if self.turn != 0 && self.old.buckets() == 0 {
             // Its turn: the entries alone (not deleted slots, which a rebuild at the same
             // size clears) are within `turn` moves of the limit.
-            let early = self.turn * (self.cur.buckets() / MIGRATE_STEP).max(1);
-            if self.cur.len + 1 > limit.saturating_sub(early) {
+            if self.cur.len + 1 > limit.saturating_sub(self.early_inserts()) {
                 self.grow(true, &hasher, &prefetch);
             }
         }
         self.cur.insert(hash, val);
         self.migrate(MIGRATE_STEP, &hasher, &prefetch);
         self.prepare();
+    }
+
+    /// Inserts before its limit at which a table doubles on its turn: `turn` growths' moves
+    /// of `cur` (see the module comment; 0 for a table without a turn).
+    fn early_inserts(&self) -> usize {
+        self.turn * (self.cur.buckets() / MIGRATE_STEP).max(1)
     }
 
     /// The slots of the array a growth now would make: the power of two that keeps it under
@@ -330,7 +335,7 @@ impl PosTable {
         let full = limit.saturating_sub(used);
         let early = match self.turn {
             0 => usize::MAX,
-            t => (limit.saturating_sub(t * (self.cur.buckets() / MIGRATE_STEP).max(1))).saturating_sub(self.cur.len),
+            _ => limit.saturating_sub(self.early_inserts()).saturating_sub(self.cur.len),
         };
         let left = full.min(early);
         let double = early <= full;
@@ -346,7 +351,7 @@ impl PosTable {
         // leave it under its limit.
         if self.next_buckets == 0 {
             let b = self.cur.buckets();
-            let horizon = Slots::pages_for(2 * b) * PREPARE_INSERTS_PER_PAGE + self.turn * (b / MIGRATE_STEP).max(1);
+            let horizon = Slots::pages_for(2 * b) * PREPARE_INSERTS_PER_PAGE + self.early_inserts();
             if self.cur.len + self.cur.deleted + horizon < self.cur.limit() {
                 return;
             }
