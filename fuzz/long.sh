@@ -66,7 +66,8 @@ pids=()
 stop=0
 crashes=0
 rm -f "$OUT/stopped"
-trap 'stop=1; for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null; done' INT TERM
+# (Its own loop variable: the trap runs inside the loop below that waits for each `p`.)
+trap 'stop=1; for q in "${pids[@]}"; do kill -INT "$q" 2>/dev/null; done' INT TERM
 
 executed_so_far() {
     awk -F'\t' -v t="$1" -v s="$SAN" 'NR > 1 && $3 == t && $4 == s { n += $7 } END { print n + 0 }' "$RESULTS"
@@ -149,8 +150,17 @@ for t in $TARGETS; do
         done
         codes=()
         for p in "${pids[@]}"; do
-            # `wait` returns early when a trapped signal arrives: wait again for the exit.
-            while :; do wait "$p"; c=$?; kill -0 "$p" 2>/dev/null || break; done
+            # A trapped signal ends `wait` early, with 128 + its number: wait again for the
+            # worker's own status. (Waiting until it is gone was not enough: a worker that exits
+            # at once on the interrupt was gone by then, and the 143 of the interrupted wait was
+            # recorded as its exit, a crash in the README's table.) Bash keeps an exited
+            # worker's status, so a worker that did exit with 128 + n gives the same again.
+            wait "$p"; c=$?
+            while [ "$c" -gt 128 ]; do
+                wait "$p"; c2=$?
+                [ "$c2" -eq "$c" ] && break
+                c=$c2
+            done
             codes+=("$c")
         done
         pids=()
@@ -164,7 +174,9 @@ for t in $TARGETS; do
             # A timeout whose input runs well within the limit when replayed was a stall of the
             # host (the process paused, or starved of CPU), not a finding: recorded as
             # "70:stall", its input kept as artifacts/<target>/stall-*, the campaign goes on.
-            if [ "$code" -eq 70 ] && [ $stop -eq 0 ] && stalled "$t" "$log"; then code=70:stall; fi
+            # Checked after a stop too: 70 is libFuzzer's timeout exit, never its interrupt's
+            # (72), so a worker that timed out before the stop came had a timeout like any other.
+            if [ "$code" -eq 70 ] && stalled "$t" "$log"; then code=70:stall; fi
             slow_units "$t" "$log" "$start" "$i"
             # After `stop`, a non-zero code is libFuzzer's interrupt exit (72), not a finding.
             if [ "$code" != 0 ] && [ "$code" != 70:stall ] && [ $stop -eq 0 ]; then crashed=1; fi
@@ -176,7 +188,7 @@ for t in $TARGETS; do
             } >>"$OUT/$t.log"
             if [ "$code" = 70:stall ]; then
                 cp "$log" "$OUT/$t.stall.$start.w$i.log"
-            elif [ "$code" != 0 ] && [ $stop -eq 0 ]; then
+            elif [ "$code" != 0 ] && { [ $stop -eq 0 ] || [ "$code" = 70 ]; }; then
                 cp "$log" "$OUT/$t.crash.$start.w$i.log"
             fi
         done

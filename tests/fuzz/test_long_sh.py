@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +35,10 @@ if [ -z "$prefix" ]; then
     [ -n "${REPLAY_TIMES_OUT:-}" ] && { echo "==1== ERROR: libFuzzer: timeout after 7 seconds"; exit 70; }
     exit 0
 fi
+# Workers start together: one at a time through the count.
+exec 9>>"$state.lock"; flock 9
 n=$(cat "$state" 2>/dev/null || echo 0); echo $((n + 1)) >"$state"
+flock -u 9; exec 9>&-
 if [ "$n" -eq 0 ] && [ -n "${FAKE_SLOW:-}" ]; then
     printf 'y' >"${prefix}slow-unit-feedbeef"
     echo "Slowest unit: 12 s:"
@@ -41,6 +46,20 @@ if [ "$n" -eq 0 ] && [ -n "${FAKE_SLOW:-}" ]; then
     echo "stat::number_of_executed_units: $runs"
     echo "stat::peak_rss_mb: 30"
     exit 0
+fi
+if [ "$n" -eq 1 ] && [ -n "${FAKE_HOLD:-}" ]; then
+    # The second worker of the first session: runs until interrupted, then prints its stats and
+    # exits 72, as libFuzzer does (in Python: a shell run in the background cannot trap the
+    # SIGINT it was started ignoring; libFuzzer installs its handler anyway).
+    exec python3 -c '
+import signal, sys, time
+def stop(*_):
+    print("stat::number_of_executed_units: 5"); print("stat::peak_rss_mb: 30"); sys.exit(72)
+signal.signal(signal.SIGINT, stop)
+open(sys.argv[1], "w").write("running")
+while True:
+    time.sleep(0.05)
+' "$state.held"
 fi
 if [ "$n" -eq 0 ]; then
     printf 'x' >"${prefix}timeout-0123abcd"
@@ -98,6 +117,43 @@ def test_timeout_that_reproduces_is_a_finding_and_stops_the_target(tmp_path):
     assert [r["exit"] for r in rows] == ["70"]
     assert sorted(p.name for p in (out / "artifacts" / "t").iterdir()) == ["timeout-0123abcd"]
     assert list(out.glob("t.crash.*.w0.log")) and not list(out.glob("t.stall.*"))
+
+
+def test_a_stall_before_the_campaign_is_stopped_is_still_a_stall(tmp_path):
+    # Two workers: the first times out (a stall: its input replays fast) while the second runs
+    # on; then the campaign is stopped. The timeout came before the stop, so it is checked as
+    # any other (it was recorded as a plain 70, a crash in the README's table, before).
+    out = tmp_path / "long"
+    (out / "bin" / "none").mkdir(parents=True)
+    (out / "seeds" / "t").mkdir(parents=True)
+    (out / "seeds" / "t" / "seed").write_bytes(b"s")
+    fake = out / "bin" / "none" / "t"
+    fake.write_text(FAKE)
+    fake.chmod(0o755)
+    (out / "bin" / "none" / "COMMIT").write_text("abc1234\n")
+    env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
+               FUZZ_SESSION_RUNS="10", FUZZ_WORKERS="2", FAKE_HOLD="1")
+    env.pop("REPLAY_TIMES_OUT", None)
+    env.pop("FAKE_SLOW", None)
+    p = subprocess.Popen(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((out / "state.held").exists() and list((out / "artifacts" / "t").glob("timeout-*"))):
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    with open(out / "results.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert rc == 130
+    # (Which worker times out depends on which starts first.)
+    assert sorted((r["exit"], r["executed"]) for r in rows) == [("70:stall", "7"), ("72", "5")]
+    assert sorted(x.name for x in (out / "artifacts" / "t").iterdir()) == ["stall-0123abcd"]
+    assert len(list(out.glob("t.stall.*.w*.log"))) == 1 and not list(out.glob("t.crash.*"))
 
 
 def test_a_slow_unit_is_replayed_and_recorded_and_the_campaign_goes_on(tmp_path):
