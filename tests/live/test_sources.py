@@ -301,17 +301,22 @@ def test_gso_frames_count_as_their_wire_packets(livecat, lab, backend):
     native XDP program on its peer, veth turns GSO off on the sending side (veth_fix_features),
     so XDP sees, counts and copies each wire packet, as on a NIC where it runs before GRO."""
     lab.allow_gso()
-    cap = Capture(livecat, lab, backend)
-    before, frames_before, dropped_before = lab.tcp_outsegs(), lab.tcp_insegs(), lab.tx_dropped()
     nbytes = 4 << 20
-    retrans_bytes = lab.tcp_transfer(445, nbytes)
-    segs, frames = lab.tcp_outsegs() - before, lab.tcp_insegs() - frames_before
-    r = cap.finish()
-    check_invariants(r)
+    # A frame dropped between A and B (B's backlog full: a busy machine) was counted by A's
+    # TCP but never reached the hook; the byte check below cannot account for it, so such a
+    # run proves nothing about the counters: it is run again with a fresh capture, up to three
+    # times (one of a full CI run's was lost on a machine also running a fuzzing campaign).
+    for _ in range(3):
+        cap = Capture(livecat, lab, backend)
+        before, frames_before, dropped_before = lab.tcp_outsegs(), lab.tcp_insegs(), lab.tx_dropped()
+        retrans_bytes = lab.tcp_transfer(445, nbytes)
+        segs, frames = lab.tcp_outsegs() - before, lab.tcp_insegs() - frames_before
+        r = cap.finish()
+        check_invariants(r)
+        if lab.tx_dropped() == dropped_before:
+            break
     st = r["stats"]
-    # A frame dropped between A and B was counted by A's TCP but never reached the hook; the
-    # byte check below cannot account for it, so such a run proves nothing and says so.
-    assert lab.tx_dropped() == dropped_before, "frames were lost on the veth: rerun on a quieter machine"
+    assert lab.tx_dropped() == dropped_before, "frames were lost on the veth in 3 runs: rerun on a quieter machine"
     if hook_of(backend) == "xdp":
         assert st["frames_matched"] == segs == r["delivered"] + st["ring_drops"], "one frame per wire packet"
     else:
