@@ -76,7 +76,9 @@ exit 0
 """
 
 
-def campaign(tmp_path: Path, replay_times_out: bool, slow: bool = False) -> tuple[int, list[dict], Path]:
+def campaign_dir(tmp_path: Path, workers: int = 1, **fake_env: str) -> tuple[Path, dict]:
+    """A campaign directory with the stand-in for target `t`, and the environment to run
+    long.sh on it with `workers` workers (`fake_env`: the stand-in's switches)."""
     out = tmp_path / "long"
     (out / "bin" / "none").mkdir(parents=True)
     (out / "seeds" / "t").mkdir(parents=True)
@@ -86,18 +88,27 @@ def campaign(tmp_path: Path, replay_times_out: bool, slow: bool = False) -> tupl
     fake.chmod(0o755)
     (out / "bin" / "none" / "COMMIT").write_text("abc1234\n")
     env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
-               FUZZ_SESSION_RUNS="10", FUZZ_WORKERS="1")
-    env.pop("REPLAY_TIMES_OUT", None)
-    env.pop("FAKE_SLOW", None)
-    if slow:
-        env["FAKE_SLOW"] = "1"
+               FUZZ_SESSION_RUNS="10", FUZZ_WORKERS=str(workers))
+    for k in ("REPLAY_TIMES_OUT", "FAKE_SLOW", "FAKE_HOLD"):
+        env.pop(k, None)
+    env.update(fake_env)
+    return out, env
+
+
+def results(out: Path) -> list[dict]:
+    with open(out / "results.tsv", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def campaign(tmp_path: Path, replay_times_out: bool, slow: bool = False) -> tuple[int, list[dict], Path]:
+    switches = {"FAKE_SLOW": "1"} if slow else {}
     if replay_times_out:
-        env["REPLAY_TIMES_OUT"] = "1"
+        switches["REPLAY_TIMES_OUT"] = "1"
+    out, env = campaign_dir(tmp_path, **switches)
     # Its own session: the script renices its scheduler autogroup, which is not the tests'.
     p = subprocess.run(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, capture_output=True, text=True,
                        timeout=120, start_new_session=True)
-    with open(out / "results.tsv", newline="") as f:
-        return p.returncode, list(csv.DictReader(f, delimiter="\t")), out
+    return p.returncode, results(out), out
 
 
 def test_timeout_that_does_not_reproduce_is_a_stall_and_the_campaign_goes_on(tmp_path):
@@ -123,18 +134,7 @@ def test_a_stall_before_the_campaign_is_stopped_is_still_a_stall(tmp_path):
     # Two workers: the first times out (a stall: its input replays fast) while the second runs
     # on; then the campaign is stopped. The timeout came before the stop, so it is checked as
     # any other (it was recorded as a plain 70, a crash in the README's table, before).
-    out = tmp_path / "long"
-    (out / "bin" / "none").mkdir(parents=True)
-    (out / "seeds" / "t").mkdir(parents=True)
-    (out / "seeds" / "t" / "seed").write_bytes(b"s")
-    fake = out / "bin" / "none" / "t"
-    fake.write_text(FAKE)
-    fake.chmod(0o755)
-    (out / "bin" / "none" / "COMMIT").write_text("abc1234\n")
-    env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
-               FUZZ_SESSION_RUNS="10", FUZZ_WORKERS="2", FAKE_HOLD="1")
-    env.pop("REPLAY_TIMES_OUT", None)
-    env.pop("FAKE_SLOW", None)
+    out, env = campaign_dir(tmp_path, workers=2, FAKE_HOLD="1")
     p = subprocess.Popen(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -147,8 +147,7 @@ def test_a_stall_before_the_campaign_is_stopped_is_still_a_stall(tmp_path):
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-    with open(out / "results.tsv", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    rows = results(out)
     assert rc == 130
     # (Which worker times out depends on which starts first.)
     assert sorted((r["exit"], r["executed"]) for r in rows) == [("70:stall", "7"), ("72", "5")]
