@@ -109,7 +109,7 @@ impl<'a> Matcher<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::common_prefix;
+    use super::{common_prefix, hash3, Matcher, CHAIN_DEPTH, NONE};
 
     fn bytewise(a: &[u8], b: &[u8]) -> usize {
         a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -138,5 +138,78 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The chain walk written plainly: no one-byte filter before comparing a candidate, bytes
+    /// compared one at a time.
+    fn plain_find(m: &mut Matcher, pos: usize, min_pos: usize, max_offset: usize, max_len: usize) -> (usize, usize) {
+        m.insert_to(pos);
+        let data = m.data;
+        let max_len = max_len.min(data.len() - pos);
+        if max_len < 3 {
+            return (0, 0);
+        }
+        let lowest = pos.saturating_sub(max_offset).max(min_pos);
+        let mut cand = m.head[hash3(data[pos..pos + 3].try_into().unwrap())];
+        let (mut best_len, mut best_off) = (0, 0);
+        let mut depth = 0;
+        while cand != NONE && depth < CHAIN_DEPTH {
+            let c = cand as usize;
+            if c < lowest {
+                break;
+            }
+            let l = bytewise(&data[c..c + max_len], &data[pos..pos + max_len]);
+            if l > best_len {
+                best_len = l;
+                best_off = pos - c;
+                if l == max_len {
+                    break;
+                }
+            }
+            cand = m.prev[c];
+            depth += 1;
+        }
+        if best_len >= 3 {
+            (best_len, best_off)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// `find` gives what the plain walk gives at every position (asked in rising order, as the
+    /// compressors do, with and without skipping the positions a match covers), on random,
+    /// run-heavy, few-symbol and tiled data, with windows, lower bounds and length limits
+    /// the three compressors use and tighter ones.
+    #[test]
+    fn find_is_the_plain_chain_walk() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let random: Vec<u8> = (0..6000).map(|_| next() as u8).collect();
+        let runs: Vec<u8> = random.iter().take(300).flat_map(|&b| std::iter::repeat_n(b, 1 + b as usize % 64)).collect();
+        let few: Vec<u8> = random.iter().map(|b| b % 3).collect();
+        let tiled: Vec<u8> = random[..700].iter().cycle().take(9000).copied().collect();
+        let mixed: Vec<u8> = random.iter().enumerate().map(|(i, &b)| if (i / 97) % 2 == 0 { b } else { (i % 5) as u8 }).collect();
+        let mut compared = 0;
+        for data in [&random, &runs, &few, &tiled, &mixed] {
+            for &(max_offset, max_len, chunk, skip) in
+                &[(65535, 65538, 0, true), (8191, 4098, 4096, true), (1 << 12, 18, 4096, false), (40, 300, 0, false), (1 << 16, 3, 0, true)]
+            {
+                let (mut fast, mut plain) = (Matcher::new(data), Matcher::new(data));
+                let mut pos = 0;
+                while pos < data.len() {
+                    let min_pos = pos.checked_div(chunk).map_or(0, |k| k * chunk);
+                    let got = fast.find(pos, min_pos, max_offset, max_len);
+                    assert_eq!(got, plain_find(&mut plain, pos, min_pos, max_offset, max_len), "at {pos} of {}", data.len());
+                    compared += 1;
+                    pos += if skip { got.0.max(1) } else { 1 };
+                }
+            }
+        }
+        assert!(compared > 50_000, "{compared}");
     }
 }
