@@ -88,13 +88,17 @@ fuzz:
 # crashes, logs and results.tsv in FUZZ_LONG_DIR, outside the repository; stopping and starting
 # again resumes from results.tsv. FUZZ_SANITIZER=none (default: 2-10x the executions, see the
 # README for what that leaves out) or address (the ASan campaign, FUZZ_ASAN_TARGETS).
+# FUZZ_TRACE_COMPARES=0: built without libFuzzer's comparison tracing, a campaign of its own
+# ("none+nocmp" in the table) over FUZZ_NOCMP_TARGETS, whose comparisons are between data.
 FUZZ_RUNS ?= 100000000
 FUZZ_WORKERS ?= 2
 FUZZ_SANITIZER ?= none
+FUZZ_TRACE_COMPARES ?= 1
 FUZZ_SESSION_RUNS ?= 2000000
 FUZZ_LONG_DIR ?= $(HOME)/smbwire-fuzzlong
 FUZZ_LONG_ORDER := xca_lznt1 xca_lz77 xca_lz77_huffman text_inputs live_frames capture_reader wire_decode pipeline_roce pipeline_tcp xca_roundtrip ledger_inputs ledger_footer
 FUZZ_ASAN_TARGETS := capture_reader wire_decode pipeline_roce pipeline_tcp
+FUZZ_NOCMP_TARGETS := xca_roundtrip
 # The ASan campaign's goal per target (`make fuzz-long FUZZ_SANITIZER=address FUZZ_RUNS=$(FUZZ_ASAN_RUNS)`),
 # for the table.
 FUZZ_ASAN_RUNS ?= 10000000
@@ -103,8 +107,8 @@ fuzz-long:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
 	FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_SANITIZER=$(FUZZ_SANITIZER) \
-	  FUZZ_SESSION_RUNS=$(FUZZ_SESSION_RUNS) FUZZ_LONG_DIR=$(FUZZ_LONG_DIR) \
-	  FUZZ_TARGETS="$(if $(filter address,$(FUZZ_SANITIZER)),$(FUZZ_ASAN_TARGETS),$(FUZZ_LONG_ORDER))" \
+	  FUZZ_SESSION_RUNS=$(FUZZ_SESSION_RUNS) FUZZ_LONG_DIR=$(FUZZ_LONG_DIR) FUZZ_TRACE_COMPARES=$(FUZZ_TRACE_COMPARES) \
+	  FUZZ_TARGETS="$(if $(filter address,$(FUZZ_SANITIZER)),$(FUZZ_ASAN_TARGETS),$(if $(filter 0,$(FUZZ_TRACE_COMPARES)),$(FUZZ_NOCMP_TARGETS),$(FUZZ_LONG_ORDER)))" \
 	  bash fuzz/long.sh
 
 # Every target with debug assertions and overflow checks: its corpora replayed, then

@@ -39,9 +39,16 @@ STALL_LIMIT=$((TIMEOUT / 10))
 # libFuzzer's -report_slow_units: an input slower than this (s) is written as slow-unit-<hash>.
 SLOW_UNIT=${FUZZ_SLOW_UNIT:-10}
 SAN=${FUZZ_SANITIZER:-none}
+# FUZZ_TRACE_COMPARES=0: build without libFuzzer's comparison tracing (`cargo fuzz build
+# --no-trace-compares`). Its runs are a build of their own, "<sanitizer>+nocmp" (bin/, target-,
+# the sanitizer column of results.tsv and slow-units.tsv), counted apart from the traced build's.
+# For targets whose comparisons are between data, not against values an input must hit: the
+# compressors' round trip (`xca_roundtrip`) spent three quarters of its time in the comparison
+# hooks, and ran 4x faster without them (README, "Fuzzing").
+if [ "${FUZZ_TRACE_COMPARES:-1}" = 0 ]; then BUILD=$SAN+nocmp; NOCMP=--no-trace-compares; else BUILD=$SAN; NOCMP=; fi
 OUT=${FUZZ_LONG_DIR:?set FUZZ_LONG_DIR to a directory outside the repository}
 TARGETS=${FUZZ_TARGETS:?set FUZZ_TARGETS (the order is the order of the run)}
-mkdir -p "$OUT/bin/$SAN" "$OUT/target-$SAN"
+mkdir -p "$OUT/bin/$BUILD" "$OUT/target-$BUILD"
 RESULTS=$OUT/results.tsv
 [ -f "$RESULTS" ] || printf 'start_utc\tend_utc\ttarget\tsanitizer\tworker\truns_asked\texecuted\texit\tseconds\tpeak_rss_mb\tcommit\thost\n' >"$RESULTS"
 
@@ -49,16 +56,16 @@ RESULTS=$OUT/results.tsv
 # rebuilds and checkouts of it). FUZZ_PREBUILT=1: use what an earlier run copied there (the
 # repository is then not needed at all: the script may run from a copy).
 if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
-    for t in $TARGETS; do [ -x "$OUT/bin/$SAN/$t" ] && [ -d "$OUT/seeds/$t" ] || { echo "no $OUT/bin/$SAN/$t or seeds"; exit 1; }; done
-    COMMIT=$(cat "$OUT/bin/$SAN/COMMIT")
+    for t in $TARGETS; do [ -x "$OUT/bin/$BUILD/$t" ] && [ -d "$OUT/seeds/$t" ] || { echo "no $OUT/bin/$BUILD/$t or seeds"; exit 1; }; done
+    COMMIT=$(cat "$OUT/bin/$BUILD/COMMIT")
 else
-    nice -n 19 cargo +nightly fuzz build -O -s "$SAN" --target-dir "$OUT/target-$SAN" || exit 1
+    nice -n 19 cargo +nightly fuzz build -O -s "$SAN" $NOCMP --target-dir "$OUT/target-$BUILD" || exit 1
     for t in $TARGETS; do
-        cp "$OUT/target-$SAN/x86_64-unknown-linux-gnu/release/$t" "$OUT/bin/$SAN/$t" || exit 1
+        cp "$OUT/target-$BUILD/x86_64-unknown-linux-gnu/release/$t" "$OUT/bin/$BUILD/$t" || exit 1
         mkdir -p "$OUT/seeds/$t" && cp corpus/$t/* "$OUT/seeds/$t/" || exit 1
     done
     COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ../dissectors fuzz_targets || echo +dirty)
-    echo "$COMMIT" >"$OUT/bin/$SAN/COMMIT"
+    echo "$COMMIT" >"$OUT/bin/$BUILD/COMMIT"
 fi
 HOST="$(nproc)cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/  */ /g')"
 
@@ -70,7 +77,7 @@ rm -f "$OUT/stopped"
 trap 'stop=1; for q in "${pids[@]}"; do kill -INT "$q" 2>/dev/null; done' INT TERM
 
 executed_so_far() {
-    awk -F'\t' -v t="$1" -v s="$SAN" 'NR > 1 && $3 == t && $4 == s { n += $7 } END { print n + 0 }' "$RESULTS"
+    awk -F'\t' -v t="$1" -v s="$BUILD" 'NR > 1 && $3 == t && $4 == s { n += $7 } END { print n + 0 }' "$RESULTS"
 }
 
 # After a target's campaign without a sanitizer reaches FUZZ_RUNS: its whole corpus once through
@@ -106,7 +113,7 @@ stalled() {
     local t=$1 log=$2 unit
     unit=$(sed -n 's/.*Test unit written to \(.*timeout-[0-9a-f]*\).*/\1/p' "$log" | tail -1)
     [ -n "$unit" ] && [ -f "$unit" ] || return 1
-    timeout $((STALL_REPLAYS * STALL_LIMIT + 10)) "$OUT/bin/$SAN/$t" -runs="$STALL_REPLAYS" -timeout=$STALL_LIMIT -rss_limit_mb=2048 "$unit" \
+    timeout $((STALL_REPLAYS * STALL_LIMIT + 10)) "$OUT/bin/$BUILD/$t" -runs="$STALL_REPLAYS" -timeout=$STALL_LIMIT -rss_limit_mb=2048 "$unit" \
         >>"$log.replay" 2>&1 || return 1
     mv "$unit" "$(dirname "$unit")/stall-${unit##*timeout-}"
     echo "== the timeout's input ran $STALL_REPLAYS times within $STALL_LIMIT s each: a stall, not a finding" >>"$log"
@@ -124,11 +131,11 @@ slow_units() {
             r=-
             if [ -f "$unit" ] && [ $stop -eq 0 ]; then
                 t0=$(date +%s%N)
-                timeout $((TIMEOUT * 10)) nice -n 19 "$OUT/bin/$SAN/$t" -rss_limit_mb=2048 "$unit" >/dev/null 2>&1
+                timeout $((TIMEOUT * 10)) nice -n 19 "$OUT/bin/$BUILD/$t" -rss_limit_mb=2048 "$unit" >/dev/null 2>&1
                 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
                 r=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
             fi
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$t" "$SAN" "$w" "$secs" "$r" "$unit" "$COMMIT" >>"$rec"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$t" "$BUILD" "$w" "$secs" "$r" "$unit" "$COMMIT" >>"$rec"
             echo "== slow unit: ${secs:-?} s as libFuzzer timed it, $r s replayed: $unit" >>"$OUT/$t.log"
         done
 }
@@ -143,7 +150,7 @@ for t in $TARGETS; do
         start=$(date -u +%FT%TZ); t0=$(date +%s)
         pids=()
         for i in $(seq 0 $((WORKERS - 1))); do
-            nice -n 19 "$OUT/bin/$SAN/$t" "$OUT/corpus/$t" "$OUT/seeds/$t" -runs="$per" \
+            nice -n 19 "$OUT/bin/$BUILD/$t" "$OUT/corpus/$t" "$OUT/seeds/$t" -runs="$per" \
                 -artifact_prefix="$OUT/artifacts/$t/" -rss_limit_mb=2048 -timeout=$TIMEOUT \
                 -report_slow_units=$SLOW_UNIT -print_final_stats=1 >"$OUT/$t.w$i.log" 2>&1 &
             pids+=($!)
@@ -180,9 +187,9 @@ for t in $TARGETS; do
             slow_units "$t" "$log" "$start" "$i"
             # After `stop`, a non-zero code is libFuzzer's interrupt exit (72), not a finding.
             if [ "$code" != 0 ] && [ "$code" != 70:stall ] && [ $stop -eq 0 ]; then crashed=1; fi
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$t" "$SAN" "$i" "$per" "${n:-0}" "$code" "$secs" "${rss:-}" "$COMMIT" "$HOST" >>"$RESULTS"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$t" "$BUILD" "$i" "$per" "${n:-0}" "$code" "$secs" "${rss:-}" "$COMMIT" "$HOST" >>"$RESULTS"
             {
-                echo "== $start .. $end $t sanitizer=$SAN worker=$i runs=$per exit=$code"
+                echo "== $start .. $end $t build=$BUILD worker=$i runs=$per exit=$code"
                 grep -E '^#[0-9]+' "$log" | tail -1
                 grep -E '^stat::|ERROR|panicked|SUMMARY|Test unit written' "$log"
             } >>"$OUT/$t.log"

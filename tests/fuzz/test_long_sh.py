@@ -76,17 +76,18 @@ exit 0
 """
 
 
-def campaign_dir(tmp_path: Path, workers: int = 1, **fake_env: str) -> tuple[Path, dict]:
-    """A campaign directory with the stand-in for target `t`, and the environment to run
-    long.sh on it with `workers` workers (`fake_env`: the stand-in's switches)."""
+def campaign_dir(tmp_path: Path, workers: int = 1, build: str = "none", **fake_env: str) -> tuple[Path, dict]:
+    """A campaign directory with the stand-in for target `t` as build `build` (bin/<build>/t),
+    and the environment to run long.sh on it with `workers` workers (`fake_env`: the
+    stand-in's switches)."""
     out = tmp_path / "long"
-    (out / "bin" / "none").mkdir(parents=True)
+    (out / "bin" / build).mkdir(parents=True)
     (out / "seeds" / "t").mkdir(parents=True)
     (out / "seeds" / "t" / "seed").write_bytes(b"s")
-    fake = out / "bin" / "none" / "t"
+    fake = out / "bin" / build / "t"
     fake.write_text(FAKE)
     fake.chmod(0o755)
-    (out / "bin" / "none" / "COMMIT").write_text("abc1234\n")
+    (out / "bin" / build / "COMMIT").write_text("abc1234\n")
     env = dict(os.environ, FUZZ_PREBUILT="1", FUZZ_LONG_DIR=str(out), FUZZ_TARGETS="t", FUZZ_RUNS="40",
                FUZZ_SESSION_RUNS="10", FUZZ_WORKERS=str(workers))
     for k in ("REPLAY_TIMES_OUT", "FAKE_SLOW", "FAKE_HOLD"):
@@ -120,6 +121,31 @@ def test_timeout_that_does_not_reproduce_is_a_stall_and_the_campaign_goes_on(tmp
     assert arts == ["stall-0123abcd"]
     assert (out / "state.replays").read_text().count("replayed") == 1
     assert list(out.glob("t.stall.*.w0.log")) and not list(out.glob("t.crash.*"))
+
+
+def test_a_build_without_comparison_tracing_is_a_campaign_of_its_own(tmp_path):
+    # The traced build of `t` already reached the goal; the untraced one (only its binary is
+    # there at first) runs to the goal on its own, recorded as "none+nocmp", its stall replayed with its
+    # own binary.
+    out, env = campaign_dir(tmp_path, build="none+nocmp", FUZZ_TRACE_COMPARES="0")
+    header = "start_utc\tend_utc\ttarget\tsanitizer\tworker\truns_asked\texecuted\texit\tseconds\tpeak_rss_mb\tcommit\thost\n"
+    (out / "results.tsv").write_text(header + "a\tb\tt\tnone\t0\t40\t40\t0\t1\t30\tabc1234\th\n")
+    p = subprocess.run(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = results(out)
+    assert [(r["sanitizer"], r["exit"]) for r in rows[1:]] == [("none+nocmp", "70:stall")] + [("none+nocmp", "0")] * 4
+    assert sum(int(r["executed"]) for r in rows[1:]) == 40
+    assert (out / "state.replays").read_text().count("replayed") == 1
+    # Traced: the goal was reached, nothing runs.
+    (out / "bin" / "none").mkdir()
+    for name in ("t", "COMMIT"):
+        (out / "bin" / "none" / name).write_bytes((out / "bin" / "none+nocmp" / name).read_bytes())
+    (out / "bin" / "none" / "t").chmod(0o755)
+    env["FUZZ_TRACE_COMPARES"] = "1"
+    p = subprocess.run(["bash", str(ROOT / "fuzz" / "long.sh")], env=env, capture_output=True, text=True,
+                       timeout=120, start_new_session=True)
+    assert p.returncode == 0 and len(results(out)) == 6
 
 
 def test_timeout_that_reproduces_is_a_finding_and_stops_the_target(tmp_path):
