@@ -59,23 +59,48 @@ pub struct Inspection {
     /// Length of the Ethernet..TCP/UDP headers when TCP or UDP was reached, else 0: what
     /// every segment of a GRO/GSO frame repeats on the wire.
     pub header_len: usize,
+    /// Where a TCP segment of storage traffic lies in its direction's sequence space.
+    pub tcp: Option<TcpSpan>,
 }
 
-/// `classify`, plus the header length.
+/// A TCP segment's place in its direction's sequence space (RFC 9293 3.4): it starts at
+/// `seq` and occupies `len` sequence numbers (its payload, by the IP header's length, so
+/// whatever the capture cut off, plus one each for SYN and FIN).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpSpan {
+    pub seq: u32,
+    pub len: u32,
+}
+
+impl TcpSpan {
+    /// The sequence number after the segment.
+    pub fn end(&self) -> u32 {
+        self.seq.wrapping_add(self.len)
+    }
+}
+
+/// Where the headers end, and a TCP segment's span (`match_at` fills them in).
+#[derive(Default)]
+struct Layout {
+    header_len: usize,
+    tcp: Option<TcpSpan>,
+}
+
+/// `classify`, plus the header length and a TCP segment's span.
 pub fn inspect(frame: &[u8], tcp_ports: &[u16]) -> Inspection {
-    let mut header_len = 0;
-    let mut found = match_frame(frame, 0, None, tcp_ports, &mut header_len);
+    let mut layout = Layout::default();
+    let mut found = match_frame(frame, 0, None, tcp_ports, &mut layout);
     // Two tunnels deep, as `wire::decode` opens them; a third is not storage traffic.
     for _ in 0..MAX_TUNNELS {
         let Found::Tunnel(at, ethertype) = found else { break };
-        header_len = 0;
-        found = match_frame(frame, at, ethertype, tcp_ports, &mut header_len);
+        layout = Layout::default();
+        found = match_frame(frame, at, ethertype, tcp_ports, &mut layout);
     }
     let key = match found {
         Found::Storage(key) => Some(key),
         _ => None,
     };
-    Inspection { key, header_len }
+    Inspection { key, header_len: layout.header_len, tcp: key.and(layout.tcp) }
 }
 
 /// What `match_frame` found.
@@ -156,14 +181,14 @@ fn tunnel_at(frame: &[u8], l4: u8, off: usize) -> Option<(usize, Option<u16>)> {
     }
 }
 
-fn match_frame(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], header_len: &mut usize) -> Found {
-    match match_at(frame, base, ip_type, tcp_ports, header_len) {
+fn match_frame(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], layout: &mut Layout) -> Found {
+    match match_at(frame, base, ip_type, tcp_ports, layout) {
         Some(found) => found,
         None => Found::Nothing,
     }
 }
 
-fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], header_len: &mut usize) -> Option<Found> {
+fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], layout: &mut Layout) -> Option<Found> {
     let (mut off, mut ethertype) = match ip_type {
         Some(t) => (base, t),
         None => (base + 14, be16(frame, base + 12)?),
@@ -182,6 +207,9 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
     }
     let mut key = FlowKey::default();
     let mut l4;
+    // Where the IP packet ends by its header (None: a length of 0, as a GSO/GRO frame
+    // larger than 64 KiB carries; the frame's end then).
+    let ip_end;
     match ethertype {
         ETHERTYPE_ROCEV1 => {
             // GRH (IPv6 layout): SGID at 8, DGID at 24.
@@ -200,6 +228,7 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
                 return None;
             }
             l4 = *frame.get(off + 9)?;
+            ip_end = Some(be16(frame, off + 2)?).filter(|&n| n != 0).map(|n| off + usize::from(n));
             key.saddr = slice16(frame, off + 12, 4)?;
             key.daddr = slice16(frame, off + 16, 4)?;
             key.family = family::IPV4;
@@ -210,6 +239,7 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
                 return None;
             }
             l4 = *frame.get(off + 6)?;
+            ip_end = Some(be16(frame, off + 4)?).filter(|&n| n != 0).map(|n| off + 40 + usize::from(n));
             key.saddr = slice16(frame, off + 8, 16)?;
             key.daddr = slice16(frame, off + 24, 16)?;
             key.family = family::IPV6;
@@ -248,10 +278,20 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
         if doff < 5 {
             return None; // RFC 9293 3.1: Data Offset counts at least the 5 fixed words
         }
-        *header_len = off + usize::from(doff) * 4;
+        layout.header_len = off + usize::from(doff) * 4;
+        // What the kernel program matches ends at the data offset: a frame cut before the
+        // flags still matches, with no span.
+        layout.tcp = frame.get(off + 4..off + 14).map(|h| {
+            let payload = ip_end.unwrap_or(frame.len()).saturating_sub(layout.header_len) as u32;
+            let flags = h[9];
+            TcpSpan {
+                seq: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+                len: payload + u32::from(flags & 0x02 != 0) + u32::from(flags & 0x01 != 0),
+            }
+        });
         tcp_ports.contains(&key.sport) || tcp_ports.contains(&key.dport)
     } else {
-        *header_len = off + 8;
+        layout.header_len = off + 8;
         key.dport == ROCEV2_UDP_PORT
     };
     matched.then_some(Found::Storage(key))
@@ -362,7 +402,9 @@ mod tests {
             assert!(classify(&f[..n], PORTS).is_none(), "prefix {n}");
         }
         assert!(classify(&f[..47], PORTS).is_some());
+        assert_eq!(inspect(&f[..47], PORTS).tcp, None, "no flags: no span");
         assert_eq!(inspect(&f, PORTS).header_len, 14 + 20 + 20);
+        assert_eq!(inspect(&f, PORTS).tcp, Some(TcpSpan { seq: 0, len: 0 }));
         // IPv6 extension header whose length points past the end.
         let mut g = eth(0x86dd);
         g.extend(ipv6(60, &[6, 255], 1, 445));
@@ -375,6 +417,37 @@ mod tests {
         bad_ihl.extend(ipv4(6, 0, 50000, 445));
         bad_ihl[14] = 0x44;
         assert!(classify(&bad_ihl, PORTS).is_none());
+    }
+
+    /// A segment's span: its payload by the IP header's length (not what was captured of
+    /// it), plus SYN and FIN; the frame's end when the length is 0 (a GSO frame over 64 KiB).
+    #[test]
+    fn tcp_span_counts_payload_by_ip_length_and_syn_fin() {
+        let seg = |ip: Vec<u8>, flags: u8, extra: usize| {
+            let mut f = eth(if ip[0] >> 4 == 4 { 0x0800 } else { 0x86dd });
+            f.extend(ip);
+            let at = f.len() - 20;
+            f[at + 4..at + 8].copy_from_slice(&0xffff_fff0u32.to_be_bytes());
+            f[at + 13] = flags;
+            f.resize(f.len() + extra, 0);
+            f
+        };
+        let mut v4 = ipv4(6, 0, 50000, 445);
+        v4[2..4].copy_from_slice(&(40u16 + 1448).to_be_bytes());
+        // Cut to 100 bytes of payload by a snap length: the span is the wire's.
+        let span = inspect(&seg(v4.clone(), 0x10, 100), PORTS).tcp.unwrap();
+        assert_eq!((span.seq, span.len, span.end()), (0xffff_fff0, 1448, 1448 - 16));
+        assert_eq!(inspect(&seg(v4.clone(), 0x11, 100), PORTS).tcp.unwrap().len, 1449, "FIN");
+        v4[2..4].copy_from_slice(&40u16.to_be_bytes());
+        assert_eq!(inspect(&seg(v4.clone(), 0x12, 0), PORTS).tcp.unwrap().len, 1, "SYN");
+        v4[2..4].copy_from_slice(&0u16.to_be_bytes());
+        assert_eq!(inspect(&seg(v4, 0x10, 300), PORTS).tcp.unwrap().len, 300, "length 0: to the frame's end");
+        let mut v6 = ipv6(6, &[], 50000, 445);
+        v6[4..6].copy_from_slice(&(20u16 + 8948).to_be_bytes());
+        assert_eq!(inspect(&seg(v6, 0x18, 0), PORTS).tcp.unwrap().len, 8948);
+        // Not storage traffic: no span.
+        let other = seg(ipv4(6, 0, 50000, 8080), 0x10, 10);
+        assert_eq!(inspect(&other, PORTS).tcp, None);
     }
 
     /// Cisco MetaData (TrustSec's in-line SGT) after the MACs, alone, after a VLAN tag or

@@ -359,8 +359,16 @@ fn write_error(error: &str, frames_written: u64) -> String {
 /// not analysed from then on: the capture point stops copying it (eBPF: the kernel's shed
 /// map; its exact counters go on), and its frames already queued are discarded here, before
 /// `--write` and the analysis, so what is analysed (and written) of it is a prefix of its
-/// frames, with no hole. Its bytes count in `live.shed` and lower `live.analysed.fraction`.
-/// A shed connection stays shed for the rest of the session.
+/// byte streams, with no hole. Its bytes count in `live.shed` and lower
+/// `live.analysed.fraction`. A shed connection stays shed for the rest of the session.
+///
+/// The cut of a TCP connection is made in sequence space, not at one frame: frames of a
+/// direction can reach the capture point out of order (a span port's copies, queued on two
+/// CPUs, swap places), and a cut at a frame whose predecessor came after it would leave a
+/// hole the analysis reports as lost bytes (a TCP gap) that were only shed. So the first
+/// `SHED_SETTLE_FRAMES` frames of each direction after the choice are still analysed, and
+/// after them each segment that ends at or before the furthest of those (one that arrived
+/// late, or a retransmission); the rest is discarded. RDMA (RoCE) is cut at the frame.
 ///
 /// Policy: after every batch (at most 2 ms, `live::batch_full`), when the fullest queue is at
 /// least `SHED_HIGH` full and was fuller at `SHED_RISES` looks since it last drained than at
@@ -372,7 +380,7 @@ fn write_error(error: &str, frames_written: u64) -> String {
 struct Shedder {
     enabled: bool,
     tcp_ports: Vec<u16>,
-    conns: crate::fasthash::FastSet<super::FlowKey>,
+    conns: crate::fasthash::FastMap<super::FlowKey, Cut>,
     /// The order connections were shed in, for the report (at most `SHED_LISTED`).
     listed: Vec<super::FlowKey>,
     /// Shed the connection of the next storage frame.
@@ -390,6 +398,37 @@ struct Shedder {
     /// many looks since it last drained (or since a stall) found it fuller than the look before.
     sample: Option<(Instant, f64)>,
     rises: u32,
+}
+
+/// Where a shed TCP connection is cut, per direction (`Shedder::admit`): index 0 is the
+/// direction from the connection key's first end (`FlowKey::connection`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cut {
+    dirs: [CutDirection; 2],
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CutDirection {
+    /// Frames of this direction still analysed whatever their place.
+    settle: u8,
+    /// The sequence number after the furthest segment analysed since the choice.
+    end: Option<u32>,
+}
+
+impl Default for CutDirection {
+    fn default() -> Self {
+        CutDirection { settle: SHED_SETTLE_FRAMES, end: None }
+    }
+}
+
+/// Frames of each direction of a TCP connection still analysed after it is chosen to be shed
+/// (`Shedder` doc): a segment that arrived before one of them but belongs after it is then
+/// behind the cut too, as long as the two were at most this many frames apart.
+const SHED_SETTLE_FRAMES: u8 = 8;
+
+/// `a` is at or before `b` in sequence space (RFC 9293 3.4: within 2^31 of each other).
+fn seq_at_or_before(a: u32, b: u32) -> bool {
+    b.wrapping_sub(a) as i32 >= 0
 }
 
 const SHED_HIGH: f64 = 0.5;
@@ -427,33 +466,58 @@ impl Shedder {
         }
     }
 
-    /// Whether `frame` is to be analysed; false for a frame of a shed connection (counted).
-    /// Sheds the frame's connection when one is wanted.
+    /// Whether `frame` is to be analysed; false for a frame of a shed connection discarded
+    /// (counted). Sheds the frame's connection when one is wanted.
     fn admit(&mut self, frame: &crate::capture::RawFrame<'_>) -> bool {
         if self.conns.is_empty() && !self.want {
             return true;
         }
-        let Some(key) = super::classify::classify(frame.data, &self.tcp_ports) else {
+        let seen = super::classify::inspect(frame.data, &self.tcp_ports);
+        let Some(key) = seen.key else {
             return true;
         };
         let conn = key.connection();
-        if self.conns.contains(&conn) {
+        let dir = usize::from((key.saddr, key.sport) != (conn.saddr, conn.sport));
+        if let Some(cut) = self.conns.get_mut(&conn) {
+            if Self::behind_cut(&mut cut.dirs[dir], seen.tcp) {
+                return true;
+            }
             self.frames += 1;
             self.bytes += u64::from(frame.info.orig_len);
             return false;
         }
         if self.want && self.conns.len() < SHED_MAX {
             self.want = false;
-            self.conns.insert(conn);
+            let mut cut = Cut::default();
+            let admitted = Self::behind_cut(&mut cut.dirs[dir], seen.tcp);
+            self.conns.insert(conn, cut);
             if self.listed.len() < SHED_LISTED {
                 self.listed.push(conn);
             }
             self.fresh.push(conn);
+            if admitted {
+                return true;
+            }
             self.frames += 1;
             self.bytes += u64::from(frame.info.orig_len);
             return false;
         }
         true
+    }
+
+    /// Whether a frame of a shed connection's direction lies behind its cut (`Shedder` doc):
+    /// one of the direction's first `SHED_SETTLE_FRAMES` since the choice, or a segment
+    /// ending at or before the furthest of those. Never for RDMA (`tcp` None).
+    fn behind_cut(d: &mut CutDirection, tcp: Option<super::classify::TcpSpan>) -> bool {
+        let Some(seg) = tcp else { return false };
+        if d.settle > 0 {
+            d.settle -= 1;
+            if seg.len > 0 && d.end.is_none_or(|e| seq_at_or_before(e, seg.end())) {
+                d.end = Some(seg.end());
+            }
+            return true;
+        }
+        seg.len > 0 && d.end.is_some_and(|e| seq_at_or_before(seg.end(), e))
     }
 
     /// After a batch: tell the capture point what was shed, and decide whether to shed more.
@@ -933,6 +997,75 @@ mod tests {
         f
     }
 
+    /// `tcp_frame` carrying `payload` bytes at sequence number `seq`, with TCP `flags`.
+    fn tcp_segment(a: u8, sport: u16, b: u8, dport: u16, seq: u32, payload: usize, flags: u8) -> Vec<u8> {
+        let mut f = tcp_frame(a, sport, b, dport);
+        f[16..18].copy_from_slice(&(40 + payload as u16).to_be_bytes());
+        f[38..42].copy_from_slice(&seq.to_be_bytes());
+        f[47] = flags;
+        f.resize(54 + payload, 0xab);
+        f
+    }
+
+    /// A frame of a TCP connection reordered on its way to the capture point around the
+    /// place it is shed stays analysed when it lies behind the cut, so what is analysed of
+    /// each direction has no hole (a TCP gap in the report would claim lost bytes); past
+    /// the cut nothing is, retransmissions of what was analysed are, and RoCE is cut at the
+    /// frame. Fails when the cut is made at the frame the connection is chosen at.
+    #[test]
+    fn a_tcp_cut_is_made_in_sequence_space_behind_frames_that_came_late() {
+        use crate::capture::{FrameInfo, RawFrame};
+        const ACK: u8 = 0x10;
+        const FIN: u8 = 0x01;
+        for base in [1_000u32, u32::MAX - 2_500] {
+            let mut shed = Shedder::new(true, vec![445]);
+            let admit = |shed: &mut Shedder, d: &[u8]| {
+                let info = FrameInfo {
+                    frame: crate::frame::FrameRef { file: 0, number: 1 },
+                    ts_ns: 1,
+                    linktype: crate::capture::linktype::ETHERNET,
+                    orig_len: d.len() as u32,
+                };
+                shed.admit(&RawFrame { info, data: d })
+            };
+            let out = |k: u32| tcp_segment(1, 50000, 2, 445, base.wrapping_add(k * 1000), 1000, ACK);
+            let back = |seq: u32, n: usize| tcp_segment(2, 445, 1, 50000, seq, n, ACK);
+            // Analysed before the choice: segments 0 and 2 (1 is on its way, late).
+            assert!(admit(&mut shed, &out(0)) && admit(&mut shed, &out(2)));
+            shed.want = true;
+            // Chosen at segment 3; it and the direction's next settling frames are analysed.
+            for k in 3..3 + u32::from(SHED_SETTLE_FRAMES) {
+                assert!(admit(&mut shed, &out(k)), "settling frame {k}");
+            }
+            assert_eq!(shed.fresh.len(), 1, "the capture point is told at once");
+            let end = 3 + u32::from(SHED_SETTLE_FRAMES);
+            // Past the furthest settled segment: discarded.
+            assert!(!admit(&mut shed, &out(end)), "{base}");
+            // Segment 1, late: behind the cut, analysed; so is a retransmission of segment 5.
+            assert!(admit(&mut shed, &out(1)), "{base}: the late segment left a hole");
+            assert!(admit(&mut shed, &out(5)));
+            // A FIN past the cut, a segment straddling it, and a pure ACK: discarded.
+            let fin = tcp_segment(1, 50000, 2, 445, base.wrapping_add(end * 1000), 0, ACK | FIN);
+            assert!(!admit(&mut shed, &fin));
+            let straddling = tcp_segment(1, 50000, 2, 445, base.wrapping_add(end * 1000 - 500), 1000, ACK);
+            assert!(!admit(&mut shed, &straddling));
+            assert!(!admit(&mut shed, &tcp_segment(1, 50000, 2, 445, base.wrapping_add(end * 1000), 0, ACK)));
+            // The other direction settles on its own frames: pure ACKs give it no place, so
+            // after them its next data is past the cut.
+            for _ in 0..SHED_SETTLE_FRAMES {
+                assert!(admit(&mut shed, &back(7, 0)));
+            }
+            assert!(!admit(&mut shed, &back(7, 100)));
+            assert_eq!(shed.frames, 5);
+            // RoCEv2 (UDP to 4791): cut at the frame it is chosen at.
+            let mut roce = tcp_frame(3, 49152, 4, 4791);
+            roce[23] = 17;
+            shed.want = true;
+            assert!(!admit(&mut shed, &roce));
+            assert_eq!((shed.frames, shed.conns.len()), (6, 2));
+        }
+    }
+
     /// A source whose queue is as full as the test says, recording what it is told to shed;
     /// `unread`, when set, is the part not handed out (else all of it).
     struct Filling {
@@ -1015,8 +1148,15 @@ mod tests {
         // connection (not other traffic).
         assert_eq!(look(&mut shed, &mut src, 0.61), (true, 2));
         assert!(admit(&mut shed, &other), "not storage traffic: never the one shed");
-        assert!(!admit(&mut shed, &a_back), "the next storage frame's connection is shed");
-        // From then on both directions of it are discarded, others pass.
+        // The next storage frame's connection is shed: the first SHED_SETTLE_FRAMES frames
+        // of each direction are still analysed (pure ACKs here: no sequence space, so
+        // nothing lies behind the cut after them) ...
+        for _ in 0..SHED_SETTLE_FRAMES {
+            assert!(admit(&mut shed, &a_back) && admit(&mut shed, &a_out));
+        }
+        assert_eq!(shed.conns.len(), 1);
+        // ... and from then on both directions of it are discarded, others pass.
+        assert!(!admit(&mut shed, &a_back));
         assert!(!admit(&mut shed, &a_out));
         assert!(admit(&mut shed, &b_out));
         assert_eq!((shed.frames, shed.bytes), (2, 108));
@@ -1031,10 +1171,11 @@ mod tests {
         std::thread::sleep(SHED_SPACING);
         shed.after_batch(&mut src);
         assert!(shed.want && shed.rises < SHED_RISES, "{}", shed.rises);
-        assert!(!admit(&mut shed, &b_out));
+        assert!(admit(&mut shed, &b_out), "chosen, one of its settling frames");
+        assert!(!shed.want && shed.conns.len() == 2);
         let section = shed.section(&LiveStats { shed_frames: 5, shed_bytes: 500, ..Default::default() });
         assert_eq!(section["connections"], 2);
-        assert_eq!(section["frames"], 3 + 5);
+        assert_eq!(section["frames"], 2 + 5);
         assert_eq!(section["listed"].as_array().map(|l| l.len()), Some(2));
         // Disabled: never sheds.
         let mut off = Shedder::new(false, vec![445]);
