@@ -408,6 +408,11 @@ def _stream_cover(frames: list[tuple[int, int]], base: int) -> list[tuple[int, i
     return out
 
 
+def _stream_base(ref: list[tuple[int, int]]) -> int:
+    """Where a direction's stream starts in the reference: the SYN, or the first segments."""
+    return min(seq for seq, _ in ref[:64])
+
+
 def _holes(written: dict, reference: dict) -> dict:
     """Per direction whose written frames do not cover one stretch of its stream: the stretches
     they cover, and how many frames of the reference fall in the holes between them."""
@@ -417,7 +422,7 @@ def _holes(written: dict, reference: dict) -> dict:
         if not ref:
             out[direction] = "not in the reference"
             continue
-        base = min(seq for seq, _ in ref[:64])
+        base = _stream_base(ref)
         covered = _stream_cover(frames, base)
         if len(covered) > 1:
             holes = list(zip([b for _, b in covered[:-1]], [a for a, _ in covered[1:]]))
@@ -505,7 +510,7 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         for direction, frames in written.items():
             ref = reference[direction]
             assert not collections.Counter(frames) - collections.Counter(ref), f"{direction}: frames not on the wire"
-            base = min(seq for seq, _ in ref[:64])  # the SYN, or the first segments
+            base = _stream_base(ref)
             covered = _stream_cover(frames, base)
             whole = _stream_cover(ref, base)
             if not covered:

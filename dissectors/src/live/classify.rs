@@ -281,13 +281,10 @@ fn match_at(frame: &[u8], base: usize, ip_type: Option<u16>, tcp_ports: &[u16], 
         layout.header_len = off + usize::from(doff) * 4;
         // What the kernel program matches ends at the data offset: a frame cut before the
         // flags still matches, with no span.
-        layout.tcp = frame.get(off + 4..off + 14).map(|h| {
+        layout.tcp = frame.get(off..off + 14).map(|h| {
+            let tcp = crate::wire::tcp::Packet::new_unchecked(h);
             let payload = ip_end.unwrap_or(frame.len()).saturating_sub(layout.header_len) as u32;
-            let flags = h[9];
-            TcpSpan {
-                seq: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
-                len: payload + u32::from(flags & 0x02 != 0) + u32::from(flags & 0x01 != 0),
-            }
+            TcpSpan { seq: tcp.seq_number(), len: payload + u32::from(tcp.syn()) + u32::from(tcp.fin()) }
         });
         tcp_ports.contains(&key.sport) || tcp_ports.contains(&key.dport)
     } else {

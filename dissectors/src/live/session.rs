@@ -402,10 +402,7 @@ struct Shedder {
 
 /// Where a shed TCP connection is cut, per direction (`Shedder::admit`): index 0 is the
 /// direction from the connection key's first end (`FlowKey::connection`).
-#[derive(Clone, Copy, Debug, Default)]
-struct Cut {
-    dirs: [CutDirection; 2],
-}
+type Cut = [CutDirection; 2];
 
 #[derive(Clone, Copy, Debug)]
 struct CutDirection {
@@ -478,31 +475,28 @@ impl Shedder {
         };
         let conn = key.connection();
         let dir = usize::from((key.saddr, key.sport) != (conn.saddr, conn.sport));
-        if let Some(cut) = self.conns.get_mut(&conn) {
-            if Self::behind_cut(&mut cut.dirs[dir], seen.tcp) {
-                return true;
+        let room = self.conns.len() < SHED_MAX;
+        let cut = match self.conns.entry(conn) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                // Shed the connection of the next storage frame when one is wanted.
+                if !self.want || !room {
+                    return true;
+                }
+                self.want = false;
+                if self.listed.len() < SHED_LISTED {
+                    self.listed.push(conn);
+                }
+                self.fresh.push(conn);
+                e.insert(Cut::default())
             }
-            self.frames += 1;
-            self.bytes += u64::from(frame.info.orig_len);
-            return false;
+        };
+        if Self::behind_cut(&mut cut[dir], seen.tcp) {
+            return true;
         }
-        if self.want && self.conns.len() < SHED_MAX {
-            self.want = false;
-            let mut cut = Cut::default();
-            let admitted = Self::behind_cut(&mut cut.dirs[dir], seen.tcp);
-            self.conns.insert(conn, cut);
-            if self.listed.len() < SHED_LISTED {
-                self.listed.push(conn);
-            }
-            self.fresh.push(conn);
-            if admitted {
-                return true;
-            }
-            self.frames += 1;
-            self.bytes += u64::from(frame.info.orig_len);
-            return false;
-        }
-        true
+        self.frames += 1;
+        self.bytes += u64::from(frame.info.orig_len);
+        false
     }
 
     /// Whether a frame of a shed connection's direction lies behind its cut (`Shedder` doc):
@@ -1015,8 +1009,7 @@ mod tests {
     #[test]
     fn a_tcp_cut_is_made_in_sequence_space_behind_frames_that_came_late() {
         use crate::capture::{FrameInfo, RawFrame};
-        const ACK: u8 = 0x10;
-        const FIN: u8 = 0x01;
+        use crate::wire::tcp::flags::{ACK, FIN};
         for base in [1_000u32, u32::MAX - 2_500] {
             let mut shed = Shedder::new(true, vec![445]);
             let admit = |shed: &mut Shedder, d: &[u8]| {
