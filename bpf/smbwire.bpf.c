@@ -463,7 +463,7 @@ static __always_inline int by_addresses(const struct smbwire_flow_key *k)
 /* The connection of a flow direction, the same for both directions: the two (address, port)
  * ends in order, lower first (addresses compared byte by byte in network order, then the
  * port); no ports for RDMA. FlowKey::connection in dissectors/src/live/flows.rs is the same. */
-static __always_inline void connection_of(const struct smbwire_flow_key *k, struct smbwire_flow_key *c)
+static __always_inline __u32 connection_of(const struct smbwire_flow_key *k, struct smbwire_flow_key *c)
 {
 	__u16 sport = k->sport, dport = k->dport;
 	if (by_addresses(k))
@@ -494,6 +494,8 @@ static __always_inline void connection_of(const struct smbwire_flow_key *k, stru
 	}
 	c->proto = k->proto;
 	c->family = k->family;
+	/* The direction: 1 when `k` is from the connection's second end. */
+	return swap;
 }
 
 /* Which ring a frame goes to: a hash of its connection that both directions share (each
@@ -579,6 +581,61 @@ static __always_inline void *ring_reserve(__u32 q, __u64 size, __u64 *fl)
 	}
 }
 
+/* Bytes queued in ring `q`, and (in `*room`, when asked) bytes it has left. */
+#define RING_QUEUED(map, room)                                                           \
+	({                                                                               \
+		__u64 queued = bpf_ringbuf_query(&map, BPF_RB_AVAIL_DATA);               \
+		if (room)                                                                \
+			*(room) = bpf_ringbuf_query(&map, BPF_RB_RING_SIZE) - queued;    \
+		queued;                                                                  \
+	})
+
+static __always_inline __u64 ring_queued(__u32 q, __u64 *room)
+{
+	switch (q) {
+	case 0: return RING_QUEUED(ring0, room);
+	case 1: return RING_QUEUED(ring1, room);
+	case 2: return RING_QUEUED(ring2, room);
+	case 3: return RING_QUEUED(ring3, room);
+	case 4: return RING_QUEUED(ring4, room);
+	case 5: return RING_QUEUED(ring5, room);
+	case 6: return RING_QUEUED(ring6, room);
+	case 7: return RING_QUEUED(ring7, room);
+	case 8: return RING_QUEUED(ring8, room);
+	case 9: return RING_QUEUED(ring9, room);
+	case 10: return RING_QUEUED(ring10, room);
+	case 11: return RING_QUEUED(ring11, room);
+	case 12: return RING_QUEUED(ring12, room);
+	case 13: return RING_QUEUED(ring13, room);
+	case 14: return RING_QUEUED(ring14, room);
+	default: return RING_QUEUED(ring15, room);
+	}
+}
+
+/* A shed connection's frame in direction `dir`: whether it is still copied (one of the
+ * direction's SMBWIRE_SHED_SETTLE frames after the program shed it), taking it. Two CPUs
+ * may both take the last one: the count then wraps past SMBWIRE_SHED_SETTLE and stops. */
+static __always_inline int settle_take(struct smbwire_shed_counters *sc, __u32 dir)
+{
+	/* Each direction named, not indexed: the compiler may form an indexed address with a
+	 * bitwise or, which the verifier refuses on a pointer. */
+	__u32 *left = dir ? &sc->settle[1] : &sc->settle[0];
+	__u32 v = *(volatile __u32 *)left;
+	if (v == 0 || v > SMBWIRE_SHED_SETTLE)
+		return 0;
+	__sync_fetch_and_add(left, -1);
+	return 1;
+}
+
+/* A frame of a shed connection not copied: counted there and in the totals. */
+static __always_inline void count_shed(struct smbwire_totals *t, struct smbwire_shed_counters *sc, __u64 wire_bytes)
+{
+	__sync_fetch_and_add(&sc->frames, 1);
+	__sync_fetch_and_add(&sc->bytes, wire_bytes);
+	t->shed_frames++;
+	t->shed_bytes += wire_bytes;
+}
+
 /* Copies the frame into a record of ring `q` with room for `room` bytes after its header
  * (`hdr`, whose caplen is at most `room`) and commits it: 0, or EMIT_RING_FULL, or
  * EMIT_COPY_ERROR (the record is discarded). `room` is a constant at each inlined call. */
@@ -621,6 +678,85 @@ static __always_inline int copy_direct(const struct pkt *p, const struct smbwire
 	COPY_CLASS(9216) COPY_CLASS(13824) COPY_CLASS(20736) COPY_CLASS(31104)
 	COPY_CLASS(46656) COPY_CLASS(SMBWIRE_MAX_SNAP)
 	return EMIT_COPY_ERROR;
+}
+
+/* A record of a frame of `caplen` bytes does not fit what ring `q` has left (its header, the
+ * ring's own, and the size class's rounding up to half again: `copy_direct`). */
+static __always_inline int no_room(__u32 q, __u32 caplen)
+{
+	__u64 room = 0;
+	ring_queued(q, &room);
+	return room < sizeof(struct smbwire_event_hdr) + 8 + (__u64)caplen + caplen / 2;
+}
+
+/* A shed connection's frame in direction `dir` (its entry `sc`): whether it is copied, one
+ * of its settling frames with room in its ring. A settling frame that would not fit is
+ * counted as shed and ends the connection's settling in both directions, so that what was
+ * copied of each stays a prefix (it is told before the copy, not after a failed one: the
+ * verifier walks what follows the copy once per state the copy leaves). */
+static __always_inline int settles(struct smbwire_totals *t, struct smbwire_shed_counters *sc, __u32 dir,
+				   __u32 q, __u32 caplen, __u64 wire_bytes)
+{
+	if (settle_take(sc, dir)) {
+		if (!no_room(q, caplen))
+			return 1;
+		sc->settle[0] = 0;
+		sc->settle[1] = 0;
+	}
+	count_shed(t, sc, wire_bytes);
+	return 0;
+}
+
+/* Shedding, before a frame of `key` (`caplen` bytes to copy) goes into ring `q`: -1 when its
+ * connection is shed (counted, not copied); else the flags its record gets
+ * (SMBWIRE_EV_SHED_HERE when the program sheds the connection at this frame). A shed
+ * connection's frames are counted and not copied but for its settling frames (`settles`).
+ * When the ring is nearly full (`shed_at`: user space has not kept up, nor shed in time, its
+ * thread starved of CPU, say), the program sheds the frame's connection here, at this frame,
+ * which is copied marked so that user space cuts it where the program did; when even that
+ * frame would not fit, it is counted as shed and nothing more of the connection is copied. */
+static __always_inline int shed_check(struct smbwire_totals *t, struct smbwire_config *cfg,
+				      const struct smbwire_flow_key *key, __u32 q, __u32 caplen, __u64 wire_bytes)
+{
+	struct smbwire_flow_key conn;
+	__u32 dir = 0;
+	int have_conn = 0;
+	struct smbwire_shed_counters *sc;
+	if (cfg->flags & SMBWIRE_CFG_SHEDDING) {
+		dir = connection_of(key, &conn);
+		have_conn = 1;
+		sc = bpf_map_lookup_elem(&shed, &conn);
+		if (sc)
+			return settles(t, sc, dir, q, caplen, wire_bytes) ? 0 : -1;
+	}
+	__u32 shed_at = cfg->shed_at;
+	if (!shed_at || ring_queued(q, NULL) < shed_at)
+		return 0;
+	if (!have_conn)
+		dir = connection_of(key, &conn);
+	struct smbwire_shed_counters init = {};
+	if (!by_addresses(key)) {
+		/* This frame is the first of its direction's. */
+		init.settle[0] = dir ? SMBWIRE_SHED_SETTLE : SMBWIRE_SHED_SETTLE - 1;
+		init.settle[1] = dir ? SMBWIRE_SHED_SETTLE - 1 : SMBWIRE_SHED_SETTLE;
+	}
+	if (bpf_map_update_elem(&shed, &conn, &init, BPF_NOEXIST) == 0) {
+		cfg->flags |= SMBWIRE_CFG_SHEDDING;
+		t->shed_chosen++;
+		sc = bpf_map_lookup_elem(&shed, &conn);
+		if (sc && no_room(q, caplen)) {
+			sc->settle[0] = 0;
+			sc->settle[1] = 0;
+			count_shed(t, sc, wire_bytes);
+			return -1;
+		}
+		return SMBWIRE_EV_SHED_HERE;
+	}
+	/* Shed meanwhile (another CPU, or user space), or the map is full. */
+	sc = bpf_map_lookup_elem(&shed, &conn);
+	if (!sc)
+		return 0;
+	return settles(t, sc, dir, q, caplen, wire_bytes) ? 0 : -1;
 }
 
 /* What the hook knows about the frame beyond its bytes. */
@@ -684,18 +820,6 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		t->copy_errors++;
 		return 1;
 	}
-	if (cfg->flags & SMBWIRE_CFG_SHEDDING) {
-		struct smbwire_flow_key conn;
-		connection_of(&key, &conn);
-		struct smbwire_shed_counters *sc = bpf_map_lookup_elem(&shed, &conn);
-		if (sc) {
-			__sync_fetch_and_add(&sc->frames, 1);
-			__sync_fetch_and_add(&sc->bytes, wire_bytes);
-			t->shed_frames++;
-			t->shed_bytes += wire_bytes;
-			return 1;
-		}
-	}
 	__u32 snap = cfg->snaplen;
 	if (snap == 0 || snap > SMBWIRE_MAX_SNAP)
 		snap = SMBWIRE_MAX_SNAP;
@@ -712,6 +836,10 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 	}
 	__u32 rings = cfg->rings;
 	__u32 q = rings > 1 ? connection_hash(&key) % rings : 0;
+	int shed_flags = shed_check(t, cfg, &key, q, caplen, wire_bytes);
+	if (shed_flags < 0)
+		return 1;
+	__u32 ev_flags = (m->vlan ? SMBWIRE_EV_VLAN : 0) | (__u32)shed_flags;
 	if (!(copy_flags & SMBWIRE_COPY_STAGED)) {
 		/* Straight into the ring: one copy of the frame. */
 		struct smbwire_event_hdr hdr = {
@@ -721,7 +849,7 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 			.ifindex = m->ifindex,
 			.vlan_proto = m->vlan ? m->vlan_proto : 0,
 			.vlan_tci = m->vlan ? m->vlan_tci : 0,
-			.flags = m->vlan ? SMBWIRE_EV_VLAN : 0,
+			.flags = ev_flags,
 			.segs = segs,
 		};
 		int r = copy_direct(p, &hdr, q);
@@ -747,7 +875,7 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 	s->hdr.ifindex = m->ifindex;
 	s->hdr.vlan_proto = m->vlan ? m->vlan_proto : 0;
 	s->hdr.vlan_tci = m->vlan ? m->vlan_tci : 0;
-	s->hdr.flags = m->vlan ? SMBWIRE_EV_VLAN : 0;
+	s->hdr.flags = ev_flags;
 	s->hdr.segs = segs;
 	if (copy_frame(p, s->data, caplen)) {
 		t->copy_errors++;

@@ -49,6 +49,8 @@
 /* smbwire_event_hdr.flags */
 #define SMBWIRE_EV_VLAN 1 /* the outer 802.1Q/802.1ad tag was taken off the frame by the
                              kernel: vlan_proto/vlan_tci must be put back after the MACs */
+#define SMBWIRE_EV_SHED_HERE 2 /* the program shed this frame's connection at this frame, its
+                                  ring being nearly full (smbwire_config.shed_at) */
 
 /* Precedes every ring buffer record; `caplen` frame bytes follow. 32 bytes. */
 struct smbwire_event_hdr {
@@ -79,7 +81,7 @@ struct smbwire_flow_counters {
 	__u64 bytes; /* wire bytes, including a stripped VLAN tag */
 };
 
-/* Per-CPU totals, one entry: user space sums over CPUs. 72 bytes.
+/* Per-CPU totals, one entry: user space sums over CPUs. 80 bytes.
  * packets/bytes are wire packets and wire bytes: a GRO/GSO frame of N segments counts N
  * packets and N copies of its headers. `frames_matched` counts the (possibly coalesced)
  * frames copied or dropped:
@@ -94,12 +96,26 @@ struct smbwire_totals {
 	__u64 frames_matched;
 	__u64 shed_frames; /* matched frames of shed connections, counted and not copied */
 	__u64 shed_bytes;  /* their wire bytes */
+	__u64 shed_chosen; /* connections the program shed itself (smbwire_config.shed_at) */
 };
 
 /* smbwire_config.flags */
 #define SMBWIRE_CFG_XDP_DROP 1 /* XDP: drop storage frames after counting and copying them
                                   (a mirror port, where nothing on this host needs them) */
 #define SMBWIRE_CFG_SHEDDING 2 /* the shed map may hold connections: look frames up in it */
+
+/* A ring is "nearly full" (smbwire_config.shed_at) with less than its size >>
+ * SMBWIRE_SHED_FULL_SHIFT left (a 16th; 2 MiB of the default 32 MiB ring). User space sheds
+ * at 90% (its SHED_URGENT) when it gets to look; the program's shedding is for when it does
+ * not (its thread starved of CPU): the ring would otherwise overflow and drop scattered
+ * frames of every connection. */
+#define SMBWIRE_SHED_FULL_SHIFT 4
+
+/* Frames of each direction of a TCP connection still copied after the program sheds it
+ * (the frame it sheds it at is the first of its direction's): a segment that came late
+ * across the cut is then still behind it (user space's cut, `Shedder`, takes the same
+ * count). RDMA flows get none, as user space cuts them at the frame. */
+#define SMBWIRE_SHED_SETTLE 8
 
 /* Bits of the program's read-only `copy_flags` (set by user space before load):
  * the kernel has bpf_xdp_load_bytes (5.18+); frames go through the per-CPU slot and
@@ -112,13 +128,18 @@ struct smbwire_config {
 	__u32 snaplen; /* at most SMBWIRE_MAX_SNAP; 0 means SMBWIRE_MAX_SNAP */
 	__u32 flags;   /* SMBWIRE_CFG_* */
 	__u32 rings;   /* ring buffers in use, 1..SMBWIRE_MAX_RINGS (0 counts as 1) */
-	__u32 _pad;
+	__u32 shed_at; /* bytes queued in a ring at which a frame of a connection not shed has
+	                  the program shed it, at that frame (it then sets SMBWIRE_CFG_SHEDDING
+	                  itself); 0: never */
 };
 
-/* Value of the shed map: what the kernel skipped of that connection. */
+/* Value of the shed map: what the kernel skipped of that connection, and how many frames
+ * of each direction it still copies (index 0: from the connection key's first end; user
+ * space inserts 0, 0). 24 bytes. */
 struct smbwire_shed_counters {
 	__u64 frames;
 	__u64 bytes;
+	__u32 settle[2];
 };
 
 #endif

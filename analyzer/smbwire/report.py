@@ -551,10 +551,13 @@ def _footer(r: dict[str, Any]) -> list[RenderableType]:
         if is_number(shed.get("connections")) and shed["connections"] > 0:
             listed = [str(c) for c in shed.get("listed") or []]
             more = shed["connections"] - len(listed)
+            by_kernel = shed.get("connections_shed_by_capture_point")
+            kernel = (f"; {fmt_count(by_kernel)} of them shed by the capture point itself, its queue nearly full "
+                      "while the analysis did not run" if is_number(by_kernel) and by_kernel > 0 else "")
             out.append(Text(
                 f"Shed under overload: {fmt_counted(shed['connections'], 'connection')} not analysed from the moment the capture queues filled up "
                 f"({fmt_bytes(analysed.get('shed_bytes'))} in {fmt_counted(shed.get('frames'), 'frame')}; counted, "
-                f"never split into scattered frames): {', '.join(listed)}" + (f" and {fmt_count(more)} more" if more > 0 else ""),
+                f"never split into scattered frames{kernel}): {', '.join(listed)}" + (f" and {fmt_count(more)} more" if more > 0 else ""),
                 style="yellow",
             ))
     rendered = ("smbwire_version", "window_seconds", "index", "rdma", "membership", "duplicated_payloads", "series",

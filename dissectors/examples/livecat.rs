@@ -3,7 +3,7 @@
 //!
 //! livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P]
 //!               [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N]
-//!               [--stall SECONDS] [--hook auto|tcx|xdp] [--xdp-drop] [--digests]
+//!               [--stall SECONDS] [--hook auto|tcx|xdp] [--xdp-drop] [--digests] [--shed]
 //! "ready BACKEND" ("ready ebpf HOOK" with eBPF) is printed on stderr once the source is
 //! attached. It reads until `--seconds`
 //! pass or, with `--stdin-stop`, until stdin is closed, then drains what is queued.
@@ -11,6 +11,9 @@
 //! `--ports` adds TCP ports to the defaults (445, 5445), as `smbwire live --port` does.
 //! `--digests` lists the SHA-256 of every delivered frame's captured bytes, in order (tests
 //! compare them with the frames they sent, to check the copy byte for byte).
+//! `--shed` lets the eBPF program shed a connection itself when its ring is nearly full (as
+//! `smbwire live` does, whose session then cuts it at the marked frame); the output counts
+//! the marked frames and those delivered after the first of them.
 //! Payload bytes are never printed.
 
 use std::io::Read;
@@ -21,14 +24,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use smbwire_dissectors::live::{self, classify::classify, LiveOptions};
 
 fn usage() -> ! {
-    eprintln!("usage: livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P] [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N] [--stall S] [--hook auto|tcx|xdp] [--xdp-drop] [--digests]");
+    eprintln!("usage: livecat IFACE [--seconds N] [--stdin-stop] [--af-packet] [--require-ebpf] [--ports P,P] [--snaplen N] [--no-promisc] [--ring-bytes N] [--block-size N] [--blocks N] [--stall S] [--hook auto|tcx|xdp] [--xdp-drop] [--digests] [--shed]");
     std::process::exit(2);
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let iface = args.next().unwrap_or_else(|| usage());
-    let mut opts = LiveOptions::default();
+    // No session here to cut what the program sheds: it sheds only with `--shed`.
+    let mut opts = LiveOptions { shed: false, ..LiveOptions::default() };
     let mut seconds = 5.0f64;
     let mut stall = 0.0f64;
     let mut stdin_stop = false;
@@ -48,6 +52,7 @@ fn main() {
             "--hook" => opts.hook = val().parse().unwrap_or_else(|_| usage()),
             "--xdp-drop" => opts.xdp_drop = true,
             "--digests" => digests = Some(Vec::new()),
+            "--shed" => opts.shed = true,
             "--snaplen" => opts.snaplen = val().parse().unwrap_or_else(|_| usage()),
             "--ports" => {
                 let mut named = opts.tcp_ports.clone();
@@ -86,6 +91,10 @@ fn main() {
     let mut numbers_ok = true;
     let mut ts_ok = true;
     let mut all_match = true;
+    // Frames the program shed their connection at (`--shed`), and frames delivered after the
+    // first of them.
+    let mut marked = 0u64;
+    let mut after_mark = 0u64;
     let ports = opts.tcp_ports.clone();
     let snaplen = opts.snaplen as usize;
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
@@ -103,7 +112,9 @@ fn main() {
         } else {
             left.as_millis().min(100) as i32
         };
-        let r = src.next_batch(wait, &mut |f, _| {
+        let r = src.next_batch(wait, &mut |f, handed| {
+            after_mark += u64::from(marked > 0);
+            marked += u64::from(handed.shed_here);
             delivered += 1;
             numbers_ok &= f.info.frame.number == delivered;
             let now = SystemTime::now()
@@ -146,6 +157,8 @@ fn main() {
         "ts_ok": ts_ok,
         "all_delivered_match": all_match,
         "digests": digests,
+        "marked": marked,
+        "after_mark": after_mark,
     });
     println!("{out}");
 }

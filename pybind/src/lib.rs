@@ -431,7 +431,7 @@ fn live_options(text: &str) -> Result<smbwire_dissectors::live::session::Session
             .ok_or(format!("queues must be between 1 and {}", smbwire_dissectors::live::MAX_QUEUES))?
             as u32,
     };
-    o.shed = flag("shed", true)?;
+    o.live.shed = flag("shed", true)?;
     if let Some(n) = v.get("ring_bytes").filter(|n| !n.is_null()) {
         o.live.ring_bytes = n
             .as_u64()

@@ -431,22 +431,31 @@ def _holes(written: dict, reference: dict) -> dict:
     return out
 
 
-@pytest.mark.parametrize("source", ["tcx", "af-packet"])
+@pytest.mark.parametrize("source", ["tcx", "af-packet", "tcx-stalled"])
 def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, tmp_path, source):
     """Above its capacity (a test delay on every frame puts the analysis below the workload's
     rate), `live` sheds whole connections instead of letting its queues drop scattered frames:
     the analysed fraction is below 1 and says so, no ring drops, no TCP gap; what it analysed
     of each connection is a prefix of each direction's byte stream on the wire (the --write
     files hold exactly what was analysed), and every send it analysed has the figures
-    `analyze` gives that send on the complete reference capture."""
+    `analyze` gives that send on the complete reference capture.
+
+    `tcx-stalled`: the analysis does not run at all while the workloads do (the process is
+    stopped with SIGSTOP, as a thread starved of CPU would be), so the session never gets to
+    look at its queues and shed: the kernel program sheds each connection whose frame finds
+    its ring nearly full, at that frame, and the session cuts it there when it reads on. Without
+    that, the rings overflow and drop scattered frames of every connection (ring drops)."""
+    stalled = source == "tcx-stalled"
     with Lab(capture_dir=tmp_path) as lab:
         topo = tmp_path / "lab.toml"
         topo.write_text(lab.topology_toml())
         written_path = tmp_path / "live.pcapng"
-        backend = ["--require-ebpf", "--hook", "tcx"] if source == "tcx" else ["--backend", "af-packet"]
+        backend = ["--backend", "af-packet"] if source == "af-packet" else ["--require-ebpf", "--hook", "tcx"]
+        # Stalled: rings of 4 MiB, which the workloads' 24 MiB fill; else analysis slowed to
+        # 150 us a frame.
+        load = ["--ring-size", "4MiB"] if stalled else ["--ring-size", "8MiB", "--test-frame-delay-us", "150"]
         live = LiveProc(lab, tmp_path, "--topology", str(topo), *backend,
-                        "--duration", "300", "--write", str(written_path), "--queues", "2",
-                        "--ring-size", "8MiB", "--test-frame-delay-us", "150")
+                        "--duration", "300", "--write", str(written_path), "--queues", "2", *load)
         # A warm-up below the overload, two copies of one chunk, analysed whole before the
         # workloads start (the status line's n1->n2 ratio says so), so that the per-send
         # comparison at the end always has duplicated payloads to compare. Without it, about
@@ -458,13 +467,28 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         while not any("n1->n2:replication=2.00" in l for l in live.status_lines()):
             assert time.monotonic() < deadline, ("warm-up not analysed", live.status_lines()[-1:])
             time.sleep(0.1)
-        run_workloads(lab)
+        if stalled:
+            live.p.send_signal(signal.SIGSTOP)
+            try:
+                run_workloads(lab)
+                time.sleep(0.5)
+            finally:
+                live.p.send_signal(signal.SIGCONT)
+        else:
+            run_workloads(lab)
         time.sleep(1.0)
         live.p.send_signal(signal.SIGTERM)
         assert live.wait(timeout=120) == 0, live.err()
         capture = lab.stop_capture()
         result = live.result()
         stats, shed, analysed = result["live"]["stats"], result["live"]["shed"], result["live"]["analysed"]
+        if stalled:
+            # The kernel shed them (the session may have shed more once it ran again), and
+            # saw each frame it shed one at.
+            assert shed["connections_shed_by_capture_point"] >= 1, (shed, stats)
+            assert stats["shed_chosen"] == shed["connections_shed_by_capture_point"]
+        else:
+            assert shed["connections_shed_by_capture_point"] == 0, (shed, stats)
         # The reference must hold every frame the span port received before anything is
         # compared with it (a frame the span lost is lost to live too: a gap in both).
         health = frame_health(capture.path)
@@ -480,7 +504,7 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         # a busy machine (at 60 us, 25 MB/s, one run in a full tests/live run on 2026-12-01 was
         # not overloaded and shed nothing; it passed alone and under a CPU hog).
         assert shed["enabled"] and shed["connections"] >= 1, (shed, stats, analysed)
-        if source == "tcx":
+        if source != "af-packet":
             assert shed["connections_at_capture_point"] == shed["connections"], "the kernel stopped copying them"
             assert stats["shed_frames"] > 0
         else:
@@ -496,7 +520,7 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         # bytes (the --write files) have holes.
         assert result["tcp"]["gap_bytes"] == 0, (result["tcp"], _holes(written, reference))
         assert result["accounting"]["reconciled"] is True
-        if source == "tcx":
+        if source != "af-packet":
             # Frames matched = delivered + shed at the capture point (+ ring drops, copy errors: 0).
             assert stats["frames_matched"] == stats["packets_delivered"] + stats["shed_frames"] + stats["copy_errors"]
         # The in-kernel counters stay exact for shed connections too: every storage frame of
@@ -544,3 +568,8 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         assert result["smb2"]["write_req_pdus"] < json.loads((tmp_path / "offline.json").read_text())["smb2"]["write_req_pdus"]
         # The report and the status line say it.
         assert any("shed_connections=" in l and "shed_connections=0" not in l for l in live.status_lines()[-1:])
+        console = Console(width=400, file=io.StringIO(), record=True, color_system=None, force_terminal=False)
+        render_report(result, console)
+        report = console.export_text()
+        assert "Shed under overload" in report
+        assert ("shed by the capture point itself" in report) == stalled, report

@@ -48,7 +48,6 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
-use std::sync::Arc;
 
 use super::classify::inspect;
 use super::flows::FlowTable;
@@ -56,7 +55,6 @@ use super::sys::{self, os_error, setsockopt, SOL_PACKET};
 use super::{pick_queue, Head, LiveError, LiveOptions, LiveSource, LiveStats, MAX_QUEUES, STATS_TOP_FLOWS};
 use crate::capture::{linktype, FrameInfo, RawFrame};
 use crate::frame::FrameRef;
-use crate::parallel::Lease;
 
 const ETH_P_ALL: u16 = 0x0003;
 const PACKET_RX_RING: i32 = 5;
@@ -840,11 +838,11 @@ impl LiveSource for AfPacketSource {
     fn next_batch(
         &mut self,
         timeout_ms: i32,
-        f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>),
+        f: &mut dyn FnMut(RawFrame<'_>, super::Handed<'_>),
     ) -> io::Result<usize> {
         // Frames are handed out of the TPACKET_V3 blocks without a lease: each block goes back
         // to the kernel as soon as it is read, so `--threads` workers get copies.
-        let f = &mut |r: RawFrame<'_>| f(r, None);
+        let f = &mut |r: RawFrame<'_>| f(r, super::Handed::default());
         // At most one lap of each ring, so a busy interface cannot keep us here forever.
         for q in &mut self.queues {
             q.laps = q.ring.block_count;

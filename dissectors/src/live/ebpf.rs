@@ -42,7 +42,7 @@ pub fn program_name(hook: Hook) -> &'static str {
 use crate::abi::{self, u32_of};
 const CFG_XDP_DROP: u32 = u32_of(abi::SMBWIRE_CFG_XDP_DROP);
 const CFG_SHEDDING: u32 = u32_of(abi::SMBWIRE_CFG_SHEDDING);
-/// `struct smbwire_config`: snaplen, flags, rings, padding.
+/// `struct smbwire_config`: snaplen, flags, rings, shed_at.
 const CONFIG_SIZE: usize = abi::smbwire_config::SIZE;
 use abi::smbwire_config as config_at;
 /// Sets the u32 field at `at` of a config value.
@@ -60,6 +60,8 @@ mod event {
     // `segs` is counted in the kernel's totals already; frames carry orig_len only.
     /// SMBWIRE_EV_VLAN: the outer tag was stripped by the kernel.
     pub const FLAG_VLAN: u32 = crate::abi::u32_of(crate::abi::SMBWIRE_EV_VLAN);
+    /// SMBWIRE_EV_SHED_HERE: the program shed the frame's connection at it.
+    pub const FLAG_SHED_HERE: u32 = crate::abi::u32_of(crate::abi::SMBWIRE_EV_SHED_HERE);
 }
 
 /// `struct smbwire_totals` (bpf/smbwire.h): u64 counters, read by their offsets.
@@ -315,8 +317,9 @@ struct Records {
 }
 
 impl Records {
-    /// Hands the record's frame to `f`; false for a record too short or inconsistent.
-    fn deliver(&mut self, rec: &[u8], f: &mut dyn FnMut(RawFrame<'_>)) -> bool {
+    /// Hands the record's frame to `f`, with whether the program shed its connection at it
+    /// (`SMBWIRE_EV_SHED_HERE`); false for a record too short or inconsistent.
+    fn deliver(&mut self, rec: &[u8], f: &mut dyn FnMut(RawFrame<'_>, bool)) -> bool {
         if rec.len() < event::SIZE {
             self.bad_records += 1;
             return false;
@@ -345,7 +348,7 @@ impl Records {
         };
         self.next_number += 1;
         self.delivered += 1;
-        f(RawFrame { info, data });
+        f(RawFrame { info, data }, flags & event::FLAG_SHED_HERE != 0);
         true
     }
 }
@@ -355,7 +358,7 @@ impl Records {
 pub fn read_record(rec: &[u8]) -> Option<Vec<u8>> {
     let mut r = Records { next_number: 1, wall_offset: 0, retag_buf: Vec::new(), delivered: 0, bad_records: 0 };
     let mut out = None;
-    r.deliver(rec, &mut |f| out = Some(f.data.to_vec()));
+    r.deliver(rec, &mut |f, _| out = Some(f.data.to_vec()));
     debug_assert_eq!(out.is_some(), r.bad_records == 0);
     out
 }
@@ -546,6 +549,9 @@ impl EbpfSource {
             0
         };
         put_u32(&mut cfg, config_at::FLAGS, flags);
+        // The program sheds a connection itself once a ring is nearly full (bpf/smbwire.h).
+        let shed_at = if opts.shed { ring_bytes - (ring_bytes >> abi::SMBWIRE_SHED_FULL_SHIFT) } else { 0 };
+        put_u32(&mut cfg, config_at::SHED_AT, shed_at);
         config
             .update(&0u32.to_ne_bytes(), &cfg, MapFlags::ANY)
             .map_err(|e| bpf_error(e, "filling the config map".into()))?;
@@ -734,6 +740,19 @@ fn read_flows_by_key(map: &MapHandle, top: &mut flows::TopFlows) {
 
 #[cfg(smbwire_bpf)]
 impl EbpfSource {
+    /// The program's totals (`struct smbwire_totals`), summed over CPUs; zeros when unreadable.
+    fn totals(&self) -> [u64; TOTALS_SIZE / 8] {
+        let mut t = [0u64; TOTALS_SIZE / 8];
+        if let Ok(Some(cpus)) = self.totals.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+            for v in cpus.iter().filter(|v| v.len() >= TOTALS_SIZE) {
+                for (i, slot) in t.iter_mut().enumerate() {
+                    *slot += u64::from_ne_bytes(rd(v, i * 8));
+                }
+            }
+        }
+        t
+    }
+
     /// The largest share of its ring that `bytes` counts, over the rings (0.0 to 1.0).
     fn fullest(&self, bytes: fn(&Ring) -> u64) -> f64 {
         self.rings.iter().map(|r| bytes(r) as f64 / r.size as f64).fold(0.0, f64::max).min(1.0)
@@ -744,7 +763,7 @@ impl EbpfSource {
         &mut self,
         timeout_ms: i32,
         leases: &[Option<Arc<Lease>>],
-        f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>),
+        f: &mut dyn FnMut(RawFrame<'_>, super::Handed<'_>),
     ) -> io::Result<usize> {
         let (mut frames, mut bytes) = (0usize, 0usize);
         let mut waited = false;
@@ -763,7 +782,7 @@ impl EbpfSource {
                 let ring = &self.rings[i];
                 let Some((rec, total)) = ring.head() else { break };
                 let lease = leases[i].as_ref();
-                self.records.deliver(rec, &mut |r| f(r, lease));
+                self.records.deliver(rec, &mut |r, shed_here| f(r, super::Handed { lease, shed_here }));
                 ring.release(total);
                 frames += 1;
                 bytes += total as usize;
@@ -823,7 +842,7 @@ impl LiveSource for EbpfSource {
     fn next_batch(
         &mut self,
         timeout_ms: i32,
-        f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>),
+        f: &mut dyn FnMut(RawFrame<'_>, super::Handed<'_>),
     ) -> io::Result<usize> {
         // Re-read each batch so a stepped wall clock (NTP) is followed.
         self.records.wall_offset = sys::monotonic_to_wall_offset();
@@ -900,18 +919,12 @@ impl LiveSource for EbpfSource {
         })
     }
 
+    fn shed_chosen(&self) -> u64 {
+        self.totals()[totals::SHED_CHOSEN / 8]
+    }
+
     fn stats(&self) -> LiveStats {
-        let mut t = [0u64; TOTALS_SIZE / 8];
-        if let Ok(Some(cpus)) = self
-            .totals
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-        {
-            for v in cpus.iter().filter(|v| v.len() >= TOTALS_SIZE) {
-                for (i, slot) in t.iter_mut().enumerate() {
-                    *slot += u64::from_ne_bytes(rd(v, i * 8));
-                }
-            }
-        }
+        let t = self.totals();
         let mut top = flows::TopFlows::new(STATS_TOP_FLOWS);
         self.flow_stats(&mut top);
         let interface_drops = self.if_drops.since_open();
@@ -930,6 +943,7 @@ impl LiveSource for EbpfSource {
             queues: self.rings.len() as u32,
             shed_frames: at(totals::SHED_FRAMES),
             shed_bytes: at(totals::SHED_BYTES),
+            shed_chosen: at(totals::SHED_CHOSEN),
             flow_count: top.count,
             flows: top.into_vec(),
         }
@@ -980,7 +994,7 @@ impl EbpfSource {
 
 #[cfg(not(smbwire_bpf))]
 impl LiveSource for EbpfSource {
-    fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>)) -> io::Result<usize> {
+    fn next_batch(&mut self, _t: i32, _f: &mut dyn FnMut(RawFrame<'_>, super::Handed<'_>)) -> io::Result<usize> {
         match self._never {}
     }
     fn stats(&self) -> LiveStats {

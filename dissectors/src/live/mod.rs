@@ -238,6 +238,12 @@ pub struct LiveOptions {
     /// read from all of them in capture time order (`pick_queue`). At least 1, at most
     /// `MAX_QUEUES`; `ring_bytes` and the AF_PACKET blocks are per queue.
     pub queues: u32,
+    /// Shed whole connections when the capture queues fill up (`--no-shed` turns it off:
+    /// the queues then overflow and drop scattered frames, counted as ring drops). The
+    /// session sheds (`session::Shedder`); the eBPF program also sheds a connection itself
+    /// when its frame finds its ring nearly full (`smbwire_config.shed_at`), for when the
+    /// session is starved of CPU and does not get to look.
+    pub shed: bool,
 }
 
 /// Most capture queues (`SMBWIRE_MAX_RINGS` in bpf/smbwire.h).
@@ -258,6 +264,7 @@ impl Default for LiveOptions {
             hook: HookChoice::Auto,
             xdp_drop: false,
             queues: 1,
+            shed: true,
         }
     }
 }
@@ -303,18 +310,31 @@ pub struct LiveStats {
     /// by the session (`live.shed`), not here.
     pub shed_frames: u64,
     pub shed_bytes: u64,
+    /// Connections the capture point shed itself, its queue nearly full (eBPF:
+    /// `smbwire_config.shed_at`), whether or not the session saw the frame it did so at.
+    pub shed_chosen: u64,
     /// Number of flows with exact counters.
     pub flow_count: u64,
     /// The largest flows by bytes, at most `STATS_TOP_FLOWS`.
     pub flows: Vec<FlowStat>,
 }
 
+/// What a source says of a frame it hands on, beside its bytes (`LiveSource::next_batch`).
+#[derive(Clone, Copy, Default)]
+pub struct Handed<'a> {
+    /// The lease of the ring memory the frame lies in, when the source lends it (`Lease`:
+    /// `--threads` workers then decode it in place).
+    pub lease: Option<&'a Arc<Lease>>,
+    /// The capture point shed the frame's connection at this frame, its queue being nearly
+    /// full (eBPF, `SMBWIRE_EV_SHED_HERE`): the session cuts the connection here.
+    pub shed_here: bool,
+}
+
 pub trait LiveSource {
     /// Waits up to `timeout_ms` (negative: forever, 0: no wait) for frames and hands each
-    /// one to `f` (Ethernet, frame numbers from 1, wall-clock ns), with the lease of the
-    /// ring memory it lies in when the source lends it (`Lease`: `--threads` workers then
-    /// decode it in place). Returns how many.
-    fn next_batch(&mut self, timeout_ms: i32, f: &mut dyn FnMut(RawFrame<'_>, Option<&Arc<Lease>>))
+    /// one to `f` (Ethernet, frame numbers from 1, wall-clock ns), with what the source says
+    /// of it (`Handed`). Returns how many.
+    fn next_batch(&mut self, timeout_ms: i32, f: &mut dyn FnMut(RawFrame<'_>, Handed<'_>))
         -> io::Result<usize>;
     fn stats(&self) -> LiveStats;
     /// The eBPF hook in use; None for AF_PACKET.
@@ -342,6 +362,11 @@ pub trait LiveSource {
     /// cannot (AF_PACKET: the session then discards them itself).
     fn shed(&mut self, _conn: &FlowKey) -> bool {
         false
+    }
+    /// Connections the capture point shed itself so far (`LiveStats::shed_chosen`), read
+    /// without the rest of `stats`: the session asks after every batch.
+    fn shed_chosen(&self) -> u64 {
+        0
     }
     /// Whether frames are queued that `next_batch` held back to keep time order across
     /// queues (`pick_queue`): a stopping session reads on until there are none.

@@ -40,9 +40,6 @@ pub struct SessionOptions {
     /// Drop privileges once the source is attached (`smbwire live` always does); `None`
     /// keeps them (an embedding program that drops them itself).
     pub privileges: Option<PrivilegeOptions>,
-    /// Shed whole connections when the capture queues fill up (`--no-shed` turns it off:
-    /// the queues then overflow and drop scattered frames, counted as ring drops).
-    pub shed: bool,
     /// Test aid (hidden `--test-frame-delay-us`): the session spends this long on every
     /// frame before analysing it, so a test can put the analysis below the capture rate.
     pub frame_delay: Duration,
@@ -62,7 +59,6 @@ impl Default for SessionOptions {
             history_seconds: 300,
             interval: Duration::from_secs(1),
             privileges: None,
-            shed: true,
             frame_delay: Duration::ZERO,
         }
     }
@@ -370,13 +366,20 @@ fn write_error(error: &str, frames_written: u64) -> String {
 /// after them each segment that ends at or before the furthest of those (one that arrived
 /// late, or a retransmission); the rest is discarded. RDMA (RoCE) is cut at the frame.
 ///
+/// The capture point sheds too (eBPF): when a frame of a connection not shed finds its ring
+/// nearly full (this thread starved of CPU, say, and not looking), the program sheds that
+/// connection at that frame and marks it (`Handed::shed_here`), copying the same settling
+/// frames after it; `admit` cuts the connection there as if it had chosen it at that frame.
+///
 /// Policy: after every batch (at most 2 ms, `live::batch_full`), when the fullest queue is at
 /// least `SHED_HIGH` full and was fuller at `SHED_RISES` looks since it last drained than at
 /// the look before (each 2 to 50 ms after it: a queue that keeps filling while it is read is
 /// overload; one that filled during a stall, such as an index table growing or the thread
 /// waiting for a CPU, and drains once it is read again is not), or is `SHED_URGENT` full, the
 /// next storage frame's connection is shed (a draw weighted by frames, so the busiest
-/// connection is the likeliest); the next shedding waits `SHED_SPACING`.
+/// connection is the likeliest); the next shedding waits `SHED_SPACING`. After the capture
+/// point shed connections, a full queue is not urgent until it has drained below
+/// `SHED_HIGH` (`draining`).
 struct Shedder {
     enabled: bool,
     tcp_ports: Vec<u16>,
@@ -392,8 +395,16 @@ struct Shedder {
     /// wire length).
     frames: u64,
     bytes: u64,
-    /// Connections the capture point stopped copying (`LiveSource::shed` said yes).
-    at_capture_point: u64,
+    /// Connections the capture point stopped copying: told by the session
+    /// (`LiveSource::shed` said yes) or shed there (`admit`'s `shed_here`).
+    stopped: crate::fasthash::FastSet<super::FlowKey>,
+    /// Frames at which the capture point shed their connection (`shed_here`), seen here.
+    chosen_seen: u64,
+    /// Connections the capture point had shed itself at the last look (`shed_chosen`).
+    chosen_at_look: u64,
+    /// The capture point shed connections and the queue has not drained below `SHED_HIGH`
+    /// since: a full queue is then not urgent (`after_batch`).
+    draining: bool,
     /// The last look at the unread backlog (when, how full; `LiveSource::unread`), and how
     /// many looks since it last drained (or since a stall) found it fuller than the look before.
     sample: Option<(Instant, f64)>,
@@ -421,7 +432,8 @@ impl Default for CutDirection {
 /// Frames of each direction of a TCP connection still analysed after it is chosen to be shed
 /// (`Shedder` doc): a segment that arrived before one of them but belongs after it is then
 /// behind the cut too, as long as the two were at most this many frames apart.
-const SHED_SETTLE_FRAMES: u8 = 8;
+/// The kernel program copies as many after it sheds a connection itself (bpf/smbwire.h).
+const SHED_SETTLE_FRAMES: u8 = crate::abi::u8_of(crate::abi::SMBWIRE_SHED_SETTLE);
 
 /// `a` is at or before `b` in sequence space (RFC 9293 3.4: within 2^31 of each other).
 fn seq_at_or_before(a: u32, b: u32) -> bool {
@@ -457,16 +469,21 @@ impl Shedder {
             last: None,
             frames: 0,
             bytes: 0,
-            at_capture_point: 0,
+            stopped: Default::default(),
+            chosen_seen: 0,
+            chosen_at_look: 0,
+            draining: false,
             sample: None,
             rises: 0,
         }
     }
 
     /// Whether `frame` is to be analysed; false for a frame of a shed connection discarded
-    /// (counted). Sheds the frame's connection when one is wanted.
-    fn admit(&mut self, frame: &crate::capture::RawFrame<'_>) -> bool {
-        if self.conns.is_empty() && !self.want {
+    /// (counted). Sheds the frame's connection when one is wanted, or when the capture point
+    /// shed it at this frame (`shed_here`: its queue was nearly full; it copies the
+    /// frames of the cut, `SHED_SETTLE_FRAMES` a direction, and no more).
+    fn admit(&mut self, frame: &crate::capture::RawFrame<'_>, shed_here: bool) -> bool {
+        if self.conns.is_empty() && !self.want && !shed_here {
             return true;
         }
         let seen = super::classify::inspect(frame.data, &self.tcp_ports);
@@ -474,20 +491,28 @@ impl Shedder {
             return true;
         };
         let conn = key.connection();
+        if shed_here {
+            self.chosen_seen += 1;
+            self.stopped.insert(conn);
+        }
         let dir = usize::from((key.saddr, key.sport) != (conn.saddr, conn.sport));
         let room = self.conns.len() < SHED_MAX;
         let cut = match self.conns.entry(conn) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                // Shed the connection of the next storage frame when one is wanted.
-                if !self.want || !room {
+                // Shed the connection of the next storage frame when one is wanted, and the
+                // one the capture point shed (whatever the room: it stopped copying it).
+                if shed_here {
+                    // The capture point knows.
+                } else if self.want && room {
+                    self.want = false;
+                    self.fresh.push(conn);
+                } else {
                     return true;
                 }
-                self.want = false;
                 if self.listed.len() < SHED_LISTED {
                     self.listed.push(conn);
                 }
-                self.fresh.push(conn);
                 e.insert(Cut::default())
             }
         };
@@ -518,10 +543,24 @@ impl Shedder {
     fn after_batch(&mut self, source: &mut dyn LiveSource) {
         for conn in self.fresh.drain(..) {
             if source.shed(&conn) {
-                self.at_capture_point += 1;
+                self.stopped.insert(conn);
             }
         }
         if !self.enabled || self.want || self.conns.len() >= SHED_MAX {
+            return;
+        }
+        // The capture point shed connections itself since the last look (its queue nearly
+        // full while this thread did not run, or not soon enough): their inflow has stopped,
+        // and what is queued of them is whole up to its cut. Shedding the next frame's
+        // connection would discard that backlog, so a full queue is not urgent until it has
+        // drained below `SHED_HIGH` (the capture point sheds again if it fills up meanwhile),
+        // and the filling is measured anew.
+        let chosen = source.shed_chosen();
+        if chosen != self.chosen_at_look {
+            self.chosen_at_look = chosen;
+            self.draining = true;
+            self.sample = None;
+            self.rises = 0;
             return;
         }
         let now = Instant::now();
@@ -558,18 +597,24 @@ impl Shedder {
         };
         let filling = self.rises >= SHED_RISES;
         let spaced = self.last.is_none_or(|t| t.elapsed() >= SHED_SPACING);
-        if (backlog >= SHED_URGENT || (unread >= SHED_HIGH && filling)) && spaced {
+        self.draining &= backlog >= SHED_HIGH;
+        let urgent = backlog >= SHED_URGENT && !self.draining;
+        if (urgent || (unread >= SHED_HIGH && filling)) && spaced {
             self.want = true;
             self.last = Some(now);
         }
     }
 
-    /// `live.shed`: what was shed, with the capture point's share.
+    /// `live.shed`: what was shed, with the capture point's share. A connection the capture
+    /// point shed at a frame this session never saw (that frame found the ring full) is
+    /// counted by the kernel only (`shed_chosen`): it is added here.
     fn section(&self, stats: &LiveStats) -> Value {
+        let unseen = stats.shed_chosen.saturating_sub(self.chosen_seen);
         json!({
             "enabled": self.enabled,
-            "connections": self.conns.len(),
-            "connections_at_capture_point": self.at_capture_point,
+            "connections": self.conns.len() as u64 + unseen,
+            "connections_at_capture_point": self.stopped.len() as u64 + unseen,
+            "connections_shed_by_capture_point": stats.shed_chosen,
             "listed": self.listed.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
             "frames": self.frames + stats.shed_frames,
             "wire_bytes": self.bytes + stats.shed_bytes,
@@ -608,7 +653,7 @@ impl Capture {
             prev_at: Instant::now(),
             error: None,
             privileges: None,
-            shed: Shedder::new(opts.shed, opts.live.tcp_ports.clone()),
+            shed: Shedder::new(opts.live.shed, opts.live.tcp_ports.clone()),
             opts,
         }
     }
@@ -663,8 +708,8 @@ impl Capture {
         let bytes = &mut self.captured_bytes;
         let shed = &mut self.shed;
         let delay = self.opts.frame_delay;
-        let n = self.source.next_batch(wait_ms, &mut |f, lease| {
-            if !shed.admit(&f) {
+        let n = self.source.next_batch(wait_ms, &mut |f, handed| {
+            if !shed.admit(&f, handed.shed_here) {
                 return;
             }
             if !delay.is_zero() {
@@ -678,7 +723,7 @@ impl Capture {
             if let Some(w) = writer.as_mut() {
                 w.write(&f);
             }
-            pipeline.process_live(&f, lease);
+            pipeline.process_live(&f, handed.lease);
         })?;
         self.shed.after_batch(self.source.as_mut());
         Ok(n)
@@ -1019,7 +1064,7 @@ mod tests {
                     linktype: crate::capture::linktype::ETHERNET,
                     orig_len: d.len() as u32,
                 };
-                shed.admit(&RawFrame { info, data: d })
+                shed.admit(&RawFrame { info, data: d }, false)
             };
             let out = |k: u32| tcp_segment(1, 50000, 2, 445, base.wrapping_add(k * 1000), 1000, ACK);
             let back = |seq: u32, n: usize| tcp_segment(2, 445, 1, 50000, seq, n, ACK);
@@ -1059,19 +1104,68 @@ mod tests {
         }
     }
 
+    /// A connection the capture point shed itself (its ring nearly full: the frame comes
+    /// with `shed_here`) is cut at that frame as if the session had chosen it there, whether
+    /// or not the session wanted one, and is not told to the capture point again; what came
+    /// before the frame stays analysed. The counts in `live.shed` include it, and one the
+    /// kernel counted whose frame never came (`shed_chosen` beyond what was seen).
+    #[test]
+    fn a_connection_the_capture_point_shed_is_cut_at_its_frame() {
+        use crate::capture::{FrameInfo, RawFrame};
+        use crate::wire::tcp::flags::ACK;
+        let mut shed = Shedder::new(true, vec![445]);
+        let admit = |shed: &mut Shedder, d: &[u8], here: bool| {
+            let info = FrameInfo { ts_ns: 1, linktype: crate::capture::linktype::ETHERNET, orig_len: d.len() as u32, ..Default::default() };
+            shed.admit(&RawFrame { info, data: d }, here)
+        };
+        let out = |k: u32| tcp_segment(1, 50000, 2, 445, 1_000 + k * 1000, 1000, ACK);
+        let other = |k: u32| tcp_segment(5, 50001, 2, 445, 9_000 + k * 1000, 1000, ACK);
+        assert!(admit(&mut shed, &out(0), false) && admit(&mut shed, &out(1), false));
+        // Shed at segment 2 by the capture point: it and the direction's settling frames.
+        for k in 2..2 + u32::from(SHED_SETTLE_FRAMES) {
+            assert!(admit(&mut shed, &out(k), k == 2), "settling frame {k}");
+        }
+        assert!(!shed.want && shed.fresh.is_empty(), "the capture point knows already");
+        assert!(!admit(&mut shed, &out(2 + u32::from(SHED_SETTLE_FRAMES)), false));
+        assert!(admit(&mut shed, &other(0), false), "another connection is untouched");
+        assert_eq!((shed.conns.len(), shed.frames, shed.chosen_seen), (1, 1, 1));
+        // The session sheds the other one itself later: told to the capture point.
+        shed.want = true;
+        assert!(admit(&mut shed, &other(1), false));
+        let mut src = Filling { backlog: 0.0, unread: None, told: Vec::new(), chosen: 0 };
+        shed.after_batch(&mut src);
+        assert_eq!(src.told.len(), 1);
+        // The kernel shed three connections, one of them at a frame never seen here.
+        let stats = LiveStats { shed_chosen: 2, ..Default::default() };
+        let v = shed.section(&stats);
+        assert_eq!(v["connections"], 3);
+        assert_eq!(v["connections_at_capture_point"], 3);
+        assert_eq!(v["connections_shed_by_capture_point"], 2);
+        // A frame marked for a connection the session shed first: no second entry.
+        let mut shed = Shedder::new(true, vec![445]);
+        shed.want = true;
+        assert!(admit(&mut shed, &out(0), false));
+        shed.after_batch(&mut src);
+        assert!(admit(&mut shed, &out(1), true));
+        let v = shed.section(&LiveStats { shed_chosen: 1, ..Default::default() });
+        assert_eq!((v["connections"].as_u64(), v["connections_at_capture_point"].as_u64()), (Some(1), Some(1)));
+    }
+
     /// A source whose queue is as full as the test says, recording what it is told to shed;
     /// `unread`, when set, is the part not handed out (else all of it).
     struct Filling {
         backlog: f64,
         unread: Option<f64>,
         told: Vec<super::super::FlowKey>,
+        /// `shed_chosen`: connections the capture point shed itself.
+        chosen: u64,
     }
 
     impl LiveSource for Filling {
         fn next_batch(
             &mut self,
             _t: i32,
-            _f: &mut dyn FnMut(crate::capture::RawFrame<'_>, Option<&std::sync::Arc<crate::parallel::Lease>>),
+            _f: &mut dyn FnMut(crate::capture::RawFrame<'_>, super::super::Handed<'_>),
         ) -> std::io::Result<usize> {
             Ok(0)
         }
@@ -1088,6 +1182,48 @@ mod tests {
             self.told.push(*conn);
             true
         }
+        fn shed_chosen(&self) -> u64 {
+            self.chosen
+        }
+    }
+
+    /// After the capture point shed connections itself (the queue nearly full while the
+    /// session did not run), a full queue is not urgent until it has drained below half:
+    /// what is queued of those connections is whole up to their cut and is analysed, not
+    /// discarded by shedding the next frame's connection. A queue that fills again while
+    /// draining still sheds, and once drained a full queue is urgent again.
+    #[test]
+    fn after_the_capture_point_shed_a_full_queue_drains_before_it_is_urgent() {
+        let mut shed = Shedder::new(true, vec![445]);
+        let mut src = Filling { backlog: 0.95, unread: None, told: Vec::new(), chosen: 2 };
+        shed.after_batch(&mut src);
+        assert!(!shed.want, "the capture point shed at the look");
+        std::thread::sleep(Duration::from_millis(3));
+        shed.after_batch(&mut src);
+        assert!(!shed.want, "draining: not urgent");
+        // Filling again while draining: two rises, shed.
+        for b in [0.96, 0.97] {
+            std::thread::sleep(Duration::from_millis(3));
+            src.backlog = b;
+            shed.after_batch(&mut src);
+        }
+        assert!(shed.want, "filling while draining sheds");
+        // Drained below half, then full: urgent again.
+        let mut shed = Shedder::new(true, vec![445]);
+        src.backlog = 0.95;
+        shed.after_batch(&mut src);
+        std::thread::sleep(Duration::from_millis(3));
+        src.backlog = 0.3;
+        shed.after_batch(&mut src);
+        std::thread::sleep(Duration::from_millis(3));
+        src.backlog = 0.95;
+        shed.after_batch(&mut src);
+        assert!(shed.want, "urgent once drained");
+        // Without a shed by the capture point, a full queue is urgent at once.
+        let mut shed = Shedder::new(true, vec![445]);
+        src.chosen = 0;
+        shed.after_batch(&mut src);
+        assert!(shed.want);
     }
 
     #[test]
@@ -1103,7 +1239,7 @@ mod tests {
             (info, data.to_vec())
         };
         let mut shed = Shedder::new(true, vec![445]);
-        let mut src = Filling { backlog: 0.2, unread: None, told: Vec::new() };
+        let mut src = Filling { backlog: 0.2, unread: None, told: Vec::new(), chosen: 0 };
         let a_out = tcp_frame(1, 50000, 2, 445);
         let a_back = tcp_frame(2, 445, 1, 50000);
         let b_out = tcp_frame(3, 50001, 2, 445);
@@ -1111,7 +1247,7 @@ mod tests {
         other[36..38].copy_from_slice(&8080u16.to_be_bytes());
         let admit = |shed: &mut Shedder, d: &[u8]| {
             let (info, data) = frame(d, 1);
-            shed.admit(&RawFrame { info, data: &data })
+            shed.admit(&RawFrame { info, data: &data }, false)
         };
         // Below the mark: nothing is shed.
         shed.after_batch(&mut src);
@@ -1188,7 +1324,7 @@ mod tests {
         let mut shed = Shedder::new(true, vec![445]);
         // A queue part of whose space is lent to workers: `backlog` is all of it, `unread`
         // what is not handed out yet.
-        let mut src = Filling { backlog: 0.0, unread: Some(0.0), told: Vec::new() };
+        let mut src = Filling { backlog: 0.0, unread: Some(0.0), told: Vec::new(), chosen: 0 };
         // The queue above the mark and filling, but with what the workers hold: nothing.
         assert_eq!(look(&mut shed, &mut src, 0.55, 0.10), (false, 0));
         assert_eq!(look(&mut shed, &mut src, 0.60, 0.10), (false, 0));
