@@ -89,9 +89,15 @@ _EBPF_OVERLOAD = ("--stall", "2", "--ring-bytes", str(1 << 20))
 # the reader with a ring or block count this small: it overflows at any rate blast reaches.
 # `ebpf-staged` and `ebpf-xdp-staged` are `ebpf` and `ebpf-xdp` with the frame copied twice,
 # into a per-CPU slot and then into the ring (SMBWIRE_BPF_COPY=staged, the program before
-# 2026-12-01), to measure the direct copy by.
+# 2026-12-01), to measure the direct copy by. `ebpf-shed` and `ebpf-xdp-shed` let the program
+# shed a connection itself once its ring is nearly full (livecat --shed), as `smbwire live`
+# runs it: at a lossless rate it never does, and the pair measures what asking costs a frame
+# against `ebpf` and `ebpf-xdp`; their overload steps shed instead of dropping.
 BACKENDS = {
     "ebpf": Backend(("--require-ebpf",), "ready ebpf", _EBPF_OVERLOAD, ring_copy="direct"),
+    "ebpf-shed": Backend(("--require-ebpf", "--shed"), "ready ebpf", _EBPF_OVERLOAD, ring_copy="direct"),
+    "ebpf-xdp-shed": Backend(("--require-ebpf", "--hook", "xdp", "--shed"), "ready ebpf xdp", _EBPF_OVERLOAD,
+                             xdp_copy="helper", ring_copy="direct"),
     "ebpf-staged": Backend(("--require-ebpf",), "ready ebpf", _EBPF_OVERLOAD,
                            env=("SMBWIRE_BPF_COPY=staged",), ring_copy="staged"),
     "ebpf-xdp": Backend(("--require-ebpf", "--hook", "xdp"), "ready ebpf xdp", _EBPF_OVERLOAD,
@@ -209,8 +215,11 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
     if_drops_match = if_drops == after["rx_dropped"] - before["rx_dropped"]
     if backend.startswith("ebpf"):
         # The kernel's per-flow counters are exact wire totals whatever user space does.
+        # Frames of connections the program shed (`--shed` only) are counted apart.
+        shed_frames = st.get("shed_frames", 0)
         counters_exact = (counted_by_flow == sent_by_flow and st["packets_matched"] == sent
-                          and st["frames_matched"] == r["delivered"] + st["ring_drops"] + st["copy_errors"])
+                          and st["frames_matched"] == r["delivered"] + st["ring_drops"] + st["copy_errors"] + shed_frames
+                          and (shed_frames == 0 or "--shed" in BACKENDS[backend].args))
     else:
         # AF_PACKET counts in user space what it was handed, the kernel counts the rest.
         counters_exact = r["delivered"] + socket_drops == sent
@@ -235,6 +244,7 @@ def step(backend: str, size: int, pps: float, seconds: float, placement: str,
         "interface_drops": if_drops,
         "ring_drops": st["ring_drops"],
         "copy_errors": st["copy_errors"],
+        "shed_frames": st.get("shed_frames", 0),
         "counters_exact": counters_exact,
         # The kernel's own accounting of the eBPF program (kernel.bpf_stats_enabled): runs
         # (every frame the hook saw) and nanoseconds per run, helpers (ring copy) included.
