@@ -97,16 +97,6 @@ struct {
 	__type(value, struct smbwire_config);
 } config SEC(".maps");
 
-/* The reader is woken once this much is queued (or a quarter of the ring, if smaller),
- * not for every record: by default the kernel wakes it whenever it had caught up, which
- * under load means one wakeup (irq_work, then a context switch) per frame, paid on the
- * receiving CPU. The reader also wakes on its poll timeout (100 ms in smbwire), so frames
- * of a quiet link wait at most that long. Each wakeup raises an irq_work (a self-IPI: in a
- * VM, an exit to the hypervisor, several microseconds), so the mark is 1 MiB rather than
- * 128 KiB: at 128 KiB the wakeups took 7.5% of the program's time on 1514-byte frames and
- * more on jumbo frames, which fill it in 14 frames (docs/performance-log.md, 2026-11-30);
- * 1 MiB is still 1/32 of the default ring and a third of a millisecond at 25 Gbit/s. */
-#define SMBWIRE_WAKEUP_BYTES (1 << 20)
 
 /* With SMBWIRE_COPY_STAGED the ring buffer record is assembled here first, then copied by
  * bpf_ringbuf_output, which takes a variable size (the default copies straight into a
@@ -157,7 +147,8 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
 }
 
 /* Set by user space before load (`.rodata`, frozen), the object's one read-only global
- * (bits in smbwire.h):
+ * (struct smbwire_rodata): `wake_at` (the reader's wake-up mark, SMBWIRE_WAKEUP_BYTES), and
+ * `copy_flags` (bits in smbwire.h):
  * - SMBWIRE_COPY_XDP_HELPER: the kernel has bpf_xdp_load_bytes (Linux 5.18+; Debian 12's
  *   6.1 has it), as libbpf's helper probe says;
  * - SMBWIRE_COPY_STAGED: copy a frame into this CPU's `scratch_buf` slot and from there into
@@ -165,7 +156,7 @@ static __always_inline int load(const struct pkt *p, __u32 off, void *dst, __u32
  *   (`copy_direct`); the loader sets it for XDP's word loop and when the user asks for it.
  * The verifier knows the value and walks only the branches it selects, so a kernel without
  * the helper never checks its call, and one with it never walks the word loop. */
-const volatile __u32 copy_flags = 0;
+const volatile struct smbwire_rodata rodata = {};
 
 /* Copies the first `caplen` bytes of the frame to `dst` (caplen <= SMBWIRE_MAX_SNAP). */
 static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 caplen)
@@ -178,7 +169,7 @@ static __always_inline int copy_frame(const struct pkt *p, __u8 *dst, __u64 capl
 		return bpf_skb_load_bytes(p->ctx, 0, dst, caplen);
 	if (caplen > SMBWIRE_XDP_MAX_COPY)
 		return -1;
-	if (copy_flags & SMBWIRE_COPY_XDP_HELPER)
+	if (rodata.copy_flags & SMBWIRE_COPY_XDP_HELPER)
 		return bpf_xdp_load_bytes(p->ctx, 0, dst, caplen) ? -1 : 0;
 	/* Before 5.18: words, then the last bytes. */
 	__u32 i;
@@ -524,9 +515,7 @@ static __always_inline __u32 connection_hash(const struct smbwire_flow_key *k)
 #define WAKE_FLAG(map, len)                                                               \
 	({                                                                               \
 		__u64 before = bpf_ringbuf_query(&map, BPF_RB_AVAIL_DATA);               \
-		__u64 wake_at = bpf_ringbuf_query(&map, BPF_RB_RING_SIZE) / 4;           \
-		if (wake_at > SMBWIRE_WAKEUP_BYTES)                                      \
-			wake_at = SMBWIRE_WAKEUP_BYTES;                                  \
+		__u64 wake_at = rodata.wake_at;                                          \
 		before < wake_at && before + (len) >= wake_at ? BPF_RB_FORCE_WAKEUP      \
 							      : BPF_RB_NO_WAKEUP;        \
 	})
@@ -840,7 +829,7 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 	if (shed_flags < 0)
 		return 1;
 	__u32 ev_flags = (m->vlan ? SMBWIRE_EV_VLAN : 0) | (__u32)shed_flags;
-	if (!(copy_flags & SMBWIRE_COPY_STAGED)) {
+	if (!(rodata.copy_flags & SMBWIRE_COPY_STAGED)) {
 		/* Straight into the ring: one copy of the frame. */
 		struct smbwire_event_hdr hdr = {
 			.ts_ns = bpf_ktime_get_ns(),

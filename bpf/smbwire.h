@@ -123,6 +123,25 @@ struct smbwire_totals {
 #define SMBWIRE_COPY_XDP_HELPER 1
 #define SMBWIRE_COPY_STAGED 2
 
+/* The reader is woken once this much is queued (or a quarter of the ring, if smaller),
+ * not for every record: by default the kernel wakes it whenever it had caught up, which
+ * under load means one wakeup (irq_work, then a context switch) per frame, paid on the
+ * receiving CPU. The reader also wakes on its poll timeout (100 ms in smbwire), so frames
+ * of a quiet link wait at most that long. Each wakeup raises an irq_work (a self-IPI: in a
+ * VM, an exit to the hypervisor, several microseconds), so the mark is 1 MiB rather than
+ * 128 KiB: at 128 KiB the wakeups took 7.5% of the program's time on 1514-byte frames and
+ * more on jumbo frames, which fill it in 14 frames (docs/performance-log.md, 2026-11-30);
+ * 1 MiB is still 1/32 of the default ring and a third of a millisecond at 25 Gbit/s. */
+#define SMBWIRE_WAKEUP_BYTES 1048576
+
+/* The program's read-only globals (`.rodata`), set by user space before load: the verifier
+ * takes them as constants. 8 bytes. */
+struct smbwire_rodata {
+	__u32 copy_flags; /* SMBWIRE_COPY_* */
+	__u32 wake_at;    /* the reader's wake-up mark: min(ring size / 4, SMBWIRE_WAKEUP_BYTES),
+	                     so a frame needs no question to its ring for the ring's size */
+};
+
 /* Configuration filled by user space before attach; one entry. */
 struct smbwire_config {
 	__u32 snaplen; /* at most SMBWIRE_MAX_SNAP; 0 means SMBWIRE_MAX_SNAP */

@@ -392,8 +392,8 @@ pub struct EbpfSource {
     hook: HookInfo,
 }
 
-/// The object's `.rodata`: `copy_flags` alone.
-const RODATA_SIZE: usize = 4;
+/// The object's `.rodata`: `struct smbwire_rodata` (copy_flags, wake_at).
+const RODATA_SIZE: usize = abi::smbwire_rodata::SIZE;
 /// `copy_flags` bits (bpf/smbwire.bpf.c): the kernel has `bpf_xdp_load_bytes`; frames are
 /// staged in `scratch_buf` and copied into the ring by `bpf_ringbuf_output` instead of being
 /// copied once, straight into a ring reservation.
@@ -484,12 +484,15 @@ impl EbpfSource {
         for mut m in open.maps_mut() {
             let name = m.name().to_str().unwrap_or("");
             if name.ends_with(".rodata") {
-                // `copy_flags`, the object's one read-only global (its only `.rodata`): a
-                // constant the verifier prunes the copy's other branches by.
+                // `struct smbwire_rodata`, the object's one read-only global (its only
+                // `.rodata`): constants the verifier prunes the copy's other branches by, and
+                // the reader's wake-up mark (a frame then asks its ring only what is queued).
                 let v = m.initial_value_mut().filter(|v| v.len() == RODATA_SIZE).ok_or_else(|| {
-                    LiveError::Unsupported("eBPF object's .rodata is not the expected 4 bytes".into())
+                    LiveError::Unsupported(format!("eBPF object's .rodata is not the expected {RODATA_SIZE} bytes"))
                 })?;
-                v.copy_from_slice(&copy.to_ne_bytes());
+                let wake_at = (ring_bytes / 4).min(u32_of(abi::SMBWIRE_WAKEUP_BYTES));
+                v[abi::smbwire_rodata::COPY_FLAGS..][..4].copy_from_slice(&copy.to_ne_bytes());
+                v[abi::smbwire_rodata::WAKE_AT..][..4].copy_from_slice(&wake_at.to_ne_bytes());
                 continue;
             }
             let entries = match name {
@@ -1038,8 +1041,8 @@ mod tests {
         Some(map)
     }
 
-    /// The loader writes `copy_flags` as the whole of `.rodata`: the object must have
-    /// exactly that (a second read-only global would be overwritten, or refuse to load).
+    /// The loader writes `struct smbwire_rodata` as the whole of `.rodata`: the object must
+    /// have exactly that (a second read-only global would be overwritten, or refuse to load).
     #[test]
     fn rodata_is_the_xdp_copy_switch_alone() {
         let mut open = ObjectBuilder::default().open_memory(&OBJECT.0).expect("the embedded object opens");
