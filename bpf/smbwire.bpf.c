@@ -97,7 +97,6 @@ struct {
 	__type(value, struct smbwire_config);
 } config SEC(".maps");
 
-
 /* With SMBWIRE_COPY_STAGED the ring buffer record is assembled here first, then copied by
  * bpf_ringbuf_output, which takes a variable size (the default copies straight into a
  * reservation of a size class instead: `reserve_record`); XDP also passes its load offsets
