@@ -482,13 +482,15 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         capture = lab.stop_capture()
         result = live.result()
         stats, shed, analysed = result["live"]["stats"], result["live"]["shed"], result["live"]["analysed"]
+        by_kernel = shed["connections_shed_by_capture_point"]
+        assert stats["shed_chosen"] == by_kernel
         if stalled:
-            # The kernel shed them (the session may have shed more once it ran again), and
-            # saw each frame it shed one at.
-            assert shed["connections_shed_by_capture_point"] >= 1, (shed, stats)
-            assert stats["shed_chosen"] == shed["connections_shed_by_capture_point"]
-        else:
-            assert shed["connections_shed_by_capture_point"] == 0, (shed, stats)
+            # The kernel shed them (the session may have shed more once it ran again).
+            assert by_kernel >= 1, (shed, stats)
+        elif source == "af-packet":
+            assert by_kernel == 0, (shed, stats)
+        # (tcx: the session sheds, and the kernel too when the session's thread does not get
+        # a CPU in time: 4 of 6 runs under two CPU-bound processes on 2026-12-04.)
         # The reference must hold every frame the span port received before anything is
         # compared with it (a frame the span lost is lost to live too: a gap in both).
         health = frame_health(capture.path)
@@ -572,4 +574,4 @@ def test_overload_sheds_whole_connections_and_analyses_the_rest_exactly(ready, t
         render_report(result, console)
         report = console.export_text()
         assert "Shed under overload" in report
-        assert ("shed by the capture point itself" in report) == stalled, report
+        assert ("shed by the capture point itself" in report) == (by_kernel > 0), report
