@@ -654,6 +654,10 @@ static __always_inline int emit(const struct pkt *p, const struct smbwire_event_
  * common (up to the 1500 B MTU's 1514-1522, the 9000 B MTU's 9014-9022) and about 1.5x apart
  * elsewhere, so a record holds at most half again its frame (and never more than 64 bytes
  * beyond a frame of 64 or less); user space reads `caplen` bytes of it. */
+/* The ring bytes a frame's record takes at most, whichever copy (the staged one takes just
+ * the header and the frame): the ring's own 8-byte header, ours, and the size class, at most
+ * half again the frame from 43 bytes on (a storage frame has at least 54). */
+#define RECORD_BOUND(caplen) (8 + sizeof(struct smbwire_event_hdr) + (__u64)(caplen) + (caplen) / 2)
 #define COPY_CLASS(n)                                                                    \
 	if (caplen <= (n))                                                               \
 		return emit(p, hdr, q, n);
@@ -668,13 +672,12 @@ static __always_inline int copy_direct(const struct pkt *p, const struct smbwire
 	return EMIT_COPY_ERROR;
 }
 
-/* A record of a frame of `caplen` bytes does not fit what ring `q` has left (its header, the
- * ring's own, and the size class's rounding up to half again: `copy_direct`). */
+/* A record of a frame of `caplen` bytes may not fit what ring `q` has left (`RECORD_BOUND`). */
 static __always_inline int no_room(__u32 q, __u32 caplen)
 {
 	__u64 room = 0;
 	ring_queued(q, &room);
-	return room < sizeof(struct smbwire_event_hdr) + 8 + (__u64)caplen + caplen / 2;
+	return room < RECORD_BOUND(caplen);
 }
 
 /* A shed connection's frame in direction `dir` (its entry `sc`): whether it is copied, one
