@@ -510,62 +510,62 @@ static __always_inline __u32 connection_hash(const struct smbwire_flow_key *k)
 
 /* Wake the reader only on the record that crosses the mark: a reader that is awake drains
  * the ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
- * and records queued while it is busy cost no wakeup at all. */
-#define WAKE_FLAG(map, len)                                                               \
-	({                                                                               \
-		__u64 before = bpf_ringbuf_query(&map, BPF_RB_AVAIL_DATA);               \
-		__u64 wake_at = rodata.wake_at;                                          \
-		before < wake_at && before + (len) >= wake_at ? BPF_RB_FORCE_WAKEUP      \
-							      : BPF_RB_NO_WAKEUP;        \
-	})
-#define RING_OUT(map, data, len) bpf_ringbuf_output(&map, data, len, WAKE_FLAG(map, len))
+ * and records queued while it is busy cost no wakeup at all. `before` is what the ring held
+ * when the frame asked (`ring_queued`, once per frame: the same answer decides shedding);
+ * records other CPUs queue meanwhile may make two records cross or none, as they could
+ * between any question and reservation: the reader also wakes on its poll's timeout. */
+static __always_inline __u64 wake_flag(__u64 before, __u64 len)
+{
+	__u64 wake_at = rodata.wake_at;
+	return before < wake_at && before + len >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+#define RING_OUT(map, data, len, fl) bpf_ringbuf_output(&map, data, len, fl)
 
-static __always_inline long ring_output(__u32 q, void *data, __u64 len)
+static __always_inline long ring_output(__u32 q, void *data, __u64 len, __u64 fl)
 {
 	switch (q) {
-	case 0: return RING_OUT(ring0, data, len);
-	case 1: return RING_OUT(ring1, data, len);
-	case 2: return RING_OUT(ring2, data, len);
-	case 3: return RING_OUT(ring3, data, len);
-	case 4: return RING_OUT(ring4, data, len);
-	case 5: return RING_OUT(ring5, data, len);
-	case 6: return RING_OUT(ring6, data, len);
-	case 7: return RING_OUT(ring7, data, len);
-	case 8: return RING_OUT(ring8, data, len);
-	case 9: return RING_OUT(ring9, data, len);
-	case 10: return RING_OUT(ring10, data, len);
-	case 11: return RING_OUT(ring11, data, len);
-	case 12: return RING_OUT(ring12, data, len);
-	case 13: return RING_OUT(ring13, data, len);
-	case 14: return RING_OUT(ring14, data, len);
-	default: return RING_OUT(ring15, data, len);
+	case 0: return RING_OUT(ring0, data, len, fl);
+	case 1: return RING_OUT(ring1, data, len, fl);
+	case 2: return RING_OUT(ring2, data, len, fl);
+	case 3: return RING_OUT(ring3, data, len, fl);
+	case 4: return RING_OUT(ring4, data, len, fl);
+	case 5: return RING_OUT(ring5, data, len, fl);
+	case 6: return RING_OUT(ring6, data, len, fl);
+	case 7: return RING_OUT(ring7, data, len, fl);
+	case 8: return RING_OUT(ring8, data, len, fl);
+	case 9: return RING_OUT(ring9, data, len, fl);
+	case 10: return RING_OUT(ring10, data, len, fl);
+	case 11: return RING_OUT(ring11, data, len, fl);
+	case 12: return RING_OUT(ring12, data, len, fl);
+	case 13: return RING_OUT(ring13, data, len, fl);
+	case 14: return RING_OUT(ring14, data, len, fl);
+	default: return RING_OUT(ring15, data, len, fl);
 	}
 }
 
-/* A record of `size` bytes in ring `q`, to be committed with the flags left in `*fl` (as
- * RING_OUT's); NULL when the ring is full. `size` must be a constant at each inlined call:
- * bpf_ringbuf_reserve wants one. */
-#define RING_RESERVE(map, size, fl) ({ *(fl) = WAKE_FLAG(map, size); bpf_ringbuf_reserve(&map, size, 0); })
+/* A record of `size` bytes in ring `q`; NULL when the ring is full. `size` must be a
+ * constant at each inlined call: bpf_ringbuf_reserve wants one. */
+#define RING_RESERVE(map, size) bpf_ringbuf_reserve(&map, size, 0)
 
-static __always_inline void *ring_reserve(__u32 q, __u64 size, __u64 *fl)
+static __always_inline void *ring_reserve(__u32 q, __u64 size)
 {
 	switch (q) {
-	case 0: return RING_RESERVE(ring0, size, fl);
-	case 1: return RING_RESERVE(ring1, size, fl);
-	case 2: return RING_RESERVE(ring2, size, fl);
-	case 3: return RING_RESERVE(ring3, size, fl);
-	case 4: return RING_RESERVE(ring4, size, fl);
-	case 5: return RING_RESERVE(ring5, size, fl);
-	case 6: return RING_RESERVE(ring6, size, fl);
-	case 7: return RING_RESERVE(ring7, size, fl);
-	case 8: return RING_RESERVE(ring8, size, fl);
-	case 9: return RING_RESERVE(ring9, size, fl);
-	case 10: return RING_RESERVE(ring10, size, fl);
-	case 11: return RING_RESERVE(ring11, size, fl);
-	case 12: return RING_RESERVE(ring12, size, fl);
-	case 13: return RING_RESERVE(ring13, size, fl);
-	case 14: return RING_RESERVE(ring14, size, fl);
-	default: return RING_RESERVE(ring15, size, fl);
+	case 0: return RING_RESERVE(ring0, size);
+	case 1: return RING_RESERVE(ring1, size);
+	case 2: return RING_RESERVE(ring2, size);
+	case 3: return RING_RESERVE(ring3, size);
+	case 4: return RING_RESERVE(ring4, size);
+	case 5: return RING_RESERVE(ring5, size);
+	case 6: return RING_RESERVE(ring6, size);
+	case 7: return RING_RESERVE(ring7, size);
+	case 8: return RING_RESERVE(ring8, size);
+	case 9: return RING_RESERVE(ring9, size);
+	case 10: return RING_RESERVE(ring10, size);
+	case 11: return RING_RESERVE(ring11, size);
+	case 12: return RING_RESERVE(ring12, size);
+	case 13: return RING_RESERVE(ring13, size);
+	case 14: return RING_RESERVE(ring14, size);
+	default: return RING_RESERVE(ring15, size);
 	}
 }
 
@@ -626,14 +626,14 @@ static __always_inline void count_shed(struct smbwire_totals *t, struct smbwire_
 
 /* Copies the frame into a record of ring `q` with room for `room` bytes after its header
  * (`hdr`, whose caplen is at most `room`) and commits it: 0, or EMIT_RING_FULL, or
- * EMIT_COPY_ERROR (the record is discarded). `room` is a constant at each inlined call. */
+ * EMIT_COPY_ERROR (the record is discarded). `room` is a constant at each inlined call;
+ * `queued` is what the ring held when the frame asked (`wake_flag`). */
 #define EMIT_RING_FULL 1
 #define EMIT_COPY_ERROR 2
 static __always_inline int emit(const struct pkt *p, const struct smbwire_event_hdr *hdr, __u32 q,
-				__u64 room)
+				__u64 room, __u64 queued)
 {
-	__u64 fl;
-	struct smbwire_event_hdr *h = ring_reserve(q, sizeof(*h) + room, &fl);
+	struct smbwire_event_hdr *h = ring_reserve(q, sizeof(*h) + room);
 	if (!h)
 		return EMIT_RING_FULL;
 	__builtin_memcpy(h, hdr, sizeof(*h));
@@ -645,7 +645,7 @@ static __always_inline int emit(const struct pkt *p, const struct smbwire_event_
 		bpf_ringbuf_discard(h, BPF_RB_NO_WAKEUP);
 		return EMIT_COPY_ERROR;
 	}
-	bpf_ringbuf_submit(h, fl);
+	bpf_ringbuf_submit(h, wake_flag(queued, sizeof(*h) + room));
 	return 0;
 }
 
@@ -660,8 +660,9 @@ static __always_inline int emit(const struct pkt *p, const struct smbwire_event_
 #define RECORD_BOUND(caplen) (8 + sizeof(struct smbwire_event_hdr) + (__u64)(caplen) + (caplen) / 2)
 #define COPY_CLASS(n)                                                                    \
 	if (caplen <= (n))                                                               \
-		return emit(p, hdr, q, n);
-static __always_inline int copy_direct(const struct pkt *p, const struct smbwire_event_hdr *hdr, __u32 q)
+		return emit(p, hdr, q, n, queued);
+static __always_inline int copy_direct(const struct pkt *p, const struct smbwire_event_hdr *hdr, __u32 q,
+				       __u64 queued)
 {
 	__u32 caplen = hdr->caplen;
 	COPY_CLASS(64) COPY_CLASS(96) COPY_CLASS(128) COPY_CLASS(192) COPY_CLASS(256)
@@ -698,7 +699,20 @@ static __always_inline int settles(struct smbwire_totals *t, struct smbwire_shed
 	return 0;
 }
 
-/* Shedding, before a frame of `key` (`caplen` bytes to copy) goes into ring `q`: -1 when its
+/* A copy of `v` the verifier does not link to it (a move would): a switch or comparison on
+ * the copy narrows the copy's bounds only, so the paths it parts still meet where `v` is
+ * used again. Asking ring `q` what it holds switches on `q`; had that narrowed `q` itself,
+ * each ring's path would stay apart through the copy that follows (four to five times the
+ * verifier's states with TCX, and XDP's loop copy past its limit); shedding's comparison of
+ * what the ring holds against its mark splits `queued` the same way. */
+static __always_inline __u64 unlinked(__u64 v)
+{
+	asm volatile("%0 ^= 0" : "+r"(v));
+	return v;
+}
+
+/* Shedding, before a frame of `key` (`caplen` bytes to copy) goes into ring `q`, which held
+ * `queued` bytes when the frame asked: -1 when its
  * connection is shed (counted, not copied); else the flags its record gets
  * (SMBWIRE_EV_SHED_HERE when the program sheds the connection at this frame). A shed
  * connection's frames are counted and not copied but for its settling frames (`settles`).
@@ -707,7 +721,8 @@ static __always_inline int settles(struct smbwire_totals *t, struct smbwire_shed
  * which is copied marked so that user space cuts it where the program did; when even that
  * frame would not fit, it is counted as shed and nothing more of the connection is copied. */
 static __always_inline int shed_check(struct smbwire_totals *t, struct smbwire_config *cfg,
-				      const struct smbwire_flow_key *key, __u32 q, __u32 caplen, __u64 wire_bytes)
+				      const struct smbwire_flow_key *key, __u32 q, __u64 queued, __u32 caplen,
+				      __u64 wire_bytes)
 {
 	struct smbwire_flow_key conn;
 	__u32 dir = 0;
@@ -721,7 +736,7 @@ static __always_inline int shed_check(struct smbwire_totals *t, struct smbwire_c
 			return settles(t, sc, dir, q, caplen, wire_bytes) ? 0 : -1;
 	}
 	__u32 shed_at = cfg->shed_at;
-	if (!shed_at || ring_queued(q, NULL) < shed_at)
+	if (!shed_at || queued < shed_at)
 		return 0;
 	if (!have_conn)
 		dir = connection_of(key, &conn);
@@ -827,7 +842,9 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 	}
 	__u32 rings = cfg->rings;
 	__u32 q = rings > 1 ? connection_hash(&key) % rings : 0;
-	int shed_flags = shed_check(t, cfg, &key, q, caplen, wire_bytes);
+	/* What the ring holds, asked once: it decides shedding and the reader's wakeup. */
+	__u64 queued = ring_queued(unlinked(q), NULL);
+	int shed_flags = shed_check(t, cfg, &key, q, unlinked(queued), caplen, wire_bytes);
 	if (shed_flags < 0)
 		return 1;
 	__u32 ev_flags = (m->vlan ? SMBWIRE_EV_VLAN : 0) | (__u32)shed_flags;
@@ -843,7 +860,7 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 			.flags = ev_flags,
 			.segs = segs,
 		};
-		int r = copy_direct(p, &hdr, q);
+		int r = copy_direct(p, &hdr, q, queued);
 		if (r == EMIT_RING_FULL)
 			t->ring_drops++;
 		else if (r)
@@ -881,7 +898,7 @@ static __always_inline int handle(const struct pkt *p, const struct frame_meta *
 		t->copy_errors++;
 		return 1;
 	}
-	if (ring_output(q, s, rec_len))
+	if (ring_output(q, s, rec_len, wake_flag(queued, rec_len)))
 		t->ring_drops++;
 	return 1;
 }
