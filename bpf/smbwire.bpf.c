@@ -511,7 +511,8 @@ static __always_inline __u32 connection_hash(const struct smbwire_flow_key *k)
 /* Wake the reader only on the record that crosses the mark: a reader that is awake drains
  * the ring until it is empty before it sleeps again, so one wakeup per crossing is enough,
  * and records queued while it is busy cost no wakeup at all. `before` is what the ring held
- * when the frame asked (`ring_queued`, once per frame: the same answer decides shedding);
+ * when the frame asked (`ring_queued`, once per frame: the same answer decides shedding;
+ * only a shed connection's settling frame asks again, for the room left, `no_room`);
  * records other CPUs queue meanwhile may make two records cross or none, as they could
  * between any question and reservation: the reader also wakes on its poll's timeout. */
 static __always_inline __u64 wake_flag(__u64 before, __u64 len)
@@ -519,85 +520,57 @@ static __always_inline __u64 wake_flag(__u64 before, __u64 len)
 	__u64 wake_at = rodata.wake_at;
 	return before < wake_at && before + len >= wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
-#define RING_OUT(map, data, len, fl) bpf_ringbuf_output(&map, data, len, fl)
+
+/* `return OP(map)` with ring `q`'s map: the one place a ring number becomes its map (each
+ * helper call names its map, as the verifier wants; `ring15` for any number past it). */
+#define PER_RING(q, OP)                                                                  \
+	switch (q) {                                                                     \
+	case 0: return OP(ring0);                                                        \
+	case 1: return OP(ring1);                                                        \
+	case 2: return OP(ring2);                                                        \
+	case 3: return OP(ring3);                                                        \
+	case 4: return OP(ring4);                                                        \
+	case 5: return OP(ring5);                                                        \
+	case 6: return OP(ring6);                                                        \
+	case 7: return OP(ring7);                                                        \
+	case 8: return OP(ring8);                                                        \
+	case 9: return OP(ring9);                                                        \
+	case 10: return OP(ring10);                                                      \
+	case 11: return OP(ring11);                                                      \
+	case 12: return OP(ring12);                                                      \
+	case 13: return OP(ring13);                                                      \
+	case 14: return OP(ring14);                                                      \
+	default: return OP(ring15);                                                      \
+	}
 
 static __always_inline long ring_output(__u32 q, void *data, __u64 len, __u64 fl)
 {
-	switch (q) {
-	case 0: return RING_OUT(ring0, data, len, fl);
-	case 1: return RING_OUT(ring1, data, len, fl);
-	case 2: return RING_OUT(ring2, data, len, fl);
-	case 3: return RING_OUT(ring3, data, len, fl);
-	case 4: return RING_OUT(ring4, data, len, fl);
-	case 5: return RING_OUT(ring5, data, len, fl);
-	case 6: return RING_OUT(ring6, data, len, fl);
-	case 7: return RING_OUT(ring7, data, len, fl);
-	case 8: return RING_OUT(ring8, data, len, fl);
-	case 9: return RING_OUT(ring9, data, len, fl);
-	case 10: return RING_OUT(ring10, data, len, fl);
-	case 11: return RING_OUT(ring11, data, len, fl);
-	case 12: return RING_OUT(ring12, data, len, fl);
-	case 13: return RING_OUT(ring13, data, len, fl);
-	case 14: return RING_OUT(ring14, data, len, fl);
-	default: return RING_OUT(ring15, data, len, fl);
-	}
+#define RING_OUT(map) bpf_ringbuf_output(&map, data, len, fl)
+	PER_RING(q, RING_OUT)
+#undef RING_OUT
 }
 
 /* A record of `size` bytes in ring `q`; NULL when the ring is full. `size` must be a
  * constant at each inlined call: bpf_ringbuf_reserve wants one. */
-#define RING_RESERVE(map, size) bpf_ringbuf_reserve(&map, size, 0)
-
 static __always_inline void *ring_reserve(__u32 q, __u64 size)
 {
-	switch (q) {
-	case 0: return RING_RESERVE(ring0, size);
-	case 1: return RING_RESERVE(ring1, size);
-	case 2: return RING_RESERVE(ring2, size);
-	case 3: return RING_RESERVE(ring3, size);
-	case 4: return RING_RESERVE(ring4, size);
-	case 5: return RING_RESERVE(ring5, size);
-	case 6: return RING_RESERVE(ring6, size);
-	case 7: return RING_RESERVE(ring7, size);
-	case 8: return RING_RESERVE(ring8, size);
-	case 9: return RING_RESERVE(ring9, size);
-	case 10: return RING_RESERVE(ring10, size);
-	case 11: return RING_RESERVE(ring11, size);
-	case 12: return RING_RESERVE(ring12, size);
-	case 13: return RING_RESERVE(ring13, size);
-	case 14: return RING_RESERVE(ring14, size);
-	default: return RING_RESERVE(ring15, size);
-	}
+#define RING_RESERVE(map) bpf_ringbuf_reserve(&map, size, 0)
+	PER_RING(q, RING_RESERVE)
+#undef RING_RESERVE
 }
 
 /* Bytes queued in ring `q`, and (in `*room`, when asked) bytes it has left. */
-#define RING_QUEUED(map, room)                                                           \
+static __always_inline __u64 ring_queued(__u32 q, __u64 *room)
+{
+#define RING_QUEUED(map)                                                                 \
 	({                                                                               \
 		__u64 queued = bpf_ringbuf_query(&map, BPF_RB_AVAIL_DATA);               \
 		if (room)                                                                \
-			*(room) = bpf_ringbuf_query(&map, BPF_RB_RING_SIZE) - queued;    \
+			*room = bpf_ringbuf_query(&map, BPF_RB_RING_SIZE) - queued;      \
 		queued;                                                                  \
 	})
-
-static __always_inline __u64 ring_queued(__u32 q, __u64 *room)
-{
-	switch (q) {
-	case 0: return RING_QUEUED(ring0, room);
-	case 1: return RING_QUEUED(ring1, room);
-	case 2: return RING_QUEUED(ring2, room);
-	case 3: return RING_QUEUED(ring3, room);
-	case 4: return RING_QUEUED(ring4, room);
-	case 5: return RING_QUEUED(ring5, room);
-	case 6: return RING_QUEUED(ring6, room);
-	case 7: return RING_QUEUED(ring7, room);
-	case 8: return RING_QUEUED(ring8, room);
-	case 9: return RING_QUEUED(ring9, room);
-	case 10: return RING_QUEUED(ring10, room);
-	case 11: return RING_QUEUED(ring11, room);
-	case 12: return RING_QUEUED(ring12, room);
-	case 13: return RING_QUEUED(ring13, room);
-	case 14: return RING_QUEUED(ring14, room);
-	default: return RING_QUEUED(ring15, room);
-	}
+	PER_RING(q, RING_QUEUED)
+#undef RING_QUEUED
 }
 
 /* A shed connection's frame in direction `dir`: whether it is still copied (one of the
