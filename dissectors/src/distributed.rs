@@ -98,6 +98,8 @@ impl ShardRun {
                     }
                 }
                 Item::Buffered(t, m) => self.push(key, at_ns, &PartItem::Buffered(t, m)),
+                // `--threads` only: a part's rows carry their sweep in their key.
+                Item::SweepDone => {}
             }
         }
     }

@@ -118,6 +118,11 @@ pub(crate) enum Item {
     Names(Vec<NameOp>),
     /// The worker's out-of-order bytes now, in its TCP and MPA tables.
     Buffered(u64, u64),
+    /// The end of a sweep's events (`Step::Sweep`). The ordered stage replays a sweep's
+    /// closes up to it: a worker with no frames between two sweeps of one batch has both
+    /// sweeps' closes in a row, and without it the first sweep took the second's too (their
+    /// marks do not say which sweep they belong to).
+    SweepDone,
 }
 
 pub(crate) use crate::context::settled;
@@ -163,6 +168,9 @@ impl PayloadSink for Recorder {
         self.out.push((self.mark, Item::Names(ops)));
     }
 }
+
+/// The mark of `Item::SweepDone`: after every close of a sweep.
+const SWEEP_DONE: Mark = Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX };
 
 /// `Step::Frame::chunk` of a frame copied into the batch's buffer.
 const COPIED: u32 = u32::MAX;
@@ -402,7 +410,10 @@ fn worker(
                         Step::Frame { info, ctx, chunk, start, len } => {
                             d.frame(&RawFrame { info, data: b.frame_bytes(chunk, start, len) }, &ctx);
                         }
-                        Step::Sweep(now) => d.sweep(now),
+                        Step::Sweep(now) => {
+                            d.sweep(now);
+                            d.out().push((SWEEP_DONE, Item::SweepDone));
+                        }
                     }
                 }
                 b.steps.clear();
@@ -750,6 +761,7 @@ impl Ordered {
                 return Some(Spent::Names(ops));
             }
             Item::Buffered(t, m) => self.buffered[worker] = (t, m),
+            Item::SweepDone => {}
         }
         None
     }
@@ -1001,11 +1013,16 @@ impl Parallel {
                     self.ordered.dedupe.advance(now);
                     let mut group = Vec::new();
                     for (i, wk) in self.workers.iter_mut().enumerate() {
+                        // Every worker was handed the sweep: its closes, then `SweepDone`.
                         while let Some((m, _)) = wk.pending.front() {
                             if m.phase != phase::EXPIRE_TCP && m.phase != phase::EXPIRE_MPA {
+                                debug_assert!(false, "a sweep without its end: {m:?}");
                                 break;
                             }
                             let (m, item) = wk.pending.pop_front().expect("front");
+                            if matches!(item, Item::SweepDone) {
+                                break;
+                            }
                             group.push((m, i, item));
                         }
                     }

@@ -469,7 +469,7 @@ impl<D: PayloadSink> Pipeline<D> {
         // IPoIB inside a native InfiniBand Send: from here on the IP packet inside is the frame's
         // network layer, and the IB headers, IPoIB header, pad, ICRC and VCRC are header bytes.
         let decoded = match decoded.transport {
-            Transport::Infiniband(ib) => match self.shared.rdma.ipoib(decoded.dst, ib) {
+            Transport::Infiniband(ib) => match self.shared.rdma.ipoib(decoded.src, decoded.dst, ib) {
                 Some(inner) => match wire::decode(wire::linktype::IPOIB, inner) {
                     Ok(mut d) => {
                         d.header_bytes += frame.data.len() - inner.len();

@@ -12,6 +12,7 @@ crate::anomaly::anomalies! {
         DataOutsideMessage = "rdma.data_outside_message",
         DataWithoutConnection = "rdma.data_without_connection",
         QpTableFull = "rdma.qp_table_full",
+        ReadRequestWithPayload = "rdma.read_request_with_payload",
         ReadResponseWithoutRequest = "rdma.read_response_without_request",
         ReadTableFull = "rdma.read_table_full",
         SendIncomplete = "rdma.send_incomplete",

@@ -83,13 +83,13 @@ impl RdmaState {
     /// A native InfiniBand packet (BTH through ICRC) whose Send carries IPoIB: its IPoIB
     /// packet (encapsulation header first), the IB packet counted. `None` for anything else
     /// (including Sends on queue pairs known to carry SMB Direct), which goes to `roce`.
-    pub fn ipoib<'a>(&mut self, dst: std::net::IpAddr, bth: &'a [u8]) -> Option<&'a [u8]> {
+    pub fn ipoib<'a>(&mut self, src: std::net::IpAddr, dst: std::net::IpAddr, bth: &'a [u8]) -> Option<&'a [u8]> {
         let r = ib::Repr::parse(bth).ok()?;
         let send_only = matches!(r.kind, ib::Kind::Send { first: true, last: true } | ib::Kind::UdSend);
         if !send_only || r.dest_qp <= ib::QP1 || !crate::wire::ipoib::looks_like_ipoib(r.payload) {
             return None;
         }
-        if self.roce.carries_smbdirect(dst, r.dest_qp) {
+        if self.roce.carries_smbdirect(src, dst, r.dest_qp) {
             return None;
         }
         self.stats.infiniband.packets += 1;

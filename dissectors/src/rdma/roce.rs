@@ -68,7 +68,7 @@ struct Context {
     /// Side of the connection that sends the data.
     from: usize,
     /// Receiving QP of the Read Request (its PSN window also covers the responses).
-    responder: (IpAddr, u32),
+    responder: QpKey,
 }
 
 struct Held {
@@ -101,26 +101,36 @@ impl Qp {
     }
 }
 
+/// A receiving queue pair: its address, its number, and the address of its peer. An RC queue
+/// pair talks to one peer (IBTA vol. 1 §9.6: the responder drops packets whose source is not
+/// its connection's path), so packets to the same number from another source are another
+/// queue pair's, whatever they claim; under `--threads`, whose workers each hold one pair
+/// of addresses, they are on another worker too.
+type QpKey = (IpAddr, u32, IpAddr);
+
 #[derive(Default)]
 pub struct Roce {
-    qps: HashMap<(IpAddr, u32), Qp>,
+    qps: HashMap<QpKey, Qp>,
     /// Read Requests by (requester, responder) address.
     reads: HashMap<(IpAddr, IpAddr), VecDeque<Context>>,
     read_orphans: HashMap<(IpAddr, IpAddr), Orphans>,
     /// Bytes charged by every `Orphans` of `qps` and `read_orphans` (at most
     /// `MAX_ORPHAN_BYTES_TOTAL`).
     orphan_bytes: usize,
-    /// CM REQs awaiting their REP: (requester address, Local Communication ID) → (QPN, port).
-    cm_pending: HashMap<(IpAddr, u32), (u32, Option<u16>)>,
+    /// CM REQs awaiting their REP: (requester address, responder address, Local
+    /// Communication ID) → (QPN, port). A REP answers the REQ its sender was sent: one from
+    /// another address is not its answer, whatever its IDs say (and the two are then on
+    /// different workers under `--threads`, which shard RDMA by address pair).
+    cm_pending: HashMap<(IpAddr, IpAddr, u32), (u32, Option<u16>)>,
     /// Inferred connections whose reverse QP is not known yet: (conn, known end, other address).
     half_open: Vec<(u64, IpAddr, IpAddr)>,
     next_conn: u64,
 }
 
 impl Roce {
-    /// Whether the receiving QP (`dst`, `qpn`) is known to carry SMB Direct.
-    pub fn carries_smbdirect(&self, dst: IpAddr, qpn: u32) -> bool {
-        self.qps.get(&(dst, qpn)).is_some_and(|q| matches!(q.ulp, Ulp::Smbd { .. }))
+    /// Whether the receiving QP (`dst`, `qpn`) is known to carry SMB Direct from `src`.
+    pub fn carries_smbdirect(&self, src: IpAddr, dst: IpAddr, qpn: u32) -> bool {
+        self.qps.get(&(dst, qpn, src)).is_some_and(|q| matches!(q.ulp, Ulp::Smbd { .. }))
     }
 }
 
@@ -165,17 +175,17 @@ fn on_cm(st: &mut RdmaState, src: IpAddr, dst: IpAddr, mad: &[u8], ctx: &FrameCt
         cm::Message::Request { local_comm_id, local_qpn, .. } => {
             st.stats.infiniband.cm_requests += 1;
             if roce.cm_pending.len() < MAX_QPS {
-                roce.cm_pending.insert((src, local_comm_id), (local_qpn, m.tcp_port()));
+                roce.cm_pending.insert((src, dst, local_comm_id), (local_qpn, m.tcp_port()));
             }
         }
         cm::Message::Reply { remote_comm_id, local_qpn, .. } => {
             st.stats.infiniband.cm_replies += 1;
-            let Some((req_qpn, port)) = roce.cm_pending.remove(&(dst, remote_comm_id)) else {
+            let Some((req_qpn, port)) = roce.cm_pending.remove(&(dst, src, remote_comm_id)) else {
                 p.anomalies.raise(Anomaly::CmReplyWithoutRequest);
                 return;
             };
             let smbd = port.is_some_and(|pt| SMBD_CM_PORTS.contains(&pt));
-            let (client, server) = ((dst, req_qpn), (src, local_qpn));
+            let (client, server) = ((dst, req_qpn, src), (src, local_qpn, dst));
             if smbd && st.conns.len() >= MAX_SMBD_CONNS {
                 p.anomalies.raise(Anomaly::ConnectionTableFull);
                 set_ulp(roce, &mut st.stats.qps, client, Ulp::Other);
@@ -204,7 +214,7 @@ fn conn_id(roce: &mut Roce, ctx: &FrameCtx) -> u64 {
     ROCE_CONN_BASE + if ctx.seq != 0 { ctx.seq } else { roce.next_conn - 1 }
 }
 
-fn set_ulp(roce: &mut Roce, qps: &mut u64, key: (IpAddr, u32), ulp: Ulp) {
+fn set_ulp(roce: &mut Roce, qps: &mut u64, key: QpKey, ulp: Ulp) {
     if let Some(q) = roce.qps.get_mut(&key) {
         q.ulp = ulp;
     } else if roce.qps.len() < MAX_QPS {
@@ -214,7 +224,7 @@ fn set_ulp(roce: &mut Roce, qps: &mut u64, key: (IpAddr, u32), ulp: Ulp) {
 }
 
 /// The first Send of an unknown QP that is SMB Direct: pair it with the reverse direction.
-fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32), ctx: &FrameCtx, p: &mut Parts) -> Ulp {
+fn adopt(st: &mut RdmaState, src: IpAddr, key: QpKey, ctx: &FrameCtx, p: &mut Parts) -> Ulp {
     let roce = &mut st.roce;
     let ulp = if let Some(i) = roce.half_open.iter().rposition(|&(_, known, other)| known == src && other == key.0) {
         let (conn, _, _) = roce.half_open.remove(i);
@@ -241,7 +251,7 @@ fn adopt(st: &mut RdmaState, src: IpAddr, key: (IpAddr, u32), ctx: &FrameCtx, p:
 
 #[allow(clippy::too_many_arguments)]
 fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: usize, ctx: &FrameCtx, p: &mut Parts) {
-    let key = (dst, r.dest_qp);
+    let key = (dst, r.dest_qp, src);
     if !st.roce.qps.contains_key(&key) {
         if st.roce.qps.len() >= MAX_QPS {
             p.anomalies.raise(Anomaly::QpTableFull);
@@ -292,6 +302,10 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
     match r.kind {
         Kind::Send { first, last } => on_send_packet(st, key, conn, from, first, last, r, ctx, p),
         Kind::ReadRequest => {
+            if !r.payload.is_empty() {
+                p.anomalies.raise(Anomaly::ReadRequestWithPayload);
+                p.accounting.add(cat::MALFORMED, r.payload.len() as u64);
+            }
             let Some(reth) = r.reth else { return };
             let c = Context { psn0: r.psn, reth, conn, from: side, responder: key };
             if !st.roce.reads.contains_key(&(src, dst)) && st.roce.reads.len() >= MAX_READ_PAIRS {
@@ -336,7 +350,7 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
 }
 
 #[allow(clippy::too_many_arguments)]
-fn on_send_packet(st: &mut RdmaState, key: (IpAddr, u32), conn: u64, from: usize, first: bool, last: bool, r: &ib::Repr<'_>, ctx: &FrameCtx, p: &mut Parts) {
+fn on_send_packet(st: &mut RdmaState, key: QpKey, conn: u64, from: usize, first: bool, last: bool, r: &ib::Repr<'_>, ctx: &FrameCtx, p: &mut Parts) {
     let RdmaState { stats, conns, roce, .. } = st;
     let qp = roce.qps.get_mut(&key).expect("present");
     let Some(c) = conns.get_mut(&conn) else {
@@ -447,7 +461,7 @@ fn hold(o: &mut Orphans, total: &mut usize, psn: u32, kind: Kind, bytes: &[u8], 
     true
 }
 
-fn write_packet(st: &mut RdmaState, key: (IpAddr, u32), psn: u32, kind: Kind, bytes: &[u8], ctx: &FrameCtx, p: &mut Parts) {
+fn write_packet(st: &mut RdmaState, key: QpKey, psn: u32, kind: Kind, bytes: &[u8], ctx: &FrameCtx, p: &mut Parts) {
     let Roce { qps, orphan_bytes, .. } = &mut st.roce;
     let qp = qps.get_mut(&key).expect("present");
     match find(&qp.writes, psn, kind, bytes.len()) {
@@ -486,25 +500,35 @@ fn read_response(st: &mut RdmaState, requester: IpAddr, responder: IpAddr, psn: 
 
 /// End of input: gaps and leftovers.
 pub fn finish(st: &mut RdmaState, p: &mut Parts) {
-    let mut leftover = 0usize;
-    let mut unparsed = 0usize;
+    // Raised once for each queue pair or address pair left holding packets (which one
+    // `--threads` worker holds), not once a run, so that workers' counts add up to one
+    // pipeline's.
+    let (mut leftover, mut lists) = (0usize, 0u64);
+    let (mut unparsed, mut sends) = (0usize, 0u64);
+    let mut take = |o: &mut Orphans| {
+        let n = o.list.iter().map(|h| h.bytes.len()).sum::<usize>();
+        leftover += n;
+        lists += u64::from(n > 0);
+        *o = Orphans::default();
+    };
     for q in st.roce.qps.values_mut() {
         st.stats.gaps += q.req.finish();
-        leftover += q.orphans.list.iter().map(|h| h.bytes.len()).sum::<usize>();
-        q.orphans = Orphans::default();
+        take(&mut q.orphans);
         if let Some((_, b)) = q.send.take() {
             unparsed += b.len();
+            sends += 1;
         }
     }
-    for o in st.roce.read_orphans.values_mut() {
-        leftover += o.list.iter().map(|h| h.bytes.len()).sum::<usize>();
-        *o = Orphans::default();
-    }
+    st.roce.read_orphans.values_mut().for_each(&mut take);
     st.roce.read_orphans.clear();
     st.roce.orphan_bytes = 0;
-    unlinked(st, leftover, crate::smbdirect::Anomaly::RdmaUnlinkedData, p);
-    if unparsed > 0 {
-        p.anomalies.raise(Anomaly::SendIncomplete);
+    if leftover > 0 {
+        p.anomalies.raise_n(crate::smbdirect::Anomaly::RdmaUnlinkedData, lists);
+        st.stats.unlinked_bytes += leftover as u64;
+        p.accounting.add(cat::RDMA_UNLINKED, leftover as u64);
+    }
+    if sends > 0 {
+        p.anomalies.raise_n(Anomaly::SendIncomplete, sends);
         p.accounting.add(cat::SMB_UNPARSED, unparsed as u64);
     }
 }
@@ -545,10 +569,19 @@ mod tests {
         /// A run whose queue pair (S, QP_S) carries SMB Direct (adopted from its first Send).
         fn new() -> Self {
             let mut r = Rig { st: RdmaState::new(), smb: SmbState::new(), an: Anomalies::default(), acct: Accounting::default(), fed: 0, frames: 0 };
-            let neg = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 255, preferred_send_size: 1364, max_receive_size: 8192, max_fragmented_size: 1 << 20 };
-            r.feed(C, S, &ib::emit(opcode::SEND_ONLY, QP_S, 1, true, &[], &neg.emit()));
-            assert!(r.st.roce.carries_smbdirect(S, QP_S));
+            r.open_from(C);
+            assert!(r.st.roce.carries_smbdirect(C, S, QP_S));
             r
+        }
+
+        /// An SMB Direct Negotiate Request from `src` to (S, QP_S): that queue pair, whose
+        /// peer is `src`, is adopted as SMB Direct (while the connection table has room).
+        /// Returns the packet's length.
+        fn open_from(&mut self, src: IpAddr) -> u64 {
+            let neg = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 255, preferred_send_size: 1364, max_receive_size: 8192, max_fragmented_size: 1 << 20 };
+            let pkt = ib::emit(opcode::SEND_ONLY, QP_S, 1, true, &[], &neg.emit());
+            self.feed(src, S, &pkt);
+            pkt.len() as u64
         }
 
         fn feed(&mut self, src: IpAddr, dst: IpAddr, bth: &[u8]) {
@@ -580,15 +613,17 @@ mod tests {
         IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i)))
     }
 
-    /// Read Responses without their request, from ever new responders: each pair holds at most
-    /// `MAX_ORPHAN_BYTES`, all of them together at most `MAX_ORPHAN_BYTES_TOTAL` (without
-    /// the total, 30 pairs would hold 30 x 4 MiB); the rest is unlinked, every byte accounted.
+    /// Read Responses without their request, from ever new responders (each S's SMB Direct
+    /// peer on a queue pair of its own): each pair holds at most `MAX_ORPHAN_BYTES`, all of
+    /// them together at most `MAX_ORPHAN_BYTES_TOTAL` (without the total, 30 pairs would hold
+    /// 30 x 4 MiB); the rest is unlinked, every byte accounted.
     #[test]
     fn early_read_responses_are_held_within_both_bounds() {
         let mut r = Rig::new();
         let mut pkt = ib::emit(opcode::RDMA_READ_RESPONSE_ONLY, QP_S, 0, false, &[0; 4], &vec![0x5a; 256 << 10]);
         let mut psn = 10u32;
         for i in 0..30 {
+            r.open_from(addr(i));
             for _ in 0..20 {
                 pkt[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
                 psn += 1;
@@ -616,34 +651,52 @@ mod tests {
             pkt[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
             r.feed(C, S, &pkt);
         }
-        let held = r.st.roce.qps[&(S, QP_S)].orphans.list.len();
+        let held = r.st.roce.qps[&(S, QP_S, C)].orphans.list.len();
         assert_eq!(held, bound, "record size {HELD_RECORD}");
         assert_eq!(r.an.get("rdma.write_without_first"), 1000);
         r.finish();
     }
 
-    /// Read Requests from ever new source addresses to one SMB Direct queue pair: at most
-    /// `MAX_READ_PAIRS` pairs are remembered, the others counted (`rdma.read_table_full`); so
-    /// are early Read Responses' pairs.
+    /// Read Requests (and, in a second run, early Read Responses) from ever new source
+    /// addresses to S's queue pair number. Each source's packets are a queue pair of their
+    /// own (`QpKey`), which must carry SMB Direct for them to be remembered, so the address
+    /// pairs remembered are at most the queue pairs (`MAX_QPS`, which is also
+    /// `MAX_SMBD_CONNS` and `MAX_READ_PAIRS`): past it a source's packets are counted
+    /// (`rdma.qp_table_full`, one a packet) and accounted as another upper layer's. The
+    /// pairs' own bound (`rdma.read_table_full`) is a guard that this bound leaves unreached.
     #[test]
     fn read_pairs_are_bounded() {
+        let extra = 50;
+        let n = MAX_READ_PAIRS as u32 + extra;
         let mut r = Rig::new();
         let mut reth = Vec::new();
         Reth { va: 0x1000, r_key: 7, dma_length: 4096 }.emit(&mut reth);
         let req = ib::emit(opcode::RDMA_READ_REQUEST, QP_S, 0, true, &reth, &[]);
-        let extra = 50;
-        for i in 0..(MAX_READ_PAIRS as u32 + extra) {
+        for i in 0..n {
+            r.open_from(addr(i));
             r.feed(addr(i), S, &req);
         }
-        assert_eq!(r.st.roce.reads.len(), MAX_READ_PAIRS);
-        assert_eq!(r.an.get("rdma.read_table_full"), u64::from(extra));
+        assert_eq!(r.st.conns.len(), MAX_SMBD_CONNS);
+        // Every source that got a connection (the rig's C took one and sent no Read Request).
+        assert_eq!(r.st.roce.reads.len(), MAX_SMBD_CONNS - 1);
+        assert!(r.st.roce.reads.len() <= MAX_READ_PAIRS);
+        assert_eq!(r.st.roce.qps.len(), MAX_QPS);
+        assert_eq!(r.an.get("rdma.qp_table_full"), 2 * (u64::from(extra) + 1));
+        assert_eq!(r.an.get("rdma.read_table_full"), 0);
+        r.finish();
+
+        let mut r = Rig::new();
         let mut resp = ib::emit(opcode::RDMA_READ_RESPONSE_ONLY, QP_S, 0, false, &[0; 4], &[1; 8]);
-        for (k, i) in (0..(MAX_READ_PAIRS as u32 + extra)).enumerate() {
+        let mut neg = 0;
+        for (k, i) in (0..n).enumerate() {
+            neg = r.open_from(addr(1 << 20 | i));
             resp[9..12].copy_from_slice(&(k as u32 + 5).to_be_bytes()[1..]);
             r.feed(addr(1 << 20 | i), S, &resp);
         }
-        assert_eq!(r.st.roce.read_orphans.len(), MAX_READ_PAIRS);
-        assert_eq!(r.an.get("rdma.read_response_without_request"), u64::from(extra));
+        assert_eq!(r.st.roce.read_orphans.len(), MAX_SMBD_CONNS - 1);
+        assert_eq!(r.an.get("rdma.qp_table_full"), 2 * (u64::from(extra) + 1));
+        assert_eq!(r.an.get("rdma.read_response_without_request"), 0);
+        assert_eq!(r.acct.get(cat::RDMA_OTHER_ULP), u64::from(extra + 1) * (resp.len() as u64 + neg));
         r.finish();
     }
 
@@ -667,6 +720,47 @@ mod tests {
         }
         assert_eq!(r.st.conns.len(), MAX_SMBD_CONNS);
         assert_eq!(r.an.get("rdma.connection_table_full"), u64::from(extra));
+        r.finish();
+    }
+
+    /// A REP answers the REQ sent to its sender: a REQ from C to another address (here one
+    /// whose header was damaged on the way to the capture) with the same IDs is not answered
+    /// by S's REP, which is counted (`rdma.cm_reply_without_request`) and opens nothing. This
+    /// is also what `--threads` sees, whose workers each hold the CM exchanges between one
+    /// pair of addresses (found by a random-capture soak: one pipeline paired them, two did not).
+    #[test]
+    fn a_cm_reply_answers_only_a_request_sent_to_its_sender() {
+        let mut r = Rig::new();
+        let mut deth = Vec::new();
+        Deth { q_key: ib::GSI_Q_KEY, src_qp: ib::QP1 }.emit(&mut deth);
+        let ud = |m: &cm::Message| ib::emit(opcode::UD_SEND_ONLY, ib::QP1, 0, false, &deth, &cm::emit(m));
+        let service_id = cm::SERVICE_ID_PS_TCP | 445;
+        let (open, conns) = (r.st.conns.len(), r.st.stats.cm_connections);
+        let other = addr(7);
+        r.feed(C, other, &ud(&cm::Message::Request { local_comm_id: 9, service_id, local_qpn: 0x100, starting_psn: 0 }));
+        r.feed(S, C, &ud(&cm::Message::Reply { local_comm_id: 10, remote_comm_id: 9, local_qpn: 0x200, starting_psn: 0 }));
+        assert_eq!(r.an.get("rdma.cm_reply_without_request"), 1);
+        assert_eq!((r.st.conns.len(), r.st.stats.cm_connections), (open, conns));
+        // The same exchange between C and S opens a connection.
+        r.feed(C, S, &ud(&cm::Message::Request { local_comm_id: 9, service_id, local_qpn: 0x100, starting_psn: 0 }));
+        r.feed(S, C, &ud(&cm::Message::Reply { local_comm_id: 10, remote_comm_id: 9, local_qpn: 0x200, starting_psn: 0 }));
+        assert_eq!(r.an.get("rdma.cm_reply_without_request"), 1);
+        assert_eq!((r.st.conns.len(), r.st.stats.cm_connections), (open + 1, conns + 1));
+        r.finish();
+    }
+
+    /// A Read Request with bytes after its RETH (its InfiniBand PktLen damaged, so the VCRC
+    /// came with it; found by the random-capture soak): those bytes are malformed, counted,
+    /// and every byte is accounted (they were lost before).
+    #[test]
+    fn a_read_request_with_payload_is_accounted() {
+        let mut r = Rig::new();
+        let mut reth = Vec::new();
+        Reth { va: 0x1000, r_key: 7, dma_length: 4096 }.emit(&mut reth);
+        r.feed(C, S, &ib::emit(opcode::RDMA_READ_REQUEST, QP_S, 0, true, &reth, &[0xab, 0xcd]));
+        assert_eq!(r.an.get("rdma.read_request_with_payload"), 1);
+        assert_eq!(r.acct.get(cat::MALFORMED), 2);
+        assert_eq!(r.st.roce.reads[&(C, S)].len(), 1, "the request is kept");
         r.finish();
     }
 }

@@ -70,7 +70,7 @@ fn ipoib_inside_infiniband_sends_is_ip() {
     for (info, data) in &p.frames {
         let d = wire::decode(info.linktype, data).unwrap();
         let Transport::Infiniband(bth) = d.transport else { panic!("frame {}", info.frame.number) };
-        let Some(inner) = st.ipoib(d.dst, bth) else {
+        let Some(inner) = st.ipoib(d.src, d.dst, bth) else {
             rest += 1;
             continue;
         };
