@@ -188,3 +188,29 @@ def test_two_sweeps_in_one_batch_close_what_each_closes(tmp_path):
     wrpcap(str(cap), frames)
     r = assert_same_for_any_threads(tmp_path, [cap])
     assert r["tcp"]["peak_buffered_bytes"] == 200
+
+
+def test_connections_picked_up_again_after_a_clock_jump_name_their_sends_alike(tmp_path):
+    """One frame of an SMB Direct (iWARP) capture stamped 11.7 years late (found by
+    fuzz/differential.py): the sweep after it closes every connection, which the capture
+    then picks up mid-stream. The first RDMA WRITE of such a connection is named when its
+    transfer is registered, before its stream has noted its server; the SMB2 handler looked
+    the names up again, found them, and a --threads worker journaled that second lookup,
+    which the ordered stage gave the send in place of the first. The handler now looks names
+    up only for data that follows inline, so every send has one lookup."""
+    import struct
+
+    cap = tmp_path / "jump.pcap"
+    spec = {"scenario": "redirect4", "transport": "iwarp", "bytes": 2 * MiB, "io_size": 8192, "seed": 4}
+    _core.synth(json.dumps(spec), str(cap))
+    b = bytearray(cap.read_bytes())
+    pos, records = 24, []
+    while pos + 16 <= len(b):
+        records.append(pos)
+        pos += 16 + struct.unpack_from("<I", b, pos + 8)[0]
+    at = records[int(len(records) * 0.3)]
+    struct.pack_into("<I", b, at, struct.unpack_from("<I", b, at)[0] + (22 << 24))
+    cap.write_bytes(bytes(b))
+    r = assert_same_for_any_threads(tmp_path, [cap])
+    assert r["anomalies"]["capture.time_went_backwards"] > 1000
+    assert r["accounting"]["reconciled"]

@@ -44,8 +44,13 @@ pub struct Action {
     pub completes: Option<u64>,
 }
 
-/// Handles one message. `msg` holds its header and as much of the body as was buffered.
-pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: &mut SmbState, an: &mut Anomalies) -> Action {
+/// Handles one message. `msg` holds its header and as much of the body as was buffered;
+/// `inline`: its WRITE or READ data follows inline, to be hashed (`Action::payload`). Without
+/// it (an RDMA channel, a bad data offset) the payload's names are not looked up: SMB Direct
+/// looks them up itself when it registers the RDMA transfer, and a `--threads` worker's
+/// lookup that no send takes would be one the ordered stage could pair with another send of
+/// that MessageId (found by fuzz/differential.py).
+pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: &mut SmbState, an: &mut Anomalies, inline: bool) -> Action {
     let resp = h.is_response();
     smb.count_command(h.command, resp);
     if command::name(h.command).is_none() {
@@ -190,7 +195,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                         ([0; 16], 0, tree_id)
                     }
                 };
-                if data.is_some() {
+                if data.is_some() && inline {
                     let (share, file_name) = smb.payload_names(conn, h.message_id, true, session_id, rtree, &file_id, None);
                     act.payload = Some(PayloadMeta {
                         message_id: h.message_id,
@@ -212,17 +217,19 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                 let raw = w.file_id;
                 let file_id = resolve(chain, raw);
                 chain.file_id = Some(file_id);
-                let related = if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None };
-                let (share, file_name) = smb.payload_names(conn, h.message_id, false, session_id, tree_id, &file_id, related);
-                act.payload = Some(PayloadMeta {
-                    message_id: h.message_id,
-                    session_id,
-                    tree_id,
-                    file_id,
-                    offset: w.offset,
-                    share,
-                    file_name,
-                });
+                if inline {
+                    let related = if raw == FILE_ID_RELATED { chain.create_name.clone() } else { None };
+                    let (share, file_name) = smb.payload_names(conn, h.message_id, false, session_id, tree_id, &file_id, related);
+                    act.payload = Some(PayloadMeta {
+                        message_id: h.message_id,
+                        session_id,
+                        tree_id,
+                        file_id,
+                        offset: w.offset,
+                        share,
+                        file_name,
+                    });
+                }
             }
             Err(e) => an.raise(e),
         },

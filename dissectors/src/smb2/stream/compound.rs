@@ -184,7 +184,7 @@ impl Smb2Stream {
                 _ => {}
             }
         }
-        let act = handle(self.conn, &h, &self.buf, &mut self.chain, p.smb, p.anomalies);
+        let act = handle(self.conn, &h, &self.buf, &mut self.chain, p.smb, p.anomalies, data);
         let completes = act.completes;
         match (data, act.payload) {
             (true, Some(meta)) => {

@@ -1,0 +1,203 @@
+"""Differential fuzzing of whole runs: random captures, damaged at random, analysed as a user
+runs smbwire, and compared with themselves. Each case is 1-3 captures, each either generated
+(`smbwire synth`'s engine: a random scenario, transport, I/O size, channels, mirror copies,
+retransmission, reordering, loss, compression, tunnels) or one of `captures/` (bundled and
+public), then (most of the time) damaged: bytes past the file header changed, a stretch
+zeroed, or the file cut short. A case is a finding when:
+
+- `analyze --threads 2` or `--threads 3` gives another result than `--threads 1` (the JSON
+  apart from `analysis`, and the evidence file byte for byte);
+- the accounting does not reconcile (a byte in no category, or in two);
+- `attribute` on the ledger of `analyze --ledger` gives another result than `analyze`;
+- a command fails (a traceback, a crash, an exit status other than 0).
+
+    python fuzz/differential.py --minutes 30 --out /tmp/diff
+    python fuzz/differential.py --seed 7 --cases 200
+
+Each finding's captures and options are kept in OUT/finding-N/ (case.json says what was
+generated, how it was damaged and what differed). Prints one line per finding and a summary;
+exit status 1 when there is a finding. Found on 2026-12-06 with it: five ways in which damaged
+RDMA and TCP traffic gave another result on several threads, or an unreconciled run
+(commit 8900241)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from smbwire import _core
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURES = ROOT / "captures"
+TOPOLOGY = CAPTURES / "s2d-two-node.toml"
+SMBWIRE = [sys.executable, "-m", "smbwire"]
+THREADS = (1, 2, 3)
+
+
+def random_spec(r: random.Random, seed: int) -> dict:
+    transport = r.choice(["tcp", "tcp", "tcp", "rocev1", "rocev2", "infiniband", "iwarp"])
+    spec = {
+        "scenario": r.choice([s["name"] for s in json.loads(_core.synth_scenarios())]),
+        "transport": transport,
+        "seed": seed,
+        "io_size": r.choice([4096, 5000, 8192, 12288, 65536, 262144, 1 << 20]),
+        "bytes": r.choice([1, 2, 4, 6]) << 20,
+        "mirror_dup": r.random() < 0.4,
+        "retransmit": r.choice([0, 0, 0.01, 0.05]),
+        "reorder": r.choice([0, 0, 0.01, 0.05]),
+        "channels": r.choice([1, 1, 2, 4]),
+        "zero_fill": r.choice([0, 0, 0.1, 0.5]),
+    }
+    if transport == "tcp":
+        spec["mss"] = r.choice([536, 1448, 8948])
+        if r.random() < 0.3:
+            spec["dialect"] = "3.1.1"
+            spec["compression"] = r.choice(["lznt1", "lz77", "lz77huffman", "chained"])
+    else:
+        spec["loss"] = r.choice([0, 0, 0.01])
+        spec["loss_mode"] = r.choice(["retransmit", "drop"])
+        if transport in ("rocev1", "rocev2"):
+            spec["mtu"] = r.choice([1024, 4096])
+        if transport == "iwarp":
+            spec["mpa_markers"] = r.random() < 0.5
+    if transport != "infiniband" and r.random() < 0.2:
+        spec["encap"] = r.choice(["gretap", "erspan2", "vxlan", "geneve"])
+    return spec
+
+
+def damage(r: random.Random, data: bytes) -> tuple[bytes, str]:
+    """Bytes past the first 24 (a pcap file header; inside a pcapng's first block) changed."""
+    b = bytearray(data)
+    if len(b) <= 25:
+        return data, "none"
+    how = r.choice(["bytes", "bytes", "cut", "zeroed"])
+    if how == "bytes":
+        for _ in range(r.choice([1, 5, 50, 500])):
+            b[r.randrange(24, len(b))] = r.randrange(256)
+    elif how == "cut":
+        del b[r.randrange(24, len(b)):]
+    else:
+        at = r.randrange(24, len(b))
+        n = min(r.randrange(1, 3000), len(b) - at)
+        b[at:at + n] = bytes(n)
+    return bytes(b), how
+
+
+def result(path: Path) -> dict:
+    r = json.loads(path.read_text())
+    r.pop("analysis")
+    return r
+
+
+def differences(want: dict, got: dict) -> list[str]:
+    """The top-level keys whose values differ."""
+    return sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+
+
+def smbwire(*args) -> None:
+    p = subprocess.run([*SMBWIRE, *map(str, args)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"exit {p.returncode}: smbwire {' '.join(map(str, args))}\n{p.stderr[-2000:]}")
+
+
+def check(work: Path, captures: list[Path], options: list[str], ledger_threads: int) -> list:
+    """What differs for one case (empty: nothing)."""
+    found: list = []
+    runs = {}
+    for t in THREADS:
+        smbwire("analyze", *captures, *options, "--threads", t, "--json", work / f"r{t}.json",
+                "--evidence", work / f"e{t}.jsonl", "-q")
+        runs[t] = result(work / f"r{t}.json")
+    one = runs[1]
+    for t in THREADS[1:]:
+        if d := differences(one, runs[t]):
+            found.append({"threads": t, "keys": d})
+        if (work / f"e{t}.jsonl").read_bytes() != (work / "e1.jsonl").read_bytes():
+            found.append({"threads": t, "evidence": "differs"})
+    if not one["accounting"]["reconciled"]:
+        found.append({"accounting": {k: v for k, v in one["accounting"].items() if k != "categories"}})
+    smbwire("analyze", *captures, "--ledger", work / "l.parquet", "--threads", ledger_threads, "-q")
+    smbwire("attribute", work / "l.parquet", *options, "--json", work / "a.json", "--evidence", work / "ea.jsonl", "-q")
+    if d := differences(one, result(work / "a.json")):
+        found.append({"ledger": d})
+    if (work / "ea.jsonl").read_bytes() != (work / "e1.jsonl").read_bytes():
+        found.append({"ledger": "evidence differs"})
+    return found
+
+
+def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out: Path) -> tuple[int, list[str]]:
+    r = random.Random(seed)
+    real = sorted(p for p in CAPTURES.rglob("*") if p.is_file() and p.suffix in (".pcap", ".pcapng"))
+    end = time.monotonic() + seconds if seconds is not None else None
+    findings: list[str] = []
+    done = 0
+    with tempfile.TemporaryDirectory(prefix="smbwire-diff-") as tmp:
+        work = Path(tmp)
+        while (cases is None or done < cases) and (end is None or time.monotonic() < end):
+            done += 1
+            case: dict = {"inputs": []}
+            captures = []
+            for i in range(r.choice([1, 1, 1, 2, 3])):
+                if r.random() < 0.4:
+                    src = r.choice(real)
+                    cap = work / f"c{i}{src.suffix}"
+                    data = src.read_bytes()
+                    what: dict = {"file": str(src.relative_to(ROOT))}
+                else:
+                    spec = random_spec(r, r.randrange(1 << 30))
+                    cap = work / f"c{i}.pcap"
+                    _core.synth(json.dumps(spec), str(cap))
+                    data = cap.read_bytes()
+                    what = {"synth": spec}
+                if r.random() < mutate:
+                    data, what["damage"] = damage(r, data)
+                cap.write_bytes(data)
+                captures.append(cap)
+                case["inputs"].append(what)
+            options = ["-w", r.choice(["60", "1", "0.002", "0.0005"])]
+            if r.random() < 0.6:
+                options += ["-t", str(TOPOLOGY)]
+            if r.random() < 0.2:
+                options += ["--max-index-memory", r.choice(["64KiB", "1MiB"])]
+            case["options"] = options
+            try:
+                found = check(work, captures, options, r.choice([1, 2]))
+            except RuntimeError as e:
+                found = [{"failed": str(e)}]
+            if found:
+                case["found"] = found
+                keep = out / f"finding-{done}"
+                keep.mkdir(parents=True, exist_ok=True)
+                for c in captures:
+                    shutil.copy(c, keep)
+                (keep / "case.json").write_text(json.dumps(case, indent=1))
+                findings.append(f"case {done}: {json.dumps(found)[:300]} ({keep})")
+    return done, findings
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cases", type=int, help="how many cases (default: until --minutes)")
+    ap.add_argument("--minutes", type=float, help="how long (default 10 when --cases is not given)")
+    ap.add_argument("--damage", type=float, default=0.7, help="the share of inputs damaged (default 0.7)")
+    ap.add_argument("--out", type=Path, default=Path("differential-findings"),
+                    help="where findings' captures are kept (default ./differential-findings)")
+    args = ap.parse_args()
+    minutes = args.minutes if args.minutes is not None else (None if args.cases else 10.0)
+    done, findings = run(args.seed, args.cases, None if minutes is None else minutes * 60, args.damage, args.out)
+    for f in findings:
+        print(f)
+    print(f"{done} cases: {len(findings)} findings")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
