@@ -99,6 +99,9 @@ pub mod phase {
     pub const FINISH_RDMA: u8 = 5;
 }
 
+/// The mark after every close of a sweep (what a sweep records after its closes is under it).
+pub const SWEEP_END: Mark = Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX };
+
 /// State shared by every stream consumer of a run: the counters and byte accounting every stage
 /// writes, the SMB2 session state `Smb`, the payload sink `D` and the RDMA transports' state `R`.
 pub struct Shared<Smb, D, R> {

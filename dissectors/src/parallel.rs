@@ -169,9 +169,6 @@ impl PayloadSink for Recorder {
     }
 }
 
-/// The mark of `Item::SweepDone`: after every close of a sweep.
-const SWEEP_DONE: Mark = Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX };
-
 /// `Step::Frame::chunk` of a frame copied into the batch's buffer.
 const COPIED: u32 = u32::MAX;
 
@@ -349,7 +346,7 @@ impl Decoder {
     /// A sweep: close the flows idle at `now`.
     pub(crate) fn sweep(&mut self, now: u64) {
         self.p.expire_idle(now);
-        self.note_buffered(Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX });
+        self.note_buffered(crate::context::SWEEP_END);
     }
 
     /// The end of input at `end_ts`: close everything; the counts.
@@ -412,7 +409,7 @@ fn worker(
                         }
                         Step::Sweep(now) => {
                             d.sweep(now);
-                            d.out().push((SWEEP_DONE, Item::SweepDone));
+                            d.out().push((crate::context::SWEEP_END, Item::SweepDone));
                         }
                     }
                 }

@@ -607,7 +607,7 @@ impl<D: PayloadSink> Pipeline<D> {
         self.mpa_flows.expire_idle_marked(now_ns, &mut self.shared, &mut |s, (a, b)| {
             mark(s, Mark { phase: phase::EXPIRE_MPA, a, b })
         });
-        mark(&mut self.shared, Mark { phase: phase::EXPIRE_MPA, a: u64::MAX, b: u64::MAX });
+        mark(&mut self.shared, crate::context::SWEEP_END);
     }
 
     /// End of input at `end_ts`: flush and close every flow and RDMA connection.
