@@ -9,6 +9,10 @@ zeroed, or the file cut short. A case is a finding when:
   apart from `analysis`, and the evidence file byte for byte);
 - the accounting does not reconcile (a byte in no category, or in two);
 - `attribute` on the ledger of `analyze --ledger` gives another result than `analyze`;
+- the shard tasks and merge of `analyze --dask` (the engine's `analyze_shard` and
+  `merge_parts`, with 2 and 3 shards, the parts in a random order, in a child process without
+  a cluster) give another result than one pipeline (the JSON apart from `analysis`, the
+  evidence byte for byte);
 - a command fails (a traceback, a crash, an exit status other than 0).
 
     python fuzz/differential.py --minutes 30 --out /tmp/diff
@@ -107,7 +111,44 @@ def smbwire(*args) -> None:
         raise RuntimeError(f"exit {p.returncode}: smbwire {' '.join(map(str, args))}\n{p.stderr[-2000:]}")
 
 
-def check(work: Path, captures: list[Path], options: list[str], ledger_threads: int) -> list:
+def engine_config(options: list[str]) -> dict:
+    """The engine config the CLI builds from these options (`-w`, `-t`, `--max-index-memory`)."""
+    from smbwire import engine
+    from smbwire.topology import load_topology
+    from smbwire.units import parse_size
+
+    o = dict(zip(options[::2], options[1::2]))
+    return engine.build_config(
+        window=float(o["-w"]),
+        topology=load_topology(o["-t"]) if "-t" in o else None,
+        max_index_memory=parse_size(o["--max-index-memory"]) if "--max-index-memory" in o else None)
+
+
+def shard_run(work: Path, captures: list[str], options: list[str], order_seed: int) -> list:
+    """`analyze --dask`'s engine half, without a cluster: every shard task, then the merge of
+    their parts in a random order, against one pipeline. Runs in a child process (a crash is
+    a failed command, not the end of the soak)."""
+    config = engine_config(options)
+    paths = [str(Path(c).resolve()) for c in captures]
+    one = json.loads(_core.analyze(paths, json.dumps({**config, "threads": 1}), str(work / "s1.jsonl")))
+    one.pop("analysis")
+    want_ev = (work / "s1.jsonl").read_bytes()
+    found: list = []
+    for n in (2, 3):
+        parts = [str(work / f"part-{k}-of-{n}.parquet") for k in range(n)]
+        for k, part in enumerate(parts):
+            _core.analyze_shard(paths, json.dumps(config), k, n, part)
+        random.Random(order_seed + n).shuffle(parts)
+        got = json.loads(_core.merge_parts(parts, json.dumps(config), str(work / f"s{n}.jsonl")))
+        got.pop("analysis")
+        if d := differences(one, got):
+            found.append({"shards": n, "keys": d})
+        if (work / f"s{n}.jsonl").read_bytes() != want_ev:
+            found.append({"shards": n, "evidence": "differs"})
+    return found
+
+
+def check(work: Path, captures: list[Path], options: list[str], ledger_threads: int, order_seed: int) -> list:
     """What differs for one case (empty: nothing)."""
     found: list = []
     runs = {}
@@ -129,6 +170,12 @@ def check(work: Path, captures: list[Path], options: list[str], ledger_threads: 
         found.append({"ledger": d})
     if (work / "ea.jsonl").read_bytes() != (work / "e1.jsonl").read_bytes():
         found.append({"ledger": "evidence differs"})
+    p = subprocess.run([sys.executable, __file__, "--shard-run", json.dumps(
+        {"work": str(work), "captures": list(map(str, captures)), "options": options, "order_seed": order_seed})],
+        capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"exit {p.returncode}: shard tasks and merge\n{p.stderr[-2000:]}")
+    found += json.loads(p.stdout)
     return found
 
 
@@ -168,7 +215,7 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
                 options += ["--max-index-memory", r.choice(["64KiB", "1MiB"])]
             case["options"] = options
             try:
-                found = check(work, captures, options, r.choice([1, 2]))
+                found = check(work, captures, options, r.choice([1, 2]), r.randrange(1 << 30))
             except RuntimeError as e:
                 found = [{"failed": str(e)}]
             if found:
@@ -183,6 +230,10 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--shard-run"]:
+        a = json.loads(sys.argv[2])
+        print(json.dumps(shard_run(Path(a["work"]), a["captures"], a["options"], a["order_seed"])))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cases", type=int, help="how many cases (default: until --minutes)")

@@ -1,6 +1,6 @@
-"""fuzz/differential.py: random captures, damaged at random, analysed on 1, 2 and 3 threads
-and through a ledger; a difference, an unreconciled run or a failed command is a finding,
-kept with its captures, and the exit status says so."""
+"""fuzz/differential.py: random captures, damaged at random, analysed on 1, 2 and 3 threads,
+through a ledger and as `--dask`'s shard tasks and merge; a difference, an unreconciled run or
+a failed command is a finding, kept with its captures, and the exit status says so."""
 
 from __future__ import annotations
 
@@ -53,3 +53,41 @@ def test_damage_keeps_the_file_header(tmp_path):
         assert got[:24] == data[:24]
         assert how in ("bytes", "cut", "zeroed")
         assert (got != data) or how == "bytes"
+
+
+def test_shard_tasks_and_merge_are_compared_with_one_pipeline(tmp_path, monkeypatch):
+    """The `--dask` engine half: a merge that gives another result or another evidence file
+    than one pipeline is a finding; the same result is none."""
+    import types
+
+    d = load()
+    cap = [str(ROOT / "captures" / "redirect4-1MiB.pcap")]
+    options = ["-w", "60", "-t", str(d.TOPOLOGY)]
+    assert d.shard_run(tmp_path, cap, options, 1) == []
+    real = d._core
+
+    def merge_changed(parts, config, evidence):
+        got = json.loads(real.merge_parts(parts, config, evidence))
+        got["accounting"]["input_bytes"] += 1
+        return json.dumps(got)
+
+    def merge_other_evidence(parts, config, evidence):
+        text = real.merge_parts(parts, config, evidence)
+        with open(evidence, "a") as f:
+            f.write("{}\n")
+        return text
+
+    for merge, want in ((merge_changed, {"keys": ["accounting"]}), (merge_other_evidence, {"evidence": "differs"})):
+        monkeypatch.setattr(d, "_core", types.SimpleNamespace(
+            analyze=real.analyze, analyze_shard=real.analyze_shard, merge_parts=merge))
+        assert d.shard_run(tmp_path, cap, options, 1) == [{"shards": 2, **want}, {"shards": 3, **want}]
+
+
+def test_a_shard_run_that_fails_is_a_finding(tmp_path, monkeypatch):
+    d = load()
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys; sys.exit(4)\n")
+    monkeypatch.setattr(d, "__file__", str(failing))
+    done, findings = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
+    assert done == 1 and len(findings) == 1
+    assert "exit 4: shard tasks and merge" in findings[0]
