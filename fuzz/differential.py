@@ -3,16 +3,21 @@ runs smbwire, and compared with themselves. Each case is 1-3 captures, each eith
 (`smbwire synth`'s engine: a random scenario, transport, I/O size, channels, mirror copies,
 retransmission, reordering, loss, compression, tunnels) or one of `captures/` (bundled and
 public), then (most of the time) damaged: bytes past the file header changed, a stretch
-zeroed, or the file cut short. A case is a finding when:
+zeroed, or the file cut short, and analysed with random options: the window, a topology,
+`--assume-members`, `--interval`, `--max-index-memory`, `--max-memory`, `--reorder-buffer`,
+`--from`/`--to` inside the capture's time span, and `--keys` when an encrypted public capture
+with recorded keys is among the inputs. A case is a finding when:
 
 - `analyze --threads 2` or `--threads 3` gives another result than `--threads 1` (the JSON
-  apart from `analysis`, and the evidence file byte for byte);
+  apart from `analysis`, and the evidence file byte for byte); not compared when a run
+  with `--max-memory` reached a limit, which holds per worker (README, `--threads`: "while
+  none is reached ... the result is one pipeline's"); such cases are counted as limited;
 - the accounting does not reconcile (a byte in no category, or in two);
 - `attribute` on the ledger of `analyze --ledger` gives another result than `analyze`;
 - the shard tasks and merge of `analyze --dask` (the engine's `analyze_shard` and
   `merge_parts`, with 2 and 3 shards, the parts in a random order, in a child process without
   a cluster) give another result than one pipeline (the JSON apart from `analysis`, the
-  evidence byte for byte);
+  evidence byte for byte; not with `--keys`, which `--dask` refuses, nor when limited);
 - a command fails (a traceback, a crash, an exit status other than 0).
 
     python fuzz/differential.py --minutes 30 --out /tmp/diff
@@ -111,17 +116,64 @@ def smbwire(*args) -> None:
         raise RuntimeError(f"exit {p.returncode}: smbwire {' '.join(map(str, args))}\n{p.stderr[-2000:]}")
 
 
+def parse_options(options: list[str]) -> dict:
+    """The options as a map (`--assume-members`, which takes no value: True)."""
+    o: dict = {}
+    i = 0
+    while i < len(options):
+        if options[i] == "--assume-members":
+            o[options[i]] = True
+            i += 1
+        else:
+            o[options[i]] = options[i + 1]
+            i += 2
+    return o
+
+
 def engine_config(options: list[str]) -> dict:
-    """The engine config the CLI builds from these options (`-w`, `-t`, `--max-index-memory`)."""
+    """The engine config the CLI builds from these options."""
     from smbwire import engine
     from smbwire.topology import load_topology
-    from smbwire.units import parse_size
+    from smbwire.units import parse_size, parse_time
 
-    o = dict(zip(options[::2], options[1::2]))
+    o = parse_options(options)
+
+    def size(k: str) -> int | None:
+        return parse_size(o[k]) if k in o else None
+
     return engine.build_config(
         window=float(o["-w"]),
         topology=load_topology(o["-t"]) if "-t" in o else None,
-        max_index_memory=parse_size(o["--max-index-memory"]) if "--max-index-memory" in o else None)
+        assume_members="--assume-members" in o,
+        interval=float(o["--interval"]) if "--interval" in o else None,
+        max_index_memory=size("--max-index-memory"),
+        max_memory=size("--max-memory"),
+        reorder_buffer=size("--reorder-buffer"),
+        from_ns=parse_time(o["--from"]) if "--from" in o else None,
+        to_ns=parse_time(o["--to"]) if "--to" in o else None)
+
+
+# Limits that hold per worker: with `--max-memory` (a total shared out among the workers),
+# reaching one lets several threads keep what one sheds.
+LIMITS = ("tcp.reorder_beyond_buffer", "tcp.flow_table_full", "smb2.open_budget_exceeded",
+          "dedupe.index_memory_cap")
+
+
+def limited(options: list[str], runs: list[dict]) -> bool:
+    """A run with `--max-memory` reached a limit: the thread counts may differ (README)."""
+    return "--max-memory" in options and any(r["anomalies"].get(a) for r in runs for a in LIMITS)
+
+
+def keyed_captures() -> dict[str, str]:
+    """The encrypted public captures with recorded keys: name -> keys file line (from the
+    tshark options in captures/public/expected.json)."""
+    files = json.loads((CAPTURES / "public" / "expected.json").read_text())["files"]
+    keys = {}
+    for name, v in files.items():
+        if "with_keys" in v["variants"]:
+            fields = v["variants"]["with_keys"]["tshark_extra_options"][1].split(":", 2)[2].split(",")
+            keys[name] = ",".join(f.strip('"') for f in fields)
+    return keys
 
 
 def shard_run(work: Path, captures: list[str], options: list[str], order_seed: int) -> list:
@@ -148,8 +200,13 @@ def shard_run(work: Path, captures: list[str], options: list[str], order_seed: i
     return found
 
 
-def check(work: Path, captures: list[Path], options: list[str], ledger_threads: int, order_seed: int) -> list:
-    """What differs for one case (empty: nothing)."""
+def check(work: Path, captures: list[Path], decode: list[str], dedupe: list[str], ledger_threads: int,
+          order_seed: int) -> tuple[list, bool]:
+    """What differs for one case (empty: nothing), and whether a limit of `--max-memory` was
+    reached (threads and shards then not compared). `decode`: the options of decoding (for
+    `analyze` and `analyze --ledger`), `dedupe`: those of dedupe (for `analyze` and
+    `attribute`); `--max-memory` is in both."""
+    options = [*decode, *(_without(dedupe, "--max-memory") if "--max-memory" in dedupe else dedupe)]
     found: list = []
     runs = {}
     for t in THREADS:
@@ -157,34 +214,46 @@ def check(work: Path, captures: list[Path], options: list[str], ledger_threads: 
                 "--evidence", work / f"e{t}.jsonl", "-q")
         runs[t] = result(work / f"r{t}.json")
     one = runs[1]
+    is_limited = limited(options, list(runs.values()))
     for t in THREADS[1:]:
+        if is_limited:
+            break
         if d := differences(one, runs[t]):
             found.append({"threads": t, "keys": d})
         if (work / f"e{t}.jsonl").read_bytes() != (work / "e1.jsonl").read_bytes():
             found.append({"threads": t, "evidence": "differs"})
     if not one["accounting"]["reconciled"]:
         found.append({"accounting": {k: v for k, v in one["accounting"].items() if k != "categories"}})
-    smbwire("analyze", *captures, "--ledger", work / "l.parquet", "--threads", ledger_threads, "-q")
-    smbwire("attribute", work / "l.parquet", *options, "--json", work / "a.json", "--evidence", work / "ea.jsonl", "-q")
+    smbwire("analyze", *captures, *decode, "--ledger", work / "l.parquet", "--threads", ledger_threads, "-q")
+    smbwire("attribute", work / "l.parquet", *dedupe, "--json", work / "a.json", "--evidence", work / "ea.jsonl", "-q")
     if d := differences(one, result(work / "a.json")):
         found.append({"ledger": d})
     if (work / "ea.jsonl").read_bytes() != (work / "e1.jsonl").read_bytes():
         found.append({"ledger": "evidence differs"})
-    p = subprocess.run([sys.executable, __file__, "--shard-run", json.dumps(
-        {"work": str(work), "captures": list(map(str, captures)), "options": options, "order_seed": order_seed})],
-        capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"exit {p.returncode}: shard tasks and merge\n{p.stderr[-2000:]}")
-    found += json.loads(p.stdout)
-    return found
+    if "--keys" not in options and not is_limited:
+        p = subprocess.run([sys.executable, __file__, "--shard-run", json.dumps(
+            {"work": str(work), "captures": list(map(str, captures)), "options": options, "order_seed": order_seed})],
+            capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"exit {p.returncode}: shard tasks and merge\n{p.stderr[-2000:]}")
+        found += json.loads(p.stdout)
+    return found, is_limited
 
 
-def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out: Path) -> tuple[int, list[str]]:
+def _without(options: list[str], name: str) -> list[str]:
+    """The options without `name` and its value."""
+    i = options.index(name)
+    return options[:i] + options[i + 2:]
+
+
+def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out: Path) -> tuple[int, list[str], int]:
+    """Cases until `cases` or `seconds`: how many ran, the findings, and how many were limited."""
     r = random.Random(seed)
     real = sorted(p for p in CAPTURES.rglob("*") if p.is_file() and p.suffix in (".pcap", ".pcapng"))
+    keys = keyed_captures()
     end = time.monotonic() + seconds if seconds is not None else None
     findings: list[str] = []
-    done = 0
+    done = limited_cases = 0
     with tempfile.TemporaryDirectory(prefix="smbwire-diff-") as tmp:
         work = Path(tmp)
         while (cases is None or done < cases) and (end is None or time.monotonic() < end):
@@ -208,14 +277,13 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
                 cap.write_bytes(data)
                 captures.append(cap)
                 case["inputs"].append(what)
-            options = ["-w", r.choice(["60", "1", "0.002", "0.0005"])]
-            if r.random() < 0.6:
-                options += ["-t", str(TOPOLOGY)]
-            if r.random() < 0.2:
-                options += ["--max-index-memory", r.choice(["64KiB", "1MiB"])]
-            case["options"] = options
+            decode, dedupe = random_options(r, work, captures, [keys.get(Path(w.get("file", "")).name) for w in case["inputs"]])
+            case["options"] = {"decode": decode, "dedupe": dedupe}
+            if "--keys" in decode:
+                case["keys"] = Path(decode[decode.index("--keys") + 1]).read_text()
             try:
-                found = check(work, captures, options, r.choice([1, 2]), r.randrange(1 << 30))
+                found, was_limited = check(work, captures, decode, dedupe, r.choice([1, 2]), r.randrange(1 << 30))
+                limited_cases += was_limited
             except RuntimeError as e:
                 found = [{"failed": str(e)}]
             if found:
@@ -226,7 +294,48 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
                     shutil.copy(c, keep)
                 (keep / "case.json").write_text(json.dumps(case, indent=1))
                 findings.append(f"case {done}: {json.dumps(found)[:300]} ({keep})")
-    return done, findings
+    return done, findings, limited_cases
+
+
+def random_options(r: random.Random, work: Path, captures: list[Path], keys: list[str | None]) -> tuple[list, list]:
+    """Options for a case: those of decoding (`analyze`, `analyze --ledger`) and those of
+    dedupe (`analyze`, `attribute`); `--max-memory` goes to both. `keys`: each input's keys
+    line, when it is an encrypted public capture with recorded keys."""
+    dedupe = ["-w", r.choice(["60", "1", "0.002", "0.0005"])]
+    if r.random() < 0.6:
+        dedupe += ["-t", str(TOPOLOGY)]
+    elif r.random() < 0.3:
+        dedupe += ["--assume-members"]
+    if r.random() < 0.2:
+        dedupe += ["--max-index-memory", r.choice(["64KiB", "1MiB"])]
+    if r.random() < 0.2:
+        dedupe += ["--interval", r.choice(["0.0001", "0.01", "5"])]
+    decode: list = []
+    if r.random() < 0.2:
+        decode += ["--reorder-buffer", r.choice(["64KiB", "256KiB", "1MiB"])]
+    if any(keys) and r.random() < 0.8:
+        (work / "keys.txt").write_text("".join(f"{k}\n" for k in keys if k))
+        decode += ["--keys", str(work / "keys.txt")]
+    if r.random() < 0.15 and (span := time_span(work, captures)):
+        first, last = span
+        a, b = sorted((r.random(), r.random()))
+        if r.random() < 0.7:
+            decode += ["--from", f"{first + a * (last - first):.6f}"]
+        if r.random() < 0.7 and b > a:
+            decode += ["--to", f"{first + b * (last - first):.6f}"]
+    if r.random() < 0.1:
+        m = r.choice(["16MiB", "32MiB"])
+        decode += ["--max-memory", m]
+        dedupe += ["--max-memory", m]
+    return decode, dedupe
+
+
+def time_span(work: Path, captures: list[Path]) -> tuple[float, float] | None:
+    """The first and last capture time of the inputs (None: no frame, or both the same)."""
+    smbwire("analyze", *captures, "--json", work / "span.json", "-q")
+    c = json.loads((work / "span.json").read_text())["capture"]
+    first, last = c.get("first_ts"), c.get("last_ts")
+    return (first, last) if first is not None and last is not None and last > first else None
 
 
 def main() -> int:
@@ -243,10 +352,11 @@ def main() -> int:
                     help="where findings' captures are kept (default ./differential-findings)")
     args = ap.parse_args()
     minutes = args.minutes if args.minutes is not None else (None if args.cases else 10.0)
-    done, findings = run(args.seed, args.cases, None if minutes is None else minutes * 60, args.damage, args.out)
+    done, findings, limited_cases = run(args.seed, args.cases, None if minutes is None else minutes * 60, args.damage, args.out)
     for f in findings:
         print(f)
-    print(f"{done} cases: {len(findings)} findings")
+    print(f"{done} cases: {len(findings)} findings ({limited_cases} limited: a limit of --max-memory reached, "
+          "threads and shards not compared)")
     return 1 if findings else 0
 
 

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from paths import ROOT
 
@@ -25,7 +26,7 @@ def test_a_short_run_finds_nothing(tmp_path):
     p = subprocess.run([sys.executable, str(SCRIPT), "--seed", "5", "--cases", "12", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "12 cases: 0 findings"
+    assert p.stdout.strip().splitlines()[-1].startswith("12 cases: 0 findings (")
     assert not list(tmp_path.iterdir())
 
 
@@ -35,7 +36,7 @@ def test_differences_and_failures_are_findings(tmp_path, monkeypatch):
     assert d.differences({"a": 1}, {"a": 1}) == []
     # A command that fails is a finding, kept with its captures and what was done.
     monkeypatch.setattr(d, "SMBWIRE", [sys.executable, "-c", "import sys; sys.exit(3)"])
-    done, findings = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path)
+    done, findings, _ = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path)
     assert done == 1 and len(findings) == 1 and "exit 3" in findings[0]
     (kept,) = tmp_path.iterdir()
     case = json.loads((kept / "case.json").read_text())
@@ -88,6 +89,69 @@ def test_a_shard_run_that_fails_is_a_finding(tmp_path, monkeypatch):
     failing = tmp_path / "fails.py"
     failing.write_text("import sys; sys.exit(4)\n")
     monkeypatch.setattr(d, "__file__", str(failing))
-    done, findings = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
-    assert done == 1 and len(findings) == 1
+    done, findings, limited = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
+    assert done == 1 and len(findings) == 1 and limited == 0
     assert "exit 4: shard tasks and merge" in findings[0]
+
+
+def test_options_of_a_case(tmp_path):
+    """Cases draw every option that changes a result; decoding options go to `analyze` and
+    `analyze --ledger`, dedupe options to `analyze` and `attribute`, `--max-memory` to both;
+    `--keys` only with an encrypted public capture, its line from the recorded tshark keys;
+    `--from`/`--to` inside the inputs' time span."""
+    import random
+
+    d = load()
+    keys = d.keyed_captures()
+    assert len(keys) == 5 and all(len(k.split(",")) == 4 for k in keys.values())
+    cap = ROOT / "captures" / "nested4-1MiB-mirrordup-retx-reorder.pcap"
+    first, last = d.time_span(tmp_path, [cap])
+    assert last > first
+    seen = set()
+    r = random.Random(1)
+    for _ in range(400):
+        decode, dedupe = d.random_options(r, tmp_path, [cap], [None, keys["smb311-aes128gcm-wstest.pcap"]])
+        o, dd = d.parse_options(decode), d.parse_options(dedupe)
+        seen |= set(o) | set(dd)
+        assert "-w" in dd and not set(o) & {"-w", "-t", "--assume-members", "--interval", "--max-index-memory"}
+        assert not set(dd) & {"--keys", "--from", "--to", "--reorder-buffer"}
+        assert o.get("--max-memory") == dd.get("--max-memory")
+        for k in ("--from", "--to"):
+            if k in o:
+                assert first <= float(o[k]) <= last
+        if "--keys" in o:
+            assert Path(o["--keys"]).read_text() == keys["smb311-aes128gcm-wstest.pcap"] + "\n"
+    assert seen == {"-w", "-t", "--assume-members", "--interval", "--max-index-memory", "--reorder-buffer",
+                    "--keys", "--from", "--to", "--max-memory"}
+    # Without a keyed input, no --keys.
+    assert all("--keys" not in d.random_options(r, tmp_path, [cap], [None])[0] for _ in range(100))
+    # The shard config the CLI would build from them.
+    c = d.engine_config(["--from", "1738238400.5", "--reorder-buffer", "64KiB", "-w", "1", "--assume-members"])
+    assert c["from_ns"] == 1738238400_500_000_000 and c["reorder_buffer_bytes"] == 65536
+
+
+def test_limits_of_max_memory_skip_the_thread_comparison(tmp_path, monkeypatch):
+    """With `--max-memory` a limit reached lets the thread counts differ (README): such a case
+    is counted as limited and its threads and shards are not compared; without `--max-memory`
+    the same anomaly does not excuse a difference."""
+    d = load()
+    runs = [{"anomalies": {}}, {"anomalies": {"tcp.reorder_beyond_buffer": 2}}]
+    assert d.limited(["--max-memory", "16MiB"], runs)
+    assert not d.limited([], runs)
+    assert not d.limited(["--max-memory", "16MiB"], [{"anomalies": {"tcp.gap": 1}}])
+    cap = ROOT / "captures" / "redirect4-1MiB.pcap"
+    real = d.result
+
+    def bumped(path):
+        r = real(path)
+        if path.name == "r2.json":
+            r["totals"] = "other"
+            r["anomalies"]["tcp.flow_table_full"] = 1
+        return r
+
+    monkeypatch.setattr(d, "result", bumped)
+    found, was_limited = d.check(tmp_path, [cap], ["--max-memory", "16MiB"], ["-w", "60", "--max-memory", "16MiB"], 1, 1)
+    assert was_limited and found == []
+    found, was_limited = d.check(tmp_path, [cap], [], ["-w", "60"], 1, 1)
+    assert not was_limited and {"threads": 2, "keys": ["anomalies", "totals"]} in found
+
