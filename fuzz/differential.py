@@ -10,8 +10,10 @@ with recorded keys is among the inputs. A case is a finding when:
 
 - `analyze --threads 2` or `--threads 3` gives another result than `--threads 1` (the JSON
   apart from `analysis`, and the evidence file byte for byte); not compared when a run
-  with `--max-memory` reached a limit, which holds per worker (README, `--threads`: "while
-  none is reached ... the result is one pipeline's"); such cases are counted as limited;
+  reached a limit divided among the workers (the flow table, buffered encrypted or
+  compressed messages, and with `--max-memory` the out-of-order bytes of all flows; README,
+  `--threads`: "while none is reached ... the result is one pipeline's"); such cases are
+  counted as limited;
 - the accounting does not reconcile (a byte in no category, or in two);
 - `attribute` on the ledger of `analyze --ledger` gives another result than `analyze`;
 - the shard tasks and merge of `analyze --dask` (the engine's `analyze_shard` and
@@ -153,15 +155,19 @@ def engine_config(options: list[str]) -> dict:
         to_ns=parse_time(o["--to"]) if "--to" in o else None)
 
 
-# Limits that hold per worker: with `--max-memory` (a total shared out among the workers),
-# reaching one lets several threads keep what one sheds.
-LIMITS = ("tcp.reorder_beyond_buffer", "tcp.flow_table_full", "smb2.open_budget_exceeded",
-          "dedupe.index_memory_cap")
+# Limits whose bound is divided among the workers (README, `--threads`: "while none is
+# reached ... the result is one pipeline's"): reaching one lets several threads keep what one
+# sheds. The out-of-order buffer is one direction's, the same on every worker, unless
+# `--max-memory` makes the all-flows share (divided) the bound; the index is the ordered
+# stage's, one whatever the thread count.
+PER_WORKER = ("tcp.flow_table_full", "smb2.open_budget_exceeded")
+PER_WORKER_WITH_MAX_MEMORY = ("tcp.reorder_beyond_buffer",)
 
 
 def limited(options: list[str], runs: list[dict]) -> bool:
-    """A run with `--max-memory` reached a limit: the thread counts may differ (README)."""
-    return "--max-memory" in options and any(r["anomalies"].get(a) for r in runs for a in LIMITS)
+    """A run reached a limit divided among the workers: the thread counts may differ."""
+    names = PER_WORKER + (PER_WORKER_WITH_MAX_MEMORY if "--max-memory" in options else ())
+    return any(r["anomalies"].get(a) for r in runs for a in names)
 
 
 def keyed_captures() -> dict[str, str]:
@@ -202,8 +208,8 @@ def shard_run(work: Path, captures: list[str], options: list[str], order_seed: i
 
 def check(work: Path, captures: list[Path], decode: list[str], dedupe: list[str], ledger_threads: int,
           order_seed: int) -> tuple[list, bool]:
-    """What differs for one case (empty: nothing), and whether a limit of `--max-memory` was
-    reached (threads and shards then not compared). `decode`: the options of decoding (for
+    """What differs for one case (empty: nothing), and whether a limit divided among the
+    workers was reached (threads and shards then not compared). `decode`: the options of decoding (for
     `analyze` and `analyze --ledger`), `dedupe`: those of dedupe (for `analyze` and
     `attribute`); `--max-memory` is in both."""
     options = [*decode, *(_without(dedupe, "--max-memory") if "--max-memory" in dedupe else dedupe)]
@@ -355,8 +361,8 @@ def main() -> int:
     done, findings, limited_cases = run(args.seed, args.cases, None if minutes is None else minutes * 60, args.damage, args.out)
     for f in findings:
         print(f)
-    print(f"{done} cases: {len(findings)} findings ({limited_cases} limited: a limit of --max-memory reached, "
-          "threads and shards not compared)")
+    print(f"{done} cases: {len(findings)} findings ({limited_cases} limited: a limit divided among "
+          "the workers reached, threads and shards not compared)")
     return 1 if findings else 0
 
 

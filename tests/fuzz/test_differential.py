@@ -130,23 +130,27 @@ def test_options_of_a_case(tmp_path):
     assert c["from_ns"] == 1738238400_500_000_000 and c["reorder_buffer_bytes"] == 65536
 
 
-def test_limits_of_max_memory_skip_the_thread_comparison(tmp_path, monkeypatch):
-    """With `--max-memory` a limit reached lets the thread counts differ (README): such a case
-    is counted as limited and its threads and shards are not compared; without `--max-memory`
-    the same anomaly does not excuse a difference."""
+def test_limits_divided_among_workers_skip_the_thread_comparison(tmp_path, monkeypatch):
+    """A limit divided among the workers, reached, lets the thread counts differ (README):
+    such a case is counted as limited and its threads and shards are not compared. The
+    out-of-order buffer is one only with `--max-memory`; the index's cap never is."""
     d = load()
     runs = [{"anomalies": {}}, {"anomalies": {"tcp.reorder_beyond_buffer": 2}}]
     assert d.limited(["--max-memory", "16MiB"], runs)
     assert not d.limited([], runs)
-    assert not d.limited(["--max-memory", "16MiB"], [{"anomalies": {"tcp.gap": 1}}])
+    assert d.limited([], [{"anomalies": {"smb2.open_budget_exceeded": 1}}])
+    assert d.limited([], [{"anomalies": {"tcp.flow_table_full": 1}}])
+    assert not d.limited(["--max-memory", "16MiB"], [{"anomalies": {"dedupe.index_memory_cap": 1, "tcp.gap": 1}}])
     cap = ROOT / "captures" / "redirect4-1MiB.pcap"
     real = d.result
+
+    anomaly = {"name": "tcp.reorder_beyond_buffer"}
 
     def bumped(path):
         r = real(path)
         if path.name == "r2.json":
             r["totals"] = "other"
-            r["anomalies"]["tcp.flow_table_full"] = 1
+            r["anomalies"][anomaly["name"]] = 1
         return r
 
     monkeypatch.setattr(d, "result", bumped)
@@ -154,4 +158,7 @@ def test_limits_of_max_memory_skip_the_thread_comparison(tmp_path, monkeypatch):
     assert was_limited and found == []
     found, was_limited = d.check(tmp_path, [cap], [], ["-w", "60"], 1, 1)
     assert not was_limited and {"threads": 2, "keys": ["anomalies", "totals"]} in found
+    anomaly["name"] = "tcp.flow_table_full"
+    found, was_limited = d.check(tmp_path, [cap], [], ["-w", "60"], 1, 1)
+    assert was_limited and found == []
 
