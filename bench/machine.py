@@ -13,6 +13,7 @@ benchmarks measure the core-to-core round trip (`core_round_trip_ns`) next to ea
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -73,13 +74,16 @@ def line(m: dict) -> str:
 
 
 def _probe_binary() -> Path | None:
-    """`core_latency.c` built once per process (None without a C compiler)."""
+    """`core_latency.c` built once per process, in a directory removed when the process ends
+    (None without a C compiler)."""
     global _probe
     if _probe is None:
         cc = shutil.which("cc") or shutil.which("gcc")
         if cc is None:
             return None
         out = Path(tempfile.mkdtemp(prefix="smbwire-bench-")) / "core_latency"
+        # The directory goes when the process ends (one was left behind by every run before).
+        atexit.register(shutil.rmtree, out.parent, True)
         subprocess.run([cc, "-O2", "-pthread", str(_PROBE_SRC), "-o", str(out)], check=True)
         _probe = out
     return _probe

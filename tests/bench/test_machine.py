@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,3 +95,18 @@ def test_a_round_whose_probes_disagree_is_neither_near_nor_far():
     assert (bp["near"]["rounds"], bp["far"]["rounds"], bp["moved"]["rounds"]) == (2, 1, 2)
     assert m.placement_cell({"by_placement": bp}) == "1.50x (2) / 1.00x (1); moved 1.23x (2)"
     assert m.round_trip_range({"rounds": rounds}) == "100-450"
+
+
+def test_the_probe_is_built_once_and_its_directory_goes_at_exit():
+    """The core round-trip probe is compiled into a temporary directory, which the process
+    removes when it ends (no directory left behind per benchmark run)."""
+    assert shutil.which("cc") or shutil.which("gcc"), "the machine kind has gcc"
+    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+            "a = m._probe_binary(); b = m._probe_binary(); assert a == b and a.exists(); "
+            "assert m.core_round_trip_ns(trips=2000) > 0; print(a)")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "bench" / "machine.py")],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    probe = Path(out)
+    assert probe.name == "core_latency" and probe.parent.name.startswith("smbwire-bench-")
+    assert not probe.parent.exists()
