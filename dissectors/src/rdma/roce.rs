@@ -69,6 +69,29 @@ struct Context {
     from: usize,
     /// Receiving QP of the Read Request (its PSN window also covers the responses).
     responder: QpKey,
+    /// The payload size of its packets once its FIRST packet was placed (every packet but
+    /// the LAST carries one path MTU, IBTA §9.4), `ONE_PACKET` when that was an ONLY packet,
+    /// 0 before: it bounds the PSNs the message spans, so that a packet of the next message
+    /// that came before that message's FIRST is held for it, not placed in this one under
+    /// another path MTU that happens to fit.
+    pmtu: u32,
+}
+
+/// `Context::pmtu` of a message sent in one packet.
+const ONE_PACKET: u32 = u32::MAX;
+
+/// IB path MTUs are 256..4096, powers of two; every packet but the last carries one PMTU.
+fn pmtu_ok(m: u64) -> bool {
+    m.is_power_of_two() && (MIN_PMTU..=4096).contains(&m)
+}
+
+/// `Context::pmtu` learned from a FIRST (or ONLY) packet of `plen` bytes placed at 0.
+fn first_pmtu(kind: Kind, plen: usize) -> u32 {
+    match kind {
+        Kind::RdmaWrite { first: true, last: true } | Kind::ReadResponse { first: true, last: true } => ONE_PACKET,
+        Kind::RdmaWrite { first: true, .. } | Kind::ReadResponse { first: true, .. } if pmtu_ok(plen as u64) => plen as u32,
+        _ => 0,
+    }
 }
 
 struct Held {
@@ -307,7 +330,7 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
                 p.accounting.add(cat::MALFORMED, r.payload.len() as u64);
             }
             let Some(reth) = r.reth else { return };
-            let c = Context { psn0: r.psn, reth, conn, from: side, responder: key };
+            let c = Context { psn0: r.psn, reth, conn, from: side, responder: key, pmtu: 0 };
             if !st.roce.reads.contains_key(&(src, dst)) && st.roce.reads.len() >= MAX_READ_PAIRS {
                 // Its responses will find no request: unlinked.
                 p.anomalies.raise(Anomaly::ReadTableFull);
@@ -329,7 +352,7 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
         Kind::RdmaWrite { first, .. } => {
             if first {
                 let Some(reth) = r.reth else { return };
-                let c = Context { psn0: r.psn, reth, conn, from, responder: key };
+                let c = Context { psn0: r.psn, reth, conn, from, responder: key, pmtu: first_pmtu(r.kind, r.payload.len()) };
                 let qp = st.roce.qps.get_mut(&key).expect("present");
                 if qp.writes.len() >= MAX_CONTEXTS {
                     qp.writes.pop_front();
@@ -397,8 +420,21 @@ fn position(c: &Context, psn: u32, kind: Kind, plen: usize) -> Option<u64> {
     }
     let plen = plen as u64;
     let d = d as u64;
-    // IB path MTUs are 256..4096, powers of two; every packet but the last carries one PMTU.
-    let pmtu_ok = |m: u64| m.is_power_of_two() && (MIN_PMTU..=4096).contains(&m);
+    if c.pmtu != 0 {
+        // The message's path MTU is known: it spans `count` PSNs, and a packet's place is its
+        // PSN's times that MTU.
+        let count = if c.pmtu == ONE_PACKET { 1 } else { len.div_ceil(u64::from(c.pmtu)).max(1) };
+        let fits = match kind {
+            Kind::RdmaWrite { first: true, .. } | Kind::ReadResponse { first: true, .. } => d == 0,
+            Kind::RdmaWrite { last: true, .. } | Kind::ReadResponse { last: true, .. } => {
+                d + 1 == count && c.pmtu != ONE_PACKET && d * u64::from(c.pmtu) + plen == len
+            }
+            _ => d + 1 < count && plen == u64::from(c.pmtu),
+        };
+        if !fits {
+            return None;
+        }
+    }
     let pos = match kind {
         Kind::RdmaWrite { first: true, last, .. } | Kind::ReadResponse { first: true, last } => {
             (d == 0 && (last || pmtu_ok(plen))).then_some(0)?
@@ -483,6 +519,14 @@ fn read_response(st: &mut RdmaState, requester: IpAddr, responder: IpAddr, psn: 
             // The response PSNs are the request's: they fill the request stream's window.
             if let Some(q) = st.roce.qps.get_mut(&c.responder) {
                 q.req.mark(psn);
+            }
+            let pmtu = first_pmtu(kind, bytes.len());
+            if c.pmtu == 0 && pmtu != 0 {
+                // Its FIRST response says the message's path MTU (`Context::pmtu`).
+                let list = st.roce.reads.get_mut(&(requester, responder)).expect("found in it");
+                if let Some(e) = list.iter_mut().find(|e| e.psn0 == c.psn0) {
+                    e.pmtu = pmtu;
+                }
             }
             deliver_at(st, &c, pos, bytes, ctx, p)
         }
@@ -761,6 +805,56 @@ mod tests {
         assert_eq!(r.an.get("rdma.read_request_with_payload"), 1);
         assert_eq!(r.acct.get(cat::MALFORMED), 2);
         assert_eq!(r.st.roce.reads[&(C, S)].len(), 1, "the request is kept");
+        r.finish();
+    }
+
+    /// The packets of 5000-byte RDMA messages over a 4096-byte path MTU (a FIRST of 4096 and a
+    /// LAST of 904), the next message's LAST seen before its FIRST (a mirror port reordered
+    /// them; found by fuzz/differential.py's ground-truth check). Under a path MTU of 1024, the
+    /// LAST would fit the message before (4 PSNs after its FIRST, at 4096 = 4 x 1024), where
+    /// it used to be placed, leaving its own message incomplete; that message's FIRST said its
+    /// path MTU is 4096, so the LAST is held until its own FIRST (a Write's) or its own Read
+    /// Request comes, and placed there.
+    #[test]
+    fn a_last_packet_before_its_first_waits_for_its_own_message() {
+        let reth = |va: u64| {
+            let mut b = Vec::new();
+            Reth { va, r_key: 7, dma_length: 5000 }.emit(&mut b);
+            b
+        };
+        let (head, tail) = (vec![0x11; 4096], vec![0x22; 904]);
+        let mut r = Rig::new();
+        let held = |r: &Rig| r.st.roce.qps[&(S, QP_S, C)].orphans.list.len();
+        r.feed(C, S, &ib::emit(opcode::RDMA_WRITE_FIRST, QP_S, 3, false, &reth(0x10000), &head));
+        r.feed(C, S, &ib::emit(opcode::RDMA_WRITE_LAST, QP_S, 4, false, &[], &tail));
+        r.feed(C, S, &ib::emit(opcode::RDMA_WRITE_LAST, QP_S, 7, false, &[], &tail));
+        assert_eq!(held(&r), 1, "the early LAST waits for its FIRST");
+        r.feed(C, S, &ib::emit(opcode::RDMA_WRITE_FIRST, QP_S, 6, false, &reth(0x20000), &head));
+        assert_eq!(held(&r), 0, "and is placed when it comes");
+        for a in ["rdma.write_without_first", "rdma.data_outside_message"] {
+            assert_eq!(r.an.get(a), 0, "{a}");
+        }
+        r.finish();
+
+        // Read Responses (S answering C's Read Requests on C's queue pair), the second
+        // request seen after its LAST response.
+        let mut r = Rig::new();
+        let neg = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 255, preferred_send_size: 1364, max_receive_size: 8192, max_fragmented_size: 1 << 20 };
+        r.feed(S, C, &ib::emit(opcode::SEND_ONLY, QP_S, 1, true, &[], &neg.emit()));
+        assert!(r.st.roce.carries_smbdirect(S, C, QP_S));
+        let aeth = [0u8; 4];
+        let held = |r: &Rig| r.st.roce.read_orphans.get(&(C, S)).map_or(0, |o| o.list.len());
+        r.feed(C, S, &ib::emit(opcode::RDMA_READ_REQUEST, QP_S, 3, true, &reth(0x10000), &[]));
+        r.feed(S, C, &ib::emit(opcode::RDMA_READ_RESPONSE_FIRST, QP_S, 3, false, &aeth, &head));
+        r.feed(S, C, &ib::emit(opcode::RDMA_READ_RESPONSE_LAST, QP_S, 4, false, &aeth, &tail));
+        r.feed(S, C, &ib::emit(opcode::RDMA_READ_RESPONSE_LAST, QP_S, 7, false, &aeth, &tail));
+        assert_eq!(held(&r), 1, "the early LAST waits for its request");
+        r.feed(C, S, &ib::emit(opcode::RDMA_READ_REQUEST, QP_S, 6, true, &reth(0x20000), &[]));
+        assert_eq!(held(&r), 0, "and is placed when it comes");
+        r.feed(S, C, &ib::emit(opcode::RDMA_READ_RESPONSE_FIRST, QP_S, 6, false, &aeth, &head));
+        for a in ["rdma.read_response_without_request", "rdma.data_outside_message"] {
+            assert_eq!(r.an.get(a), 0, "{a}");
+        }
         r.finish();
     }
 }
