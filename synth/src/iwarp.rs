@@ -119,7 +119,11 @@ impl IwarpLink {
     /// Send one RDMAP message of `data` from `from` as DDP segments, one FPDU and one TCP
     /// segment each; `is_data` marks segments that may be lost. Segments are as large as
     /// `max_ulpdu` allows, 4 bytes shorter when the FPDU would otherwise end exactly where a
-    /// marker is due (so that no marker falls between two FPDUs).
+    /// marker is due (so that no marker falls between two FPDUs), except that a Read Request
+    /// or a Terminate is never split for it: they are one DDP segment (a Read Request split
+    /// in two is malformed to Wireshark and `iwarp.ddp_truncated` to smbwire, which both read
+    /// its 28-byte body from one segment); the next FPDU then starts with the marker
+    /// (`mpa::emit_fpdu_into`).
     fn message<W: Write>(
         &mut self,
         tap: &mut Tap<W>,
@@ -153,6 +157,7 @@ impl IwarpLink {
             let mut take = cap.min(data.len() - off);
             if self.markers
                 && take > 4
+                && matches!(kind, Message::Tagged { .. } | Message::Untagged { qn: queue::SEND, .. })
                 && mpa::fpdu_end(pos as u64, hlen + take, true).is_multiple_of(mpa::MARKER_INTERVAL)
             {
                 take -= 4;

@@ -111,9 +111,10 @@ pub fn emit_fpdu(ulpdu: &[u8], pos: u64, markers: bool, crc: bool) -> Vec<u8> {
 /// stream position `pos` (relative to the marker base); returns the stream position after it.
 /// A marker falls at every `MARKER_INTERVAL`th octet, FPDUPTR pointing back to this FPDU's
 /// start (RFC 5044 §5); the CRC covers the markers before it (§4.1) and is stored least
-/// significant byte first. A marker due right after the CRC is written too: the sender puts
-/// it at the end of this FPDU's TCP segment so that the next segment starts with an FPDU
-/// header (§6, FPDU alignment), and it points back to this FPDU.
+/// significant byte first. A marker due where this FPDU starts is its first octets, FPDUPTR
+/// 0, covered by its CRC; so one due right after an FPDU's CRC belongs to the next FPDU, not
+/// to the one it follows (the layout of rdma-iwarp-send-recv-crc-markers.pcap, `FRAME7` in
+/// the tests, which Wireshark and smbwire read with a good CRC).
 pub fn emit_fpdu_into(out: &mut Vec<u8>, pos: u64, ulpdu: &[&[u8]], markers: bool, crc: bool) -> u64 {
     let len: usize = ulpdu.iter().map(|p| p.len()).sum();
     let start = out.len();
@@ -142,7 +143,6 @@ pub fn emit_fpdu_into(out: &mut Vec<u8>, pos: u64, ulpdu: &[&[u8]], markers: boo
         put(out, &mut at, &[0]);
         *slot = out.len() - 1;
     }
-    marker(out, &mut at);
     if crc {
         let c = crc32c(&out[start..crc_at[0]]);
         for (i, v) in crc_at.iter().zip(c.to_le_bytes()) {
@@ -153,8 +153,7 @@ pub fn emit_fpdu_into(out: &mut Vec<u8>, pos: u64, ulpdu: &[&[u8]], markers: boo
 }
 
 /// Where an FPDU with a `ulpdu_len`-byte ULPDU placed at stream position `pos` ends, the
-/// markers inside it included and a marker due right after it not (the same walk as
-/// `emit_fpdu_into`, without the bytes).
+/// markers inside it included (the same walk as `emit_fpdu_into`, without the bytes).
 pub fn fpdu_end(pos: u64, ulpdu_len: usize, markers: bool) -> u64 {
     let mut remaining = fpdu_len(ulpdu_len) as u64;
     if !markers {
@@ -193,25 +192,28 @@ mod tests {
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
     }
 
-    /// An FPDU that ends on a marker boundary is followed by that marker, pointing back to it,
-    /// and `fpdu_end` agrees with the bytes written.
+    /// An FPDU that ends on a marker boundary is not followed by that marker: the next FPDU
+    /// starts with it (FPDUPTR 0) and its CRC covers it, as `FRAME7`'s first FPDU does at the
+    /// start of the stream; `fpdu_end` agrees with the bytes written.
     #[test]
-    fn marker_after_the_crc_and_fpdu_end() {
+    fn a_marker_between_two_fpdus_starts_the_second() {
         // 2 + 502 + 0 pad + 4 CRC = 508 bytes after the 4-byte marker at 0: ends at 512.
         let ulpdu = [0x5a; 502];
         let mut out = Vec::new();
         let end = emit_fpdu_into(&mut out, 0, &[&ulpdu[..100], &ulpdu[100..]], true, true);
-        assert_eq!((end, out.len()), (516, 516));
-        assert_eq!(&out[512..], &[0, 0, 0x02, 0x00]);
+        assert_eq!((end, out.len()), (512, 512));
         assert_eq!(crc32c(&out[..508]).to_le_bytes(), out[508..512]);
         assert_eq!(fpdu_end(0, 502, true), 512);
+        let end = emit_fpdu_into(&mut out, end, &[&[7; 34]], true, true);
+        assert_eq!(&out[512..516], &[0, 0, 0, 0], "a marker pointing at the FPDU it starts");
+        assert_eq!(&out[516..518], &[0, 34]);
+        assert_eq!(crc32c(&out[512..552]).to_le_bytes(), out[552..556], "its CRC covers the marker");
+        assert_eq!((end, out.len()), (556, 556));
         for (pos, len) in [(0u64, 34usize), (8, 1000), (500, 3), (511, 1400), (4, 502)] {
             let mut v = Vec::new();
             let e = emit_fpdu_into(&mut v, pos, &[&vec![1; len]], true, false);
             assert_eq!(v.len() as u64, e - pos);
-            let trailing = if e.is_multiple_of(MARKER_INTERVAL) { 0 } else { MARKER_LEN as u64 };
-            let f = fpdu_end(pos, len, true);
-            assert!(f == e || (f.is_multiple_of(MARKER_INTERVAL) && f + trailing == e), "{pos} {len}");
+            assert_eq!(fpdu_end(pos, len, true), e, "{pos} {len}");
             assert_eq!(fpdu_end(pos, len, false), pos + fpdu_len(len) as u64);
         }
     }

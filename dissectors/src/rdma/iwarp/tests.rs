@@ -332,3 +332,29 @@ fn markers_counted_without_crc_fields_are_found() {
     assert_eq!((sh.rdma.stats.iwarp.mpa_fpdus, sh.rdma.stats.iwarp.crc_errors), (40, 0));
     assert_eq!(sh.anomalies.get("iwarp.markers_without_crc_field"), 0);
 }
+
+/// FPDUs with CRCs, the first ending exactly where a marker is due: the marker starts the
+/// second FPDU (FPDUPTR 0) and the second's CRC covers it (`mpa::emit_fpdu_into`, the layout of
+/// rdma-iwarp-send-recv-crc-markers.pcap's first FPDU). Every CRC verifies; the synthesizer
+/// used to write that marker after the first FPDU's CRC, pointing back to it, which neither
+/// smbwire nor Wireshark read with good CRCs.
+#[test]
+fn a_marker_between_two_fpdus_is_the_next_ones() {
+    let req = mpa::Frame { reply: false, markers: true, crc: true, rejected: false, revision: 1, private_data_len: 0 };
+    let rep = mpa::Frame { reply: true, ..req };
+    let mut out = Vec::new();
+    let mut ends = Vec::new();
+    let mut pos = 0;
+    for (k, n) in [488usize, 1000, 300].into_iter().enumerate() {
+        let ulpdu = ddp::emit(ddp::opcode::WRITE, true, Buffer::Tagged { stag: 1, to: k as u64 * 4096 }, &vec![2u8; n]);
+        pos = mpa::emit_fpdu_into(&mut out, pos, &[&ulpdu], true, true);
+        ends.push(pos);
+    }
+    assert_eq!(ends[0], mpa::MARKER_INTERVAL, "the first FPDU ends where a marker is due");
+    let evs = vec![Ev::Data(0, req.emit(&[])), Ev::Data(1, rep.emit(&[])), Ev::Data(1, out)];
+    let (sh, fed) = drive(&evs, false);
+    let iw = &sh.rdma.stats.iwarp;
+    assert_eq!((iw.mpa_fpdus, iw.crc_errors, iw.resyncs, iw.markers), (3, 0, 0, 4));
+    assert_eq!(sh.anomalies.iter().count(), 0);
+    assert_eq!(sh.accounting.total(), fed);
+}
