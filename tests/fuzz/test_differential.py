@@ -36,7 +36,7 @@ def test_differences_and_failures_are_findings(tmp_path, monkeypatch):
     assert d.differences({"a": 1}, {"a": 1}) == []
     # A command that fails is a finding, kept with its captures and what was done.
     monkeypatch.setattr(d, "SMBWIRE", [sys.executable, "-c", "import sys; sys.exit(3)"])
-    done, findings, _ = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path)
+    done, findings, _, _ = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path)
     assert done == 1 and len(findings) == 1 and "exit 3" in findings[0]
     (kept,) = tmp_path.iterdir()
     case = json.loads((kept / "case.json").read_text())
@@ -89,7 +89,7 @@ def test_a_shard_run_that_fails_is_a_finding(tmp_path, monkeypatch):
     failing = tmp_path / "fails.py"
     failing.write_text("import sys; sys.exit(4)\n")
     monkeypatch.setattr(d, "__file__", str(failing))
-    done, findings, limited = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
+    done, findings, limited, _ = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
     assert done == 1 and len(findings) == 1 and limited == 0
     assert "exit 4: shard tasks and merge" in findings[0]
 
@@ -162,3 +162,61 @@ def test_limits_of_a_workers_state_skip_the_thread_comparison(tmp_path, monkeypa
     found, was_limited = d.check(tmp_path, [cap], [], ["-w", "60"], 1, 1)
     assert not was_limited and {"threads": 2, "keys": ["anomalies", "totals"]} in found
 
+
+
+def test_a_generated_capture_is_checked_against_its_truth(tmp_path, monkeypatch):
+    """One undamaged generated capture without packets lost for good: `analyze` on the
+    scenario's topology must find the generator's truth; a result that does not is a finding."""
+    d = load()
+    from smbwire import _core
+
+    assert d.truth_checkable({"synth": {"loss": 0.01, "loss_mode": "retransmit"}})
+    assert d.truth_checkable({"synth": {"loss": 0, "loss_mode": "drop"}})
+    assert not d.truth_checkable({"synth": {"loss": 0.01, "loss_mode": "drop"}})
+    assert not d.truth_checkable({"synth": {}, "damage": "cut"})
+    assert not d.truth_checkable({"file": "captures/redirect4-1MiB.pcap"})
+
+    spec = {"scenario": "redirect4", "transport": "rocev2", "seed": 3, "io_size": 5000, "bytes": 1 << 20,
+            "reorder": 0.05, "zero_fill": 0.5, "mtu": 4096}
+    cap = tmp_path / "c.pcap"
+    truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
+    assert d.truth_check(tmp_path, cap, truth, 2) == []
+    r = d.result(tmp_path / "t.json")
+    assert d.against_truth(truth, r) == []
+    # A send of trivial blocks only that was redirected is classed as the wire shows it
+    # (replication, inferred): the truth's class for it is not compared, its edge's sums are.
+    moved = json.loads(json.dumps(r))
+    red = next(e for e in moved["edges"] if e["class"] == "redirection")
+    assert red["trivial_bytes"] >= 5000
+    moved["edges"].append({**red, "class": "replication", "payload_bytes": 5000, "trivial_bytes": 5000, "sends": 1,
+                           "unique_bytes": 0, "per_copy_duplicate_bytes": 0, "repeated_content_bytes": 0})
+    red.update(payload_bytes=red["payload_bytes"] - 5000, trivial_bytes=red["trivial_bytes"] - 5000, sends=red["sends"] - 1)
+    assert d.against_truth(truth, moved) == []
+    # Bytes lost, a non-trivial block in another class, a WRITE not counted: findings.
+    lost = json.loads(json.dumps(r))
+    lost["edges"][0]["payload_bytes"] -= 904
+    lost["totals"]["payload_bytes"] -= 904
+    assert [x.split(":")[0] for x in d.against_truth(truth, lost)] == ["edges payload_bytes/trivial_bytes/sends",
+                                                                       "totals.payload_bytes"]
+    other = json.loads(json.dumps(r))
+    next(e for e in other["edges"] if e["class"] == "redirection")["class"] = "client"
+    assert [x.split(":")[0] for x in d.against_truth(truth, other)] == [
+        "edges unique_bytes/per_copy_duplicate_bytes/repeated_content_bytes"]
+    uncounted = json.loads(json.dumps(r))
+    uncounted["smb2"]["write_req_pdus"] -= 1
+    assert d.against_truth(truth, uncounted) == [
+        f"smb2.write_req_pdus: {truth['smb2']['write_requests'] - 1}, truth {truth['smb2']['write_requests']}"]
+
+    # In a run: the case's truth check reports what differs.
+    real = d.result
+
+    def wrong(path):
+        got = real(path)
+        if path.name == "t.json":
+            got["totals"]["payload_bytes"] += 1
+        return got
+
+    monkeypatch.setattr(d, "result", wrong)
+    found, _ = d.check(tmp_path, [cap], [], ["-w", "60"], 1, 1, truth)
+    assert found == [{"truth": [f"totals.payload_bytes: {truth['totals']['payload_bytes'] + 1}, "
+                                f"truth {truth['totals']['payload_bytes']}"], "threads": 2}]
