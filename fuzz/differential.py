@@ -69,7 +69,7 @@ def random_spec(r: random.Random, seed: int) -> dict:
         "scenario": r.choice([s["name"] for s in json.loads(_core.synth_scenarios())]),
         "transport": transport,
         "seed": seed,
-        "io_size": r.choice([4096, 5000, 8192, 12288, 65536, 262144, 1 << 20]),
+        "io_size": r.choice([512, 4096, 4097, 5000, 8192, 9000, 12288, 65536, 100000, 262144, 1 << 20]),
         "bytes": r.choice([1, 2, 4, 6]) << 20,
         "mirror_dup": r.random() < 0.4,
         "retransmit": r.choice([0, 0, 0.01, 0.05]),
