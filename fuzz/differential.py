@@ -77,20 +77,35 @@ def random_spec(r: random.Random, seed: int) -> dict:
         "channels": r.choice([1, 1, 2, 4]),
         "zero_fill": r.choice([0, 0, 0.1, 0.5]),
     }
+    if r.random() < 0.3:
+        spec["link_gbps"] = r.choice([1, 25, 100, 400])
     if transport == "tcp":
-        spec["mss"] = r.choice([536, 1448, 8948])
+        spec["mss"] = r.choice([536, 1000, 1448, 1460, 8948, 9000])
         if r.random() < 0.3:
             spec["dialect"] = "3.1.1"
             spec["compression"] = r.choice(["lznt1", "lz77", "lz77huffman", "chained"])
     else:
         spec["loss"] = r.choice([0, 0, 0.01])
         spec["loss_mode"] = r.choice(["retransmit", "drop"])
-        if transport in ("rocev1", "rocev2"):
-            spec["mtu"] = r.choice([1024, 4096])
+        # SMB Direct's negotiated sizes and options (MS-SMBD): Windows' 1364-byte sends most
+        # of the time, and the rest of what the synthesizer can vary.
+        if r.random() < 0.3:
+            spec["max_send_size"] = r.choice([128, 512, 1364, 4096, 8192, 65536])
+        if r.random() < 0.3:
+            spec["descriptors"] = r.choice([2, 3, 16])
+        spec["send_with_invalidate"] = r.random() < 0.3
+        spec["solicited_event"] = r.random() < 0.2
+        if transport in ("rocev1", "rocev2", "infiniband"):
+            spec["mtu"] = r.choice([256, 512, 1024, 1024, 2048, 4096, 4096])
+            if r.random() < 0.15:
+                spec["other_ulp_port"] = r.choice([4420, 3260])
         if transport == "iwarp":
             spec["mpa_markers"] = r.random() < 0.5
+            spec["mpa_crc"] = r.random() < 0.8
+            spec["mpa_private_data"] = r.random() < 0.5
+            spec["iwarp_terminate"] = r.random() < 0.2
     if transport != "infiniband" and r.random() < 0.2:
-        spec["encap"] = r.choice(["gretap", "erspan2", "vxlan", "geneve"])
+        spec["encap"] = r.choice(["gretap", "erspan1", "erspan2", "erspan3", "vxlan", "geneve"])
     return spec
 
 
