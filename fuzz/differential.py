@@ -1,7 +1,9 @@
 """Differential fuzzing of whole runs: random captures, damaged at random, analysed as a user
 runs smbwire, and compared with themselves. Each case is 1-3 captures, each either generated
 (`smbwire synth`'s engine: a random scenario, transport, I/O size, channels, mirror copies,
-retransmission, reordering, loss, compression, tunnels) or one of `captures/` (bundled and
+retransmission, reordering, loss, compression, tunnels, link rate, MSS, RoCE path MTU, SMB
+Direct's send size, descriptors, invalidation and solicited events, iWARP's MPA options and
+Terminate, another upper layer's RoCE connection) or one of `captures/` (bundled and
 public), then (most of the time) damaged: bytes past the file header changed, a stretch
 zeroed, or the file cut short, and analysed with random options: the window, a topology,
 `--assume-members`, `--interval`, `--max-index-memory`, `--max-memory`, `--reorder-buffer`,
@@ -38,7 +40,8 @@ exit status 1 when there is a finding. Found on 2026-12-06 with it: five ways in
 RDMA and TCP traffic gave another result on several threads, or an unreconciled run
 (commit 8900241); an index memory estimate that moved with a map's seed (ae2973e); with the
 ground truth, RoCE and InfiniBand RDMA messages of 5000 bytes left incomplete when a mirror
-port reordered a message's LAST before its FIRST."""
+port reordered a message's LAST before its FIRST; on 2026-12-07, RoCE Read Responses taken
+for another queue pair's request between the same two addresses (217b03c)."""
 
 from __future__ import annotations
 
