@@ -30,6 +30,32 @@ def test_a_short_run_finds_nothing(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_short_truth_only_run_finds_nothing(tmp_path):
+    p = subprocess.run([sys.executable, str(SCRIPT), "--truth-only", "--seed", "5", "--cases", "20",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "20 cases checked against the generator's truth: 0 findings"
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_truth_only_case_that_differs_is_kept(tmp_path, monkeypatch):
+    d = load()
+    real = d.result
+
+    def wrong(path):
+        got = real(path)
+        got["totals"]["payload_bytes"] += 1
+        return got
+
+    monkeypatch.setattr(d, "result", wrong)
+    done, findings = d.run_truth(seed=3, cases=2, seconds=None, out=tmp_path)
+    assert done == 2 and len(findings) == 2 and "totals.payload_bytes" in findings[0]
+    case = json.loads((tmp_path / "finding-1" / "case.json").read_text())
+    assert case["inputs"][0]["synth"].get("loss_mode") != "drop"
+    assert case["found"][0]["truth"][0].startswith("totals.payload_bytes")
+    assert (tmp_path / "finding-1" / "c.pcap").stat().st_size > 0
+
+
 def test_differences_and_failures_are_findings(tmp_path, monkeypatch):
     d = load()
     assert d.differences({"a": 1, "b": [1]}, {"a": 1, "b": [2], "c": 0}) == ["b", "c"]
