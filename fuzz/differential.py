@@ -36,7 +36,7 @@ with recorded keys is among the inputs. A case is a finding when:
     python fuzz/differential.py --truth-only --minutes 20 --out /tmp/truth
 
 `--truth-only` runs only the last check, on generated captures alone (undamaged, no packet
-lost for good), about ten times as many cases a minute.
+lost for good), about five times as many cases a minute.
 
 Each finding's captures and options are kept in OUT/finding-N/ (case.json says what was
 generated, how it was damaged and what differed). Prints one line per finding and a summary;
@@ -401,7 +401,7 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
 
 
 def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) -> tuple[int, list[str]]:
-    """`--truth-only`: only the ground-truth check, about ten times as many cases a minute as
+    """`--truth-only`: only the ground-truth check, about five times as many cases a minute as
     `run`. Each case is one generated capture of a drawn spec, undamaged and with no packet
     lost for good (`loss_mode` "drop" becomes "retransmit"), analysed on 1 or 2 threads on the
     scenario's own topology."""
