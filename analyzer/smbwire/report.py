@@ -421,6 +421,7 @@ RDMA_LABELS = {
     "retransmitted_bytes": "retransmitted bytes",
     "cm_connections": "CM connections",
     "inferred_connections": "inferred connections",
+    "buffer_pairings": "queue pairs paired by buffer",
     "other_ulp_connections": "other-ULP connections",
 }
 

@@ -147,10 +147,37 @@ pub struct Roce {
     /// another address is not its answer, whatever its IDs say (and the two are then on
     /// different workers under `--threads`, which shard RDMA by address pair).
     cm_pending: HashMap<(IpAddr, IpAddr, u32), (u32, Option<u16>)>,
-    /// Inferred connections whose reverse QP is not known yet: (conn, known end, other address).
-    half_open: Vec<(u64, IpAddr, IpAddr)>,
+    /// Inferred connections with one queue pair not known yet: (conn, the known one's address,
+    /// the other address, the side not known).
+    half_open: Vec<(u64, IpAddr, IpAddr, usize)>,
+    /// Connections inferred without a CM exchange (`adopt`): their queue pairs, as far as
+    /// known, until an RDMA operation settles the pairing (`repair`).
+    inferred: HashMap<u64, Inferred>,
+    /// The inferred connections between two addresses (`unordered`), at most
+    /// `MAX_INFERRED_PER_PAIR` each.
+    inferred_pairs: HashMap<(IpAddr, IpAddr), Vec<u64>>,
     next_conn: u64,
 }
+
+/// An inferred connection's queue pairs by side (side 0 is the one it was inferred from).
+struct Inferred {
+    qps: [Option<QpKey>; 2],
+    /// An RDMA operation to one of its queue pairs named a buffer its own requests registered:
+    /// the pairing is right, and is not looked at again.
+    settled: bool,
+    /// RDMA operations that named a buffer none of its requests registered, each a search of
+    /// the other connections between its addresses: at most `MAX_REPAIR_TRIES`.
+    tries: u8,
+}
+
+/// Inferred connections between two addresses that `repair` chooses among.
+const MAX_INFERRED_PER_PAIR: usize = 16;
+/// Searches for a connection's right pairing before it is left as inferred. A capture that
+/// starts mid-traffic first shows RDMA operations for the requests in flight, which no
+/// connection in it registered, so the bound is well above the requests one connection has in
+/// flight. Each search asks up to `MAX_INFERRED_PER_PAIR` linkers of up to
+/// `link::MAX_TRANSFERS` requests: this bounds the work hostile traffic can cause per packet.
+const MAX_REPAIR_TRIES: u8 = 255;
 
 impl Roce {
     /// Whether the receiving QP (`dst`, `qpn`) is known to carry SMB Direct from `src`.
@@ -251,9 +278,12 @@ fn set_ulp(roce: &mut Roce, qps: &mut u64, key: QpKey, ulp: Ulp) {
 /// The first Send of an unknown QP that is SMB Direct: pair it with the reverse direction.
 fn adopt(st: &mut RdmaState, src: IpAddr, key: QpKey, ctx: &FrameCtx, p: &mut Parts) -> Ulp {
     let roce = &mut st.roce;
-    let ulp = if let Some(i) = roce.half_open.iter().rposition(|&(_, known, other)| known == src && other == key.0) {
-        let (conn, _, _) = roce.half_open.remove(i);
-        Ulp::Smbd { conn, side: 1 }
+    let ulp = if let Some(i) = roce.half_open.iter().rposition(|&(_, known, other, _)| known == src && other == key.0) {
+        let (conn, _, _, side) = roce.half_open.remove(i);
+        if let Some(inf) = roce.inferred.get_mut(&conn) {
+            inf.qps[side] = Some(key);
+        }
+        Ulp::Smbd { conn, side }
     } else if st.conns.len() >= MAX_SMBD_CONNS {
         p.anomalies.raise(Anomaly::ConnectionTableFull);
         Ulp::Other
@@ -265,13 +295,148 @@ fn adopt(st: &mut RdmaState, src: IpAddr, key: QpKey, ctx: &FrameCtx, p: &mut Pa
         if roce.half_open.len() >= 1024 {
             roce.half_open.remove(0);
         }
-        roce.half_open.push((id, key.0, src));
+        roce.half_open.push((id, key.0, src, 1));
+        let pair = roce.inferred_pairs.entry(unordered(key.0, src)).or_default();
+        if pair.len() < MAX_INFERRED_PER_PAIR {
+            pair.push(id);
+            roce.inferred.insert(id, Inferred { qps: [Some(key), None], settled: false, tries: 0 });
+        }
         Ulp::Smbd { conn: id, side: 0 }
     };
     if let Some(q) = roce.qps.get_mut(&key) {
         q.ulp = ulp;
     }
     ulp
+}
+
+/// A Read Request or RDMA Write to queue pair `key`, side `side` of connection `conn`, names
+/// buffer `token`. Connections inferred without a CM exchange pair a queue pair with the latest
+/// half-open connection between its addresses (`adopt`), which is wrong when several channels
+/// run between them (SMB multichannel over one pair of RDMA NICs, two connections each by
+/// Windows' default) and the capture starts after their exchanges: then every payload of both
+/// is linked to no request. The buffer settles it: SMB Direct registers it in a WRITE or READ
+/// request sent on the connection that the RDMA operation serves (MS-SMBD §3.1.4.3, MS-SMB2
+/// §2.2.21, §2.2.19). When no request of `conn` registered it and one of another inferred
+/// connection between the same addresses did, the queue pair is that one's: it changes places
+/// with that connection's queue pair on its side (if any), with the SMB Direct fragments in
+/// reassembly towards each and the RDMA contexts of each. Returns the connection it is now in.
+fn repair(st: &mut RdmaState, key: QpKey, conn: u64, side: usize, token: u32) -> (u64, usize) {
+    let Some(inf) = st.roce.inferred.get(&conn) else { return (conn, side) };
+    if inf.settled || inf.tries >= MAX_REPAIR_TRIES {
+        return (conn, side);
+    }
+    if st.conns.get(&conn).is_some_and(|c| c.linker.knows(token)) {
+        st.roce.inferred.get_mut(&conn).expect("present").settled = true;
+        return (conn, side);
+    }
+    st.roce.inferred.get_mut(&conn).expect("present").tries += 1;
+    let Some((other, their_side)) = registrant(st, key, token, Some(conn)) else { return (conn, side) };
+    st.stats.buffer_pairings += 1;
+    let roce = &mut st.roce;
+    let theirs = roce.inferred[&other].qps[their_side];
+    let o = roce.inferred.get_mut(&other).expect("present");
+    o.qps[their_side] = Some(key);
+    o.settled = true;
+    roce.inferred.get_mut(&conn).expect("present").qps[side] = theirs;
+    if let Some(q) = roce.qps.get_mut(&key) {
+        q.ulp = Ulp::Smbd { conn: other, side: their_side };
+    }
+    match theirs {
+        Some(t) => {
+            if let Some(q) = roce.qps.get_mut(&t) {
+                q.ulp = Ulp::Smbd { conn, side };
+            }
+        }
+        None => {
+            // `other` was waiting for this queue pair; now `conn` waits for one at its address.
+            roce.half_open.retain(|&(c, ..)| c != other);
+            roce.half_open.push((conn, key.2, key.0, side));
+        }
+    }
+    // RDMA operations already seen: each context goes with its queue pair. The data of a
+    // Read Request comes from the side it was sent to, a Write's from the other.
+    let moved = |c: &mut Context, write: bool| {
+        let s = if c.responder == key {
+            c.conn = other;
+            their_side
+        } else if Some(c.responder) == theirs {
+            c.conn = conn;
+            side
+        } else {
+            return;
+        };
+        c.from = if write { 1 - s } else { s };
+    };
+    for k in [(key.2, key.0), (key.0, key.2)] {
+        if let Some(list) = roce.reads.get_mut(&k) {
+            list.iter_mut().for_each(|c| moved(c, false));
+        }
+    }
+    for k in std::iter::once(key).chain(theirs) {
+        if let Some(q) = roce.qps.get_mut(&k) {
+            q.writes.iter_mut().for_each(|c| moved(c, true));
+        }
+    }
+    // Fragments of SMB Direct messages sent to each queue pair go with it.
+    if let Some(mut a) = st.conns.remove(&conn) {
+        if let Some(b) = st.conns.get_mut(&other) {
+            a.swap_inbound(1 - side, b, 1 - their_side);
+        }
+        st.conns.insert(conn, a);
+    }
+    (other, their_side)
+}
+
+/// The inferred connection between queue pair `key`'s two addresses (not `except`, not
+/// settled) whose requests registered buffer `token`, and its side at the queue pair's address
+/// (connections inferred from either direction's first Send have their sides either way round).
+fn registrant(st: &RdmaState, key: QpKey, token: u32, except: Option<u64>) -> Option<(u64, usize)> {
+    let side_at = |c: &SmbdConn| match (c.side_addr(0), c.side_addr(1)) {
+        (a, b) if a == key.0 && b == key.2 => Some(0),
+        (a, b) if a == key.2 && b == key.0 => Some(1),
+        _ => None,
+    };
+    let ids = st.roce.inferred_pairs.get(&unordered(key.0, key.2))?;
+    ids.iter().copied().filter(|&o| Some(o) != except && !st.roce.inferred[&o].settled).find_map(|o| {
+        let c = st.conns.get(&o)?;
+        c.linker.knows(token).then_some(())?;
+        side_at(c).map(|s| (o, s))
+    })
+}
+
+/// An RDMA operation naming buffer `token` reaches queue pair `key`, not known to carry SMB
+/// Direct yet, and an inferred connection between its addresses registered the buffer: the
+/// queue pair is that connection's, on the side at its address. A queue pair paired there
+/// before, wrongly, is unknown again, and is learned again from its own traffic.
+fn claim(st: &mut RdmaState, key: QpKey, token: u32) -> Option<Ulp> {
+    let (conn, side) = registrant(st, key, token, None)?;
+    st.stats.buffer_pairings += 1;
+    let roce = &mut st.roce;
+    let inf = roce.inferred.get_mut(&conn).expect("present");
+    let before = inf.qps[side].replace(key);
+    inf.settled = true;
+    match before {
+        Some(b) => {
+            if let Some(q) = roce.qps.get_mut(&b) {
+                q.ulp = Ulp::Unknown;
+            }
+        }
+        None => roce.half_open.retain(|&(c, ..)| c != conn),
+    }
+    let ulp = Ulp::Smbd { conn, side };
+    if let Some(q) = roce.qps.get_mut(&key) {
+        q.ulp = ulp;
+    }
+    Some(ulp)
+}
+
+/// Two addresses in one order, whichever way they were given.
+fn unordered(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -286,11 +451,15 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
         st.roce.qps.insert(key, Qp::new(Ulp::Unknown));
     }
     let mut ulp = st.roce.qps[&key].ulp;
+    if let (Ulp::Unknown, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. }, Some(reth)) = (ulp, r.kind, r.reth) {
+        // The buffer it names says which inferred connection it belongs to, if any.
+        ulp = claim(st, key, reth.r_key).unwrap_or(ulp);
+    }
     if ulp == Ulp::Unknown && matches!(r.kind, Kind::Send { first: true, .. }) && looks_like_smbdirect(r.payload) {
         ulp = adopt(st, src, key, ctx, p);
     } else if ulp == Ulp::Unknown
         && matches!(r.kind, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. })
-        && st.roce.half_open.iter().any(|&(_, known, other)| known == src && other == dst)
+        && st.roce.half_open.iter().any(|&(_, known, other, _)| known == src && other == dst)
     {
         // The reverse QP of a connection inferred from its first Send: the server's first RDMA
         // Read Request (or Write) for a WRITE (READ) reaches it before any Send does.
@@ -298,6 +467,10 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
     }
     let Ulp::Smbd { conn, side } = ulp else {
         return account_all(p, cat::RDMA_OTHER_ULP, len);
+    };
+    let (conn, side) = match (r.kind, r.reth) {
+        (Kind::ReadRequest | Kind::RdmaWrite { first: true, .. }, Some(reth)) => repair(st, key, conn, side, reth.r_key),
+        _ => (conn, side),
     };
     let from = 1 - side;
     let headers = len - r.payload.len();

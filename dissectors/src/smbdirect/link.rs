@@ -107,6 +107,11 @@ pub struct Linker {
 }
 
 impl Linker {
+    /// Did a request still open register buffer `token`?
+    pub fn knows(&self, token: u32) -> bool {
+        self.transfers.iter().any(|t| t.req.descriptors.iter().any(|d| d.token == token))
+    }
+
     /// A WRITE/READ request with RDMA descriptors.
     pub fn register(&mut self, conn: u64, req: Request, p: &mut Parts, c: &mut Counters) {
         let mut starts = Vec::with_capacity(req.descriptors.len());

@@ -159,6 +159,13 @@ impl SmbdConn {
         }
     }
 
+    /// The queue pair receiving side `from`'s messages of this connection and the one
+    /// receiving side `their_from`'s of `other` change places (`rdma::roce::repair`): so do
+    /// the fragments reassembled towards each.
+    pub fn swap_inbound(&mut self, from: usize, other: &mut SmbdConn, their_from: usize) {
+        std::mem::swap(&mut self.dirs[from & 1].reassembly, &mut other.dirs[their_from & 1].reassembly);
+    }
+
     /// Bytes of this direction's Send messages were lost: a message being reassembled is broken.
     pub fn lost(&mut self, from: usize, p: &mut Parts) {
         let d = &mut self.dirs[from & 1];

@@ -59,6 +59,11 @@ pub struct RdmaStats {
     /// traffic (the first Send that is an SMB Direct message).
     pub cm_connections: u64,
     pub inferred_connections: u64,
+    /// RoCE: queue pairs of inferred connections placed by the buffer that an RDMA operation
+    /// to them named (the WRITE or READ request that registered it is the connection's),
+    /// rather than by their addresses: paired so at first (`rdma::roce::claim`), or moved
+    /// from a wrong pairing (`rdma::roce::repair`).
+    pub buffer_pairings: u64,
     /// RoCE: connections a CM REQ/REP named for another upper layer (service ID port not SMB
     /// Direct, e.g. 4420 NVMe-oF); their traffic is `rdma_other_ulp`.
     pub other_ulp_connections: u64,
@@ -92,6 +97,7 @@ impl RdmaStats {
             smbdirect_connections,
             cm_connections,
             inferred_connections,
+            buffer_pairings,
             other_ulp_connections,
             linked_transfers,
             linked_bytes,
@@ -130,6 +136,7 @@ impl RdmaStats {
             (&mut self.smbdirect_connections, smbdirect_connections),
             (&mut self.cm_connections, cm_connections),
             (&mut self.inferred_connections, inferred_connections),
+            (&mut self.buffer_pairings, buffer_pairings),
             (&mut self.other_ulp_connections, other_ulp_connections),
             (&mut self.linked_transfers, linked_transfers),
             (&mut self.linked_bytes, linked_bytes),
