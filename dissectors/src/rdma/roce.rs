@@ -167,7 +167,7 @@ struct Inferred {
     settled: bool,
     /// RDMA operations that named a buffer none of its requests registered, each a search of
     /// the other connections between its addresses: at most `MAX_REPAIR_TRIES`.
-    tries: u8,
+    tries: u16,
 }
 
 /// Inferred connections between two addresses that `repair` chooses among.
@@ -177,7 +177,7 @@ const MAX_INFERRED_PER_PAIR: usize = 16;
 /// connection in it registered, so the bound is well above the requests one connection has in
 /// flight. Each search asks up to `MAX_INFERRED_PER_PAIR` linkers of up to
 /// `link::MAX_TRANSFERS` requests: this bounds the work hostile traffic can cause per packet.
-const MAX_REPAIR_TRIES: u8 = 255;
+const MAX_REPAIR_TRIES: u16 = 256;
 
 impl Roce {
     /// Whether the receiving QP (`dst`, `qpn`) is known to carry SMB Direct from `src`.
