@@ -1,6 +1,7 @@
 """Differential fuzzing of whole runs: random captures, damaged at random, analysed as a user
 runs smbwire, and compared with themselves. Each case is 1-3 captures, each either generated
-(`smbwire synth`'s engine: a random scenario, transport, I/O size, channels, mirror copies,
+(`smbwire synth`'s engine, one in five started mid-traffic, its first records left out: a
+random scenario, transport, I/O size, channels, mirror copies,
 retransmission, reordering, loss, compression, tunnels, link rate, MSS, RoCE path MTU, SMB
 Direct's send size, descriptors, invalidation and solicited events, iWARP's MPA options and
 Terminate, another upper layer's RoCE connection) or one of `captures/` (bundled and
@@ -134,6 +135,18 @@ def damage(r: random.Random, data: bytes) -> tuple[bytes, str]:
     return bytes(b), how
 
 
+def cut_head(r: random.Random, data: bytes) -> tuple[bytes, int]:
+    """A generated (little-endian pcap) capture that starts mid-traffic: its first records
+    (0 to 40% of them) left out, as when a live capture starts after the connections' setup.
+    Returns the bytes and how many records were left out."""
+    at, starts = 24, []
+    while at + 16 <= len(data):
+        starts.append(at)
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    k = r.randrange(len(starts) * 2 // 5 + 1) if starts else 0
+    return (data[:24] + data[starts[k]:] if k else data), k
+
+
 def result(path: Path) -> dict:
     r = json.loads(path.read_text())
     r.pop("analysis")
@@ -251,7 +264,8 @@ def truth_checkable(what: dict) -> bool:
     """An input whose generator's truth `analyze` must find: generated, undamaged, no packet
     lost for good (a lost packet that is retransmitted loses nothing)."""
     spec = what.get("synth")
-    return spec is not None and "damage" not in what and not (spec.get("loss") and spec.get("loss_mode") == "drop")
+    return (spec is not None and "damage" not in what and not what.get("records_left_out")
+            and not (spec.get("loss") and spec.get("loss_mode") == "drop"))
 
 
 def against_truth(truth: dict, r: dict) -> list[str]:
@@ -371,6 +385,8 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
                     truths.append(json.loads(_core.synth(json.dumps(spec), str(cap))))
                     data = cap.read_bytes()
                     what = {"synth": spec}
+                    if r.random() < 0.2:
+                        data, what["records_left_out"] = cut_head(r, data)
                 if r.random() < mutate:
                     data, what["damage"] = damage(r, data)
                 cap.write_bytes(data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,30 @@ def test_differences_and_failures_are_findings(tmp_path, monkeypatch):
     case = json.loads((kept / "case.json").read_text())
     assert case["inputs"] and "failed" in case["found"][0]
     assert len(list(kept.glob("c*.pcap*"))) == len(case["inputs"])
+
+
+def test_a_capture_started_mid_traffic_keeps_whole_records(tmp_path):
+    d = load()
+    from smbwire import _core
+
+    cap = tmp_path / "c.pcap"
+    _core.synth(json.dumps({"scenario": "mirror2", "bytes": 1 << 20, "io_size": 65536, "seed": 1}), str(cap))
+    data = cap.read_bytes()
+    cuts = {d.cut_head(random.Random(seed), data)[1] for seed in range(30)}
+    assert len(cuts) > 10
+    for seed in range(30):
+        got, k = d.cut_head(random.Random(seed), data)
+        assert got[:24] == data[:24] and data.endswith(got[24:])
+        (tmp_path / "cut.pcap").write_bytes(got)
+        p = subprocess.run([sys.executable, "-m", "smbwire", "analyze", str(tmp_path / "cut.pcap"), "-q", "--json",
+                            str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        acc = json.loads((tmp_path / "r.json").read_text())["accounting"]
+        assert acc["reconciled"] and acc.get("categories", {}).get("truncated_tail", 0) == 0, (seed, k)
+        if seed >= 5:
+            break
+    assert not d.truth_checkable({"synth": {}, "records_left_out": 3})
+    assert d.truth_checkable({"synth": {}, "records_left_out": 0})
 
 
 def test_damage_keeps_the_file_header(tmp_path):
