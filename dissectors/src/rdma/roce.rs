@@ -797,6 +797,11 @@ mod tests {
     const C: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
     const S: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
     const QP_S: u32 = 0x22;
+    /// Queue pairs of two connections between C (`QP_A`, `QP_B`) and S (`QP_SA`, `QP_SB`).
+    const QP_A: u32 = 0x31;
+    const QP_B: u32 = 0x32;
+    const QP_SA: u32 = 0x41;
+    const QP_SB: u32 = 0x42;
 
     struct Null;
     impl PayloadSink for Null {
@@ -846,6 +851,27 @@ mod tests {
             let mut p = Parts { anomalies: &mut self.an, accounting: &mut self.acct, smb: &mut self.smb, sink: &mut sink };
             self.st.finish(&FrameCtx::default(), &mut p);
             assert_eq!(self.acct.total(), self.fed, "every byte accounted");
+        }
+
+        /// A run with no queue pair known.
+        fn empty() -> Self {
+            Rig { st: RdmaState::new(), smb: SmbState::new(), an: Anomalies::default(), acct: Accounting::default(), fed: 0, frames: 0 }
+        }
+
+        /// The connection queue pair `key` carries.
+        fn conn_of(&self, key: QpKey) -> u64 {
+            match self.st.roce.qps[&key].ulp {
+                Ulp::Smbd { conn, .. } => conn,
+                u => panic!("{u:?}"),
+            }
+        }
+
+        /// No Read Response was left without its request or outside its message; the end.
+        fn placed_every_response(&mut self) {
+            for a in ["rdma.read_response_without_request", "rdma.data_outside_message"] {
+                assert_eq!(self.an.get(a), 0, "{a}");
+            }
+            self.finish();
         }
 
         /// What the held packets of every QP and address pair charge, counted from the lists.
@@ -1069,10 +1095,6 @@ mod tests {
     /// found by the differential's ground truth (4-channel RoCE, 229 of 934 sends lost).
     #[test]
     fn a_read_response_goes_to_its_own_queue_pairs_request() {
-        const QP_A: u32 = 0x31;
-        const QP_B: u32 = 0x32;
-        const QP_SA: u32 = 0x41;
-        const QP_SB: u32 = 0x42;
         let reth = |va: u64| {
             let mut b = Vec::new();
             Reth { va, r_key: 9, dma_length: 3 * 1024 }.emit(&mut b);
@@ -1081,7 +1103,7 @@ mod tests {
         let neg = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 255, preferred_send_size: 1364, max_receive_size: 8192, max_fragmented_size: 1 << 20 };
         let aeth = [0u8; 4];
         let data = vec![0x33; 1024];
-        let mut r = Rig { st: RdmaState::new(), smb: SmbState::new(), an: Anomalies::default(), acct: Accounting::default(), fed: 0, frames: 0 };
+        let mut r = Rig::empty();
         // Each connection: the client's Send to the server's queue pair and the server's to
         // the client's pair them; then the server's Read Request (a WRITE's data) to the
         // client's queue pair.
@@ -1091,13 +1113,9 @@ mod tests {
         r.feed(C, S, &ib::emit(opcode::SEND_ONLY, QP_SB, 9, true, &[], &neg.emit()));
         r.feed(S, C, &ib::emit(opcode::SEND_ONLY, QP_B, 101, true, &[], &neg.emit()));
         r.feed(S, C, &ib::emit(opcode::RDMA_READ_REQUEST, QP_B, 102, true, &reth(0x20000), &[]));
-        let conn_of = |r: &Rig, key: QpKey| match r.st.roce.qps[&key].ulp {
-            Ulp::Smbd { conn, .. } => conn,
-            u => panic!("{u:?}"),
-        };
-        assert_ne!(conn_of(&r, (S, QP_SA, C)), conn_of(&r, (S, QP_SB, C)), "two connections");
-        assert_eq!(conn_of(&r, (S, QP_SA, C)), conn_of(&r, (C, QP_A, S)));
-        assert_eq!(conn_of(&r, (S, QP_SB, C)), conn_of(&r, (C, QP_B, S)));
+        assert_ne!(r.conn_of((S, QP_SA, C)), r.conn_of((S, QP_SB, C)), "two connections");
+        assert_eq!(r.conn_of((S, QP_SA, C)), r.conn_of((C, QP_A, S)));
+        assert_eq!(r.conn_of((S, QP_SB, C)), r.conn_of((C, QP_B, S)));
         assert_eq!(r.st.roce.reads[&(S, C)].len(), 2);
         // The client answers on the server's queue pairs, A's LAST after B's request.
         r.feed(C, S, &ib::emit(opcode::RDMA_READ_RESPONSE_FIRST, QP_SA, 100, false, &aeth, &data));
@@ -1109,12 +1127,8 @@ mod tests {
         r.feed(C, S, &ib::emit(opcode::RDMA_READ_RESPONSE_LAST, QP_SB, 104, false, &aeth, &data));
         assert!(r.st.roce.read_orphans.get(&(S, C)).is_none_or(|o| o.list.is_empty()));
         assert_eq!(r.st.stats.gaps, 0);
-        for a in ["rdma.read_response_without_request", "rdma.data_outside_message"] {
-            assert_eq!(r.an.get(a), 0, "{a}");
-        }
-        r.finish();
+        r.placed_every_response();
     }
-
 
     /// Connections inferred without a CM exchange can pair queue pairs wrongly: two
     /// channels' first Sends from the client before the server's, so the server's first Sends
@@ -1122,32 +1136,21 @@ mod tests {
     /// pair of another connection than its request's, and still finds it (`find_read`).
     #[test]
     fn a_read_response_finds_its_request_across_a_wrongly_inferred_pairing() {
-        const QP_A: u32 = 0x31;
-        const QP_B: u32 = 0x32;
-        const QP_SA: u32 = 0x41;
-        const QP_SB: u32 = 0x42;
         let mut reth = Vec::new();
         Reth { va: 0x10000, r_key: 9, dma_length: 2 * 1024 }.emit(&mut reth);
         let neg = NegotiateRequest { min_version: 0x100, max_version: 0x100, credits_requested: 255, preferred_send_size: 1364, max_receive_size: 8192, max_fragmented_size: 1 << 20 };
         let data = vec![0x44; 1024];
-        let mut r = Rig { st: RdmaState::new(), smb: SmbState::new(), an: Anomalies::default(), acct: Accounting::default(), fed: 0, frames: 0 };
+        let mut r = Rig::empty();
         r.feed(C, S, &ib::emit(opcode::SEND_ONLY, QP_SA, 7, true, &[], &neg.emit()));
         r.feed(C, S, &ib::emit(opcode::SEND_ONLY, QP_SB, 9, true, &[], &neg.emit()));
         r.feed(S, C, &ib::emit(opcode::SEND_ONLY, QP_A, 99, true, &[], &neg.emit()));
         r.feed(S, C, &ib::emit(opcode::SEND_ONLY, QP_B, 199, true, &[], &neg.emit()));
-        let conn_of = |r: &Rig, key: QpKey| match r.st.roce.qps[&key].ulp {
-            Ulp::Smbd { conn, .. } => conn,
-            u => panic!("{u:?}"),
-        };
-        assert_ne!(conn_of(&r, (S, QP_SA, C)), conn_of(&r, (C, QP_A, S)), "paired wrongly");
+        assert_ne!(r.conn_of((S, QP_SA, C)), r.conn_of((C, QP_A, S)), "paired wrongly");
         r.feed(S, C, &ib::emit(opcode::RDMA_READ_REQUEST, QP_A, 100, true, &reth, &[]));
         r.feed(C, S, &ib::emit(opcode::RDMA_READ_RESPONSE_FIRST, QP_SA, 100, false, &[0; 4], &data));
         r.feed(C, S, &ib::emit(opcode::RDMA_READ_RESPONSE_LAST, QP_SA, 101, false, &[0; 4], &data));
         assert!(r.st.roce.read_orphans.get(&(S, C)).is_none_or(|o| o.list.is_empty()), "placed in the request");
-        for a in ["rdma.read_response_without_request", "rdma.data_outside_message"] {
-            assert_eq!(r.an.get(a), 0, "{a}");
-        }
-        r.finish();
+        r.placed_every_response();
     }
 
 }
