@@ -80,7 +80,7 @@ def test_a_capture_started_mid_traffic_keeps_whole_records(tmp_path):
     data = cap.read_bytes()
     cuts = {d.cut_head(random.Random(seed), data)[1] for seed in range(30)}
     assert len(cuts) > 10
-    for seed in range(30):
+    for seed in range(6):
         got, k = d.cut_head(random.Random(seed), data)
         assert got[:24] == data[:24] and data.endswith(got[24:])
         (tmp_path / "cut.pcap").write_bytes(got)
@@ -89,8 +89,6 @@ def test_a_capture_started_mid_traffic_keeps_whole_records(tmp_path):
         assert p.returncode == 0, p.stderr
         acc = json.loads((tmp_path / "r.json").read_text())["accounting"]
         assert acc["reconciled"] and acc.get("categories", {}).get("truncated_tail", 0) == 0, (seed, k)
-        if seed >= 5:
-            break
     assert not d.truth_checkable({"synth": {}, "records_left_out": 3})
     assert d.truth_checkable({"synth": {}, "records_left_out": 0})
 
