@@ -13,7 +13,6 @@ benchmarks measure the core-to-core round trip (`core_round_trip_ns`) next to ea
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 _PROBE_SRC = Path(__file__).resolve().with_name("core_latency.c")
-_probe: Path | None = None
+_probe: int | None = None
 
 
 def blake3_simd(flags: set[str]) -> str:
@@ -73,19 +72,20 @@ def line(m: dict) -> str:
             + (f", core-to-core round trip {m['core_round_trip_ns']:.0f} ns" if m.get("core_round_trip_ns") else ""))
 
 
-def _probe_binary() -> Path | None:
-    """`core_latency.c` built once per process, in a directory removed when the process ends
-    (None without a C compiler)."""
+def _probe_binary() -> int | None:
+    """`core_latency.c` built once per process (None without a C compiler): an open descriptor
+    of the binary, whose directory is removed as soon as it is built, so nothing is left on
+    disk however the process ends (an exit handler does not run when a process is killed, and
+    runs of the whole test suite left a directory behind). Run it as `/proc/self/fd/N`."""
     global _probe
     if _probe is None:
         cc = shutil.which("cc") or shutil.which("gcc")
         if cc is None:
             return None
-        out = Path(tempfile.mkdtemp(prefix="smbwire-bench-")) / "core_latency"
-        # The directory goes when the process ends (one was left behind by every run before).
-        atexit.register(shutil.rmtree, out.parent, True)
-        subprocess.run([cc, "-O2", "-pthread", str(_PROBE_SRC), "-o", str(out)], check=True)
-        _probe = out
+        with tempfile.TemporaryDirectory(prefix="smbwire-bench-") as d:
+            out = Path(d) / "core_latency"
+            subprocess.run([cc, "-O2", "-pthread", str(_PROBE_SRC), "-o", str(out)], check=True)
+            _probe = os.open(out, os.O_RDONLY | os.O_CLOEXEC)
     return _probe
 
 
@@ -101,6 +101,6 @@ def core_round_trip_ns(cpus: tuple[int, int] | None = None, trips: int = 200_000
     probe = _probe_binary()
     if probe is None:
         return None
-    out = subprocess.run([str(probe), str(cpus[0]), str(cpus[1]), str(trips)], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run([f"/proc/self/fd/{probe}", str(cpus[0]), str(cpus[1]), str(trips)], check=True,
+                         capture_output=True, text=True, pass_fds=(probe,))
     return float(out.stdout)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,16 +99,22 @@ def test_a_round_whose_probes_disagree_is_neither_near_nor_far():
     assert m.round_trip_range({"rounds": rounds}) == "100-450"
 
 
-def test_the_probe_is_built_once_and_its_directory_goes_at_exit():
-    """The core round-trip probe is compiled into a temporary directory, which the process
-    removes when it ends (no directory left behind per benchmark run)."""
+def test_the_probe_is_built_once_and_leaves_nothing_on_disk_even_when_killed():
+    """The core round-trip probe is compiled once per process into a temporary directory that
+    is removed at once (the process keeps the binary open and runs it through /proc/self/fd):
+    a benchmark process killed before its exit handlers run leaves no directory behind."""
     assert shutil.which("cc") or shutil.which("gcc"), "the machine kind has gcc"
-    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+    before = set(Path(tempfile.gettempdir()).glob("smbwire-bench-*"))
+    code = ("import importlib.util, os, signal, sys; s = importlib.util.spec_from_file_location('m', sys.argv[1]); "
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
-            "a = m._probe_binary(); b = m._probe_binary(); assert a == b and a.exists(); "
-            "assert m.core_round_trip_ns(trips=2000) > 0; print(a)")
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "bench" / "machine.py")],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    probe = Path(out)
-    assert probe.name == "core_latency" and probe.parent.name.startswith("smbwire-bench-")
-    assert not probe.parent.exists()
+            "a = m._probe_binary(); b = m._probe_binary(); assert a == b; "
+            "assert m.core_round_trip_ns(trips=2000) > 0 and m.core_round_trip_ns(trips=2000) > 0; "
+            "print(os.readlink(f'/proc/self/fd/{a}'), flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    p = subprocess.run([sys.executable, "-c", code, str(ROOT / "bench" / "machine.py")],
+                       capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    target = p.stdout.strip()
+    # The open binary's directory was already gone while the process ran.
+    assert target.endswith("/core_latency (deleted)"), target
+    assert Path(target.removesuffix(" (deleted)")).parent.name.startswith("smbwire-bench-")
+    assert set(Path(tempfile.gettempdir()).glob("smbwire-bench-*")) <= before
