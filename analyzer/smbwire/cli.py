@@ -816,10 +816,14 @@ class _SynthCommand(click.Command):
 @click.option("--encap", metavar="KIND",
               help="Deliver the frames as a remote mirror session does: gretap, erspan1, erspan2, erspan3 "
                    "(GRE), vxlan (UDP 4789) or geneve (UDP 6081); none (default) is a local mirror port.")
+@click.option("--vlan", metavar="KIND",
+              help="Deliver the frames tagged, as a mirror port on a trunk does: dot1q (VLAN 100, priority 3, "
+                   "as SMB Direct over RoCE runs) or qinq (an 802.1ad service tag, VLAN 200, around it); "
+                   "none (default) is untagged.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
           retransmit: float | None, reorder: float | None, seed: int | None, zero_fill: float | None,
           transport: str | None, topology_out: str | None, truth_out: str | None,
-          compression: str | None, encap: str | None) -> int:
+          compression: str | None, encap: str | None, vlan: str | None) -> int:
     """Generate a capture of SCENARIO with known duplicate figures."""
     for path in (topology_out, truth_out):
         if path is not None:
@@ -829,7 +833,7 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
                        ("reorder", reorder), ("seed", seed), ("zero_fill", zero_fill),
-                       ("transport", transport), ("encap", encap)):
+                       ("transport", transport), ("encap", encap), ("vlan", vlan)):
         if value is not None:
             spec[key] = value
     if compression is not None:

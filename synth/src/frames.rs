@@ -280,6 +280,59 @@ mod tests {
     }
 }
 
+/// The 802.1Q/802.1ad tags a mirror port on a trunk delivers the frames with (`Spec::vlan`).
+/// SMB Direct over RoCE runs in a tagged VLAN: priority flow control, which lossless RoCE
+/// needs, is signalled by the tag's priority (Microsoft's guidance for SMB Direct: priority 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Vlan {
+    /// Untagged.
+    #[default]
+    None,
+    /// One customer tag (0x8100): VLAN 100, priority 3.
+    Dot1q,
+    /// A service tag (0x88a8, VLAN 200) around the customer tag (802.1ad, "QinQ").
+    Qinq,
+}
+
+impl Vlan {
+    pub fn from_name(name: &str) -> Result<Vlan, String> {
+        Ok(match name {
+            "none" => Vlan::None,
+            "dot1q" => Vlan::Dot1q,
+            "qinq" => Vlan::Qinq,
+            other => return Err(format!("unknown vlan {other:?} (\"none\", \"dot1q\" or \"qinq\")")),
+        })
+    }
+
+    /// The tags, outermost first.
+    pub fn tags(self) -> [Option<ethernet::VlanTag>; 2] {
+        let c = ethernet::VlanTag { tpid: ethernet::ethertype::VLAN, pcp: 3, dei: false, vid: 100 };
+        let s = ethernet::VlanTag { tpid: ethernet::ethertype::QINQ, pcp: 3, dei: false, vid: 200 };
+        match self {
+            Vlan::None => [None, None],
+            Vlan::Dot1q => [Some(c), None],
+            Vlan::Qinq => [Some(s), Some(c)],
+        }
+    }
+}
+
+/// `frame` (an untagged Ethernet II frame) with `tags` put in after its addresses, written
+/// into `out` through the engine's Ethernet encoder.
+pub fn tag_frame(out: &mut Vec<u8>, frame: &[u8], tags: [Option<ethernet::VlanTag>; 2]) {
+    let untagged = ethernet::Packet::new_unchecked(frame);
+    let eth = ethernet::Repr {
+        src_addr: untagged.src_addr(),
+        dst_addr: untagged.dst_addr(),
+        tags,
+        ethertype: untagged.ethertype(),
+    };
+    let at = eth.header_len();
+    out.clear();
+    out.resize(at + frame.len() - ETHERNET_HEADER_LEN, 0);
+    eth.emit(&mut ethernet::Packet::new_unchecked(&mut out[..]));
+    out[at..].copy_from_slice(&frame[ETHERNET_HEADER_LEN..]);
+}
+
 /// How a remote mirror session delivers the frames to the capture point (`Spec::encap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Encap {

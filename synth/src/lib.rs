@@ -198,6 +198,7 @@ pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Resu
     }
     let mut tap = pcap::Tap::new(pcap, START_NS, spec.link_gbps, spec.mirror_dup);
     tap.tunnel = frames::Tunnel::new(frames::Encap::from_name(&spec.encap).unwrap_or_default());
+    tap.vlan = frames::Vlan::from_name(&spec.vlan).unwrap_or_default();
     let net = data::stream(spec.seed, PURPOSE_NETWORK, 0);
     let loss_mode = if spec.loss_mode == "drop" {
         tcp::LossMode::Drop

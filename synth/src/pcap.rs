@@ -147,6 +147,9 @@ pub struct Tap<W: Write> {
     pub mirror_duplicates: u64,
     /// A remote mirror session's tunnel around every frame recorded (`Spec::encap`).
     pub tunnel: Option<crate::frames::Tunnel>,
+    /// The tags every frame is recorded with (`Spec::vlan`; inside the tunnel, if any).
+    pub vlan: crate::frames::Vlan,
+    tagged: Vec<u8>,
 }
 
 impl<W: Write> Tap<W> {
@@ -159,6 +162,8 @@ impl<W: Write> Tap<W> {
             mirror_dup,
             mirror_duplicates: 0,
             tunnel: None,
+            vlan: crate::frames::Vlan::None,
+            tagged: Vec::new(),
         }
     }
 
@@ -171,8 +176,14 @@ impl<W: Write> Tap<W> {
         self.clock_ps += ns * 1000;
     }
 
-    /// Write `frame` as the capture point receives it (inside the tunnel, if any).
+    /// Write `frame` as the capture point receives it (tagged and inside the tunnel, if any).
     fn record(&mut self, ts: u64, frame: &[u8]) -> io::Result<()> {
+        let frame = if self.vlan == crate::frames::Vlan::None {
+            frame
+        } else {
+            crate::frames::tag_frame(&mut self.tagged, frame, self.vlan.tags());
+            &self.tagged[..]
+        };
         match self.tunnel.as_mut() {
             Some(t) => self.pcap.write_frame(ts, t.wrap(frame, ts)),
             None => self.pcap.write_frame(ts, frame),
@@ -183,8 +194,9 @@ impl<W: Write> Tap<W> {
     pub fn emit(&mut self, frame: &[u8]) -> io::Result<()> {
         let ts = self.now_ns();
         self.record(ts, frame)?;
-        // The link clock paces the mirrored link's frames, not the tunnel's.
-        self.clock_ps += (frame.len() as u64 + WIRE_OVERHEAD) * self.ps_per_byte;
+        // The link clock paces the mirrored link's frames (with their tags), not the tunnel's.
+        let tags = self.vlan.tags().iter().flatten().count() as u64 * 4;
+        self.clock_ps += (frame.len() as u64 + tags + WIRE_OVERHEAD) * self.ps_per_byte;
         if self.mirror_dup {
             // The SPAN session copies the same bytes once on ingress and once on egress (a
             // remote session sends each copy in a tunnel packet of its own).

@@ -83,6 +83,10 @@ pub struct Spec {
     /// "erspan1", "erspan2", "erspan3" (ERSPAN types I-III over GRE), "vxlan" (UDP 4789) or "geneve" (UDP 6081).
     /// Ethernet transports only (not "infiniband").
     pub encap: String,
+    /// The VLAN tags the mirror port delivers the frames with (`frames::Vlan`): "none", "dot1q"
+    /// (VLAN 100, priority 3, as SMB Direct over RoCE runs) or "qinq" (802.1ad service tag,
+    /// VLAN 200, around it). Ethernet transports only.
+    pub vlan: String,
 }
 
 impl Default for Spec {
@@ -115,6 +119,7 @@ impl Default for Spec {
             solicited_event: false,
             compression: "none".into(),
             encap: "none".into(),
+            vlan: "none".into(),
         }
     }
 }
@@ -258,6 +263,9 @@ impl Spec {
         let encap = crate::frames::Encap::from_name(&self.encap)?;
         if encap != crate::frames::Encap::None && self.transport == "infiniband" {
             return Err("encap (--encap) applies to Ethernet transports, not infiniband".into());
+        }
+        if crate::frames::Vlan::from_name(&self.vlan)? != crate::frames::Vlan::None && self.transport == "infiniband" {
+            return Err("vlan (--vlan) applies to Ethernet transports, not infiniband".into());
         }
         super::scenario::flows(&self.scenario)?;
         Ok(())

@@ -179,6 +179,39 @@ def test_options_of_a_case(tmp_path):
     assert c["from_ns"] == 1738238400_500_000_000 and c["reorder_buffer_bytes"] == 65536
 
 
+def test_generated_cases_draw_every_synthesizer_option(tmp_path):
+    """Every field of the synthesizer's spec (`synth/src/spec.rs`) is drawn, with every value of
+    the options that name kinds, and the drawn specs are ones the synthesizer accepts: an
+    option added to the synthesizer and not to the differential fails here."""
+    import re
+
+    from smbwire import _core
+
+    d = load()
+    text = (ROOT / "synth" / "src" / "spec.rs").read_text()
+    body = text[text.index("pub struct Spec {"):]
+    fields = set(re.findall(r"^    pub (\w+):", body[:body.index("\n}\n")], re.M))
+    assert {"vlan", "encap", "compression", "mtu", "mss"} <= fields
+    r = random.Random(3)
+    drawn: dict[str, set] = {}
+    for i in range(3000):
+        spec = d.random_spec(r, i)
+        for k, v in spec.items():
+            drawn.setdefault(k, set()).add(json.dumps(v))
+        if spec["transport"] == "infiniband":
+            assert "vlan" not in spec and "encap" not in spec
+    assert fields - set(drawn) == set()
+    assert drawn["vlan"] == {'"dot1q"', '"qinq"'}
+    assert drawn["encap"] == {f'"{k}"' for k in ("gretap", "erspan1", "erspan2", "erspan3", "vxlan", "geneve")}
+    assert drawn["transport"] == {f'"{t}"' for t in ("tcp", "rocev1", "rocev2", "infiniband", "iwarp")}
+    # Drawn specs with tags, shrunk to 64 KiB: the synthesizer accepts them.
+    r = random.Random(4)
+    tagged = [s for s in (d.random_spec(r, i) for i in range(200)) if "vlan" in s][:12]
+    assert {s["transport"] for s in tagged} >= {"tcp", "rocev2"}
+    for i, spec in enumerate(tagged):
+        _core.synth(json.dumps({**spec, "bytes": 65536}), str(tmp_path / f"{i}.pcap"))
+
+
 def test_limits_of_a_workers_state_skip_the_thread_comparison(tmp_path, monkeypatch):
     """A limit of state each worker holds for itself, reached, lets the thread counts differ
     (README): such a case is counted as limited and its threads and shards are not compared.
