@@ -4,7 +4,7 @@ runs smbwire, and compared with themselves. Each case is 1-3 captures, each eith
 random scenario, transport, I/O size, channels, mirror copies,
 retransmission, reordering, loss, compression, tunnels, link rate, MSS, RoCE path MTU, SMB
 Direct's send size, descriptors, invalidation and solicited events, iWARP's MPA options and
-Terminate, another upper layer's RoCE connection, 802.1Q and QinQ tags) or one of `captures/` (bundled and
+Terminate, another upper layer's RoCE connection, 802.1Q and QinQ tags, IPv6) or one of `captures/` (bundled and
 public), then (most of the time) damaged: bytes past the file header changed, a stretch
 zeroed, or the file cut short, and analysed with random options: the window, a topology,
 `--assume-members`, `--interval`, `--max-index-memory`, `--max-memory`, `--reorder-buffer`,
@@ -116,6 +116,8 @@ def random_spec(r: random.Random, seed: int) -> dict:
         spec["encap"] = r.choice(["gretap", "erspan1", "erspan2", "erspan3", "vxlan", "geneve"])
     if transport != "infiniband" and r.random() < 0.25:
         spec["vlan"] = r.choice(["dot1q", "qinq"])
+    if transport != "infiniband" and r.random() < 0.2:
+        spec["ipv6"] = True
     return spec
 
 

@@ -820,16 +820,17 @@ class _SynthCommand(click.Command):
               help="Deliver the frames tagged, as a mirror port on a trunk does: dot1q (VLAN 100, priority 3, "
                    "as SMB Direct over RoCE runs) or qinq (an 802.1ad service tag, VLAN 200, around it); "
                    "none (default) is untagged.")
+@click.option("--ipv6", is_flag=True, help="IPv6 (2001:2::1 and ::2, RFC 5180's benchmarking prefix) in place of IPv4.")
 def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirror_dup: bool,
           retransmit: float | None, reorder: float | None, seed: int | None, zero_fill: float | None,
           transport: str | None, topology_out: str | None, truth_out: str | None,
-          compression: str | None, encap: str | None, vlan: str | None) -> int:
+          compression: str | None, encap: str | None, vlan: str | None, ipv6: bool) -> int:
     """Generate a capture of SCENARIO with known duplicate figures."""
     for path in (topology_out, truth_out):
         if path is not None:
             engine.check_writable(path)
     engine.check_outputs([("--output", out), ("--topology-out", topology_out), ("--truth-out", truth_out)], [])
-    spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
+    spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup, "ipv6": ipv6}
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
                        ("reorder", reorder), ("seed", seed), ("zero_fill", zero_fill),

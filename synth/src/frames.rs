@@ -1,5 +1,6 @@
-//! Ethernet II / IPv4 / TCP frames for the synthesizer, emitted through the `smbwire_dissectors::wire`
-//! views (`ethernet::Repr`, `ipv4::Repr`, `tcp::Repr`), which also fill the checksums.
+//! Ethernet II / IPv4 or IPv6 / TCP frames for the synthesizer, emitted through the
+//! `smbwire_dissectors::wire` views (`ethernet::Repr`, `ipv4::Repr`, `ipv6::Repr`, `tcp::Repr`),
+//! which also fill the checksums.
 
 use smbwire_dissectors::rdma::{cm, ib};
 use smbwire_dissectors::wire::{erspan, ethernet, geneve, gre, ipv4, ipv6, tcp, udp, vxlan};
@@ -21,7 +22,7 @@ pub use tcp::flags;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     pub mac: [u8; 6],
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     pub port: u16,
 }
 
@@ -53,11 +54,12 @@ fn eth_header(src: &Endpoint, dst: &Endpoint, ethertype: u16) -> ethernet::Repr 
     }
 }
 
-/// Sizes `frame` for an Ethernet II / IPv4 frame from `src` to `dst` carrying `l4_len` bytes of
-/// protocol `next_header` (padded to the minimum frame length) and writes the two headers, the
-/// IPv4 checksum filled in. Returns where the layer-4 header goes and the frame's length
-/// before padding.
-fn eth_ipv4(
+/// Sizes `frame` for an Ethernet II / IPv4 (or IPv6, by the addresses) frame from `src` to
+/// `dst` carrying `l4_len` bytes of protocol `next_header` (padded to the minimum frame
+/// length) and writes the two headers, the IPv4 checksum filled in (IPv6: `ip_id` unused,
+/// `dscp_ecn` is the Traffic Class, no flow label). Returns where the layer-4 header goes and
+/// the frame's length before padding.
+fn eth_ip(
     frame: &mut Vec<u8>,
     src: &Endpoint,
     dst: &Endpoint,
@@ -66,27 +68,59 @@ fn eth_ipv4(
     ip_id: u16,
     dscp_ecn: u8,
 ) -> (usize, usize) {
-    let ip = ipv4::Repr {
-        src_addr: src.ip,
-        dst_addr: dst.ip,
-        next_header,
-        payload_len: l4_len,
-        hop_limit: TTL,
-        ident: ip_id,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-        dscp_ecn,
-    };
-    let eth = eth_header(src, dst, ethernet::ethertype::IPV4);
-    let ip_at = eth.header_len();
-    let l4_at = ip_at + ip.buffer_len();
-    let len = l4_at + l4_len;
-    frame.clear();
-    frame.resize(len.max(MIN_FRAME_LEN), 0);
-    eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
-    ip.emit(&mut ipv4::Packet::new_unchecked(&mut frame[ip_at..len]));
-    (l4_at, len)
+    match (src.ip, dst.ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = ipv4::Repr {
+                src_addr: s,
+                dst_addr: d,
+                next_header,
+                payload_len: l4_len,
+                hop_limit: TTL,
+                ident: ip_id,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                dscp_ecn,
+            };
+            let eth = eth_header(src, dst, ethernet::ethertype::IPV4);
+            let ip_at = eth.header_len();
+            let l4_at = ip_at + ip.buffer_len();
+            let len = l4_at + l4_len;
+            frame.clear();
+            frame.resize(len.max(MIN_FRAME_LEN), 0);
+            eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
+            ip.emit(&mut ipv4::Packet::new_unchecked(&mut frame[ip_at..len]));
+            (l4_at, len)
+        }
+        (s, d) => {
+            let ip = ipv6::Repr {
+                src_addr: v6(s),
+                dst_addr: v6(d),
+                next_header,
+                payload_len: l4_len,
+                hop_limit: TTL,
+                traffic_class: dscp_ecn,
+                flow_label: 0,
+            };
+            let eth = eth_header(src, dst, ethernet::ethertype::IPV6);
+            let ip_at = eth.header_len();
+            let l4_at = ip_at + ip.buffer_len();
+            let len = l4_at + l4_len;
+            frame.clear();
+            frame.resize(len.max(MIN_FRAME_LEN), 0);
+            eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
+            ip.emit(&mut ipv6::Packet::new_unchecked(&mut frame[ip_at..len]));
+            (l4_at, len)
+        }
+    }
+}
+
+/// `ip` as IPv6 (an IPv4 address in its IPv4-mapped form).
+fn v6(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
 }
 
 impl FrameBuilder {
@@ -121,20 +155,20 @@ impl FrameBuilder {
             options: t.options,
             payload: &self.payload,
         };
-        let (tcp_at, len) = eth_ipv4(&mut self.frame, src, dst, ipv4::protocol::TCP, seg.buffer_len(), ip_id, 0);
+        let (tcp_at, len) = eth_ip(&mut self.frame, src, dst, ipv4::protocol::TCP, seg.buffer_len(), ip_id, 0);
         seg.emit(
             &mut tcp::Packet::new_unchecked(&mut self.frame[tcp_at..len]),
-            IpAddr::V4(src.ip),
-            IpAddr::V4(dst.ip),
+            src.ip,
+            dst.ip,
         );
         &self.frame
     }
 
-    /// One Ethernet/IPv4/UDP frame whose UDP payload is the concatenation of `payload`
+    /// One Ethernet/IPv4 (or IPv6) /UDP frame whose UDP payload is the concatenation of `payload`
     /// parts followed by `trailer_len` zero bytes the caller fills in afterwards (the
     /// RoCEv2 ICRC). The UDP checksum is 0, "not computed" (RFC 768), as RoCEv2 senders
     /// send it (annex A17.4.2 leaves it to the sender; the ICRC protects the packet).
-    /// Returns the frame and the offset of the IPv4 header.
+    /// Returns the frame (its IP header after the Ethernet header).
     #[allow(clippy::too_many_arguments)]
     pub fn udp_frame(
         &mut self,
@@ -151,9 +185,9 @@ impl FrameBuilder {
             dst_port: dst.port,
             payload: &self.payload,
         };
-        let (udp_at, len) = eth_ipv4(&mut self.frame, src, dst, ipv4::protocol::UDP, dgram.buffer_len(), ip_id, dscp_ecn);
+        let (udp_at, len) = eth_ip(&mut self.frame, src, dst, ipv4::protocol::UDP, dgram.buffer_len(), ip_id, dscp_ecn);
         let mut u = udp::Packet::new_unchecked(&mut self.frame[udp_at..len]);
-        dgram.emit(&mut u, IpAddr::V4(src.ip), IpAddr::V4(dst.ip));
+        dgram.emit(&mut u, src.ip, dst.ip);
         u.set_checksum(0);
         &mut self.frame[..]
     }
@@ -173,7 +207,7 @@ impl FrameBuilder {
         trailer_len: usize,
     ) -> &mut [u8] {
         self.stage_payload(payload, trailer_len);
-        let gid = |ip: Ipv4Addr| Ipv6Addr::from(cm::ipv4_gid(ip));
+        let gid = |ip: IpAddr| Ipv6Addr::from(cm::ip_gid(ip));
         let hdr = ipv6::Repr {
             src_addr: gid(src.ip),
             dst_addr: gid(dst.ip),
@@ -226,12 +260,12 @@ mod tests {
     fn checksums_verify_to_zero() {
         let a = Endpoint {
             mac: [2, 0, 0, 0, 0, 1],
-            ip: Ipv4Addr::new(198, 18, 0, 1),
+            ip: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             port: 50000,
         };
         let b = Endpoint {
             mac: [2, 0, 0, 0, 0, 2],
-            ip: Ipv4Addr::new(198, 18, 0, 2),
+            ip: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
             port: 445,
         };
         let mut fb = FrameBuilder::default();
@@ -250,8 +284,8 @@ mod tests {
         assert_eq!(reference_sum(ip), 0xffff);
         let seg = &buf[34..];
         let mut pseudo = Vec::new();
-        pseudo.extend_from_slice(&a.ip.octets());
-        pseudo.extend_from_slice(&b.ip.octets());
+        pseudo.extend_from_slice(&v6(a.ip).octets()[12..]);
+        pseudo.extend_from_slice(&v6(b.ip).octets()[12..]);
         pseudo.extend_from_slice(&[0, 6]);
         pseudo.extend_from_slice(&(seg.len() as u16).to_be_bytes());
         pseudo.extend_from_slice(seg);
@@ -260,10 +294,36 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_frames_carry_a_checksummed_segment() {
+        let end = |last: u16, port: u16| Endpoint {
+            mac: [2, 0, 0, 0, 0, last as u8],
+            ip: IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, last)),
+            port,
+        };
+        let (a, b) = (end(1, 50000), end(2, 445));
+        let mut fb = FrameBuilder::default();
+        let t = TcpFields { seq: 1, ack: 2, flags: flags::ACK | flags::PSH, window: 100, options: &[] };
+        let buf = fb.tcp_frame(&a, &b, 77, &t, &[b"hello"]).to_vec();
+        assert_eq!(u16::from_be_bytes([buf[12], buf[13]]), ethernet::ethertype::IPV6);
+        assert_eq!(buf[14] >> 4, 6);
+        assert_eq!(u16::from_be_bytes([buf[18], buf[19]]) as usize, TCP_HEADER_LEN + 5); // payload length
+        assert_eq!(buf[20], 6); // next header: TCP
+        let seg = &buf[54..];
+        // RFC 8200 §8.1 pseudo-header: addresses, upper-layer length (32 bits), next header.
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&buf[22..54]);
+        pseudo.extend_from_slice(&(seg.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 6]);
+        pseudo.extend_from_slice(seg);
+        assert_eq!(reference_sum(&pseudo), 0xffff);
+        assert_eq!(&seg[TCP_HEADER_LEN..], b"hello");
+    }
+
+    #[test]
     fn short_frames_are_padded() {
         let a = Endpoint {
             mac: [2; 6],
-            ip: Ipv4Addr::new(198, 18, 0, 1),
+            ip: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             port: 1,
         };
         let mut fb = FrameBuilder::default();
@@ -390,8 +450,8 @@ impl Tunnel {
 
     /// `inner` as the collector captures it.
     pub fn wrap(&mut self, inner: &[u8], ts_ns: u64) -> &[u8] {
-        let switch = Endpoint { mac: [0x02, 0, 0xc6, 0x13, 0, 1], ip: Ipv4Addr::new(198, 19, 0, 1), port: 49152 };
-        let collector = Endpoint { mac: [0x02, 0, 0xc6, 0x13, 0, 2], ip: Ipv4Addr::new(198, 19, 0, 2), port: vxlan::PORT };
+        let switch = Endpoint { mac: [0x02, 0, 0xc6, 0x13, 0, 1], ip: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)), port: 49152 };
+        let collector = Endpoint { mac: [0x02, 0, 0xc6, 0x13, 0, 2], ip: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)), port: vxlan::PORT };
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         if self.kind == Encap::Vxlan {
@@ -436,7 +496,7 @@ impl Tunnel {
         });
         let e_len = e.map_or(0, |e| e.header_len());
         let l4_len = g.header_len() + e_len + inner.len();
-        let (at, len) = eth_ipv4(&mut self.frame, &switch, &collector, ipv4::protocol::GRE, l4_len, seq as u16, 0);
+        let (at, len) = eth_ip(&mut self.frame, &switch, &collector, ipv4::protocol::GRE, l4_len, seq as u16, 0);
         g.emit(&mut gre::Packet::new_unchecked(&mut self.frame[at..len]));
         let at = at + g.header_len();
         if let Some(e) = e {

@@ -40,7 +40,7 @@ pub use spec::Spec;
 pub use truth::Truth;
 
 use std::io::{self, Write};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
 /// A cluster node as the capture sees it.
@@ -49,26 +49,34 @@ pub struct Host {
     pub index: usize,
     pub name: &'static str,
     pub mac: [u8; 6],
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
 }
 
 pub const OWNER: usize = 0;
 pub const PARTNER: usize = 1;
 
-/// The two nodes of the experiments (RFC 2544 benchmarking addresses, locally administered MACs).
-pub fn hosts() -> Vec<Host> {
+/// The two nodes of the experiments (RFC 2544 benchmarking addresses, 198.18.0.1 and .2; with
+/// `ipv6`, RFC 5180's benchmarking prefix, 2001:2::1 and ::2; locally administered MACs).
+pub fn hosts(ipv6: bool) -> Vec<Host> {
+    let ip = |n: u8| {
+        if ipv6 {
+            IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, u16::from(n)))
+        } else {
+            IpAddr::V4(Ipv4Addr::new(198, 18, 0, n))
+        }
+    };
     vec![
         Host {
             index: OWNER,
             name: "owner",
             mac: [0x02, 0x53, 0x32, 0x44, 0x00, 0x01],
-            ip: Ipv4Addr::new(198, 18, 0, 1),
+            ip: ip(1),
         },
         Host {
             index: PARTNER,
             name: "partner",
             mac: [0x02, 0x53, 0x32, 0x44, 0x00, 0x02],
-            ip: Ipv4Addr::new(198, 18, 0, 2),
+            ip: ip(2),
         },
     ]
 }
@@ -189,7 +197,7 @@ pub const INTERRUPTED: &str = "interrupted";
 pub fn generate_to<W: Write>(spec: &Spec, pcap: pcap::PcapWriter<W>) -> io::Result<Truth> {
     let flows = scenario::flows(&spec.scenario)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let hosts = hosts();
+    let hosts = hosts(spec.ipv6);
     let mut pcap = pcap;
     if spec.transport == "infiniband" {
         // tshark 4 does not read LINKTYPE_INFINIBAND (247) files; it decodes ERF InfiniBand

@@ -65,15 +65,18 @@ fn bth(opcode: u8, dest_qp: u32, psn: u32, ack_req: bool, len: usize) -> Bth {
     }
 }
 
-/// The LID of an end: the low 16 bits of its IPv4 address, kept in the unicast range.
+/// The LID of an end: the low 16 bits of its address, kept in the unicast range.
 fn lid_of(e: &Endpoint) -> u16 {
     lid_of_ip(e.ip)
 }
 
-/// The LID the InfiniBand transport gives the node with IPv4 address `ip`.
-pub fn lid_of_ip(ip: std::net::Ipv4Addr) -> u16 {
-    let o = ip.octets();
-    (u16::from_be_bytes([o[2], o[3]]) & 0xbfff).max(1)
+/// The LID the InfiniBand transport gives the node with address `ip`.
+pub fn lid_of_ip(ip: std::net::IpAddr) -> u16 {
+    let low = match ip {
+        std::net::IpAddr::V4(a) => u16::from_be_bytes([a.octets()[2], a.octets()[3]]),
+        std::net::IpAddr::V6(a) => a.segments()[7],
+    };
+    (low & 0xbfff).max(1)
 }
 
 /// One native InfiniBand packet (LRH, `body` = BTH onwards with its pad, ICRC, VCRC) as an ERF
@@ -297,7 +300,12 @@ impl RoceLink {
             &[hdr, payload, &pad[..npad]],
             ICRC_LEN,
         );
-        let total = usize::from(u16::from_be_bytes([frame[ip_at + 2], frame[ip_at + 3]]));
+        // The IP packet's length: IPv4's total length, or IPv6's header and payload length.
+        let total = if frame[ip_at] >> 4 == 6 {
+            ib::GRH_LEN + usize::from(u16::from_be_bytes([frame[ip_at + 4], frame[ip_at + 5]]))
+        } else {
+            usize::from(u16::from_be_bytes([frame[ip_at + 2], frame[ip_at + 3]]))
+        };
         let end = ip_at + total;
         let crc = icrc_rocev2(&frame[ip_at..end - ICRC_LEN]);
         frame[end - ICRC_LEN..end].copy_from_slice(&crc.to_le_bytes());

@@ -87,6 +87,9 @@ pub struct Spec {
     /// (VLAN 100, priority 3, as SMB Direct over RoCE runs) or "qinq" (802.1ad service tag,
     /// VLAN 200, around it). Ethernet transports only.
     pub vlan: String,
+    /// IPv6 in place of IPv4 (RFC 5180's benchmarking prefix 2001:2::/48): SMB2 over TCP,
+    /// iWARP, RoCEv2 over UDP/IPv6, RoCEv1 with the addresses as GIDs. Ethernet transports only.
+    pub ipv6: bool,
 }
 
 impl Default for Spec {
@@ -120,6 +123,7 @@ impl Default for Spec {
             compression: "none".into(),
             encap: "none".into(),
             vlan: "none".into(),
+            ipv6: false,
         }
     }
 }
@@ -266,6 +270,9 @@ impl Spec {
         }
         if crate::frames::Vlan::from_name(&self.vlan)? != crate::frames::Vlan::None && self.transport == "infiniband" {
             return Err("vlan (--vlan) applies to Ethernet transports, not infiniband".into());
+        }
+        if self.ipv6 && self.transport == "infiniband" {
+            return Err("ipv6 (--ipv6) applies to Ethernet transports, not infiniband".into());
         }
         super::scenario::flows(&self.scenario)?;
         Ok(())

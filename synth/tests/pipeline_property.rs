@@ -31,8 +31,8 @@ use smbwire_synth::smb2 as msg;
 use proptest::prelude::*;
 use std::net::Ipv4Addr;
 
-const CLIENT: Endpoint = Endpoint { mac: [2, 0, 0, 0, 0, 1], ip: Ipv4Addr::new(198, 18, 0, 1), port: 49_152 };
-const SERVER: Endpoint = Endpoint { mac: [2, 0, 0, 0, 0, 2], ip: Ipv4Addr::new(198, 18, 0, 2), port: 445 };
+const CLIENT: Endpoint = Endpoint { mac: [2, 0, 0, 0, 0, 1], ip: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), port: 49_152 };
+const SERVER: Endpoint = Endpoint { mac: [2, 0, 0, 0, 0, 2], ip: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), port: 445 };
 const ISN: [u32; 2] = [0x1000_0000, 0xffff_f000]; // client, server (the server's wraps)
 const FILE_ID: msg::FileId = msg::FileId { persistent: 0x11, volatile: 0x22 };
 const BLOCK: usize = 4096;
@@ -326,7 +326,7 @@ fn expected(ios: &[Io]) -> Vec<Key> {
         .filter(|(_, io)| !io.data.is_empty())
         .map(|(i, io)| {
             let d = digest_of(&io.data);
-            let src = IpAddr::V4(if io.write { CLIENT.ip } else { SERVER.ip });
+            let src = if io.write { CLIENT.ip } else { SERVER.ip };
             let blocks = d.blocks.iter().map(|b| (b.hash, b.len, b.trivial)).collect();
             (i as u64 + 2, io.write, io.offset, d.len, d.digest, blocks, src, Some("vm\\disk.vhdx".to_string()))
         })

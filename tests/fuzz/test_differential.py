@@ -199,14 +199,15 @@ def test_generated_cases_draw_every_synthesizer_option(tmp_path):
         for k, v in spec.items():
             drawn.setdefault(k, set()).add(json.dumps(v))
         if spec["transport"] == "infiniband":
-            assert "vlan" not in spec and "encap" not in spec
+            assert "vlan" not in spec and "encap" not in spec and "ipv6" not in spec
     assert fields - set(drawn) == set()
     assert drawn["vlan"] == {'"dot1q"', '"qinq"'}
+    assert drawn["ipv6"] == {"true"}
     assert drawn["encap"] == {f'"{k}"' for k in ("gretap", "erspan1", "erspan2", "erspan3", "vxlan", "geneve")}
     assert drawn["transport"] == {f'"{t}"' for t in ("tcp", "rocev1", "rocev2", "infiniband", "iwarp")}
-    # Drawn specs with tags, shrunk to 64 KiB: the synthesizer accepts them.
+    # Drawn specs with tags or IPv6, shrunk to 64 KiB: the synthesizer accepts them.
     r = random.Random(4)
-    tagged = [s for s in (d.random_spec(r, i) for i in range(200)) if "vlan" in s][:12]
+    tagged = [s for s in (d.random_spec(r, i) for i in range(200)) if "vlan" in s or "ipv6" in s][:16]
     assert {s["transport"] for s in tagged} >= {"tcp", "rocev2"}
     for i, spec in enumerate(tagged):
         _core.synth(json.dumps({**spec, "bytes": 65536}), str(tmp_path / f"{i}.pcap"))

@@ -6,7 +6,7 @@
 //! ClassSpecific, TransactionID, AttributeID, Reserved, AttributeModifier), then the CM message.
 //! Offsets below are relative to the CM message (IBTA Table 99 REQ, Table 110 REP).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 pub const MAD_HEADER_LEN: usize = 24;
 /// A CM MAD is 256 bytes: the common header and a 232-byte message (IBTA §13.4.2).
@@ -164,6 +164,15 @@ pub fn ipv4_gid(ip: Ipv4Addr) -> [u8; 16] {
     ip.to_ipv6_mapped().octets()
 }
 
+/// The GID of a RoCE port with address `ip`: IPv4-mapped for IPv4, the address itself for
+/// IPv6 (annex A17.4.5).
+pub fn ip_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => ipv4_gid(v4),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
 /// Modified EUI-64 from a MAC, the usual node GUID of a RoCE adapter.
 pub fn guid_from_mac(mac: [u8; 6]) -> u64 {
     u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
@@ -187,7 +196,7 @@ pub struct End {
     pub qpn: u32,
     pub start_psn: u32,
     pub guid: u64,
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
     /// The RDMA CM port: the client's source port, or the service's port.
     pub port: u16,
 }
@@ -236,8 +245,8 @@ pub fn connect_request(tid: u64, client: &End, server: &End, mtu: u64) -> [u8; M
     // LIDs: permissive (routed, RoCE).
     d[req::PRIMARY_LOCAL_PORT_LID..][..2].copy_from_slice(&0xffffu16.to_be_bytes());
     d[req::PRIMARY_REMOTE_PORT_LID..][..2].copy_from_slice(&0xffffu16.to_be_bytes());
-    d[req::PRIMARY_LOCAL_PORT_GID..][..16].copy_from_slice(&ipv4_gid(client.ip));
-    d[req::PRIMARY_REMOTE_PORT_GID..][..16].copy_from_slice(&ipv4_gid(server.ip));
+    d[req::PRIMARY_LOCAL_PORT_GID..][..16].copy_from_slice(&ip_gid(client.ip));
+    d[req::PRIMARY_REMOTE_PORT_GID..][..16].copy_from_slice(&ip_gid(server.ip));
     // 88..92 PrimaryFlowLabel, PrimaryPacketRate: 0; 92 PrimaryTrafficClass 0
     d[req::PRIMARY_HOP_LIMIT] = 64;
     // 94 PrimarySL 0, PrimarySubnetLocal 0 (routed)
@@ -245,10 +254,25 @@ pub fn connect_request(tid: u64, client: &End, server: &End, mtu: u64) -> [u8; M
     // 96..140 alternate path: none. PrivateData: the IP CM header, then nothing.
     let p = &mut d[req::PRIVATE_DATA..];
     p[ip_cm::VERSION] = 0x00; // MajV 0, MinV 0
-    p[ip_cm::IP_VERSION] = 4 << 4;
     p[ip_cm::SRC_PORT..][..2].copy_from_slice(&client.port.to_be_bytes());
-    p[ip_cm::SRC_IP + 12..][..4].copy_from_slice(&client.ip.octets());
-    p[ip_cm::DST_IP + 12..][..4].copy_from_slice(&server.ip.octets());
+    match (client.ip, server.ip) {
+        (IpAddr::V6(c), IpAddr::V6(s)) => {
+            p[ip_cm::IP_VERSION] = 6 << 4;
+            p[ip_cm::SRC_IP..][..16].copy_from_slice(&c.octets());
+            p[ip_cm::DST_IP..][..16].copy_from_slice(&s.octets());
+        }
+        _ => {
+            // IPv4 in the last 4 bytes of each 16 (an IPv6 end paired with IPv4 is not a
+            // connection a port can make: its IPv4-mapped form).
+            let v4 = |ip: IpAddr| match ip {
+                IpAddr::V4(a) => a.octets(),
+                IpAddr::V6(a) => a.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED).octets(),
+            };
+            p[ip_cm::IP_VERSION] = 4 << 4;
+            p[ip_cm::SRC_IP + 12..][..4].copy_from_slice(&v4(client.ip));
+            p[ip_cm::DST_IP + 12..][..4].copy_from_slice(&v4(server.ip));
+        }
+    }
     m
 }
 
@@ -351,9 +375,35 @@ mod tests {
             qpn,
             start_psn: 0xABCDEF,
             guid: guid_from_mac([2, 0x53, 0x32, 0x44, 0, 1]),
-            ip: Ipv4Addr::from(ip),
+            ip: IpAddr::from(ip),
             port: 445,
         }
+    }
+
+    /// Over IPv6 the GIDs are the addresses, and the IP CM private data says IPV 6 and holds
+    /// both addresses whole (annex A11.6.1); over IPv4, IPV 4 and the addresses in the last 4
+    /// bytes of their fields, the GIDs IPv4-mapped.
+    #[test]
+    fn connect_request_names_ipv6_ends() {
+        let v6 = |n: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, n));
+        let (c, s) = (End { ip: v6(1), port: 49152, ..end(7, [0; 4]) }, End { ip: v6(2), ..end(9, [0; 4]) });
+        let m = connect_request(1, &c, &s, 4096);
+        let d = &m[MAD_HEADER_LEN..];
+        assert_eq!(d[req::PRIMARY_LOCAL_PORT_GID..][..16], ip_gid(c.ip));
+        assert_eq!(d[req::PRIMARY_REMOTE_PORT_GID..][..16], ip_gid(s.ip));
+        assert_eq!(ip_gid(c.ip)[..2], [0x20, 0x01]);
+        let p = &d[req::PRIVATE_DATA..];
+        assert_eq!(p[ip_cm::IP_VERSION] >> 4, 6);
+        assert_eq!(p[ip_cm::SRC_IP..][..16], ip_gid(c.ip));
+        assert_eq!(p[ip_cm::DST_IP..][..16], ip_gid(s.ip));
+        assert_eq!(u16::from_be_bytes([p[ip_cm::SRC_PORT], p[ip_cm::SRC_PORT + 1]]), 49152);
+        let (c4, s4) = (end(7, [198, 18, 0, 1]), end(9, [198, 18, 0, 2]));
+        let m = connect_request(1, &c4, &s4, 4096);
+        let d = &m[MAD_HEADER_LEN..];
+        let p = &d[req::PRIVATE_DATA..];
+        assert_eq!(p[ip_cm::IP_VERSION] >> 4, 4);
+        assert_eq!(p[ip_cm::SRC_IP..][..16], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 198, 18, 0, 1]);
+        assert_eq!(d[req::PRIMARY_LOCAL_PORT_GID..][..16], ipv4_gid(Ipv4Addr::new(198, 18, 0, 1)));
     }
 
     /// The full REQ/REP/RTU/DREQ/DREP: fields where IBTA puts them, and what `parse` reads back.

@@ -414,22 +414,32 @@ impl<'a> Repr<'a> {
 /// the `crc` crate.
 static CRC32: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
 
-/// The ICRC of a RoCEv2 packet `ip` (IPv4 header through the payload and pad, without the
-/// ICRC): CRC-32 over 8 bytes of ones standing for the LRH, then the packet with the
-/// variant fields replaced by ones: IPv4 TOS, TTL and header checksum, UDP checksum, and
-/// BTH resv8a (annex A17.4.3.3; IBTA vol. 1 §7.8.1). Sent least significant byte first.
+/// The ICRC of a RoCEv2 packet `ip` (IPv4 or IPv6 header through the payload and pad, without
+/// the ICRC): CRC-32 over 8 bytes of ones standing for the LRH, then the packet with the
+/// variant fields replaced by ones: IPv4 TOS, TTL and header checksum, or IPv6 Traffic Class,
+/// Flow Label and Hop Limit; the UDP checksum; and BTH resv8a (annex A17.4.3.3; IBTA vol. 1
+/// §7.8.1). Sent least significant byte first.
 pub fn icrc_rocev2(ip: &[u8]) -> u32 {
     const UDP_LEN: usize = 8;
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let v6 = ip[0] >> 4 == 6;
+    let ihl = if v6 { crate::wire::ipv6::HEADER_LEN } else { usize::from(ip[0] & 0x0f) * 4 };
     let mut c = CRC32.digest();
     c.update(&[0xff; 8]);
     let mut h = [0u8; 60 + UDP_LEN + BTH_LEN];
     let n = ihl + UDP_LEN + BTH_LEN;
     h[..n].copy_from_slice(&ip[..n]);
-    h[1] = 0xff; // TOS
-    h[8] = 0xff; // TTL
-    h[10] = 0xff; // header checksum
-    h[11] = 0xff;
+    if v6 {
+        h[0] |= 0x0f; // Traffic Class (high nibble)
+        h[1] = 0xff; // Traffic Class (low nibble), Flow Label
+        h[2] = 0xff;
+        h[3] = 0xff;
+        h[7] = 0xff; // Hop Limit
+    } else {
+        h[1] = 0xff; // TOS
+        h[8] = 0xff; // TTL
+        h[10] = 0xff; // header checksum
+        h[11] = 0xff;
+    }
     h[ihl + 6] = 0xff; // UDP checksum
     h[ihl + 7] = 0xff;
     h[ihl + UDP_LEN + 4] = 0xff; // BTH resv8a
@@ -538,6 +548,35 @@ mod tests {
         assert_eq!(icrc_rocev2(&ACK_PACKET[..n - ICRC_LEN]).to_le_bytes(), ACK_PACKET[n - ICRC_LEN..]);
         // The CRC-32 catalogue check value: the CRC of ASCII "123456789".
         assert_eq!(CRC32.checksum(b"123456789"), 0xCBF4_3926);
+    }
+
+    /// RoCEv2 over IPv6: the real ACK above with an IPv6 header in place of the IPv4 one. The
+    /// variant fields (Traffic Class, Flow Label, Hop Limit, the UDP checksum, BTH resv8a;
+    /// annex A17.4.3.3, as Linux's rxe driver masks them) do not change the ICRC; the version,
+    /// payload length, next header, addresses and every transport byte do.
+    #[test]
+    fn icrc_rocev2_over_ipv6_covers_the_invariant_fields() {
+        let udp_on = &ACK_PACKET[20..ACK_PACKET.len() - ICRC_LEN];
+        let mut p = vec![0x60, 0, 0, 0];
+        p.extend_from_slice(&(udp_on.len() as u16 + ICRC_LEN as u16).to_be_bytes());
+        p.extend_from_slice(&[17, 64]);
+        p.extend_from_slice(&[0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        p.extend_from_slice(&[0x20, 0x01, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        p.extend_from_slice(udp_on);
+        let base = icrc_rocev2(&p);
+        assert_ne!(base, icrc_rocev2(&ACK_PACKET[..ACK_PACKET.len() - ICRC_LEN]));
+        // Variant: TC (low nibble of byte 0, high of byte 1), Flow Label, Hop Limit, UDP checksum, resv8a.
+        for (at, v) in [(0, 0x6f), (1, 0xb5), (2, 0x12), (3, 0x34), (7, 1), (46, 0x12), (47, 0x34), (52, 0x77)] {
+            let mut q = p.clone();
+            q[at] = v;
+            assert_eq!(icrc_rocev2(&q), base, "byte {at}");
+        }
+        // Invariant: payload length, next header, both addresses, UDP ports and length, BTH, AETH.
+        for at in [4, 5, 6, 8, 23, 24, 39, 40, 42, 44, 48, 51, 53, 56, 59] {
+            let mut q = p.clone();
+            q[at] ^= 0x01;
+            assert_ne!(icrc_rocev2(&q), base, "byte {at}");
+        }
     }
 
     /// Every BTH field, the AETH and the DETH read back what was written; the bytes are those
