@@ -60,6 +60,26 @@ impl Repr {
     pub fn is_session_message(&self) -> bool {
         self.kind == kind::SESSION_MESSAGE
     }
+
+    /// Does a control packet's length fit its type (RFC 1002 §4.3.2-4.3.7)? A session request
+    /// holds the called and calling names, each at least 34 bytes encoded (a 16-byte name's 32
+    /// plus its length byte and the terminating root label) and at most 255 (RFC 1002 §4.1,
+    /// RFC 883's bound); a positive response and a keepalive are empty; a negative response
+    /// holds its error code, a retarget response an IPv4 address and a port. A session
+    /// message's length is checked elsewhere (against what the connection negotiated).
+    ///
+    /// Mid-stream, four bytes of payload that start with a control type are read as a header:
+    /// with any length believed, they would skip up to 16 MiB of the messages that follow
+    /// (found on 2026-12-07 with a capture starting inside a WRITE's data).
+    pub fn control_length_fits(&self) -> bool {
+        match self.kind {
+            kind::SESSION_REQUEST => (2 * 34..=2 * 255).contains(&self.length),
+            kind::POSITIVE_SESSION_RESPONSE | kind::SESSION_KEEP_ALIVE => self.length == 0,
+            kind::NEGATIVE_SESSION_RESPONSE => self.length == 1,
+            kind::RETARGET_SESSION_RESPONSE => self.length == 6,
+            _ => true,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -80,6 +100,19 @@ mod tests {
         assert!(!r.is_session_message());
         assert_eq!(Repr::parse(&[0x42, 0, 0, 0]), Err(Error::UnknownType(0x42)));
         assert_eq!(Repr::parse(&[0, 0, 0]), Err(Error::Truncated));
+    }
+
+    #[test]
+    fn control_packets_have_the_lengths_of_their_types() {
+        let fits = |kind: u8, length: u32| Repr { kind, length }.control_length_fits();
+        assert!(fits(kind::SESSION_KEEP_ALIVE, 0) && !fits(kind::SESSION_KEEP_ALIVE, 4));
+        assert!(fits(kind::POSITIVE_SESSION_RESPONSE, 0) && !fits(kind::POSITIVE_SESSION_RESPONSE, 1));
+        assert!(fits(kind::NEGATIVE_SESSION_RESPONSE, 1) && !fits(kind::NEGATIVE_SESSION_RESPONSE, 0));
+        assert!(fits(kind::RETARGET_SESSION_RESPONSE, 6) && !fits(kind::RETARGET_SESSION_RESPONSE, 7));
+        // Two 16-byte names, encoded: 68 bytes (a scope adds labels).
+        assert!(fits(kind::SESSION_REQUEST, 68) && fits(kind::SESSION_REQUEST, 510));
+        assert!(!fits(kind::SESSION_REQUEST, 67) && !fits(kind::SESSION_REQUEST, 0xa0bfde));
+        assert!(fits(kind::SESSION_MESSAGE, 0x68));
     }
 
     #[test]

@@ -23,6 +23,7 @@ impl Smb2Stream {
     pub(super) fn on_netbios_header(&mut self, p: &mut Parts) {
         match netbios::Repr::parse(&self.small[..4]) {
             Err(_) => self.lose_framing(Anomaly::NetbiosBadType, p),
+            Ok(r) if !r.control_length_fits() => self.lose_framing(Anomaly::NetbiosBadLength, p),
             Ok(r) if !r.is_session_message() => {
                 // Session request/response, keepalive: transport metadata.
                 p.accounting.add(cat::SMB_METADATA, 4);

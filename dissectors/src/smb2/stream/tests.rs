@@ -656,3 +656,30 @@ fn a_forged_netbios_length_does_not_swallow_the_messages_after_it() {
     assert_eq!((h.rec.sends.len(), h.anomalies.get("smb2.netbios_length_implausible")), (0, 1));
     assert_eq!(smb_categories(&h), h.fed);
 }
+
+#[test]
+fn a_capture_starting_where_data_reads_as_a_session_request_loses_nothing_after_it() {
+    // A capture that starts inside w1's data, at bytes that read as an RFC 1002 session
+    // request of 0xa0bfde bytes. Believed, it skipped w2 and w3 (and up to 16 MiB more); a
+    // session request is 68 to 510 bytes long, so framing is lost and found again at w2.
+    let mut d1 = data(3000, 1);
+    d1[1000..1004].copy_from_slice(&[0x81, 0xa0, 0xbf, 0xde]);
+    let w1 = netbios(&write_req(1, [1; 16], 0, &d1, false, 0));
+    let w2 = netbios(&write_req(2, [1; 16], 4096, &data(4096, 2), false, 0));
+    let w3 = netbios(&write_req(3, [1; 16], 8192, &data(4096, 3), false, 0));
+    let cut = 4 + 64 + 48 + 1000;
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w1[cut..], &w2, &w3]);
+    s.on_close(&ctx(0), &mut h.parts());
+    let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
+    assert_eq!(ids, vec![2, 3]);
+    assert_eq!(h.anomalies.get("smb2.netbios_bad_length"), 1);
+    assert_eq!(h.accounting.get(cat::SMB_UNPARSED), (w1.len() - cut) as u64);
+    assert_eq!(smb_categories(&h), h.fed);
+    // A keepalive (0x85, length 0) and a positive session response are still metadata.
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&[0x85, 0, 0, 0], &[0x82, 0, 0, 0], &w2]);
+    s.on_close(&ctx(0), &mut h.parts());
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.smb.stats.resyncs, 0);
+}
