@@ -37,7 +37,10 @@ with recorded keys is among the inputs. A case is a finding when:
     python fuzz/differential.py --truth-only --minutes 20 --out /tmp/truth
 
 `--truth-only` runs only the last check, on generated captures alone (undamaged, no packet
-lost for good), about five times as many cases a minute.
+lost for good), about five times as many cases a minute; and, for half of the captures whose
+frames are in stream order, cuts one in two at a random record: the head and the tail (a
+capture started mid-traffic) must reconcile, find nothing the whole does not, and lose
+together only the messages the cut splits (at most one per direction of each connection).
 
 Each finding's captures and options are kept in OUT/finding-N/ (case.json says what was
 generated, how it was damaged and what differed). Prints one line per finding and a summary;
@@ -143,10 +146,7 @@ def cut_head(r: random.Random, data: bytes) -> tuple[bytes, int]:
     """A generated (little-endian pcap) capture that starts mid-traffic: its first records
     (0 to 40% of them) left out, as when a live capture starts after the connections' setup.
     Returns the bytes and how many records were left out."""
-    at, starts = 24, []
-    while at + 16 <= len(data):
-        starts.append(at)
-        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    starts = records(data)
     k = r.randrange(len(starts) * 2 // 5 + 1) if starts else 0
     return (data[:24] + data[starts[k]:] if k else data), k
 
@@ -420,15 +420,64 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
     return done, findings, limited_cases, truth_cases
 
 
-def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) -> tuple[int, list[str]]:
+def records(data: bytes) -> list[int]:
+    """Where each record of a (little-endian, generated) pcap starts."""
+    at, starts = 24, []
+    while at + 16 <= len(data):
+        starts.append(at)
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    return starts
+
+
+def cuttable(spec: dict) -> bool:
+    """A generated capture whose frames are in stream order (no retransmission, reordering or
+    loss), so a cut between two records splits at most one message per direction of each
+    connection."""
+    return not (spec.get("retransmit") or spec.get("reorder") or spec.get("loss"))
+
+
+def cut_check(work: Path, capture: Path, whole: dict, k: int) -> list:
+    """The capture cut in two at its record `k`: the head (records before `k`) and the tail (a
+    capture starting mid-traffic at `k`) must each reconcile, find no payload or message the
+    whole capture does not (head + tail <= whole), and lose together only the messages the
+    cut splits: at most one per direction of each connection (TCP flows, SMB Direct
+    connections, each counted both ways). The tail is what a capture started during the
+    traffic sees."""
+    data = capture.read_bytes()
+    starts = records(data)
+    head, tail = work / "head.pcap", work / "tail.pcap"
+    head.write_bytes(data[:starts[k]])
+    tail.write_bytes(data[:24] + data[starts[k]:])
+    parts = []
+    for part in (head, tail):
+        smbwire("analyze", part, "-t", work / "truth.toml", "--json", work / "part.json", "-q")
+        parts.append(result(work / "part.json"))
+    found = []
+    for name, r in zip(("head", "tail"), parts):
+        if not r["accounting"]["reconciled"]:
+            found.append(f"{name}: accounting not reconciled")
+    directions = 2 * (whole["tcp"]["flows"] + whole["rdma"]["smbdirect_connections"])
+    for key in ("write_req_pdus", "read_resp_pdus"):
+        lost = whole["smb2"][key] - parts[0]["smb2"][key] - parts[1]["smb2"][key]
+        if not 0 <= lost <= directions:
+            found.append(f"smb2.{key}: whole {whole['smb2'][key]}, head {parts[0]['smb2'][key]}, "
+                         f"tail {parts[1]['smb2'][key]} (at most {directions} split)")
+    got = sum(p["totals"]["payload_bytes"] for p in parts)
+    if got > whole["totals"]["payload_bytes"]:
+        found.append(f"totals.payload_bytes: head + tail {got} > whole {whole['totals']['payload_bytes']}")
+    return [{"cut_at_record": k, "cut": found}] if found else []
+
+
+def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) -> tuple[int, list[str], int]:
     """`--truth-only`: only the ground-truth check, about five times as many cases a minute as
     `run`. Each case is one generated capture of a drawn spec, undamaged and with no packet
     lost for good (`loss_mode` "drop" becomes "retransmit"), analysed on 1 or 2 threads on the
-    scenario's own topology."""
+    scenario's own topology; half of those in stream order are also cut in two (`cut_check`).
+    Returns how many cases ran, the findings, and how many were cut."""
     r = random.Random(seed)
     end = time.monotonic() + seconds if seconds is not None else None
     findings: list[str] = []
-    done = 0
+    done = cuts = 0
     with tempfile.TemporaryDirectory(prefix="smbwire-truth-") as tmp:
         work = Path(tmp)
         while (cases is None or done < cases) and (end is None or time.monotonic() < end):
@@ -439,17 +488,23 @@ def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) ->
             cap = work / "c.pcap"
             truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
             threads = r.choice([1, 2])
+            cut = None
             try:
                 found = truth_check(work, cap, truth, threads)
+                if not found and cuttable(spec) and r.random() < 0.5:
+                    cut = r.randrange(1, len(records(cap.read_bytes())))
+                    cuts += 1
+                    found = cut_check(work, cap, result(work / "t.json"), cut)
             except RuntimeError as e:
                 found = [{"failed": str(e)}]
             if found:
                 keep = out / f"finding-{done}"
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(cap, keep)
-                (keep / "case.json").write_text(json.dumps({"inputs": [{"synth": spec}], "found": found}, indent=1))
+                (keep / "case.json").write_text(json.dumps({"inputs": [{"synth": spec}], "cut_at_record": cut,
+                                                            "found": found}, indent=1))
                 findings.append(f"case {done}: {json.dumps(found)[:300]} ({keep})")
-    return done, findings
+    return done, findings, cuts
 
 
 def random_options(r: random.Random, work: Path, captures: list[Path], keys: list[str | None]) -> tuple[list, list]:
@@ -510,10 +565,10 @@ def main() -> int:
     args = ap.parse_args()
     minutes = args.minutes if args.minutes is not None else (None if args.cases else 10.0)
     if args.truth_only:
-        done, findings = run_truth(args.seed, args.cases, None if minutes is None else minutes * 60, args.out)
+        done, findings, cuts = run_truth(args.seed, args.cases, None if minutes is None else minutes * 60, args.out)
         for f in findings:
             print(f)
-        print(f"{done} cases checked against the generator's truth: {len(findings)} findings")
+        print(f"{done} cases checked against the generator's truth, {cuts} of them also cut in two: {len(findings)} findings")
         return 1 if findings else 0
     done, findings, limited_cases, truth_cases = run(args.seed, args.cases, None if minutes is None else minutes * 60, args.damage, args.out)
     for f in findings:

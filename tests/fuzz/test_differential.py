@@ -35,7 +35,9 @@ def test_a_short_truth_only_run_finds_nothing(tmp_path):
     p = subprocess.run([sys.executable, str(SCRIPT), "--truth-only", "--seed", "5", "--cases", "20",
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip().splitlines()[-1] == "20 cases checked against the generator's truth: 0 findings"
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("20 cases checked against the generator's truth, ") and last.endswith(" of them also cut in two: 0 findings")
+    assert int(last.split(", ")[1].split()[0]) > 0
     assert not list(tmp_path.iterdir())
 
 
@@ -49,12 +51,43 @@ def test_a_truth_only_case_that_differs_is_kept(tmp_path, monkeypatch):
         return got
 
     monkeypatch.setattr(d, "result", wrong)
-    done, findings = d.run_truth(seed=3, cases=2, seconds=None, out=tmp_path)
+    done, findings, _ = d.run_truth(seed=3, cases=2, seconds=None, out=tmp_path)
     assert done == 2 and len(findings) == 2 and "totals.payload_bytes" in findings[0]
     case = json.loads((tmp_path / "finding-1" / "case.json").read_text())
     assert case["inputs"][0]["synth"].get("loss_mode") != "drop"
     assert case["found"][0]["truth"][0].startswith("totals.payload_bytes")
     assert (tmp_path / "finding-1" / "c.pcap").stat().st_size > 0
+
+
+def test_a_capture_cut_in_two_loses_only_the_messages_the_cut_splits(tmp_path, monkeypatch):
+    """The head and the tail of a generated capture cut at a record find together every SMB2
+    WRITE of the whole but those the cut splits; a tail that lost more (as one starting at data
+    that read as a NetBIOS session request did, before 7692809) is a finding."""
+    from smbwire import _core
+
+    d = load()
+    spec = {"scenario": "redirect4", "transport": "tcp", "bytes": 2 << 20, "io_size": 65536, "seed": 5, "channels": 2}
+    assert d.cuttable(spec) and not d.cuttable({**spec, "reorder": 0.01})
+    cap = tmp_path / "c.pcap"
+    truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
+    assert d.truth_check(tmp_path, cap, truth, 1) == []
+    whole = d.result(tmp_path / "t.json")
+    n = len(d.records(cap.read_bytes()))
+    for k in (1, n // 3, n // 2, n - 1):
+        assert d.cut_check(tmp_path, cap, whole, k) == [], k
+    real = d.result
+
+    def lost(path):
+        # Head and tail each miss 5 WRITEs: 10 lost, more than the 8 directions can split.
+        got = real(path)
+        if Path(path).name == "part.json":
+            got["smb2"]["write_req_pdus"] -= 5
+        return got
+
+    monkeypatch.setattr(d, "result", lost)
+    (found,) = d.cut_check(tmp_path, cap, whole, n // 2)
+    assert found["cut_at_record"] == n // 2
+    assert found["cut"][0].startswith("smb2.write_req_pdus: whole 96, ") and "(at most 8 split)" in found["cut"][0]
 
 
 def test_differences_and_failures_are_findings(tmp_path, monkeypatch):
