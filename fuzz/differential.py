@@ -37,10 +37,12 @@ with recorded keys is among the inputs. A case is a finding when:
     python fuzz/differential.py --truth-only --minutes 20 --out /tmp/truth
 
 `--truth-only` runs only the last check, on generated captures alone (undamaged, no packet
-lost for good), about five times as many cases a minute; and, for half of the captures whose
-frames are in stream order, cuts one in two at a random record: the head and the tail (a
-capture started mid-traffic) must reconcile, find nothing the whole does not, and lose
-together only the messages the cut splits (at most one per direction of each connection).
+lost for good), about five times as many cases a minute; and the captures whose frames are in
+stream order (drawn so half the time) are also cut in two at a random record, and analysed
+with 1-20 random records left out (frames a mirror port dropped): the head and the tail (a
+capture started mid-traffic) and the lossy capture must reconcile and find no payload and no
+send of a duplicated payload the whole does not, and the head and tail lose together only the
+messages the cut splits (at most one per direction of each connection).
 
 Each finding's captures and options are kept in OUT/finding-N/ (case.json says what was
 generated, how it was damaged and what differed). Prints one line per finding and a summary;
@@ -436,44 +438,94 @@ def cuttable(spec: dict) -> bool:
     return not (spec.get("retransmit") or spec.get("reorder") or spec.get("loss"))
 
 
-def cut_check(work: Path, capture: Path, whole: dict, k: int) -> list:
+def send_keys(evidence: Path) -> dict[str, set | None]:
+    """The sends of each duplicated payload in an evidence file (`--evidence`), by what the
+    wire says of them: ends, kind, MessageId, offset (not what a capture that starts later
+    cannot know: file names, sessions' labels, the class). None for a payload whose list is
+    capped."""
+    out: dict[str, set] = {}
+    for line in evidence.read_text().splitlines():
+        d = json.loads(line)
+        # A payload's list is capped (its first 1,000 sends): a capped list is None, not known.
+        out[d["digest"]] = None if d["sends_total"] > len(d["sends"]) else {
+            (s["src"], s["src_port"], s["dst"], s["dst_port"], s["kind"], s["message_id"], s["offset"]) for s in d["sends"]}
+    return out
+
+
+def part_check(work: Path, whole: dict, whole_sends: dict[str, set | None], parts: dict[str, Path], directions: int,
+               lost_bound: int | None) -> list[str]:
+    """What parts of a capture (cut from it, or with records left out) find that the whole does
+    not: an unreconciled run, payload or a send of a duplicated payload the whole does not
+    have, and (with `lost_bound`) more SMB2 WRITEs or READ responses lost than that."""
+    found, got = [], {}
+    for name, cap in parts.items():
+        smbwire("analyze", cap, "-t", work / "truth.toml", "--json", work / "part.json", "--evidence",
+                work / "part.jsonl", "-q")
+        got[name] = r = result(work / "part.json")
+        if not r["accounting"]["reconciled"]:
+            found.append(f"{name}: accounting not reconciled")
+        for digest, sends in send_keys(work / "part.jsonl").items():
+            known = whole_sends.get(digest, set())
+            if known is not None and sends is not None and (extra := sends - known):
+                found.append(f"{name}: sends of {digest[:16]} the whole capture does not have: {sorted(extra)[:3]}")
+    payload = sum(r["totals"]["payload_bytes"] for r in got.values())
+    if payload > whole["totals"]["payload_bytes"]:
+        found.append(f"totals.payload_bytes: {' + '.join(got)} {payload} > whole {whole['totals']['payload_bytes']}")
+    if lost_bound is not None:
+        for key in ("write_req_pdus", "read_resp_pdus"):
+            lost = whole["smb2"][key] - sum(r["smb2"][key] for r in got.values())
+            if not 0 <= lost <= lost_bound:
+                each = ", ".join(f"{n} {r['smb2'][key]}" for n, r in got.items())
+                found.append(f"smb2.{key}: whole {whole['smb2'][key]}, {each} (at most {lost_bound} lost)")
+    return found
+
+
+def whole_run(work: Path, capture: Path) -> tuple[dict, dict[str, set | None], int]:
+    """The whole capture's result, its duplicated payloads' sends, and its connections'
+    directions (TCP flows and SMB Direct connections, both ways)."""
+    smbwire("analyze", capture, "-t", work / "truth.toml", "--json", work / "whole.json", "--evidence",
+            work / "whole.jsonl", "-q")
+    whole = result(work / "whole.json")
+    return whole, send_keys(work / "whole.jsonl"), 2 * (whole["tcp"]["flows"] + whole["rdma"]["smbdirect_connections"])
+
+
+def cut_check(work: Path, capture: Path, k: int) -> list:
     """The capture cut in two at its record `k`: the head (records before `k`) and the tail (a
-    capture starting mid-traffic at `k`) must each reconcile, find no payload or message the
-    whole capture does not (head + tail <= whole), and lose together only the messages the
-    cut splits: at most one per direction of each connection (TCP flows, SMB Direct
-    connections, each counted both ways). The tail is what a capture started during the
-    traffic sees."""
+    capture starting mid-traffic at `k`) must each reconcile and find no payload and no send
+    of a duplicated payload the whole capture does not (head + tail <= whole), and lose
+    together only the messages the cut splits: at most one per direction of each connection.
+    The tail is what a capture started during the traffic sees."""
     data = capture.read_bytes()
     starts = records(data)
     head, tail = work / "head.pcap", work / "tail.pcap"
     head.write_bytes(data[:starts[k]])
     tail.write_bytes(data[:24] + data[starts[k]:])
-    parts = []
-    for part in (head, tail):
-        smbwire("analyze", part, "-t", work / "truth.toml", "--json", work / "part.json", "-q")
-        parts.append(result(work / "part.json"))
-    found = []
-    for name, r in zip(("head", "tail"), parts):
-        if not r["accounting"]["reconciled"]:
-            found.append(f"{name}: accounting not reconciled")
-    directions = 2 * (whole["tcp"]["flows"] + whole["rdma"]["smbdirect_connections"])
-    for key in ("write_req_pdus", "read_resp_pdus"):
-        lost = whole["smb2"][key] - parts[0]["smb2"][key] - parts[1]["smb2"][key]
-        if not 0 <= lost <= directions:
-            found.append(f"smb2.{key}: whole {whole['smb2'][key]}, head {parts[0]['smb2'][key]}, "
-                         f"tail {parts[1]['smb2'][key]} (at most {directions} split)")
-    got = sum(p["totals"]["payload_bytes"] for p in parts)
-    if got > whole["totals"]["payload_bytes"]:
-        found.append(f"totals.payload_bytes: head + tail {got} > whole {whole['totals']['payload_bytes']}")
+    whole, sends, directions = whole_run(work, capture)
+    found = part_check(work, whole, sends, {"head": head, "tail": tail}, directions, directions)
     return [{"cut_at_record": k, "cut": found}] if found else []
+
+
+def drop_check(work: Path, capture: Path, left_out: list[int]) -> list:
+    """The capture with the records `left_out` (as a mirror port or a capture that drops
+    frames): it must reconcile and find no payload and no send of a duplicated payload the
+    whole capture does not."""
+    data = capture.read_bytes()
+    starts = records(data) + [len(data)]
+    gone = set(left_out)
+    lossy = work / "lossy.pcap"
+    lossy.write_bytes(data[:24] + b"".join(data[starts[i]:starts[i + 1]] for i in range(len(starts) - 1) if i not in gone))
+    whole, sends, directions = whole_run(work, capture)
+    found = part_check(work, whole, sends, {"lossy": lossy}, directions, None)
+    return [{"records_left_out": sorted(gone), "drop": found}] if found else []
 
 
 def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) -> tuple[int, list[str], int]:
     """`--truth-only`: only the ground-truth check, about five times as many cases a minute as
     `run`. Each case is one generated capture of a drawn spec, undamaged and with no packet
     lost for good (`loss_mode` "drop" becomes "retransmit"), analysed on 1 or 2 threads on the
-    scenario's own topology; half of those in stream order are also cut in two (`cut_check`).
-    Returns how many cases ran, the findings, and how many were cut."""
+    scenario's own topology; those in stream order (retransmission, reordering and loss drawn
+    away 40% of the time) are also cut in two (`cut_check`) and analysed with records left out
+    (`drop_check`). Returns how many cases ran, the findings, and how many were cut."""
     r = random.Random(seed)
     end = time.monotonic() + seconds if seconds is not None else None
     findings: list[str] = []
@@ -485,24 +537,29 @@ def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) ->
             spec = random_spec(r, r.randrange(1 << 30))
             if spec.get("loss_mode") == "drop":
                 spec["loss_mode"] = "retransmit"
+            if r.random() < 0.4:
+                # Frames in stream order, for the cut and the records left out.
+                spec.update({k: 0 for k in ("retransmit", "reorder", "loss") if k in spec})
             cap = work / "c.pcap"
             truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
             threads = r.choice([1, 2])
-            cut = None
             try:
                 found = truth_check(work, cap, truth, threads)
-                if not found and cuttable(spec) and r.random() < 0.5:
-                    cut = r.randrange(1, len(records(cap.read_bytes())))
+                if not found and cuttable(spec):
+                    n = len(records(cap.read_bytes()))
+                    cut = r.randrange(1, n)
                     cuts += 1
-                    found = cut_check(work, cap, result(work / "t.json"), cut)
+                    found = cut_check(work, cap, cut)
+                    if not found:
+                        dropped = r.sample(range(n), min(n, r.choice([1, 2, 5, 20])))
+                        found = drop_check(work, cap, dropped)
             except RuntimeError as e:
                 found = [{"failed": str(e)}]
             if found:
                 keep = out / f"finding-{done}"
                 keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(cap, keep)
-                (keep / "case.json").write_text(json.dumps({"inputs": [{"synth": spec}], "cut_at_record": cut,
-                                                            "found": found}, indent=1))
+                (keep / "case.json").write_text(json.dumps({"inputs": [{"synth": spec}], "found": found}, indent=1))
                 findings.append(f"case {done}: {json.dumps(found)[:300]} ({keep})")
     return done, findings, cuts
 

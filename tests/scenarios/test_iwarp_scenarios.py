@@ -94,3 +94,48 @@ def test_terminate_is_a_counted_anomaly(tmp_path):
     # Everything before the Terminate was analysed as usual.
     assert replication(r) == ("owner", "partner", "replication", 2 * W, W)
     assert r["accounting"]["reconciled"]
+
+
+def _tail(src: Path, dst: Path, fraction: float) -> None:
+    """The capture from its record at `fraction` of them on: a capture started mid-stream."""
+    b = src.read_bytes()
+    at, starts = 24, []
+    while at + 16 <= len(b):
+        starts.append(at)
+        at += 16 + struct.unpack_from("<I", b, at + 8)[0]
+    dst.write_bytes(b[:24] + b[starts[int(len(starts) * fraction)]:])
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.35, 0.6])
+def test_markers_found_in_a_capture_started_mid_stream(tmp_path, fraction):
+    """A capture that starts after the MPA exchange does not say whether markers are in use,
+    nor where they fall: the engine reads each direction without markers (an FPDU whose CRC
+    fails is dropped, not decoded) while it finds their phase from the FPDUs and their
+    FPDUPTRs. Before (2026-12-07, found by the differential's cut check), such a direction was
+    read without markers for good: every FPDU holding one failed its CRC and its DDP header was
+    garbage; here 2 of 115, 83 and 51 WRITEs were found and no RDMA data was linked."""
+    cap, _ = synth(tmp_path, "markers", mpa_markers=True, mpa_crc=True, io_size=65536, channels=2)
+    whole = analyze([str(cap)], topology=TOPOLOGY)
+    tail = tmp_path / "tail.pcap"
+    _tail(cap, tail, fraction)
+    r = analyze([str(tail)], topology=TOPOLOGY)
+    iw = r["rdma"]["iwarp"]
+    assert (iw["mpa_requests"], iw["crc_errors"]) == (0, 0)
+    assert iw["markers"] > 0
+    assert r["anomalies"].get("iwarp.no_mpa_frame") == 4
+    # No FPDU misread: no DDP, SMB Direct or SMB2 decoding anomaly.
+    assert not {k for k in r["anomalies"] if k.startswith(("iwarp.ddp", "smbd.", "smb2."))}, r["anomalies"]
+    # The WRITEs the tail holds whole are all found (the whole capture's, less those before the
+    # cut, less at most one split per direction of its 4 connections).
+    head = tmp_path / "head.pcap"
+    b = cap.read_bytes()
+    head.write_bytes(b[:len(b) - (tail.stat().st_size - 24)])
+    h = analyze([str(head)], topology=TOPOLOGY)
+    lost = whole["smb2"]["write_req_pdus"] - h["smb2"]["write_req_pdus"] - r["smb2"]["write_req_pdus"]
+    assert 0 <= lost <= 8
+    # Their RDMA data linked to them: the FPDUs read before the markers were found that held a
+    # marker (their CRC failed) are lost, and so are the Read Responses to Read Requests among
+    # them (unlinked, not misread): 91-98% of what the tail holds was linked on 2026-12-07.
+    tail_data = whole["rdma"]["linked_bytes"] - h["rdma"]["linked_bytes"]
+    assert 0.85 * tail_data <= r["rdma"]["linked_bytes"] <= tail_data
+    assert r["accounting"]["reconciled"]

@@ -14,6 +14,14 @@
 //! Source STag/TO (= the SMB2 buffer descriptor's Token/Offset), RDMA Writes are tagged with the
 //! descriptor's Token/Offset directly. After a gap, framing is found again from the next marker
 //! or, without markers, by scanning for a plausible FPDU whose CRC (when present) verifies.
+//! A direction seen without its MPA frame (a capture started mid-stream) does not know whether
+//! markers are in use, nor where. It is read at once as having none (so that its Read Requests
+//! are known before the other direction's Read Responses), an FPDU whose CRC then fails being
+//! taken for lost framing, not decoded; meanwhile a copy of its first 32 KiB is searched for a
+//! phase at which FPDUs, walked from the one a marker points back to, meet a marker every 512
+//! octets whose FPDUPTR points back to its own FPDU's start, and verify their CRCs
+//! (`find_marker_phase`). Once one is found the direction is framed with markers from its next
+//! marker on; after 32 KiB without one it has none.
 //!
 //! Accounting: Request/Reply frames → `rdma_cm`; markers, length, pad, CRC and DDP/RDMAP
 //! headers → `rdma_headers`; bytes that could not be framed → `rdma_unparsed`; Send payloads of
@@ -37,6 +45,15 @@ type Shared<D> = crate::context::Shared<SmbState, D, super::RdmaState>;
 const SCAN_LIMIT: usize = 128 * 1024;
 /// Read Requests remembered per connection.
 const MAX_READS: usize = 128;
+/// Bytes of a direction seen mid-stream searched for markers before it is taken to have none.
+const MARKER_SEARCH: usize = 32 * 1024;
+/// Markers a phase's walk must meet, each FPDUPTR right, before the phase is believed: the
+/// first is where the walk starts (its FPDUPTR right by construction), so the others are the
+/// evidence (a wrong phase meets a right FPDUPTR once in 2^16), about 1.5 KiB of the direction.
+const MARKERS_MET: usize = 3;
+/// Phases walked per search for markers, and octets of probe between searches.
+const PHASE_WALKS: usize = 32;
+const PROBE_STEP: usize = 2048;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -79,6 +96,11 @@ pub struct IwarpStream {
     closed: bool,
     /// An MPA Request/Reply was accepted: this direction carries iWARP.
     storage: bool,
+    /// Seen mid-stream, read as without markers while `probe` (a copy of its first octets, up
+    /// to `MARKER_SEARCH`, from stream position `probe_pos`) is searched for them.
+    probing: bool,
+    probe: Vec<u8>,
+    probe_pos: u64,
 }
 
 impl IwarpStream {
@@ -104,6 +126,9 @@ impl IwarpStream {
             scan_pos: 0,
             closed: false,
             storage: false,
+            probing: false,
+            probe: Vec::new(),
+            probe_pos: 0,
         }
     }
 
@@ -114,8 +139,12 @@ impl IwarpStream {
                     if mpa::Frame::parse(&input[..input.len().min(mpa::KEY_LEN)]).is_some() {
                         self.state = State::Frame;
                     } else {
+                        // Mid-stream: read as without markers while they are looked for (`probe`).
                         sh.anomalies.raise(Anomaly::IwarpNoMpaFrame);
                         self.markers = Some(false);
+                        self.probing = true;
+                        self.probe.extend_from_slice(&input[..input.len().min(MARKER_SEARCH)]);
+                        self.probe_pos = 0;
                         self.enter_resync(0);
                     }
                     0
@@ -273,6 +302,23 @@ impl IwarpStream {
         let crc_field = &logical[logical.len() - mpa::CRC_LEN..];
         if self.crc || (!self.crc_negotiated && crc_field != [0; 4]) {
             let want = mpa::crc32c(&raw[..self.crc_raw_len.min(raw.len())]).to_le_bytes();
+            if want == crc_field {
+                // Neither MPA frame seen: a CRC that verifies says this direction has them, so a
+                // zero CRC field from now on is a wrong one, not "no CRC" (mid-stream, an FPDU
+                // read without its markers otherwise passes when the octets read as its CRC are 0).
+                self.crc = true;
+            }
+            if want != crc_field && self.probing {
+                // Read without markers while they are looked for: an FPDU that holds one fails
+                // its CRC. Not decoded, as lost (a message it belonged to is incomplete):
+                // framing is looked for again from here.
+                sh.rdma.stats.iwarp.mpa_fpdus -= 1;
+                self.raw = raw;
+                self.logical = logical;
+                self.drop_partial(sh);
+                self.enter_resync(self.pos);
+                return;
+            }
             if want != crc_field {
                 sh.rdma.stats.iwarp.crc_errors += 1;
                 sh.anomalies.raise(Anomaly::IwarpCrcError);
@@ -431,6 +477,87 @@ impl IwarpStream {
         Some(crc == [0; 4] || mpa::crc32c(&b[..total - mpa::CRC_LEN]).to_le_bytes() == crc)
     }
 
+    /// Mid-stream, markers not known (`markers` None): a phase `φ` (0..512) of `buf` at which
+    /// the FPDUs, walked from the one a marker's FPDUPTR points back to, meet markers at the
+    /// octets `φ + 512k` that all have reserved 0 and FPDUPTR = octets back to the start of
+    /// their FPDU, `MARKERS_MET` of them, and whose DDP headers parse and non-zero CRCs verify
+    /// (`walk_with_markers`). Returns the phase and where the walk started. The CRC alone does
+    /// not tell a phase from a wrong one (it covers the markers as sent, wherever they are);
+    /// the FPDUPTRs do: a wrong phase meets the right values once in 2^16 per marker.
+    ///
+    /// At most `PHASE_WALKS` phases are walked per search (hostile input could make every
+    /// phase look like one, each walk a CRC over the probe).
+    fn find_marker_phase(buf: &[u8]) -> Option<(usize, usize)> {
+        let interval = mpa::MARKER_INTERVAL as usize;
+        let reserved_zero = |at: usize| buf.get(at..at + mpa::MARKER_LEN).is_some_and(|b| b[..2] == [0, 0]);
+        let mut walks = 0;
+        (0..interval).find_map(|phase| {
+            // Every position of the phase in `buf` holds a marker's reserved 0: the right phase's
+            // do, a wrong one's seldom (a few at most in a stream of headers).
+            let positions = (phase..buf.len().saturating_sub(mpa::MARKER_LEN - 1)).step_by(interval);
+            if walks >= PHASE_WALKS || positions.len() < MARKERS_MET || !positions.clone().all(reserved_zero) {
+                return None;
+            }
+            // The first marker that points back to an FPDU start inside `buf`.
+            let (m, ptr) = (phase..buf.len()).step_by(interval).take_while(|&m| reserved_zero(m)).find_map(|m| {
+                let ptr = usize::from(u16::from_be_bytes([buf[m + 2], buf[m + 3]]));
+                (ptr > 0 && ptr <= m).then_some((m, ptr))
+            })?;
+            walks += 1;
+            let (fpdus, markers) = Self::walk_with_markers(buf, m - ptr, phase)?;
+            (fpdus > 0 && markers >= MARKERS_MET).then_some((phase, m - ptr))
+        })
+    }
+
+    /// Walks the FPDUs from `buf[start]` with markers at the octets `phase + 512k`: how many
+    /// FPDUs it completed and how many markers it met before `buf` ended; None when a marker
+    /// does not hold reserved 0 and FPDUPTR = octets back to its FPDU's start (0 for one due
+    /// where its FPDU starts, `mpa::emit_fpdu_into`), or an FPDU's DDP header does not parse
+    /// or its CRC is zero or does not verify (RFC 5044 §6.1: the CRC covers the octets before
+    /// the CRC field as sent, a marker just before it included).
+    fn walk_with_markers(buf: &[u8], start: usize, phase: usize) -> Option<(usize, usize)> {
+        let interval = mpa::MARKER_INTERVAL as usize;
+        let (mut f, mut fpdus, mut markers) = (start, 0, 0);
+        let mut logical = Vec::new();
+        loop {
+            let (mut j, mut need, mut crc_at) = (f, 2usize, None);
+            logical.clear();
+            while logical.len() < need {
+                if j >= buf.len() {
+                    return Some((fpdus, markers));
+                }
+                if j >= phase && (j - phase).is_multiple_of(interval) {
+                    let Some(m) = buf.get(j..j + mpa::MARKER_LEN) else { return Some((fpdus, markers)) };
+                    if m[..2] != [0, 0] || usize::from(u16::from_be_bytes([m[2], m[3]])) != j - f {
+                        return None;
+                    }
+                    markers += 1;
+                    j += mpa::MARKER_LEN;
+                    continue;
+                }
+                if need > 2 && logical.len() == need - mpa::CRC_LEN {
+                    crc_at = Some(j);
+                }
+                logical.push(buf[j]);
+                j += 1;
+                if logical.len() == 2 {
+                    let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
+                    if l < ddp::TAGGED_HEADER_LEN {
+                        return None;
+                    }
+                    need = mpa::fpdu_len(l);
+                }
+            }
+            let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
+            let crc = &logical[need - mpa::CRC_LEN..];
+            if Segment::parse(&logical[2..2 + l]).is_err() || crc == [0; 4] || mpa::crc32c(&buf[f..crc_at?]).to_le_bytes() != crc {
+                return None;
+            }
+            fpdus += 1;
+            f = j;
+        }
+    }
+
     fn resync_bytes<D: PayloadSink>(&mut self, input: &[u8], ctx: &FrameCtx, sh: &mut Shared<D>) -> usize {
         let take = input.len().min(SCAN_LIMIT);
         self.buf.extend_from_slice(&input[..take]);
@@ -465,15 +592,7 @@ impl IwarpStream {
             }
         }
         match found {
-            Some(start) => {
-                sh.accounting.add(cat::RDMA_UNPARSED, start as u64);
-                sh.rdma.stats.iwarp.resyncs += 1;
-                let rest = self.buf.split_off(start);
-                self.buf.clear();
-                self.pos = self.scan_pos + start as u64;
-                self.state = State::Fpdu;
-                self.feed(&rest, ctx, sh);
-            }
+            Some(start) => self.found_fpdu(start, ctx, sh),
             None => {
                 // Keep what may still hold a frame start; the rest is unparsed.
                 let drop = if self.buf.len() > SCAN_LIMIT { self.buf.len() - SCAN_LIMIT } else { i.min(self.buf.len()) };
@@ -483,6 +602,56 @@ impl IwarpStream {
             }
         }
         take
+    }
+
+    /// Mid-stream, while markers are looked for: `bytes` (new octets of the stream) join the
+    /// probe; a phase found there frames the direction with markers from its next marker on
+    /// (what it is in the middle of is dropped); `MARKER_SEARCH` octets without one end the
+    /// search (no markers).
+    fn probe_bytes<D: PayloadSink>(&mut self, bytes: &[u8], sh: &mut Shared<D>) {
+        let (before, room) = (self.probe.len(), MARKER_SEARCH.saturating_sub(self.probe.len()));
+        self.probe.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        let full = self.probe.len() >= MARKER_SEARCH;
+        if self.probe.len() / PROBE_STEP == before / PROBE_STEP && !full {
+            return;
+        }
+        match Self::find_marker_phase(&self.probe) {
+            Some((phase, _)) => {
+                self.probing = false;
+                // Number the stream so its markers fall where positions are multiples of 512.
+                let interval = mpa::MARKER_INTERVAL;
+                let shift = (interval - (self.probe_pos + phase as u64) % interval) % interval;
+                self.markers = Some(true);
+                self.markers_skip_crc = None;
+                if self.state == State::Fpdu && self.logical.is_empty() && self.raw.is_empty() {
+                    // Between two FPDUs: the next one is framed with markers.
+                    self.pos += shift;
+                    self.mpos = self.pos;
+                } else {
+                    let at = match self.state {
+                        State::Resync => self.scan_pos + self.buf.len() as u64,
+                        _ => self.pos,
+                    };
+                    self.drop_partial(sh);
+                    self.enter_resync(at + shift);
+                    self.mpos = at + shift;
+                }
+            }
+            None if full => self.probing = false,
+            None => return,
+        }
+        self.probe = Vec::new();
+    }
+
+    /// Framing found at `buf[start]`: what precedes it is unparsed, the rest is fed as FPDUs.
+    fn found_fpdu<D: PayloadSink>(&mut self, start: usize, ctx: &FrameCtx, sh: &mut Shared<D>) {
+        sh.accounting.add(cat::RDMA_UNPARSED, start as u64);
+        sh.rdma.stats.iwarp.resyncs += 1;
+        let rest = self.buf.split_off(start);
+        self.buf.clear();
+        self.pos = self.scan_pos + start as u64;
+        self.state = State::Fpdu;
+        self.feed(&rest, ctx, sh);
     }
 
     fn drop_partial<D: PayloadSink>(&mut self, sh: &mut Shared<D>) {
@@ -510,6 +679,9 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
             sh.accounting.add(cat::RDMA_UNPARSED, bytes.len() as u64);
             return;
         }
+        if self.probing {
+            self.probe_bytes(bytes, sh);
+        }
         self.feed(bytes, ctx, sh);
     }
 
@@ -527,6 +699,11 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
         if self.markers.is_none() {
             self.markers = Some(false);
         }
+        if self.probing {
+            // The probe holds contiguous octets: it starts again after the gap.
+            self.probe.clear();
+            self.probe_pos = pos + missing;
+        }
         self.enter_resync(pos + missing);
     }
 
@@ -535,6 +712,7 @@ impl<D: PayloadSink> StreamConsumer<Shared<D>> for IwarpStream {
     }
 
     fn close(&mut self, ctx: &FrameCtx, sh: &mut Shared<D>) {
+        self.probe = Vec::new();
         if !self.logical.is_empty() || !self.buf.is_empty() {
             sh.anomalies.raise(Anomaly::IwarpStreamEndedMidFpdu);
         }
