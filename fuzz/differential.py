@@ -497,6 +497,13 @@ def cut_check(work: Path, capture: Path, k: int) -> list:
     The tail is what a capture started during the traffic sees."""
     data = capture.read_bytes()
     starts = records(data)
+    # Not between a frame and its mirror copy (the next record, the same bytes): a message in
+    # that frame alone would be whole in both parts.
+    frame = lambda i: data[starts[i] + 16:starts[i + 1] if i + 1 < len(starts) else len(data)]  # noqa: E731
+    if 0 < k < len(starts) and frame(k) == frame(k - 1):
+        k += 1
+    if k >= len(starts):
+        return []
     head, tail = work / "head.pcap", work / "tail.pcap"
     head.write_bytes(data[:starts[k]])
     tail.write_bytes(data[:24] + data[starts[k]:])

@@ -58,7 +58,9 @@ struct EvSend {
     dst_port: Option<u16>,
     src_node: String,
     dst_node: String,
-    offset: u64,
+    /// Null when not known (a READ response without its request).
+    #[serde(default)]
+    offset: Option<u64>,
     #[serde(default)]
     class: Option<String>,
     #[serde(default)]
@@ -91,7 +93,7 @@ fn comment(digest: &str, i: u64, total: u64, s: &EvSend) -> String {
         &digest[..digest.len().min(16)],
         s.src_node,
         s.dst_node,
-        s.offset
+        s.offset.map_or_else(|| "unknown".to_string(), |o| o.to_string())
     )
 }
 

@@ -135,7 +135,7 @@ fn comment_text_names_position_kind_class_and_edge() {
         dst_port: Some(445),
         src_node: "owner".into(),
         dst_node: "partner".into(),
-        offset: 262144,
+        offset: Some(262144),
         class: Some("replication".into()),
         dup_kind: Some("per_copy".into()),
     };

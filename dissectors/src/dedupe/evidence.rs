@@ -63,6 +63,8 @@ pub struct SendEvidence {
     pub file_name: Option<Arc<str>>,
     #[serde(serialize_with = "opt_arc_str")]
     pub share: Option<Arc<str>>,
+    /// Null when not known (`UNKNOWN_OFFSET`: a READ response without its request).
+    #[serde(serialize_with = "offset_or_null")]
     pub offset: u64,
     pub transport: Transport,
     pub conn: u64,
@@ -771,6 +773,13 @@ fn opt_arc_str<S: Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Er
     match v {
         Some(v) => s.serialize_some(&**v),
         None => s.serialize_none(),
+    }
+}
+
+fn offset_or_null<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    match *v {
+        crate::payload::send::UNKNOWN_OFFSET => s.serialize_none(),
+        v => s.serialize_some(&v),
     }
 }
 

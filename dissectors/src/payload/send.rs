@@ -31,6 +31,10 @@ pub enum Transport {
     SmbDirect,
 }
 
+/// `SendRecord::offset` when the file offset is not known: a READ response whose READ request
+/// is not in the capture (one starting mid-traffic). Written as null in evidence, -1 in a ledger.
+pub const UNKNOWN_OFFSET: u64 = u64::MAX;
+
 /// One distinct send of a payload (one SMB2 message, or one RDMA transfer).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SendRecord {
@@ -56,7 +60,8 @@ pub struct SendRecord {
     pub share: Option<Arc<str>>,
     /// File name from CREATE, when seen.
     pub file_name: Option<Arc<str>>,
-    /// File offset of the WRITE / READ.
+    /// File offset of the WRITE / READ (`UNKNOWN_OFFSET`: a READ response whose READ request is
+    /// not in the capture, which alone says it).
     pub offset: u64,
     /// Frames that carried the payload (first and last).
     pub first_frame: FrameRef,

@@ -192,7 +192,7 @@ pub fn handle(conn: u64, h: &HeaderRepr, msg: &[u8], chain: &mut ChainCtx, smb: 
                     Some(Pending::Read { file_id, offset, tree_id, .. }) => (file_id, offset, tree_id),
                     _ => {
                         an.raise(Anomaly::ReadResponseWithoutRequest);
-                        ([0; 16], 0, tree_id)
+                        ([0; 16], crate::payload::send::UNKNOWN_OFFSET, tree_id)
                     }
                 };
                 if data.is_some() && inline {

@@ -1,0 +1,77 @@
+"""A capture that starts mid-traffic (a live capture of a running cluster, a file cut from a
+longer one) holds READ responses whose READ requests it does not: the response does not say
+the file offset it carries, so the evidence says null, not 0 (found on 2026-12-07 by the
+differential's cut check: the tail of a capture named a send at offset 0 that the whole capture
+had at offset 1,250,000). `smbwire verify` does not compare what the evidence does not know,
+and `--annotate` says "offset unknown"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tshark_oracle import field_rows
+
+# READ responses of repeated content (half the 4 KiB blocks zeros: many 5,000-byte payloads are
+# the same), so that the evidence, which lists duplicated payloads, holds them.
+SPEC = {"scenario": "read-nonowner", "transport": "tcp", "io_size": 5000, "bytes": 1 << 20, "zero_fill": 0.5,
+        "mss": 536, "seed": 959163380}
+
+
+def smbwire(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smbwire", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def records(data: bytes) -> list[int]:
+    at, starts = 24, []
+    while at + 16 <= len(data):
+        starts.append(at)
+        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
+    return starts
+
+
+def sends(evidence: Path) -> dict:
+    out = {}
+    for line in evidence.read_text().splitlines():
+        for s in json.loads(line)["sends"]:
+            out[(s["src_port"], s["dst_port"], s["kind"], s["message_id"])] = s
+    return out
+
+
+def test_a_read_response_without_its_request_has_no_offset(tmp_path):
+    from smbwire import _core
+
+    cap = tmp_path / "whole.pcap"
+    _core.synth(json.dumps(SPEC), str(cap))
+    data = cap.read_bytes()
+    starts = records(data)
+    r = smbwire("analyze", cap, "-q", "--json", tmp_path / "whole.json", "--evidence", tmp_path / "whole.jsonl")
+    assert r.returncode == 0, r.stderr
+    whole = sends(tmp_path / "whole.jsonl")
+    assert whole and all(isinstance(s["offset"], int) for s in whole.values())
+    # Cut right after READ requests: the capture starts with their responses.
+    requests = [int(row[0][0]) for row in field_rows(cap, [], ["frame.number"], "smb2.cmd == 8 && smb2.flags.response == 0")]
+    unknown = 0
+    for n in requests[2:12]:
+        tail = tmp_path / "tail.pcap"
+        tail.write_bytes(data[:24] + data[starts[n]:])
+        r = smbwire("analyze", tail, "-q", "--json", tmp_path / "tail.json", "--evidence", tmp_path / "tail.jsonl")
+        assert r.returncode == 0, r.stderr
+        result = json.loads((tmp_path / "tail.json").read_text())
+        for key, s in sends(tmp_path / "tail.jsonl").items():
+            # The same send as in the whole capture, at the same offset or at one not known.
+            assert whole[key]["offset"] == s["offset"] or s["offset"] is None, (key, s, whole[key])
+            if s["offset"] is None:
+                unknown += 1
+                assert s["kind"] == "read" and result["anomalies"].get("smb2.read_response_without_request")
+                # verify: Wireshark agrees on everything the evidence says.
+                v = smbwire("verify", tmp_path / "tail.jsonl", tail, "--all")
+                assert v.returncode == 0, v.stdout + v.stderr
+                a = smbwire("analyze", tail, "-q", "--annotate", tmp_path / "tail-annotated.pcapng")
+                assert a.returncode == 0, a.stderr
+                comments = field_rows(tmp_path / "tail-annotated.pcapng", [], ["frame.comment"], "frame.comment")
+                assert any("offset unknown" in c for row in comments for c in row[0]), comments[:3]
+    assert unknown > 0
