@@ -23,7 +23,7 @@ use super::{cm, RdmaState, ROCE_CONN_BASE};
 use crate::accounting::cat;
 use crate::frame::FrameCtx;
 use crate::smb2::Parts;
-use crate::smbdirect::{looks_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
+use crate::smbdirect::{looks_like_smbdirect, starts_like_smbdirect, SmbdConn, MAX_FRAGMENTED_SIZE};
 use std::collections::VecDeque;
 use crate::fasthash::FastMap as HashMap;
 use std::net::IpAddr;
@@ -455,7 +455,12 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
         // The buffer it names says which inferred connection it belongs to, if any.
         ulp = claim(st, key, reth.r_key).unwrap_or(ulp);
     }
-    if ulp == Ulp::Unknown && matches!(r.kind, Kind::Send { first: true, .. }) && looks_like_smbdirect(r.payload) {
+    let smbd_send = match r.kind {
+        Kind::Send { first: true, last: true } => looks_like_smbdirect(r.payload),
+        Kind::Send { first: true, last: false } => starts_like_smbdirect(r.payload),
+        _ => false,
+    };
+    if ulp == Ulp::Unknown && smbd_send {
         ulp = adopt(st, src, key, ctx, p);
     } else if ulp == Ulp::Unknown
         && matches!(r.kind, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. })

@@ -30,6 +30,21 @@ use std::net::IpAddr;
 /// Largest reassembled message accepted (MaxFragmentedSize is 1 MiB in practice).
 pub const MAX_FRAGMENTED_SIZE: usize = 1 << 20;
 
+/// Does this first packet of a Send of several packets (RoCE/InfiniBand FIRST: the start of the
+/// message, the rest to come) look like SMB Direct? A Data Transfer header whose data, at an
+/// 8-byte aligned DataOffset inside `prefix`, starts with an SMB2 ProtocolId; its DataLength
+/// may run past `prefix`. (A WRITE request with many buffer descriptors does not fit a 256-byte
+/// path MTU: mid-connection, its queue pair was otherwise never adopted.)
+pub fn starts_like_smbdirect(prefix: &[u8]) -> bool {
+    let u32_at = |at: usize| prefix.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let (Some(offset), Some(length)) = (u32_at(12), u32_at(16)) else { return false };
+    let at = offset as usize;
+    length >= 4
+        && at >= DataTransfer::HEADER_LEN
+        && offset % 8 == 0
+        && prefix.get(at..at + 4).is_some_and(|id| id == rec::protocol_id::SMB2 || id == rec::protocol_id::TRANSFORM)
+}
+
 /// Does this Send payload look like SMB Direct? (Used to adopt a queue pair seen mid-connection.)
 pub fn looks_like_smbdirect(msg: &[u8]) -> bool {
     if NegotiateRequest::parse(msg).is_some() || NegotiateResponse::parse(msg).is_some() {
