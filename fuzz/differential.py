@@ -438,25 +438,26 @@ def cuttable(spec: dict) -> bool:
     return not (spec.get("retransmit") or spec.get("reorder") or spec.get("loss"))
 
 
-def send_keys(evidence: Path) -> dict[str, set | None]:
+def send_keys(evidence: Path) -> dict[str, dict | None]:
     """The sends of each duplicated payload in an evidence file (`--evidence`), by what the
-    wire says of them: ends, kind, MessageId, offset (not what a capture that starts later
-    cannot know: file names, sessions' labels, the class). None for a payload whose list is
-    capped."""
-    out: dict[str, set] = {}
+    wire says of them (ends, kind, MessageId), with their offsets (not what a capture that
+    starts later cannot know: file names, sessions' labels, the class). None for a payload whose
+    list is capped (its first 1,000 sends)."""
+    out: dict[str, dict | None] = {}
     for line in evidence.read_text().splitlines():
         d = json.loads(line)
-        # A payload's list is capped (its first 1,000 sends): a capped list is None, not known.
         out[d["digest"]] = None if d["sends_total"] > len(d["sends"]) else {
-            (s["src"], s["src_port"], s["dst"], s["dst_port"], s["kind"], s["message_id"], s["offset"]) for s in d["sends"]}
+            (s["src"], s["src_port"], s["dst"], s["dst_port"], s["kind"], s["message_id"]): s["offset"] for s in d["sends"]}
     return out
 
 
-def part_check(work: Path, whole: dict, whole_sends: dict[str, set | None], parts: dict[str, Path], directions: int,
-               lost_bound: int | None) -> list[str]:
+def part_check(work: Path, whole: dict, whole_sends: dict[str, dict | None], parts: dict[str, Path], directions: int,
+               lost_bound: int | None, copies: bool = False) -> list[str]:
     """What parts of a capture (cut from it, or with records left out) find that the whole does
     not: an unreconciled run, payload or a send of a duplicated payload the whole does not
-    have, and (with `lost_bound`) more SMB2 WRITEs or READ responses lost than that."""
+    have, and (with `lost_bound`) more SMB2 WRITEs or READ responses lost than that. `copies`:
+    the capture has every frame twice (a mirror port): a cut between a frame and its copy sees
+    the message in that frame in both parts (as many more as directions, and their payload)."""
     found, got = [], {}
     for name, cap in parts.items():
         smbwire("analyze", cap, "-t", work / "truth.toml", "--json", work / "part.json", "--evidence",
@@ -465,22 +466,25 @@ def part_check(work: Path, whole: dict, whole_sends: dict[str, set | None], part
         if not r["accounting"]["reconciled"]:
             found.append(f"{name}: accounting not reconciled")
         for digest, sends in send_keys(work / "part.jsonl").items():
-            known = whole_sends.get(digest, set())
-            if known is not None and sends is not None and (extra := sends - known):
-                found.append(f"{name}: sends of {digest[:16]} the whole capture does not have: {sorted(extra)[:3]}")
+            known = whole_sends.get(digest, {})
+            if known is None or sends is None:
+                continue
+            # The same sends, at the same offsets (or at one the part cannot know: null).
+            if extra := [(k, o) for k, o in sends.items() if k not in known or o not in (None, known[k])]:
+                found.append(f"{name}: sends of {digest[:16]} the whole capture does not have: {sorted(extra, key=str)[:3]}")
     payload = sum(r["totals"]["payload_bytes"] for r in got.values())
-    if payload > whole["totals"]["payload_bytes"]:
+    if payload > whole["totals"]["payload_bytes"] and not copies:
         found.append(f"totals.payload_bytes: {' + '.join(got)} {payload} > whole {whole['totals']['payload_bytes']}")
     if lost_bound is not None:
         for key in ("write_req_pdus", "read_resp_pdus"):
             lost = whole["smb2"][key] - sum(r["smb2"][key] for r in got.values())
-            if not 0 <= lost <= lost_bound:
+            if not (-lost_bound if copies else 0) <= lost <= lost_bound:
                 each = ", ".join(f"{n} {r['smb2'][key]}" for n, r in got.items())
                 found.append(f"smb2.{key}: whole {whole['smb2'][key]}, {each} (at most {lost_bound} lost)")
     return found
 
 
-def whole_run(work: Path, capture: Path) -> tuple[dict, dict[str, set | None], int]:
+def whole_run(work: Path, capture: Path) -> tuple[dict, dict[str, dict | None], int]:
     """The whole capture's result, its duplicated payloads' sends, and its connections'
     directions (TCP flows and SMB Direct connections, both ways)."""
     smbwire("analyze", capture, "-t", work / "truth.toml", "--json", work / "whole.json", "--evidence",
@@ -489,7 +493,7 @@ def whole_run(work: Path, capture: Path) -> tuple[dict, dict[str, set | None], i
     return whole, send_keys(work / "whole.jsonl"), 2 * (whole["tcp"]["flows"] + whole["rdma"]["smbdirect_connections"])
 
 
-def cut_check(work: Path, capture: Path, k: int) -> list:
+def cut_check(work: Path, capture: Path, k: int, copies: bool = False) -> list:
     """The capture cut in two at its record `k`: the head (records before `k`) and the tail (a
     capture starting mid-traffic at `k`) must each reconcile and find no payload and no send
     of a duplicated payload the whole capture does not (head + tail <= whole), and lose
@@ -508,7 +512,7 @@ def cut_check(work: Path, capture: Path, k: int) -> list:
     head.write_bytes(data[:starts[k]])
     tail.write_bytes(data[:24] + data[starts[k]:])
     whole, sends, directions = whole_run(work, capture)
-    found = part_check(work, whole, sends, {"head": head, "tail": tail}, directions, directions)
+    found = part_check(work, whole, sends, {"head": head, "tail": tail}, directions, directions, copies)
     return [{"cut_at_record": k, "cut": found}] if found else []
 
 
@@ -556,7 +560,7 @@ def run_truth(seed: int, cases: int | None, seconds: float | None, out: Path) ->
                     n = len(records(cap.read_bytes()))
                     cut = r.randrange(1, n)
                     cuts += 1
-                    found = cut_check(work, cap, cut)
+                    found = cut_check(work, cap, cut, bool(spec.get("mirror_dup")))
                     if not found:
                         dropped = r.sample(range(n), min(n, r.choice([1, 2, 5, 20])))
                         found = drop_check(work, cap, dropped)

@@ -61,33 +61,48 @@ def test_a_truth_only_case_that_differs_is_kept(tmp_path, monkeypatch):
 
 def test_a_capture_cut_in_two_loses_only_the_messages_the_cut_splits(tmp_path, monkeypatch):
     """The head and the tail of a generated capture cut at a record find together every SMB2
-    WRITE of the whole but those the cut splits; a tail that lost more (as one starting at data
-    that read as a NetBIOS session request did, before 7692809) is a finding."""
+    WRITE of the whole but those the cut splits, and no send the whole does not have; a tail
+    that lost more (as one starting at data that read as a NetBIOS session request did, before
+    7692809) is a finding, and so is a send the whole capture does not have. Records left out
+    (frames a mirror port dropped) find no send the whole does not have."""
     from smbwire import _core
+    from smbwire.topology import Topology
 
     d = load()
     spec = {"scenario": "redirect4", "transport": "tcp", "bytes": 2 << 20, "io_size": 65536, "seed": 5, "channels": 2}
     assert d.cuttable(spec) and not d.cuttable({**spec, "reorder": 0.01})
     cap = tmp_path / "c.pcap"
     truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
-    assert d.truth_check(tmp_path, cap, truth, 1) == []
-    whole = d.result(tmp_path / "t.json")
+    (tmp_path / "truth.toml").write_text(Topology.from_config(truth["topology"], source="t").to_toml())
     n = len(d.records(cap.read_bytes()))
     for k in (1, n // 3, n // 2, n - 1):
-        assert d.cut_check(tmp_path, cap, whole, k) == [], k
-    real = d.result
+        assert d.cut_check(tmp_path, cap, k) == [], k
+    assert d.drop_check(tmp_path, cap, [5, n // 2, n - 3]) == []
+    real_result, real_keys = d.result, d.send_keys
 
     def lost(path):
         # Head and tail each miss 5 WRITEs: 10 lost, more than the 8 directions can split.
-        got = real(path)
+        got = real_result(path)
         if Path(path).name == "part.json":
             got["smb2"]["write_req_pdus"] -= 5
         return got
 
     monkeypatch.setattr(d, "result", lost)
-    (found,) = d.cut_check(tmp_path, cap, whole, n // 2)
+    (found,) = d.cut_check(tmp_path, cap, n // 2)
     assert found["cut_at_record"] == n // 2
-    assert found["cut"][0].startswith("smb2.write_req_pdus: whole 96, ") and "(at most 8 split)" in found["cut"][0]
+    assert found["cut"][0].startswith("smb2.write_req_pdus: whole 96, ") and "(at most 8 lost)" in found["cut"][0]
+    monkeypatch.setattr(d, "result", real_result)
+
+    def moved(path):
+        # A part names a send at another offset than the whole capture does.
+        got = real_keys(path)
+        if Path(path).name == "part.jsonl":
+            got = {k: v if v is None else {s: o + 1 for s, o in v.items()} for k, v in got.items()}
+        return got
+
+    monkeypatch.setattr(d, "send_keys", moved)
+    (found,) = d.drop_check(tmp_path, cap, [5])
+    assert "the whole capture does not have" in found["drop"][0]
 
 
 def test_differences_and_failures_are_findings(tmp_path, monkeypatch):
