@@ -97,7 +97,7 @@ def test_a_capture_cut_in_two_loses_only_the_messages_the_cut_splits(tmp_path, m
         # A part names a send at another offset than the whole capture does.
         got = real_keys(path)
         if Path(path).name == "part.jsonl":
-            got = {k: v if v is None else {s: o + 1 for s, o in v.items()} for k, v in got.items()}
+            got = {k: v if v is None else {s: {o + 1 for o in offsets} for s, offsets in v.items()} for k, v in got.items()}
         return got
 
     monkeypatch.setattr(d, "send_keys", moved)
