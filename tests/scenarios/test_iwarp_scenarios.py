@@ -106,15 +106,16 @@ def _tail(src: Path, dst: Path, fraction: float) -> None:
     dst.write_bytes(b[:24] + b[starts[int(len(starts) * fraction)]:])
 
 
+@pytest.mark.parametrize("crc", [True, False], ids=["crc", "no-crc"])
 @pytest.mark.parametrize("fraction", [0.1, 0.35, 0.6])
-def test_markers_found_in_a_capture_started_mid_stream(tmp_path, fraction):
+def test_markers_found_in_a_capture_started_mid_stream(tmp_path, fraction, crc):
     """A capture that starts after the MPA exchange does not say whether markers are in use,
     nor where they fall: the engine reads each direction without markers (an FPDU whose CRC
     fails is dropped, not decoded) while it finds their phase from the FPDUs and their
     FPDUPTRs. Before (2026-12-07, found by the differential's cut check), such a direction was
     read without markers for good: every FPDU holding one failed its CRC and its DDP header was
     garbage; here 2 of 115, 83 and 51 WRITEs were found and no RDMA data was linked."""
-    cap, _ = synth(tmp_path, "markers", mpa_markers=True, mpa_crc=True, io_size=65536, channels=2)
+    cap, _ = synth(tmp_path, "markers", mpa_markers=True, mpa_crc=crc, io_size=65536, channels=2)
     whole = analyze([str(cap)], topology=TOPOLOGY)
     tail = tmp_path / "tail.pcap"
     _tail(cap, tail, fraction)
@@ -123,8 +124,11 @@ def test_markers_found_in_a_capture_started_mid_stream(tmp_path, fraction):
     assert (iw["mpa_requests"], iw["crc_errors"]) == (0, 0)
     assert iw["markers"] > 0
     assert r["anomalies"].get("iwarp.no_mpa_frame") == 4
-    # No FPDU misread: no DDP, SMB Direct or SMB2 decoding anomaly.
-    assert not {k for k in r["anomalies"] if k.startswith(("iwarp.ddp", "smbd.", "smb2."))}, r["anomalies"]
+    # No FPDU misread: no DDP, SMB Direct or SMB2 decoding anomaly. Without a CRC nothing tells
+    # an FPDU that holds a marker, read before the markers are found (about the first 1.5 KiB
+    # of each direction), from a good one: a few of those are misread (5-9 on 2026-12-07).
+    misread = sum(n for k, n in r["anomalies"].items() if k.startswith(("iwarp.ddp", "smbdirect.", "smb2.")))
+    assert misread == 0 if crc else misread <= 12, r["anomalies"]
     # The WRITEs the tail holds whole are all found (the whole capture's, less those before the
     # cut, less at most one split per direction of its 4 connections).
     head = tmp_path / "head.pcap"
@@ -135,7 +139,8 @@ def test_markers_found_in_a_capture_started_mid_stream(tmp_path, fraction):
     assert 0 <= lost <= 8
     # Their RDMA data linked to them: the FPDUs read before the markers were found that held a
     # marker (their CRC failed) are lost, and so are the Read Responses to Read Requests among
-    # them (unlinked, not misread): 91-98% of what the tail holds was linked on 2026-12-07.
+    # them (unlinked, not misread): 91-98% of what the tail holds was linked on 2026-12-07 with
+    # a CRC, 67-90% without.
     tail_data = whole["rdma"]["linked_bytes"] - h["rdma"]["linked_bytes"]
-    assert 0.85 * tail_data <= r["rdma"]["linked_bytes"] <= tail_data
+    assert (0.85 if crc else 0.6) * tail_data <= r["rdma"]["linked_bytes"] <= tail_data
     assert r["accounting"]["reconciled"]

@@ -477,10 +477,10 @@ impl IwarpStream {
         Some(crc == [0; 4] || mpa::crc32c(&b[..total - mpa::CRC_LEN]).to_le_bytes() == crc)
     }
 
-    /// Mid-stream, markers not known (`markers` None): a phase `φ` (0..512) of `buf` at which
-    /// the FPDUs, walked from the one a marker's FPDUPTR points back to, meet markers at the
-    /// octets `φ + 512k` that all have reserved 0 and FPDUPTR = octets back to the start of
-    /// their FPDU, `MARKERS_MET` of them, and whose DDP headers parse and non-zero CRCs verify
+    /// Mid-stream, markers not known: a phase `φ` (0..512) of `buf` at which the FPDUs, walked
+    /// from the one a marker's FPDUPTR points back to, meet markers at the octets `φ + 512k`
+    /// that all have reserved 0 and FPDUPTR = octets back to the start of their FPDU,
+    /// `MARKERS_MET` of them, and whose DDP headers parse and CRCs (when not zero) verify
     /// (`walk_with_markers`). Returns the phase and where the walk started. The CRC alone does
     /// not tell a phase from a wrong one (it covers the markers as sent, wherever they are);
     /// the FPDUPTRs do: a wrong phase meets the right values once in 2^16 per marker.
@@ -513,8 +513,8 @@ impl IwarpStream {
     /// FPDUs it completed and how many markers it met before `buf` ended; None when a marker
     /// does not hold reserved 0 and FPDUPTR = octets back to its FPDU's start (0 for one due
     /// where its FPDU starts, `mpa::emit_fpdu_into`), or an FPDU's DDP header does not parse
-    /// or its CRC is zero or does not verify (RFC 5044 §6.1: the CRC covers the octets before
-    /// the CRC field as sent, a marker just before it included).
+    /// or its non-zero CRC does not verify (RFC 5044 §6.1: the CRC covers the octets before
+    /// the CRC field as sent, a marker just before it included; zero: no CRC in use).
     fn walk_with_markers(buf: &[u8], start: usize, phase: usize) -> Option<(usize, usize)> {
         let interval = mpa::MARKER_INTERVAL as usize;
         let (mut f, mut fpdus, mut markers) = (start, 0, 0);
@@ -550,7 +550,8 @@ impl IwarpStream {
             }
             let l = usize::from(u16::from_be_bytes([logical[0], logical[1]]));
             let crc = &logical[need - mpa::CRC_LEN..];
-            if Segment::parse(&logical[2..2 + l]).is_err() || crc == [0; 4] || mpa::crc32c(&buf[f..crc_at?]).to_le_bytes() != crc {
+            // A zero CRC field: no CRC in use (the FPDUPTRs are then the evidence).
+            if Segment::parse(&logical[2..2 + l]).is_err() || (crc != [0; 4] && mpa::crc32c(&buf[f..crc_at?]).to_le_bytes() != crc) {
                 return None;
             }
             fpdus += 1;
