@@ -68,51 +68,46 @@ fn eth_ip(
     ip_id: u16,
     dscp_ecn: u8,
 ) -> (usize, usize) {
-    match (src.ip, dst.ip) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let ip = ipv4::Repr {
-                src_addr: s,
-                dst_addr: d,
-                next_header,
-                payload_len: l4_len,
-                hop_limit: TTL,
-                ident: ip_id,
-                dont_frag: true,
-                more_frags: false,
-                frag_offset: 0,
-                dscp_ecn,
-            };
-            let eth = eth_header(src, dst, ethernet::ethertype::IPV4);
-            let ip_at = eth.header_len();
-            let l4_at = ip_at + ip.buffer_len();
-            let len = l4_at + l4_len;
-            frame.clear();
-            frame.resize(len.max(MIN_FRAME_LEN), 0);
-            eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
-            ip.emit(&mut ipv4::Packet::new_unchecked(&mut frame[ip_at..len]));
-            (l4_at, len)
-        }
-        (s, d) => {
-            let ip = ipv6::Repr {
-                src_addr: v6(s),
-                dst_addr: v6(d),
-                next_header,
-                payload_len: l4_len,
-                hop_limit: TTL,
-                traffic_class: dscp_ecn,
-                flow_label: 0,
-            };
-            let eth = eth_header(src, dst, ethernet::ethertype::IPV6);
-            let ip_at = eth.header_len();
-            let l4_at = ip_at + ip.buffer_len();
-            let len = l4_at + l4_len;
-            frame.clear();
-            frame.resize(len.max(MIN_FRAME_LEN), 0);
-            eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
-            ip.emit(&mut ipv6::Packet::new_unchecked(&mut frame[ip_at..len]));
-            (l4_at, len)
-        }
+    let v4 = match (src.ip, dst.ip) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some(ipv4::Repr {
+            src_addr: s,
+            dst_addr: d,
+            next_header,
+            payload_len: l4_len,
+            hop_limit: TTL,
+            ident: ip_id,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn,
+        }),
+        _ => None,
+    };
+    let v6 = ipv6::Repr {
+        src_addr: v6(src.ip),
+        dst_addr: v6(dst.ip),
+        next_header,
+        payload_len: l4_len,
+        hop_limit: TTL,
+        traffic_class: dscp_ecn,
+        flow_label: 0,
+    };
+    let (ethertype, ip_len) = match &v4 {
+        Some(ip) => (ethernet::ethertype::IPV4, ip.buffer_len()),
+        None => (ethernet::ethertype::IPV6, v6.buffer_len()),
+    };
+    let eth = eth_header(src, dst, ethertype);
+    let ip_at = eth.header_len();
+    let l4_at = ip_at + ip_len;
+    let len = l4_at + l4_len;
+    frame.clear();
+    frame.resize(len.max(MIN_FRAME_LEN), 0);
+    eth.emit(&mut ethernet::Packet::new_unchecked(&mut frame[..]));
+    match v4 {
+        Some(ip) => ip.emit(&mut ipv4::Packet::new_unchecked(&mut frame[ip_at..len])),
+        None => v6.emit(&mut ipv6::Packet::new_unchecked(&mut frame[ip_at..len])),
     }
+    (l4_at, len)
 }
 
 /// `ip` as IPv6 (an IPv4 address in its IPv4-mapped form).

@@ -7,11 +7,13 @@ and `--annotate` says "offset unknown"."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+from paths import ROOT
 from tshark_oracle import field_rows
 
 # READ responses of repeated content (half the 4 KiB blocks zeros: many 5,000-byte payloads are
@@ -26,11 +28,11 @@ def smbwire(*args) -> subprocess.CompletedProcess:
 
 
 def records(data: bytes) -> list[int]:
-    at, starts = 24, []
-    while at + 16 <= len(data):
-        starts.append(at)
-        at += 16 + int.from_bytes(data[at + 8:at + 12], "little")
-    return starts
+    """Where each record of a generated pcap starts (fuzz/differential.py's walk)."""
+    spec = importlib.util.spec_from_file_location("differential", ROOT / "fuzz" / "differential.py")
+    d = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(d)
+    return d.records(data)
 
 
 def sends(evidence: Path) -> dict:
