@@ -455,12 +455,13 @@ fn on_rc(st: &mut RdmaState, src: IpAddr, dst: IpAddr, r: &ib::Repr<'_>, len: us
         // The buffer it names says which inferred connection it belongs to, if any.
         ulp = claim(st, key, reth.r_key).unwrap_or(ulp);
     }
-    let smbd_send = match r.kind {
+    // Only a queue pair not known yet looks at a Send's payload.
+    let smbd_send = || match r.kind {
         Kind::Send { first: true, last: true } => looks_like_smbdirect(r.payload),
         Kind::Send { first: true, last: false } => starts_like_smbdirect(r.payload),
         _ => false,
     };
-    if ulp == Ulp::Unknown && smbd_send {
+    if ulp == Ulp::Unknown && smbd_send() {
         ulp = adopt(st, src, key, ctx, p);
     } else if ulp == Ulp::Unknown
         && matches!(r.kind, Kind::ReadRequest | Kind::RdmaWrite { first: true, .. })
