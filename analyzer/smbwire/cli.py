@@ -830,7 +830,9 @@ def synth(scenario: str, out: str, nbytes: int | None, io_size: int | None, mirr
         if path is not None:
             engine.check_writable(path)
     engine.check_outputs([("--output", out), ("--topology-out", topology_out), ("--truth-out", truth_out)], [])
-    spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup, "ipv6": ipv6}
+    spec: dict[str, Any] = {"scenario": scenario, "mirror_dup": mirror_dup}
+    if ipv6:
+        spec["ipv6"] = True
     # Options not given are left out: the synthesizer's defaults apply.
     for key, value in (("bytes", nbytes), ("io_size", io_size), ("retransmit", retransmit),
                        ("reorder", reorder), ("seed", seed), ("zero_fill", zero_fill),

@@ -116,11 +116,11 @@ def test_synth_spec_and_outputs(engine, tmp_path):
     out, truth, topo = tmp_path / "s.pcap", tmp_path / "truth.json", tmp_path / "topo.toml"
     r = run("synth", "s2d-3way", "-o", str(out), "--bytes", "64MiB", "--io-size", "1m", "--mirror-dup",
             "--retransmit", "0.01", "--reorder", "0.02", "--seed", "7", "--transport", "smbdirect",
-            "--truth-out", str(truth), "--topology-out", str(topo))
+            "--vlan", "qinq", "--ipv6", "--truth-out", str(truth), "--topology-out", str(topo))
     assert r.exit_code == 0, r.output
     assert engine[0]["spec"] == {"scenario": "s2d-3way", "mirror_dup": True, "bytes": 64 * 2**20,
                                  "io_size": 2**20, "retransmit": 0.01, "reorder": 0.02, "seed": 7,
-                                 "transport": "smbdirect"}
+                                 "transport": "smbdirect", "vlan": "qinq", "ipv6": True}
     assert engine[0]["out"] == str(out)
     assert json.loads(truth.read_text())["scenario"] == "s2d-3way"
     t = load_topology(topo)
