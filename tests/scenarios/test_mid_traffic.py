@@ -57,23 +57,28 @@ def test_a_read_response_without_its_request_has_no_offset(tmp_path):
     # Cut right after READ requests: the capture starts with their responses.
     requests = [int(row[0][0]) for row in field_rows(cap, [], ["frame.number"], "smb2.cmd == 8 && smb2.flags.response == 0")]
     unknown = 0
+    checked = None
     for n in requests[2:12]:
-        tail = tmp_path / "tail.pcap"
+        tail = tmp_path / f"tail-{n}.pcap"
         tail.write_bytes(data[:24] + data[starts[n]:])
-        r = smbwire("analyze", tail, "-q", "--json", tmp_path / "tail.json", "--evidence", tmp_path / "tail.jsonl")
+        evidence = tmp_path / f"tail-{n}.jsonl"
+        r = smbwire("analyze", tail, "-q", "--json", tmp_path / "tail.json", "--evidence", evidence)
         assert r.returncode == 0, r.stderr
         result = json.loads((tmp_path / "tail.json").read_text())
-        for key, s in sends(tmp_path / "tail.jsonl").items():
+        for key, s in sends(evidence).items():
             # The same send as in the whole capture, at the same offset or at one not known.
             assert whole[key]["offset"] == s["offset"] or s["offset"] is None, (key, s, whole[key])
             if s["offset"] is None:
                 unknown += 1
                 assert s["kind"] == "read" and result["anomalies"].get("smb2.read_response_without_request")
-                # verify: Wireshark agrees on everything the evidence says.
-                v = smbwire("verify", tmp_path / "tail.jsonl", tail, "--all")
-                assert v.returncode == 0, v.stdout + v.stderr
-                a = smbwire("analyze", tail, "-q", "--annotate", tmp_path / "tail-annotated.pcapng")
-                assert a.returncode == 0, a.stderr
-                comments = field_rows(tmp_path / "tail-annotated.pcapng", [], ["frame.comment"], "frame.comment")
-                assert any("offset unknown" in c for row in comments for c in row[0]), comments[:3]
+                checked = checked or (tail, evidence)
     assert unknown > 0
+    # verify (once: each run starts tshark through pyshark): Wireshark agrees on everything the
+    # evidence says, and the send whose offset is not known is not compared on it.
+    tail, evidence = checked
+    v = smbwire("verify", evidence, tail, "--all")
+    assert v.returncode == 0, v.stdout + v.stderr
+    a = smbwire("analyze", tail, "-q", "--annotate", tmp_path / "tail-annotated.pcapng")
+    assert a.returncode == 0, a.stderr
+    comments = field_rows(tmp_path / "tail-annotated.pcapng", [], ["frame.comment"], "frame.comment")
+    assert any("offset unknown" in c for row in comments for c in row[0]), comments[:3]
