@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from . import __version__, engine, jsonout
-from .errors import EXIT_INTERRUPTED, SmbwireError, UserError, error_line
+from .errors import EXIT_INTERRUPTED, SmbwireError, ToolFailure, UserError, error_line
 from .units import fmt_count, fmt_counted, parse_size, parse_time, printable
 
 
@@ -42,6 +42,8 @@ def render_report(*args: Any, **kwargs: Any) -> None:
     render(*args, **kwargs)
 
 EXIT_USER = 2
+#: An outside program (tshark) failed each time it was run (EX_UNAVAILABLE, sysexits.h).
+EXIT_TOOL = 69
 EXIT_INTERNAL = 70
 
 
@@ -143,6 +145,9 @@ class _Cli(click.Group):
             _silence_stdout()
             _fail(f"{where}cannot write: {e.strerror or e}")
             sys.exit(EXIT_USER)
+        except ToolFailure as e:
+            _fail(str(e))
+            sys.exit(EXIT_TOOL)
         except SmbwireError as e:
             if _debug():
                 import traceback

@@ -2,7 +2,9 @@
 
 The CLI maps them to exit codes: a `UserError` (the user can fix it: wrong path, bad topology
 file, not a capture) is one line on stderr and exit 2; anything else is a bug or a broken
-installation and exits 70 (EX_SOFTWARE, sysexits.h).
+installation and exits 70 (EX_SOFTWARE, sysexits.h). A `ToolFailure` (an outside program smbwire
+runs, tshark for `verify`, failed every time it was run) names the program and exits 69
+(EX_UNAVAILABLE).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class TopologyError(UserError):
 
 class InputError(UserError):
     """A capture file is missing, unreadable, empty or not a capture."""
+
+
+class ToolFailure(SmbwireError):
+    """An outside program smbwire runs (tshark, for `verify`) failed each time it was run; the
+    message names it, the input and its last error line."""
 
 
 class EngineUnavailable(SmbwireError):

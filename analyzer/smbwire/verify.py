@@ -23,10 +23,11 @@ read; payload bytes are never printed.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .errors import UserError
+from .errors import ToolFailure, UserError
 from .units import fmt_count, fmt_counted, printable
 from .wireshark import frame_filter
 
@@ -186,8 +187,34 @@ def _messages(pkt: Any) -> list[Smb2Msg]:
     return out
 
 
-def dissect(capture: str, frames: set[int]) -> dict[int, FrameView]:
-    """The needed frames of one capture, in one tshark run."""
+#: Runs of tshark on one capture before `verify` gives up: pyshark's tshark child is sometimes
+#: reaped by asyncio's child watcher before pyshark sees it end ("Unknown child process pid N,
+#: will report returncode 255"), which pyshark reports as a crash of a tshark that read the
+#: file; a crash that comes again on the same file is tshark's own.
+TSHARK_RUNS = 3
+
+
+def dissect(capture: str, frames: set[int], run: Any = None) -> dict[int, FrameView]:
+    """The needed frames of one capture, in one tshark run, run again when it ends abnormally
+    (`TSHARK_RUNS` in all; each rerun is a warning on stderr). `run` stands in for one run
+    (tests)."""
+    from pyshark.capture.capture import TSharkCrashException
+
+    run = run or _dissect_once
+    for n in range(1, TSHARK_RUNS + 1):
+        try:
+            return run(capture, frames)
+        except TSharkCrashException as e:
+            why = " ".join(str(e).split())[:300]
+            if n == TSHARK_RUNS:
+                raise ToolFailure(f"{capture}: tshark ended abnormally in each of {TSHARK_RUNS} runs "
+                                  f"(last: {why}); 'tshark -r' on the file shows why") from None
+            print(f"smbwire: warning: {printable(capture)}: tshark ended abnormally ({printable(why)}); "
+                  f"running it again ({n + 1} of {TSHARK_RUNS})", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def _dissect_once(capture: str, frames: set[int]) -> dict[int, FrameView]:
     import pyshark  # the optional extra `smbwire[verify]`
 
     # Artemis's heuristic claims SMB Direct over iWARP (TCP 5445) before iWARP's does.
@@ -205,7 +232,12 @@ def dissect(capture: str, frames: set[int]) -> dict[int, FrameView]:
                     segs.extend(int(s.show) for s in getattr(seg, "all_fields", [seg]))
             views[n] = FrameView(n, _messages(pkt), segs, [layer.layer_name for layer in pkt.layers])
     finally:
-        cap.close()
+        try:
+            cap.close()
+        finally:
+            # A close that raised leaves the ended tshark in pyshark's list, and its `__del__`
+            # would close again and print the same exception at exit.
+            getattr(cap, "_running_processes", set()).clear()
     return views
 
 
