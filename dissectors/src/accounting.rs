@@ -133,7 +133,7 @@ pub struct Accounting {
     bytes: [u64; CATEGORY_COUNT],
 }
 
-const CATEGORY_COUNT: usize = CATEGORIES.len();
+pub const CATEGORY_COUNT: usize = CATEGORIES.len();
 
 impl Default for Accounting {
     fn default() -> Self {
@@ -177,6 +177,25 @@ impl Accounting {
     }
     pub fn total(&self) -> u64 {
         self.bytes.iter().sum()
+    }
+    /// Bytes per category now, in table order: what a stage adds between two snapshots is
+    /// theirs to `reclassify`.
+    pub fn snapshot(&self) -> [u64; CATEGORY_COUNT] {
+        self.bytes
+    }
+    /// Moves `moved` (bytes per category, in table order, as two snapshots' difference) into
+    /// `to`: bytes first taken for one thing, found to be another (an SMB2 message a
+    /// resynchronisation took that the next header did not confirm). The total is unchanged.
+    pub fn reclassify(&mut self, moved: &[u64; CATEGORY_COUNT], to: &'static str) {
+        let Some(t) = index_of(to) else {
+            debug_assert!(false, "accounting category {to:?} is not in CATEGORIES");
+            return;
+        };
+        for (i, &n) in moved.iter().enumerate() {
+            let n = n.min(self.bytes[i]);
+            self.bytes[i] -= n;
+            self.bytes[t] += n;
+        }
     }
     /// Categories with bytes, by name.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {

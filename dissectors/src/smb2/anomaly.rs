@@ -36,6 +36,7 @@ crate::anomaly::anomalies! {
         DecryptFailed = "smb2.decrypt_failed",
         TransformBadSize = "smb2.transform_bad_size",
         OpenBudgetExceeded = "smb2.open_budget_exceeded",
+        ResyncUnconfirmed = "smb2.resync_unconfirmed",
     }
 }
 

@@ -25,6 +25,7 @@
 //! - `payload`: streaming a data region into the hasher, the send.
 
 mod compound;
+mod confirm;
 mod decompress;
 mod decrypt;
 mod framing;
@@ -140,6 +141,11 @@ pub struct Smb2Stream {
     opened: Option<Vec<u8>>,
     /// Keep `opened` (streams of SMB Direct connections and their inner streams).
     keep_opened: bool,
+    /// A message of this (framed) stream was confirmed by the header after it (`confirm`):
+    /// false at the start and after every resynchronisation.
+    confirmed: bool,
+    /// The message held until the next header confirms it.
+    unconfirmed: Option<Box<confirm::Unconfirmed>>,
 }
 
 impl Smb2Stream {
@@ -174,6 +180,8 @@ impl Smb2Stream {
             unzipped: None,
             opened: None,
             keep_opened: false,
+            confirmed: false,
+            unconfirmed: None,
         }
     }
 
@@ -221,7 +229,9 @@ impl Smb2Stream {
 
     /// Feeds one whole message (unframed mode) — same as `data()`, named for SMB Direct.
     pub fn on_message(&mut self, msg: &[u8], ctx: &FrameCtx, p: &mut Parts) {
-        self.feed_message(msg, ctx, p)
+        self.rebase_held(p);
+        self.feed_message(msg, ctx, p);
+        self.tally_held(p);
     }
 
     fn hdr_len(&self) -> usize {
@@ -395,8 +405,13 @@ impl Smb2Stream {
             self.abandon(ctx, p);
             return;
         }
+        if self.unconfirmed.is_some() && missing > u64::from(self.msg_left) {
+            // The bytes that would confirm the held message are lost: undecided, handed on.
+            self.release_held(p);
+        }
         let to_resync = |s: &mut Self, p: &mut Parts| {
             s.abandon(ctx, p);
+            s.confirmed = false;
             p.anomalies.raise(Anomaly::GapResync);
             p.smb.stats.resyncs += 1;
             s.state = State::Resync;
@@ -489,11 +504,15 @@ impl Smb2Stream {
 impl Smb2Stream {
     /// A gap in the input (`StreamConsumer::gap` with the parts lent).
     pub fn on_gap(&mut self, missing: u64, ctx: &FrameCtx, p: &mut Parts) {
+        self.rebase_held(p);
         self.gap_inner(missing, ctx, p);
+        self.tally_held(p);
     }
 
     /// End of the stream (`StreamConsumer::close` with the parts lent).
     pub fn on_close(&mut self, ctx: &FrameCtx, p: &mut Parts) {
+        // No header follows: a held message is undecided, handed on.
+        self.release_held(p);
         let mid_message = !matches!(self.state, State::NbHeader | State::Idle | State::Resync) || self.small_len > 0;
         if mid_message {
             p.anomalies.raise(Anomaly::StreamEndedMidMessage);
@@ -505,7 +524,7 @@ impl Smb2Stream {
 
 impl<D: PayloadSink, R> StreamConsumer<Shared<SmbState, D, R>> for Smb2Stream {
     fn data(&mut self, bytes: &[u8], ctx: &FrameCtx, shared: &mut Shared<SmbState, D, R>) {
-        self.feed_message(bytes, ctx, &mut shared.parts());
+        self.on_message(bytes, ctx, &mut shared.parts());
     }
 
     fn gap(&mut self, missing: u64, ctx: &FrameCtx, shared: &mut Shared<SmbState, D, R>) {

@@ -195,7 +195,7 @@ impl Smb2Stream {
             _ => {
                 self.payload = None;
                 if let Some(mid) = completes {
-                    p.sink.complete(self.conn, mid, ctx.ts_ns);
+                    self.emit_complete(mid, ctx.ts_ns, p);
                 }
             }
         }

@@ -21,11 +21,16 @@ use crate::frame::FrameCtx;
 
 impl Smb2Stream {
     pub(super) fn on_netbios_header(&mut self, p: &mut Parts) {
+        if self.unconfirmed.is_some() {
+            self.held_message_ended(p);
+        }
         match netbios::Repr::parse(&self.small[..4]) {
             Err(_) => self.lose_framing(Anomaly::NetbiosBadType, p),
             Ok(r) if !r.control_length_fits() => self.lose_framing(Anomaly::NetbiosBadLength, p),
             Ok(r) if !r.is_session_message() => {
-                // Session request/response, keepalive: transport metadata.
+                // Session request/response, keepalive: transport metadata (and a header
+                // where the held message said its successor starts).
+                self.confirm_held(p);
                 p.accounting.add(cat::SMB_METADATA, 4);
                 self.small_len = 0;
                 self.msg_left = r.length;
@@ -61,8 +66,12 @@ impl Smb2Stream {
         if matches!(id, protocol_id::SMB2 | protocol_id::TRANSFORM | protocol_id::COMPRESSION_TRANSFORM) {
             self.storage = true;
         }
+        if matches!(id, protocol_id::SMB2 | protocol_id::TRANSFORM | protocol_id::COMPRESSION_TRANSFORM | protocol_id::SMB1) {
+            self.confirm_held(p);
+        }
         match id {
             protocol_id::SMB2 => {
+                self.hold_if_unconfirmed(p);
                 p.accounting.add(cat::SMB_METADATA, (hl + 4) as u64);
                 self.small_len = 0;
                 self.chain = ChainCtx::default();
@@ -171,6 +180,9 @@ impl Smb2Stream {
     /// The bytes held in `small` were not a valid NetBIOS/SMB2 start: drop the first byte
     /// (unparsed) and rescan the others.
     pub(super) fn lose_framing(&mut self, anomaly: Anomaly, p: &mut Parts) {
+        // Bytes already counted as the held message were not one.
+        self.refute_held(p);
+        self.confirmed = false;
         p.anomalies.raise(anomaly);
         p.smb.stats.resyncs += 1;
         let held = self.small_len;

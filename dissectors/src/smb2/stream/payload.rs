@@ -4,7 +4,6 @@
 use super::{Smb2Stream, State};
 use crate::accounting::cat;
 use crate::frame::{FrameCtx, FrameRef};
-use crate::context::send_finished;
 use crate::payload::hash::PayloadHasher;
 use crate::payload::PayloadDigest;
 use crate::payload::send::{SendKind, SendRecord};
@@ -65,11 +64,8 @@ impl Smb2Stream {
             match pl.hasher {
                 Some(hasher) => {
                     let finished = hasher.finish_deferred();
-                    p.smb.stats.payloads_sent += 1;
-                    p.smb.stats.payload_bytes_sent += pl.length as u64;
                     let m = pl.meta;
-                    p.smb.hand_over(p.sink);
-                    send_finished(p.sink, finished, SendRecord {
+                    let rec = SendRecord {
                         conn: self.conn,
                         message_id: m.message_id,
                         kind: pl.kind,
@@ -91,7 +87,8 @@ impl Smb2Stream {
                         header_frame: None,
                         ts_ns: pl.ts_ns,
                         digest: PayloadDigest::default(),
-                    });
+                    };
+                    self.emit_send(finished, rec, pl.length, p);
                 }
                 None => {
                     p.anomalies.raise(Anomaly::PayloadIncomplete);
@@ -100,7 +97,7 @@ impl Smb2Stream {
                 }
             }
             if let Some(mid) = pl.completes {
-                p.sink.complete(self.conn, mid, ctx.ts_ns);
+                self.emit_complete(mid, ctx.ts_ns, p);
             }
         }
         // The last element of a message ends with its data (MS-SMB2 §2.2.21, §2.2.20: the
@@ -108,6 +105,10 @@ impl Smb2Stream {
         // length reaching further is not believed: resynchronise on what follows instead of
         // swallowing it (a forged length would otherwise hide the messages after it).
         if self.framed && !self.chain_next && self.elem_left > TRAILING_PAD_MAX {
+            // Where its successor starts is not believed, so nothing can confirm a held
+            // message: undecided, handed on (as a framed stream's message is).
+            self.release_held(p);
+            self.confirmed = false;
             p.anomalies.raise(Anomaly::NetbiosLengthBeyondMessage);
             p.smb.stats.resyncs += 1;
             self.msg_left = 0;

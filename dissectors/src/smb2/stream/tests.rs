@@ -413,6 +413,9 @@ fn gap_in_header_position_resyncs() {
     for c in w3.chunks(5) {
         s.on_message(c, &ctx(4), &mut h.parts());
     }
+    // w3, found by the resynchronisation, is held until a header confirms it or the stream ends.
+    assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![1]);
+    s.on_close(&ctx(5), &mut h.parts());
     let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
     assert_eq!(ids, vec![1, 3]);
     assert_eq!(h.smb.stats.resyncs, 1);
@@ -519,7 +522,7 @@ fn keepalive_and_smb1_are_metadata() {
     smb1.extend_from_slice(&[0u8; 40]);
     let stream = [vec![0x85, 0, 0, 0], netbios(&smb1), netbios(&write_req(1, [1; 16], 0, &data(10, 1), false, 0))].concat();
     let mut h = Harness::default();
-    one_stream(&mut h, &[&stream]);
+    one_stream(&mut h, &[&stream]).on_close(&ctx(0), &mut h.parts());
     assert_eq!(h.smb.stats.smb1_messages, 1);
     assert_eq!(h.rec.sends.len(), 1);
     assert_eq!(h.accounting.get(cat::SMB_UNPARSED), 0);
@@ -682,4 +685,113 @@ fn a_capture_starting_where_data_reads_as_a_session_request_loses_nothing_after_
     s.on_close(&ctx(0), &mut h.parts());
     assert_eq!(h.rec.sends.len(), 1);
     assert_eq!(h.smb.stats.resyncs, 0);
+}
+
+/// WRITE data that holds an SMB2 WRITE's image (a capture file or a TCP dump copied to a
+/// share), with other data before and after it.
+fn data_with_image(image_mid: u64) -> (Vec<u8>, usize) {
+    let image = netbios(&write_req(image_mid, [7; 16], 1 << 30, &data(6000, 77), false, 0));
+    let mut d = data(3000, 5);
+    let at = d.len();
+    d.extend_from_slice(&image);
+    // Data after the image that no NetBIOS header starts with (0xAA is no packet type).
+    d.extend(std::iter::repeat_n(0xAA, 500));
+    d.extend_from_slice(&data(2000, 6));
+    (d, at)
+}
+
+/// A resynchronisation (a gap across messages, a capture started mid-stream) that lands on an
+/// SMB2 message's image inside a WRITE's data took it as a message and reported its WRITE as
+/// a send. The message found is now held until the header after it: none follows the image
+/// (its data does), so it is dropped, its bytes are unparsed, and the stream resynchronises
+/// again on the next real message, which the one after it confirms.
+#[test]
+fn a_message_image_where_a_resync_lands_is_not_a_send() {
+    let (d3, at) = data_with_image(99);
+    let ws: Vec<Vec<u8>> = [(1u64, data(4000, 1)), (2, data(4000, 2)), (3, d3.clone()), (4, data(4000, 4)), (5, data(4000, 5))]
+        .into_iter()
+        .map(|(mid, d)| netbios(&write_req(mid, [1; 16], mid << 20, &d, false, 0)))
+        .collect();
+    let w3_data_at = ws[2].len() - d3.len();
+    // (a) A gap from w2's last bytes into w3's data, just before the image.
+    {
+        let mut h = Harness::default();
+        let mut s = one_stream(&mut h, &[&ws[0], &ws[1][..ws[1].len() - 10]]);
+        let skip = 10 + w3_data_at + at - 40;
+        s.on_gap(skip as u64, &ctx(3), &mut h.parts());
+        let rest: Vec<u8> = [&ws[2][w3_data_at + at - 40..], &ws[3][..], &ws[4][..]].concat();
+        h.fed += rest.len() as u64;
+        for (i, c) in rest.chunks(1448).enumerate() {
+            s.on_message(c, &ctx(4 + i as u64), &mut h.parts());
+        }
+        s.on_close(&ctx(99), &mut h.parts());
+        let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
+        assert_eq!(ids, vec![1, 4, 5], "w2 and w3 lost to the gap; the image's WRITE 99 is no send");
+        assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 1);
+        assert_eq!(h.smb.stats.payloads_sent, 3);
+        // w1, w2's data up to the gap (hashed, then incomplete), w4, w5: not the image's 6000.
+        assert_eq!(h.accounting.get(cat::SMB_PAYLOAD), 4000 + 3990 + 2 * 4000);
+        assert_eq!(smb_categories(&h), h.fed, "every byte accounted");
+    }
+    // (b) A capture that starts inside w3's data, before the image.
+    {
+        let mut h = Harness::default();
+        let parts: Vec<&[u8]> = [&ws[2][w3_data_at + 100..], &ws[3][..], &ws[4][..]].into_iter().collect();
+        let mut s = one_stream(&mut h, &parts);
+        s.on_close(&ctx(99), &mut h.parts());
+        let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
+        assert_eq!(ids, vec![4, 5]);
+        assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 1);
+        assert_eq!(h.accounting.get(cat::SMB_PAYLOAD), 2 * 4000);
+        assert_eq!(smb_categories(&h), h.fed);
+    }
+    // (c) The same stream read whole: framed, the image is data (one send of w3).
+    {
+        let mut h = Harness::default();
+        let parts: Vec<&[u8]> = ws.iter().map(|w| w.as_slice()).collect();
+        let mut s = one_stream(&mut h, &parts);
+        s.on_close(&ctx(99), &mut h.parts());
+        assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 0);
+        assert_eq!(h.accounting.get(cat::SMB_UNPARSED), 0);
+    }
+}
+
+/// The message held at a stream's start is handed on, in order with its completion, once the
+/// next header confirms it (at that header's frame, not at the stream's end); one the stream
+/// ends after, or a gap follows, is handed on undecided.
+#[test]
+fn a_held_message_is_handed_on_when_the_next_header_confirms_it() {
+    let w1 = netbios(&write_req(1, [1; 16], 0, &data(9000, 1), false, 0));
+    let w2 = netbios(&write_req(2, [1; 16], 0, &data(9000, 2), false, 0));
+    let mut h = Harness::default();
+    let mut s = Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445));
+    h.fed += (w1.len() + 3) as u64;
+    s.on_message(&w1, &ctx(1), &mut h.parts());
+    s.on_message(&w2[..3], &ctx(2), &mut h.parts());
+    assert!(h.rec.sends.is_empty(), "held until a whole header and ProtocolId follow");
+    h.fed += 10;
+    s.on_message(&w2[3..13], &ctx(3), &mut h.parts());
+    assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(h.rec.sends[0].digest, digest_of(&data(9000, 1)));
+    assert_eq!((h.rec.sends[0].first_frame.number, h.rec.sends[0].last_frame.number), (1, 1));
+    // Confirmed: w2 is handed on at its end, not held.
+    h.fed += (w2.len() - 13) as u64;
+    s.on_message(&w2[13..], &ctx(4), &mut h.parts());
+    assert_eq!(h.rec.sends.len(), 2);
+    assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 0);
+    assert_eq!(smb_categories(&h), h.fed);
+    // A gap right after a held message: undecided, handed on.
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w1]);
+    s.on_gap(100, &ctx(2), &mut h.parts());
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 0);
+    // The stream's end after a held message hands it on.
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w1]);
+    assert!(h.rec.sends.is_empty());
+    s.on_close(&ctx(2), &mut h.parts());
+    assert_eq!(h.rec.sends.len(), 1);
+    assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 0);
 }

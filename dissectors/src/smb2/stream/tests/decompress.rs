@@ -50,7 +50,9 @@ fn plain_write(payload: &[u8]) -> Vec<u8> {
 fn reference(plain: &[u8]) -> SendRecord {
     let mut h = Harness::default();
     let nb = netbios(plain);
-    one_stream(&mut h, &[&nb]);
+    let mut s = one_stream(&mut h, &[&nb]);
+    // The stream's first message is handed on once confirmed, or at the stream's end.
+    s.on_close(&ctx(0), &mut h.parts());
     h.rec.sends[0].clone()
 }
 

@@ -137,7 +137,7 @@ fn encrypted_write_over_tcp_is_hashed_like_the_plain_one_with_its_frames() {
         // Plain reference.
         let mut ref_h = Harness::default();
         let np = netbios(&plain);
-        one_stream(&mut ref_h, &[&np]);
+        one_stream(&mut ref_h, &[&np]).on_close(&ctx(0), &mut ref_h.parts());
         // Encrypted, cut into three frames.
         let mut h = Harness { smb: directional(&c2s, &s2c), ..Harness::default() };
         let (a, rest) = wire.split_at(30);
@@ -254,6 +254,7 @@ fn message_in_one_byte_frames_notes_at_most_max_pieces() {
     for (i, b) in netbios(&plain).iter().enumerate() {
         ps.on_message(std::slice::from_ref(b), &ctx(i as u64 + 1), &mut plain_h.parts());
     }
+    ps.on_close(&ctx(0), &mut plain_h.parts());
     let want = &plain_h.rec.sends[0];
     assert_eq!((send.first_frame.number, send.last_frame.number), (want.first_frame.number + 52, want.last_frame.number + 52));
     assert_eq!(send.last_frame.number, wire.len() as u64, "the newest frame stands for the capped stretch");

@@ -1,0 +1,138 @@
+//! Confirmation of a message found where framing was not known: the first message of a TCP
+//! direction (a capture may start mid-connection) and the first after a resynchronisation
+//! (a bad header, a gap). A scan takes the first bytes that look like a NetBIOS + SMB2 header,
+//! and an SMB2 message's image inside a WRITE's data (a capture file copied to a share) looks
+//! like one. What such a message hands on (its sends, its completions) is held until the
+//! next header decides: a NetBIOS header and ProtocolId right where its length ends confirm
+//! it (and the stream); a header that does not parse there refutes it: its sends are
+//! dropped, its bytes move to `smb_unparsed` and `smb2.resync_unconfirmed` is raised. A gap
+//! or the end of the stream before the next header leaves it undecided: it is handed on, as
+//! before this check. Only plain SMB2 messages are held; the command counters of a refuted
+//! one stay counted (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
+
+use super::Smb2Stream;
+use crate::accounting::{cat, CATEGORY_COUNT};
+use crate::context::send_finished;
+use crate::payload::hash::Finished;
+use crate::payload::send::SendRecord;
+use crate::smb2::{Anomaly, Parts};
+
+/// What a held message has handed on, in order.
+enum Held {
+    Send(Box<SendRecord>, u32),
+    Complete(u64, u64),
+}
+
+/// The message held until the next header decides.
+pub(super) struct Unconfirmed {
+    /// Bytes it added to each accounting category, up to `base`.
+    tally: [u64; CATEGORY_COUNT],
+    /// The accounting when this stream last started adding to `tally`.
+    base: [u64; CATEGORY_COUNT],
+    held: Vec<Held>,
+    /// Its last byte was read: the next header is being read.
+    ended: bool,
+}
+
+impl Smb2Stream {
+    /// A plain SMB2 message starts (before any of its bytes are counted): held when the
+    /// stream is not confirmed.
+    pub(super) fn hold_if_unconfirmed(&mut self, p: &mut Parts) {
+        if self.framed && !self.confirmed && self.unconfirmed.is_none() {
+            self.unconfirmed = Some(Box::new(Unconfirmed {
+                tally: [0; CATEGORY_COUNT],
+                base: p.accounting.snapshot(),
+                held: Vec::new(),
+                ended: false,
+            }));
+        }
+    }
+
+    /// This stream starts adding to the accounting (a chunk, a gap, the end): a held message
+    /// still being read counts from here.
+    pub(super) fn rebase_held(&mut self, p: &Parts) {
+        if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
+            u.base = p.accounting.snapshot();
+        }
+    }
+
+    /// What this stream added since `rebase_held` belongs to the held message still being read.
+    pub(super) fn tally_held(&mut self, p: &Parts) {
+        if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
+            let now = p.accounting.snapshot();
+            for ((t, n), b) in u.tally.iter_mut().zip(now).zip(u.base) {
+                *t += n - b;
+            }
+            u.base = now;
+        }
+    }
+
+    /// The next header's first bytes are read: the held message ended before them.
+    pub(super) fn held_message_ended(&mut self, p: &Parts) {
+        self.tally_held(p);
+        if let Some(u) = self.unconfirmed.as_mut() {
+            u.ended = true;
+        }
+    }
+
+    /// A NetBIOS header and a known ProtocolId follow the held message: it was a message,
+    /// and the stream is framed.
+    pub(super) fn confirm_held(&mut self, p: &mut Parts) {
+        if self.unconfirmed.as_ref().is_some_and(|u| u.ended) {
+            self.confirmed = true;
+            self.release_held(p);
+        }
+    }
+
+    /// Hands on what the held message held, in order (confirmed, or undecided: a gap or the
+    /// end of the stream came before the next header).
+    pub(super) fn release_held(&mut self, p: &mut Parts) {
+        let Some(u) = self.unconfirmed.take() else { return };
+        for h in u.held {
+            match h {
+                Held::Send(mut rec, length) => {
+                    let digest = std::mem::take(&mut rec.digest);
+                    self.hand_on(Finished::Ready(digest), *rec, length, p)
+                }
+                Held::Complete(mid, ts_ns) => p.sink.complete(self.conn, mid, ts_ns),
+            }
+        }
+    }
+
+    /// Framing is lost at or inside the held message: it was not a message (its sends are
+    /// dropped, its bytes are unparsed).
+    pub(super) fn refute_held(&mut self, p: &mut Parts) {
+        self.tally_held(p);
+        if let Some(u) = self.unconfirmed.take() {
+            p.anomalies.raise(Anomaly::ResyncUnconfirmed);
+            p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
+        }
+    }
+
+    /// A payload's send: handed on, or held with its digest settled.
+    pub(super) fn emit_send(&mut self, finished: Finished, rec: SendRecord, length: u32, p: &mut Parts) {
+        match self.unconfirmed.as_mut() {
+            Some(u) => {
+                let mut rec = Box::new(rec);
+                rec.digest = finished.settle();
+                u.held.push(Held::Send(rec, length));
+            }
+            None => self.hand_on(finished, rec, length, p),
+        }
+    }
+
+    /// The request `mid` got its response: signalled, or held.
+    pub(super) fn emit_complete(&mut self, mid: u64, ts_ns: u64, p: &mut Parts) {
+        match self.unconfirmed.as_mut() {
+            Some(u) => u.held.push(Held::Complete(mid, ts_ns)),
+            None => p.sink.complete(self.conn, mid, ts_ns),
+        }
+    }
+
+    fn hand_on(&mut self, finished: Finished, rec: SendRecord, length: u32, p: &mut Parts) {
+        p.smb.stats.payloads_sent += 1;
+        p.smb.stats.payload_bytes_sent += u64::from(length);
+        p.smb.hand_over(p.sink);
+        send_finished(p.sink, finished, rec);
+    }
+}

@@ -1,0 +1,100 @@
+"""An SMB2 message's image inside a WRITE's data (a capture file or a TCP dump copied to a
+share) where a capture starts mid-stream, or where a resynchronisation after a gap lands.
+
+The stream parser takes the first bytes that look like a NetBIOS + SMB2 header there; before
+2026-12-07 it reported the image's WRITE as a send, so a copy of data that crossed the edge
+once showed as a duplicate (ratio 2.00 on an edge that carried every payload once). A message
+found where framing was not known is now held until the header after it: the image is followed
+by more of the file's data, not a header, so it is dropped (`smb2.resync_unconfirmed`, its bytes
+`smb_unparsed`) and the next real WRITE, confirmed by the one after it, is the first send.
+
+The capture is built here (raw TCP segments, no SMB2 encoder of ours) and analysed with one and
+two threads.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import subprocess
+import sys
+
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+from scapy.utils import PcapWriter
+
+CLIENT, SERVER = "198.18.0.1", "198.18.0.2"
+
+
+def write_request(message_id: int, offset: int, data: bytes) -> bytes:
+    """NetBIOS session message + SMB2 WRITE request (MS-SMB2 2.2.1.2, 2.2.21)."""
+    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 9, 1, 0, 0, message_id, 0xFEFF, 1, 0x1000, b"\0" * 16)
+    body = struct.pack("<HHIQ16sIIHHI", 49, 64 + 48, len(data), offset, b"\x11" * 16, 0, 0, 0, 0, 0)
+    msg = header + body + data
+    return struct.pack(">I", len(msg)) + msg
+
+
+def build(path, cut: bool) -> None:
+    rng = random.Random(20261207)
+    blob = lambda n: bytes(rng.getrandbits(8) for _ in range(n))  # noqa: E731
+    copied = blob(16384)
+    image = write_request(99, 1 << 30, copied)
+    w2_data = blob(3000) + image + b"\xaa" * 500 + blob(2000)
+    stream = [write_request(1, 0, blob(12288)), write_request(2, 1 << 20, w2_data),
+              write_request(3, 2 << 20, copied), write_request(4, 3 << 20, blob(12288))]
+    raw = b"".join(stream)
+    w2_data_at = len(stream[0]) + 4 + 112
+    # The first segment ends 100 bytes into w2's data; the others are 1448 bytes long.
+    bounds = [0, w2_data_at + 100]
+    while bounds[-1] < len(raw):
+        bounds.append(min(bounds[-1] + 1448, len(raw)))
+    segments = list(zip(bounds, bounds[1:]))
+    if cut:
+        segments = segments[1:]
+    w = PcapWriter(str(path), linktype=1, sync=True)
+    t = 1_700_000_000.0
+    for i, (a, b) in enumerate(segments):
+        p = (Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:02") / IP(src=CLIENT, dst=SERVER)
+             / TCP(sport=50000, dport=445, flags="PA", seq=1000 + a, ack=1, window=65535) / Raw(raw[a:b]))
+        p.time = t + i * 1e-5
+        w.write(p)
+    w.close()
+
+
+def analyze(cap, out, threads: int) -> dict:
+    r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", str(cap), "-q", "--threads", str(threads),
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(out.read_text())
+
+
+def test_a_message_image_where_a_capture_starts_is_no_send(tmp_path):
+    cap = tmp_path / "cut.pcap"
+    build(cap, cut=True)
+    one = analyze(cap, tmp_path / "one.json", 1)
+    two = analyze(cap, tmp_path / "two.json", 2)
+    one.pop("analysis"), two.pop("analysis")
+    assert one == two
+    smb2 = one["smb2"]
+    # WRITEs 3 and 4 (WRITE 2 started before the capture; its data holds WRITE 99's image).
+    assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (2, 16384 + 12288)
+    assert one["anomalies"].get("smb2.resync_unconfirmed") == 1
+    assert one["accounting"]["reconciled"]
+    [edge] = one["edges"]
+    assert (edge["src"], edge["dst"], edge["sends"]) == (CLIENT, SERVER, 2)
+    # The file's 16 KiB crossed once: no duplicate (it was 2.00 with the image taken as a send).
+    assert edge["dup_ratio"] == 1.0 and edge["unique_bytes"] == edge["nontrivial_bytes"]
+    assert not one["duplicated_payloads"]
+
+
+def test_the_whole_stream_reads_the_image_as_data(tmp_path):
+    cap = tmp_path / "whole.pcap"
+    build(cap, cut=False)
+    one = analyze(cap, tmp_path / "one.json", 1)
+    smb2 = one["smb2"]
+    assert smb2["payloads_sent"] == 4
+    assert "smb2.resync_unconfirmed" not in one["anomalies"]
+    assert one["accounting"]["categories"].get("smb_unparsed", 0) == 0
+    assert one["edges"][0]["dup_ratio"] == 1.0
