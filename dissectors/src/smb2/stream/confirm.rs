@@ -61,7 +61,7 @@ impl Smb2Stream {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             let now = p.accounting.snapshot();
             for ((t, n), b) in u.tally.iter_mut().zip(now).zip(u.base) {
-                *t += n - b;
+                *t += n.saturating_sub(b);
             }
             u.base = now;
         }
