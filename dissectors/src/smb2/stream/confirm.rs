@@ -7,8 +7,9 @@
 //! it (and the stream); a header that does not parse there refutes it: its sends are
 //! dropped, its bytes move to `smb_unparsed` and `smb2.resync_unconfirmed` is raised. A gap
 //! or the end of the stream before the next header leaves it undecided: it is handed on, as
-//! before this check. Only plain SMB2 messages are held; the command counters of a refuted
-//! one stay counted (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
+//! before this check. Plain and compressed SMB2 messages are held (an encrypted one is
+//! authenticated when it is decrypted); the command counters of a refuted one stay counted
+//! (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
@@ -106,6 +107,25 @@ impl Smb2Stream {
         if let Some(u) = self.unconfirmed.take() {
             p.anomalies.raise(Anomaly::ResyncUnconfirmed);
             p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
+        }
+    }
+
+    /// The message this held one decompresses to is fed to `inner`: what it hands on is held
+    /// too (`take_held_from` moves it here).
+    pub(super) fn hold_in(&self, inner: &mut Smb2Stream) {
+        if self.unconfirmed.is_some() {
+            inner.unconfirmed = Some(Box::new(Unconfirmed {
+                tally: [0; CATEGORY_COUNT],
+                base: [0; CATEGORY_COUNT],
+                held: Vec::new(),
+                ended: false,
+            }));
+        }
+    }
+
+    pub(super) fn take_held_from(&mut self, inner: &mut Smb2Stream) {
+        if let (Some(u), Some(i)) = (self.unconfirmed.as_mut(), inner.unconfirmed.take()) {
+            u.held.extend(i.held);
         }
     }
 

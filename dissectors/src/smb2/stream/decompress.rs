@@ -81,7 +81,9 @@ impl Smb2Stream {
                 let mut scratch = Accounting::default();
                 {
                     let mut q = Parts { anomalies: &mut *p.anomalies, accounting: &mut scratch, smb: &mut *p.smb, sink: &mut *p.sink };
+                    self.hold_in(&mut unz);
                     unz.feed_message_pieces(&out, &pieces, &mut q);
+                    self.take_held_from(&mut unz);
                 }
                 p.smb.stats.decompressed_payload_bytes += scratch.get(cat::SMB_PAYLOAD);
                 self.unzipped = Some(unz);

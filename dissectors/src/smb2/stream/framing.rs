@@ -91,6 +91,10 @@ impl Smb2Stream {
                 self.state = State::Skip(cat::SMB_ENCRYPTED);
             }
             protocol_id::COMPRESSION_TRANSFORM => {
+                // Its sends come from the message it decompresses to: held as a plain one's.
+                if self.can_decompress {
+                    self.hold_if_unconfirmed(p);
+                }
                 p.accounting.add(cat::SMB_METADATA, hl as u64);
                 p.smb.stats.compressed_messages += 1;
                 self.small_len = 0;

@@ -238,3 +238,32 @@ mod fuzz {
         }
     }
 }
+
+/// A compressed WRITE's image where a resynchronisation lands (a capture started inside a
+/// WRITE's data that holds it) is held like a plain one: its decompressed WRITE is no send
+/// when no header follows it. Read whole, it is data.
+#[test]
+fn a_compressed_message_image_where_a_resync_lands_is_not_a_send() {
+    let image = netbios(&unchained(xca::Algorithm::Lz77, &plain_write(&data(20_000, 77)), 0));
+    let mut d = data(3000, 5);
+    d.extend_from_slice(&image);
+    d.extend(std::iter::repeat_n(0xAA, 500));
+    let w3 = netbios(&write_req(3, [1; 16], 0, &d, false, 0));
+    let w4 = netbios(&write_req(4, [1; 16], 0, &data(4000, 4), false, 0));
+    let w5 = netbios(&write_req(5, [1; 16], 0, &data(4000, 5), false, 0));
+    let cut = w3.len() - d.len() + 100;
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w3[cut..], &w4, &w5]);
+    s.on_close(&ctx(0), &mut h.parts());
+    assert_eq!(h.smb.stats.decompressed_messages, 1, "the image was decompressed");
+    assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![4, 5]);
+    assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 1);
+    assert_eq!((h.accounting.get(cat::SMB_PAYLOAD), h.accounting.get(cat::SMB_DECOMPRESSED)), (8000, 0));
+    assert_eq!(smb_categories(&h), h.fed);
+    // Read whole: w3 is one send, its data holding the image.
+    let mut h = Harness::default();
+    let mut s = one_stream(&mut h, &[&w3, &w4, &w5]);
+    s.on_close(&ctx(0), &mut h.parts());
+    assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(h.smb.stats.decompressed_messages, 0);
+}
