@@ -80,6 +80,8 @@ def test_a_message_image_where_a_capture_starts_is_no_send(tmp_path):
     smb2 = one["smb2"]
     # WRITEs 3 and 4 (WRITE 2 started before the capture; its data holds WRITE 99's image).
     assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (2, 16384 + 12288)
+    # Nor is it counted as a WRITE request.
+    assert (smb2["write_req_pdus"], smb2["commands"]) == (2, {"WRITE.request": 2})
     assert one["anomalies"].get("smb2.resync_unconfirmed") == 1
     assert one["accounting"]["reconciled"]
     [edge] = one["edges"]

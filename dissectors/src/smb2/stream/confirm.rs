@@ -8,15 +8,76 @@
 //! dropped, its bytes move to `smb_unparsed` and `smb2.resync_unconfirmed` is raised. A gap
 //! or the end of the stream before the next header leaves it undecided: it is handed on, as
 //! before this check. Plain and compressed SMB2 messages are held (an encrypted one is
-//! authenticated when it is decrypted); the command counters of a refuted one stay counted
-//! (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
+//! authenticated when it is decrypted). A refuted message's counters (commands, WRITE and
+//! READ counts and bytes, sessions, trees, decompression) are taken back too; SMB2 state it
+//! set (a name, a session) stays (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
 use crate::context::send_finished;
 use crate::payload::hash::Finished;
 use crate::payload::send::SendRecord;
+use crate::smb2::state::Smb2Stats;
 use crate::smb2::{Anomaly, Parts};
+use std::collections::BTreeMap;
+
+/// The `Smb2Stats` counters one message can add to, other than `commands`.
+const COUNTERS: usize = 15;
+
+fn counters(s: &Smb2Stats) -> [u64; COUNTERS] {
+    [
+        s.write_req_pdus, s.write_bytes, s.read_resp_pdus, s.read_bytes, s.compressed_messages, s.decompressed_messages,
+        s.decompressed_wire_bytes, s.decompressed_bytes, s.decompressed_payload_bytes, s.decompress_failed,
+        s.payload_incomplete, s.payload_incomplete_bytes, s.sessions, s.session_bindings, s.trees,
+    ]
+}
+
+fn counters_mut(s: &mut Smb2Stats) -> [&mut u64; COUNTERS] {
+    [
+        &mut s.write_req_pdus, &mut s.write_bytes, &mut s.read_resp_pdus, &mut s.read_bytes, &mut s.compressed_messages,
+        &mut s.decompressed_messages, &mut s.decompressed_wire_bytes, &mut s.decompressed_bytes,
+        &mut s.decompressed_payload_bytes, &mut s.decompress_failed, &mut s.payload_incomplete,
+        &mut s.payload_incomplete_bytes, &mut s.sessions, &mut s.session_bindings, &mut s.trees,
+    ]
+}
+
+/// What a message added to the SMB2 counters (or, as a base, the counters at a moment).
+#[derive(Default)]
+struct Counted {
+    counters: [u64; COUNTERS],
+    commands: BTreeMap<&'static str, u64>,
+}
+
+impl Counted {
+    fn now(s: &Smb2Stats) -> Counted {
+        Counted { counters: counters(s), commands: s.commands.clone() }
+    }
+    /// Adds what `s` counted since `base`.
+    fn add_since(&mut self, base: &Counted, s: &Smb2Stats) {
+        for ((t, n), b) in self.counters.iter_mut().zip(counters(s)).zip(base.counters) {
+            *t += n.saturating_sub(b);
+        }
+        for (k, &v) in &s.commands {
+            let d = v.saturating_sub(base.commands.get(k).copied().unwrap_or(0));
+            if d > 0 {
+                *self.commands.entry(k).or_insert(0) += d;
+            }
+        }
+    }
+    fn take_back_from(&self, s: &mut Smb2Stats) {
+        for (c, n) in counters_mut(s).into_iter().zip(self.counters) {
+            *c = c.saturating_sub(n);
+        }
+        for (k, &v) in &self.commands {
+            if let Some(c) = s.commands.get_mut(k) {
+                *c = c.saturating_sub(v);
+                if *c == 0 {
+                    s.commands.remove(k);
+                }
+            }
+        }
+    }
+}
 
 /// What a held message has handed on, in order.
 enum Held {
@@ -30,6 +91,9 @@ pub(super) struct Unconfirmed {
     tally: [u64; CATEGORY_COUNT],
     /// The accounting when this stream last started adding to `tally`.
     base: [u64; CATEGORY_COUNT],
+    /// The same for the SMB2 counters.
+    counted: Counted,
+    counted_base: Counted,
     held: Vec<Held>,
     /// Its last byte was read: the next header is being read.
     ended: bool,
@@ -43,6 +107,8 @@ impl Smb2Stream {
             self.unconfirmed = Some(Box::new(Unconfirmed {
                 tally: [0; CATEGORY_COUNT],
                 base: p.accounting.snapshot(),
+                counted: Counted::default(),
+                counted_base: Counted::now(&p.smb.stats),
                 held: Vec::new(),
                 ended: false,
             }));
@@ -54,6 +120,7 @@ impl Smb2Stream {
     pub(super) fn rebase_held(&mut self, p: &Parts) {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             u.base = p.accounting.snapshot();
+            u.counted_base = Counted::now(&p.smb.stats);
         }
     }
 
@@ -65,6 +132,8 @@ impl Smb2Stream {
                 *t += n.saturating_sub(b);
             }
             u.base = now;
+            u.counted.add_since(&u.counted_base, &p.smb.stats);
+            u.counted_base = Counted::now(&p.smb.stats);
         }
     }
 
@@ -107,6 +176,7 @@ impl Smb2Stream {
         if let Some(u) = self.unconfirmed.take() {
             p.anomalies.raise(Anomaly::ResyncUnconfirmed);
             p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
+            u.counted.take_back_from(&mut p.smb.stats);
         }
     }
 
@@ -117,6 +187,8 @@ impl Smb2Stream {
             inner.unconfirmed = Some(Box::new(Unconfirmed {
                 tally: [0; CATEGORY_COUNT],
                 base: [0; CATEGORY_COUNT],
+                counted: Counted::default(),
+                counted_base: Counted::default(),
                 held: Vec::new(),
                 ended: false,
             }));

@@ -729,6 +729,9 @@ fn a_message_image_where_a_resync_lands_is_not_a_send() {
         assert_eq!(ids, vec![1, 4, 5], "w2 and w3 lost to the gap; the image's WRITE 99 is no send");
         assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 1);
         assert_eq!(h.smb.stats.payloads_sent, 3);
+        // The image's WRITE is taken back from the counters too: w1, w2, w4, w5 (w3 lost to the gap).
+        assert_eq!((h.smb.stats.write_req_pdus, h.smb.stats.write_bytes), (4, 4 * 4000));
+        assert_eq!(h.smb.stats.commands.get("WRITE.request"), Some(&4));
         // w1, w2's data up to the gap (hashed, then incomplete), w4, w5: not the image's 6000.
         assert_eq!(h.accounting.get(cat::SMB_PAYLOAD), 4000 + 3990 + 2 * 4000);
         assert_eq!(smb_categories(&h), h.fed, "every byte accounted");
@@ -742,6 +745,7 @@ fn a_message_image_where_a_resync_lands_is_not_a_send() {
         let ids: Vec<u64> = h.rec.sends.iter().map(|r| r.message_id).collect();
         assert_eq!(ids, vec![4, 5]);
         assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 1);
+        assert_eq!((h.smb.stats.write_req_pdus, total_commands(&h)), (2, 2));
         assert_eq!(h.accounting.get(cat::SMB_PAYLOAD), 2 * 4000);
         assert_eq!(smb_categories(&h), h.fed);
     }
