@@ -20,7 +20,8 @@ pub mod cat {
     pub const SMB_ENCRYPTED: &str = "smb_encrypted";
     /// Messages behind an SMB2 COMPRESSION_TRANSFORM header (0xFC 'SMB').
     pub const SMB_COMPRESSED: &str = "smb_compressed";
-    /// Bytes in an SMB stream that could not be framed (before resynchronisation).
+    /// Bytes in an SMB stream that could not be framed (before resynchronisation, or a message
+    /// a resynchronisation found that the next header did not confirm: `stream::confirm`).
     pub const SMB_UNPARSED: &str = "smb_unparsed";
     /// TCP payload on SMB ports that was buffered out of order and never became contiguous.
     pub const TCP_UNDELIVERED: &str = "tcp_undelivered";
@@ -99,7 +100,7 @@ pub const CATEGORIES: &[Category] = {
         Category { name: cat::SMB_PAYLOAD, description: "WRITE request and READ response data: the payload that is hashed", disposition: Payload },
         Category { name: cat::SMB_ENCRYPTED, description: "messages behind an SMB2 TRANSFORM header (encrypted, not analysed)", disposition: NotAnalysed },
         Category { name: cat::SMB_COMPRESSED, description: "messages behind an SMB2 COMPRESSION_TRANSFORM header that could not be decompressed (not analysed)", disposition: NotAnalysed },
-        Category { name: cat::SMB_UNPARSED, description: "SMB stream bytes that could not be framed (skipped until resynchronised)", disposition: NotAnalysed },
+        Category { name: cat::SMB_UNPARSED, description: "SMB stream bytes that could not be framed (skipped until resynchronised, or a message a resynchronisation found that the header after it did not confirm)", disposition: NotAnalysed },
         Category { name: cat::TCP_UNDELIVERED, description: "TCP payload on SMB ports buffered out of order that never became contiguous", disposition: NotAnalysed },
         Category { name: cat::OTHER_PROTOCOLS, description: "frames and payload of protocols smbwire does not analyse", disposition: Other },
         Category { name: cat::MALFORMED, description: "frames that could not be decoded (truncated or malformed link/IP/TCP)", disposition: NotAnalysed },
