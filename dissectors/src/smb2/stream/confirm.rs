@@ -17,28 +17,15 @@ use crate::accounting::{cat, CATEGORY_COUNT};
 use crate::context::send_finished;
 use crate::payload::hash::Finished;
 use crate::payload::send::SendRecord;
-use crate::smb2::state::Smb2Stats;
+use crate::smb2::state::{Smb2Stats, MESSAGE_COUNTERS};
 use crate::smb2::{Anomaly, Parts};
 use std::collections::BTreeMap;
 
-/// The `Smb2Stats` counters one message can add to, other than `commands`.
-const COUNTERS: usize = 15;
+const COUNTERS: usize = MESSAGE_COUNTERS;
 
-fn counters(s: &Smb2Stats) -> [u64; COUNTERS] {
-    [
-        s.write_req_pdus, s.write_bytes, s.read_resp_pdus, s.read_bytes, s.compressed_messages, s.decompressed_messages,
-        s.decompressed_wire_bytes, s.decompressed_bytes, s.decompressed_payload_bytes, s.decompress_failed,
-        s.payload_incomplete, s.payload_incomplete_bytes, s.sessions, s.session_bindings, s.trees,
-    ]
-}
-
-fn counters_mut(s: &mut Smb2Stats) -> [&mut u64; COUNTERS] {
-    [
-        &mut s.write_req_pdus, &mut s.write_bytes, &mut s.read_resp_pdus, &mut s.read_bytes, &mut s.compressed_messages,
-        &mut s.decompressed_messages, &mut s.decompressed_wire_bytes, &mut s.decompressed_bytes,
-        &mut s.decompressed_payload_bytes, &mut s.decompress_failed, &mut s.payload_incomplete,
-        &mut s.payload_incomplete_bytes, &mut s.sessions, &mut s.session_bindings, &mut s.trees,
-    ]
+/// The message counters' values now.
+fn counters(s: &mut Smb2Stats) -> [u64; COUNTERS] {
+    s.message_counters().map(|c| *c)
 }
 
 /// What a message added to the SMB2 counters (or, as a base, the counters at a moment).
@@ -49,11 +36,11 @@ struct Counted {
 }
 
 impl Counted {
-    fn now(s: &Smb2Stats) -> Counted {
+    fn now(s: &mut Smb2Stats) -> Counted {
         Counted { counters: counters(s), commands: s.commands.clone() }
     }
     /// Adds what `s` counted since `base`.
-    fn add_since(&mut self, base: &Counted, s: &Smb2Stats) {
+    fn add_since(&mut self, base: &Counted, s: &mut Smb2Stats) {
         for ((t, n), b) in self.counters.iter_mut().zip(counters(s)).zip(base.counters) {
             *t += n.saturating_sub(b);
         }
@@ -65,7 +52,7 @@ impl Counted {
         }
     }
     fn take_back_from(&self, s: &mut Smb2Stats) {
-        for (c, n) in counters_mut(s).into_iter().zip(self.counters) {
+        for (c, n) in s.message_counters().into_iter().zip(self.counters) {
             *c = c.saturating_sub(n);
         }
         for (k, &v) in &self.commands {
@@ -99,46 +86,47 @@ pub(super) struct Unconfirmed {
     ended: bool,
 }
 
+impl Unconfirmed {
+    /// Holding from now: `base` and `counted_base` are the accounting and counters now (an
+    /// inner stream's holder, whose bytes its outer stream counts, takes zeros).
+    fn new(base: [u64; CATEGORY_COUNT], counted_base: Counted) -> Box<Unconfirmed> {
+        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), ended: false })
+    }
+}
+
 impl Smb2Stream {
     /// A plain SMB2 message starts (before any of its bytes are counted): held when the
     /// stream is not confirmed.
     pub(super) fn hold_if_unconfirmed(&mut self, p: &mut Parts) {
         if self.framed && !self.confirmed && self.unconfirmed.is_none() {
-            self.unconfirmed = Some(Box::new(Unconfirmed {
-                tally: [0; CATEGORY_COUNT],
-                base: p.accounting.snapshot(),
-                counted: Counted::default(),
-                counted_base: Counted::now(&p.smb.stats),
-                held: Vec::new(),
-                ended: false,
-            }));
+            self.unconfirmed = Some(Unconfirmed::new(p.accounting.snapshot(), Counted::now(&mut p.smb.stats)));
         }
     }
 
     /// This stream starts adding to the accounting (a chunk, a gap, the end): a held message
     /// still being read counts from here.
-    pub(super) fn rebase_held(&mut self, p: &Parts) {
+    pub(super) fn rebase_held(&mut self, p: &mut Parts) {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             u.base = p.accounting.snapshot();
-            u.counted_base = Counted::now(&p.smb.stats);
+            u.counted_base = Counted::now(&mut p.smb.stats);
         }
     }
 
     /// What this stream added since `rebase_held` belongs to the held message still being read.
-    pub(super) fn tally_held(&mut self, p: &Parts) {
+    pub(super) fn tally_held(&mut self, p: &mut Parts) {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             let now = p.accounting.snapshot();
             for ((t, n), b) in u.tally.iter_mut().zip(now).zip(u.base) {
                 *t += n.saturating_sub(b);
             }
             u.base = now;
-            u.counted.add_since(&u.counted_base, &p.smb.stats);
-            u.counted_base = Counted::now(&p.smb.stats);
+            u.counted.add_since(&u.counted_base, &mut p.smb.stats);
+            u.counted_base = Counted::now(&mut p.smb.stats);
         }
     }
 
     /// The next header's first bytes are read: the held message ended before them.
-    pub(super) fn held_message_ended(&mut self, p: &Parts) {
+    pub(super) fn held_message_ended(&mut self, p: &mut Parts) {
         self.tally_held(p);
         if let Some(u) = self.unconfirmed.as_mut() {
             u.ended = true;
@@ -184,14 +172,7 @@ impl Smb2Stream {
     /// too (`take_held_from` moves it here).
     pub(super) fn hold_in(&self, inner: &mut Smb2Stream) {
         if self.unconfirmed.is_some() {
-            inner.unconfirmed = Some(Box::new(Unconfirmed {
-                tally: [0; CATEGORY_COUNT],
-                base: [0; CATEGORY_COUNT],
-                counted: Counted::default(),
-                counted_base: Counted::default(),
-                held: Vec::new(),
-                ended: false,
-            }));
+            inner.unconfirmed = Some(Unconfirmed::new([0; CATEGORY_COUNT], Counted::default()));
         }
     }
 
