@@ -17,8 +17,8 @@ from typing import Any
 import click
 
 from . import __version__, engine, jsonout
-from .errors import EXIT_INTERRUPTED, SmbwireError, ToolFailure, UserError, error_line
-from .units import fmt_count, fmt_counted, parse_size, parse_time, printable
+from .errors import EXIT_INTERRUPTED, SmbwireError, ToolFailure, UserError, error_line, warning_line
+from .units import fmt_count, fmt_counted, parse_size, parse_time
 
 
 # rich (the report) is imported only by a command that renders something: `analyze -q --json`
@@ -430,7 +430,7 @@ def analyze(files: tuple[str, ...], topology: str | None, window: float, json_ou
             _remove(evidence)
         raise
     for line in engine.skipped_inputs(result, paths):
-        click.echo(f"smbwire: warning: {printable(line)}", err=True)
+        click.echo(warning_line(line), err=True)
     if annotate is not None and evidence is not None:
         try:
             stats = engine.annotate(result, evidence, annotate)

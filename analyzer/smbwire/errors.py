@@ -22,6 +22,13 @@ def error_line(message: str) -> str:
     return f"smbwire: error: {printable(message)}"
 
 
+def warning_line(message: str) -> str:
+    """A warning's one line on stderr (shown like `error_line`'s message)."""
+    from .units import printable
+
+    return f"smbwire: warning: {printable(message)}"
+
+
 class SmbwireError(Exception):
     """Base of every error smbwire raises on purpose."""
 

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .errors import ToolFailure, UserError
+from .errors import ToolFailure, UserError, warning_line
 from .units import fmt_count, fmt_counted, printable
 from .wireshark import frame_filter
 
@@ -194,23 +194,21 @@ def _messages(pkt: Any) -> list[Smb2Msg]:
 TSHARK_RUNS = 3
 
 
-def dissect(capture: str, frames: set[int], run: Any = None) -> dict[int, FrameView]:
+def dissect(capture: str, frames: set[int]) -> dict[int, FrameView]:
     """The needed frames of one capture, in one tshark run, run again when it ends abnormally
-    (`TSHARK_RUNS` in all; each rerun is a warning on stderr). `run` stands in for one run
-    (tests)."""
+    (`TSHARK_RUNS` in all; each rerun is a warning on stderr)."""
     from pyshark.capture.capture import TSharkCrashException
 
-    run = run or _dissect_once
     for n in range(1, TSHARK_RUNS + 1):
         try:
-            return run(capture, frames)
+            return _dissect_once(capture, frames)
         except TSharkCrashException as e:
             why = " ".join(str(e).split())[:300]
             if n == TSHARK_RUNS:
                 raise ToolFailure(f"{capture}: tshark ended abnormally in each of {TSHARK_RUNS} runs "
                                   f"(last: {why}); 'tshark -r' on the file shows why") from None
-            print(f"smbwire: warning: {printable(capture)}: tshark ended abnormally ({printable(why)}); "
-                  f"running it again ({n + 1} of {TSHARK_RUNS})", file=sys.stderr)
+            print(warning_line(f"{capture}: tshark ended abnormally ({why}); running it again ({n + 1} of {TSHARK_RUNS})"),
+                  file=sys.stderr)
     raise AssertionError("unreachable")
 
 

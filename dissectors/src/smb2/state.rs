@@ -164,45 +164,17 @@ pub const MESSAGE_COUNTERS: usize = 15;
 
 impl Smb2Stats {
     /// The counters one plain or compressed message can add to, besides `commands`: what
-    /// `stream::confirm` takes back from a message the next header refutes. Every field is
-    /// named here, so a new one must be placed in or out of the list.
+    /// `stream::confirm` takes back from a message the next header refutes. Not here: the
+    /// encrypted and decrypted counts (an encrypted message is not held), `payloads_sent` and
+    /// its bytes (counted when a held message is handed on), SMB1 messages (not held),
+    /// `resyncs` (counted after the refutation), and the name sets.
     pub fn message_counters(&mut self) -> [&mut u64; MESSAGE_COUNTERS] {
-        let Smb2Stats {
-            commands: _,
-            write_req_pdus,
-            write_bytes,
-            read_resp_pdus,
-            read_bytes,
-            files: _,
-            dialects: _,
-            // Encrypted messages are not held (decryption authenticates them).
-            encrypted_messages: _,
-            decrypted_messages: _,
-            decrypted_bytes: _,
-            encrypted_without_key: _,
-            decrypt_failed: _,
-            compressed_messages,
-            decompressed_messages,
-            decompressed_wire_bytes,
-            decompressed_bytes,
-            decompressed_payload_bytes,
-            decompress_failed,
-            payload_incomplete,
-            payload_incomplete_bytes,
-            // Counted when a held message is handed on, never before.
-            payloads_sent: _,
-            payload_bytes_sent: _,
-            sessions,
-            session_bindings,
-            trees,
-            // An SMB1 message is not held; a resync is counted after the refutation.
-            smb1_messages: _,
-            resyncs: _,
-        } = self;
         [
-            write_req_pdus, write_bytes, read_resp_pdus, read_bytes, compressed_messages, decompressed_messages,
-            decompressed_wire_bytes, decompressed_bytes, decompressed_payload_bytes, decompress_failed, payload_incomplete,
-            payload_incomplete_bytes, sessions, session_bindings, trees,
+            &mut self.write_req_pdus, &mut self.write_bytes, &mut self.read_resp_pdus, &mut self.read_bytes,
+            &mut self.compressed_messages, &mut self.decompressed_messages, &mut self.decompressed_wire_bytes,
+            &mut self.decompressed_bytes, &mut self.decompressed_payload_bytes, &mut self.decompress_failed,
+            &mut self.payload_incomplete, &mut self.payload_incomplete_bytes, &mut self.sessions,
+            &mut self.session_bindings, &mut self.trees,
         ]
     }
 
