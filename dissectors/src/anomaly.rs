@@ -64,6 +64,20 @@ impl Anomalies {
             *self.counts.entry(name).or_insert(0) += n;
         }
     }
+    /// The counts now (what `stream::confirm` compares against to take a message's back).
+    pub fn counts(&self) -> &BTreeMap<&'static str, u64> {
+        &self.counts
+    }
+    /// Takes `n` back from `name` (a message that was not one raised it); a count that
+    /// reaches zero is no longer listed.
+    pub fn take_back(&mut self, name: &'static str, n: u64) {
+        if let Some(c) = self.counts.get_mut(name) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.counts.remove(name);
+            }
+        }
+    }
     pub fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)
     }

@@ -167,7 +167,8 @@ impl Smb2Stats {
     /// `stream::confirm` takes back from a message the next header refutes. Not here: the
     /// encrypted and decrypted counts (an encrypted message is not held), `payloads_sent` and
     /// its bytes (counted when a held message is handed on), SMB1 messages (not held),
-    /// `resyncs` (counted after the refutation), and the name sets.
+    /// `resyncs` (counted after the refutation), and the name sets (held apart while the
+    /// message is read: `SmbState::held_names`).
     pub fn message_counters(&mut self) -> [&mut u64; MESSAGE_COUNTERS] {
         [
             &mut self.write_req_pdus, &mut self.write_bytes, &mut self.read_resp_pdus, &mut self.read_bytes,
@@ -277,6 +278,17 @@ pub struct SmbState {
     /// keeps them for the ordered stage: a file opened on one channel of a multichannel
     /// session and written on another is named there as one pipeline names it.
     pub journal: Option<Vec<NameOp>>,
+    /// While a message that may be refuted is read (`stream::confirm`), the names it would
+    /// add to the report's lists, held with it: added when it is handed on, dropped when the
+    /// next header refutes it. `None` otherwise.
+    pub held_names: Option<Vec<ReportName>>,
+}
+
+/// A name for the report's lists (`Smb2Stats::files`, `Smb2Stats::dialects`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportName {
+    File(String),
+    Dialect(String),
 }
 
 pub use crate::context::NameOp;
@@ -379,6 +391,7 @@ impl SmbState {
             opening_cap: OPENING_CAP,
             stats: Smb2Stats::default(),
             journal: None,
+            held_names: None,
         }
     }
 
@@ -418,7 +431,7 @@ impl SmbState {
         // 0x02FF answers an SMB1 multi-protocol NEGOTIATE ("SMB2 wildcard": a second
         // NEGOTIATE follows); it is not a dialect the connection uses.
         if info.dialect != DIALECT_WILDCARD {
-            self.stats.dialects.insert(dialect_name(info.dialect));
+            self.note_report_name(ReportName::Dialect(dialect_name(info.dialect)), an);
         }
         let guid = info.server_guid;
         let e = self.conns.insert(conn, info);
@@ -575,11 +588,30 @@ impl SmbState {
         if name.is_empty() || self.stats.files.contains(name) {
             return;
         }
-        if self.stats.files.len() >= self.limits.reported_files {
-            an.raise(Anomaly::ReportFilesCapped);
+        self.note_report_name(ReportName::File(name.to_string()), an);
+    }
+
+    /// Adds a name to the report's lists, or to `held_names` while a message is held.
+    pub fn note_report_name(&mut self, name: ReportName, an: &mut Anomalies) {
+        if let Some(h) = self.held_names.as_mut() {
+            h.push(name);
             return;
         }
-        self.stats.files.insert(name.to_string());
+        match name {
+            ReportName::Dialect(d) => {
+                self.stats.dialects.insert(d);
+            }
+            ReportName::File(f) => {
+                if self.stats.files.contains(&f) {
+                    return;
+                }
+                if self.stats.files.len() >= self.limits.reported_files {
+                    an.raise(Anomaly::ReportFilesCapped);
+                    return;
+                }
+                self.stats.files.insert(f);
+            }
+        }
     }
 
     pub fn file_opened(&mut self, conn: u64, file_id: [u8; 16], name: Arc<str>, an: &mut Anomalies) {

@@ -9,15 +9,19 @@
 //! or the end of the stream before the next header leaves it undecided: it is handed on, as
 //! before this check. Plain and compressed SMB2 messages are held (an encrypted one is
 //! authenticated when it is decrypted). A refuted message's counters (commands, WRITE and
-//! READ counts and bytes, sessions, trees, decompression) are taken back too; SMB2 state it
-//! set (a name, a session) stays (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
+//! READ counts and bytes, sessions, trees, decompression), the names it would add to the
+//! report's lists (`smb2.files`, `smb2.dialects`: held in `SmbState::held_names` while it is
+//! read) and the anomalies it raised are taken back too; SMB2 state the report does not list
+//! (a session, a tree, a file id's name, a NEGOTIATE response's connection settings) stays,
+//! since later messages may already depend on it (MS-SMB2 §2.1: a message ends where its
+//! NetBIOS length says).
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
 use crate::context::send_finished;
 use crate::payload::hash::Finished;
 use crate::payload::send::SendRecord;
-use crate::smb2::state::{Smb2Stats, MESSAGE_COUNTERS};
+use crate::smb2::state::{ReportName, Smb2Stats, MESSAGE_COUNTERS};
 use crate::smb2::{Anomaly, Parts};
 use std::collections::BTreeMap;
 
@@ -28,30 +32,42 @@ fn counters(s: &mut Smb2Stats) -> [u64; COUNTERS] {
     s.message_counters().map(|c| *c)
 }
 
-/// What a message added to the SMB2 counters (or, as a base, the counters at a moment).
+/// A counter table keyed by name (SMB2 commands, anomalies): what a message added to one
+/// since a base, and taking it back.
+type Named = BTreeMap<&'static str, u64>;
+
+fn add_named_since(total: &mut Named, base: &Named, now: &Named) {
+    for (k, &v) in now {
+        let d = v.saturating_sub(base.get(k).copied().unwrap_or(0));
+        if d > 0 {
+            *total.entry(k).or_insert(0) += d;
+        }
+    }
+}
+
+/// What a message added to the SMB2 counters and the anomalies (or, as a base, their values
+/// at a moment).
 #[derive(Default)]
 struct Counted {
     counters: [u64; COUNTERS],
-    commands: BTreeMap<&'static str, u64>,
+    commands: Named,
+    anomalies: Named,
 }
 
 impl Counted {
-    fn now(s: &mut Smb2Stats) -> Counted {
-        Counted { counters: counters(s), commands: s.commands.clone() }
+    fn now(p: &mut Parts) -> Counted {
+        Counted { counters: counters(&mut p.smb.stats), commands: p.smb.stats.commands.clone(), anomalies: p.anomalies.counts().clone() }
     }
-    /// Adds what `s` counted since `base`.
-    fn add_since(&mut self, base: &Counted, s: &mut Smb2Stats) {
-        for ((t, n), b) in self.counters.iter_mut().zip(counters(s)).zip(base.counters) {
+    /// Adds what was counted since `base`.
+    fn add_since(&mut self, base: &Counted, p: &mut Parts) {
+        for ((t, n), b) in self.counters.iter_mut().zip(counters(&mut p.smb.stats)).zip(base.counters) {
             *t += n.saturating_sub(b);
         }
-        for (k, &v) in &s.commands {
-            let d = v.saturating_sub(base.commands.get(k).copied().unwrap_or(0));
-            if d > 0 {
-                *self.commands.entry(k).or_insert(0) += d;
-            }
-        }
+        add_named_since(&mut self.commands, &base.commands, &p.smb.stats.commands);
+        add_named_since(&mut self.anomalies, &base.anomalies, p.anomalies.counts());
     }
-    fn take_back_from(&self, s: &mut Smb2Stats) {
+    fn take_back_from(&self, p: &mut Parts) {
+        let s = &mut p.smb.stats;
         for (c, n) in s.message_counters().into_iter().zip(self.counters) {
             *c = c.saturating_sub(n);
         }
@@ -62,6 +78,9 @@ impl Counted {
                     s.commands.remove(k);
                 }
             }
+        }
+        for (k, &v) in &self.anomalies {
+            p.anomalies.take_back(k, v);
         }
     }
 }
@@ -82,6 +101,8 @@ pub(super) struct Unconfirmed {
     counted: Counted,
     counted_base: Counted,
     held: Vec<Held>,
+    /// The names it would add to the report's lists (`SmbState::held_names` while it is read).
+    names: Vec<ReportName>,
     /// Its last byte was read: the next header is being read.
     ended: bool,
 }
@@ -90,7 +111,7 @@ impl Unconfirmed {
     /// Holding from now: `base` and `counted_base` are the accounting and counters now (an
     /// inner stream's holder, whose bytes its outer stream counts, takes zeros).
     fn new(base: [u64; CATEGORY_COUNT], counted_base: Counted) -> Box<Unconfirmed> {
-        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), ended: false })
+        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), names: Vec::new(), ended: false })
     }
 }
 
@@ -99,7 +120,8 @@ impl Smb2Stream {
     /// stream is not confirmed.
     pub(super) fn hold_if_unconfirmed(&mut self, p: &mut Parts) {
         if self.framed && !self.confirmed && self.unconfirmed.is_none() {
-            self.unconfirmed = Some(Unconfirmed::new(p.accounting.snapshot(), Counted::now(&mut p.smb.stats)));
+            self.unconfirmed = Some(Unconfirmed::new(p.accounting.snapshot(), Counted::now(p)));
+            p.smb.held_names = Some(Vec::new());
         }
     }
 
@@ -108,20 +130,24 @@ impl Smb2Stream {
     pub(super) fn rebase_held(&mut self, p: &mut Parts) {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             u.base = p.accounting.snapshot();
-            u.counted_base = Counted::now(&mut p.smb.stats);
+            u.counted_base = Counted::now(p);
+            p.smb.held_names = Some(Vec::new());
         }
     }
 
-    /// What this stream added since `rebase_held` belongs to the held message still being read.
+    /// What this stream added since `rebase_held` belongs to the held message still being
+    /// read. Names stop being held in `SmbState` here (until the next `rebase_held`).
     pub(super) fn tally_held(&mut self, p: &mut Parts) {
+        let names = p.smb.held_names.take();
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             let now = p.accounting.snapshot();
             for ((t, n), b) in u.tally.iter_mut().zip(now).zip(u.base) {
                 *t += n.saturating_sub(b);
             }
             u.base = now;
-            u.counted.add_since(&u.counted_base, &mut p.smb.stats);
-            u.counted_base = Counted::now(&mut p.smb.stats);
+            u.counted.add_since(&u.counted_base, p);
+            u.counted_base = Counted::now(p);
+            u.names.extend(names.into_iter().flatten());
         }
     }
 
@@ -145,7 +171,14 @@ impl Smb2Stream {
     /// Hands on what the held message held, in order (confirmed, or undecided: a gap or the
     /// end of the stream came before the next header).
     pub(super) fn release_held(&mut self, p: &mut Parts) {
-        let Some(u) = self.unconfirmed.take() else { return };
+        let Some(mut u) = self.unconfirmed.take() else { return };
+        // Names held in `SmbState` are the message's when it is still being read (a gap).
+        if let Some(names) = p.smb.held_names.take() {
+            u.names.extend(names);
+        }
+        for n in u.names {
+            p.smb.note_report_name(n, p.anomalies);
+        }
         for h in u.held {
             match h {
                 Held::Send(mut rec, length) => {
@@ -164,7 +197,7 @@ impl Smb2Stream {
         if let Some(u) = self.unconfirmed.take() {
             p.anomalies.raise(Anomaly::ResyncUnconfirmed);
             p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
-            u.counted.take_back_from(&mut p.smb.stats);
+            u.counted.take_back_from(p);
         }
     }
 
@@ -179,6 +212,7 @@ impl Smb2Stream {
     pub(super) fn take_held_from(&mut self, inner: &mut Smb2Stream) {
         if let (Some(u), Some(i)) = (self.unconfirmed.as_mut(), inner.unconfirmed.take()) {
             u.held.extend(i.held);
+            u.names.extend(i.names);
         }
     }
 

@@ -799,3 +799,65 @@ fn a_held_message_is_handed_on_when_the_next_header_confirms_it() {
     assert_eq!(h.rec.sends.len(), 1);
     assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 0);
 }
+
+/// A refuted message's report names (a CREATE image's file name, a NEGOTIATE response image's
+/// dialect) and the anomalies it raised (a name cut at `MAX_KEPT_NAME`) are not reported; a
+/// confirmed or undecided message's are.
+#[test]
+fn a_refuted_message_adds_no_file_name_dialect_or_anomaly() {
+    let long_name = format!("image-only-{}", "x".repeat(1100));
+    let neg = rec::NegotiateResponse {
+        security_mode: 1,
+        dialect_revision: 0x0202,
+        server_guid: [5; 16],
+        capabilities: 0,
+        max_transact_size: 8 << 20,
+        max_read_size: 8 << 20,
+        max_write_size: 8 << 20,
+        system_time: 0,
+        server_start_time: 0,
+        contexts: None,
+    };
+    let neg_hdr = HeaderRepr { command: command::NEGOTIATE, message_id: 97, flags: rec::flags::SERVER_TO_REDIR, credit: 1, ..Default::default() };
+    let mut d3 = data(3000, 5);
+    d3.extend_from_slice(&netbios(&create_req(98, &long_name, 0)));
+    d3.extend(std::iter::repeat_n(0xAA, 500));
+    d3.extend_from_slice(&netbios(&neg.emit(&neg_hdr, &[])));
+    d3.extend(std::iter::repeat_n(0xAA, 500));
+    d3.extend_from_slice(&data(2000, 6));
+    let w3 = netbios(&write_req(3, [1; 16], 0, &d3, false, 0));
+    let (w4, w5) = (netbios(&write_req(4, [1; 16], 0, &data(4000, 4), false, 0)), netbios(&write_req(5, [1; 16], 0, &data(4000, 5), false, 0)));
+    // A capture that starts inside w3's data, before both images.
+    let mut h = Harness::default();
+    let rest: Vec<u8> = [&w3[w3.len() - d3.len() + 100..], &w4[..], &w5[..]].concat();
+    let chunks: Vec<&[u8]> = rest.chunks(1448).collect();
+    let mut s = one_stream(&mut h, &chunks);
+    s.on_close(&ctx(99), &mut h.parts());
+    assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![4, 5]);
+    assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 2, "both images refuted");
+    assert!(h.smb.stats.files.is_empty(), "{:?}", h.smb.stats.files);
+    assert!(h.smb.stats.dialects.is_empty(), "{:?}", h.smb.stats.dialects);
+    assert_eq!(h.anomalies.get("smb2.name_truncated"), 0, "the CREATE image's name is no name");
+    assert_eq!(h.smb.stats.commands.keys().copied().collect::<Vec<_>>(), vec!["WRITE.request"]);
+    assert_eq!(smb_categories(&h), h.fed);
+    // The same CREATE as a stream's first message: confirmed by the next header, or left
+    // undecided by a gap or the stream's end, its name is reported (cut, with its anomaly).
+    let create = netbios(&create_req(98, &long_name, 0));
+    for end in ["header", "gap", "close"] {
+        let mut h = Harness::default();
+        let mut s = one_stream(&mut h, &[&create]);
+        assert!(h.smb.stats.files.is_empty(), "held with its message");
+        match end {
+            "header" => {
+                h.fed += w4.len() as u64;
+                s.on_message(&w4, &ctx(2), &mut h.parts());
+            }
+            "gap" => s.on_gap(100, &ctx(2), &mut h.parts()),
+            _ => s.on_close(&ctx(2), &mut h.parts()),
+        }
+        assert_eq!(h.smb.stats.files.len(), 1, "{end}");
+        assert!(h.smb.stats.files.iter().all(|f| f.starts_with("image-only-xxx") && f.ends_with('…')), "{end}");
+        assert_eq!(h.anomalies.get("smb2.name_truncated"), 1, "{end}");
+        assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 0, "{end}");
+    }
+}
