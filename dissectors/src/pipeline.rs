@@ -256,20 +256,22 @@ impl Budget {
 /// byte (a SYN flood's) holds only what makes it (issue 12: per-flow state small and lazy).
 pub enum Consumer {
     /// An SMB2 direction before its first byte: `Smb2Stream::new`'s arguments.
-    Smb2Idle { conn: u64, to_server: bool, src: (IpAddr, u16), dst: (IpAddr, u16) },
+    /// `direction_known`: exactly one end is an SMB port (`Smb2Stream::with_direction_unknown`).
+    Smb2Idle { conn: u64, to_server: bool, direction_known: bool, src: (IpAddr, u16), dst: (IpAddr, u16) },
     Smb2(Box<Smb2Stream>),
     Iwarp(Box<IwarpStream>),
 }
 
 impl Consumer {
-    fn smb2(conn: u64, to_server: bool, src: (IpAddr, u16), dst: (IpAddr, u16)) -> Consumer {
-        Consumer::Smb2Idle { conn, to_server, src, dst }
+    fn smb2(conn: u64, to_server: bool, direction_known: bool, src: (IpAddr, u16), dst: (IpAddr, u16)) -> Consumer {
+        Consumer::Smb2Idle { conn, to_server, direction_known, src, dst }
     }
 
     /// Makes the stream of an idle direction.
     fn wake(&mut self) {
-        if let Consumer::Smb2Idle { conn, to_server, src, dst } = *self {
-            *self = Consumer::Smb2(Box::new(Smb2Stream::new(conn, to_server, src, dst)));
+        if let Consumer::Smb2Idle { conn, to_server, direction_known, src, dst } = *self {
+            let s = Smb2Stream::new(conn, to_server, src, dst);
+            *self = Consumer::Smb2(Box::new(if direction_known { s } else { s.with_direction_unknown() }));
         }
     }
 }
@@ -533,17 +535,20 @@ impl<D: PayloadSink> Pipeline<D> {
                             Consumer::Iwarp(Box::new(IwarpStream::new(conn, s_side, ends, smbd))),
                         ));
                     }
+                    // With both ends on SMB ports the first frame's direction is taken as
+                    // the client's: a guess.
+                    let known = !(smb_ports.contains(&to.1) && smb_ports.contains(&from.1));
                     if smb_ports.contains(&to.1) {
                         *conns_opened += 1;
                         Some((
-                            Consumer::smb2(conn, true, from, to),
-                            Consumer::smb2(conn, false, to, from),
+                            Consumer::smb2(conn, true, known, from, to),
+                            Consumer::smb2(conn, false, known, to, from),
                         ))
                     } else if smb_ports.contains(&from.1) {
                         *conns_opened += 1;
                         Some((
-                            Consumer::smb2(conn, false, from, to),
-                            Consumer::smb2(conn, true, to, from),
+                            Consumer::smb2(conn, false, known, from, to),
+                            Consumer::smb2(conn, true, known, to, from),
                         ))
                     } else {
                         None
@@ -921,14 +926,14 @@ mod tests {
         assert!(std::mem::size_of::<Smb2Stream>() > 4 * std::mem::size_of::<Consumer>());
         let a = (IpAddr::from([198, 18, 0, 1]), 50000);
         let b = (IpAddr::from([198, 18, 0, 2]), 445);
-        let mut c = Consumer::smb2(7, true, a, b);
+        let mut c = Consumer::smb2(7, true, true, a, b);
         let mut p = Pipeline::new(&Config::default(), None);
         assert!(!StreamConsumer::<Shared>::carries_storage(&c));
         let ctx = FrameCtx::default();
         StreamConsumer::<Shared>::data(&mut c, &[0, 0, 0, 4, 0xfe, b'S', b'M', b'B'], &ctx, &mut p.shared);
         let Consumer::Smb2(s) = &c else { panic!("made at the first byte") };
         assert!(StreamConsumer::<Shared>::carries_storage(s.as_ref()) == StreamConsumer::<Shared>::carries_storage(&c));
-        let mut idle = Consumer::smb2(8, false, b, a);
+        let mut idle = Consumer::smb2(8, false, true, b, a);
         StreamConsumer::<Shared>::close(&mut idle, &ctx, &mut p.shared);
         assert!(matches!(idle, Consumer::Smb2(_)), "made to be closed");
     }

@@ -37,6 +37,7 @@ crate::anomaly::anomalies! {
         TransformBadSize = "smb2.transform_bad_size",
         OpenBudgetExceeded = "smb2.open_budget_exceeded",
         ResyncUnconfirmed = "smb2.resync_unconfirmed",
+        ResyncWrongDirection = "smb2.resync_wrong_direction",
     }
 }
 

@@ -146,6 +146,9 @@ pub struct Smb2Stream {
     confirmed: bool,
     /// The message held until the next header confirms it.
     unconfirmed: Option<Box<confirm::Unconfirmed>>,
+    /// `to_server` follows from the ports (exactly one end is an SMB port), so a held
+    /// message's request/response flag can be checked against it (`confirm`).
+    direction_known: bool,
 }
 
 impl Smb2Stream {
@@ -182,7 +185,15 @@ impl Smb2Stream {
             keep_opened: false,
             confirmed: false,
             unconfirmed: None,
+            direction_known: true,
         }
+    }
+
+    /// Both ends are SMB ports: which one is the server is a guess (the first frame's
+    /// direction), not checked against the messages' flags.
+    pub fn with_direction_unknown(mut self) -> Self {
+        self.direction_known = false;
+        self
     }
 
     /// Whole SMB2 messages without NetBIOS framing (SMB Direct reassembled messages):
@@ -207,6 +218,7 @@ impl Smb2Stream {
         s.can_decrypt = can_decrypt;
         s.can_decompress = can_decompress;
         s.keep_opened = self.keep_opened;
+        s.direction_known = self.direction_known;
         s
     }
 

@@ -70,6 +70,17 @@ impl Smb2Stream {
                 return;
             }
         };
+        if self.direction_known && h.is_response() == self.to_server && self.held_in_wrong_direction() {
+            // Not decoded: a response image in a WRITE's data must not set connection,
+            // session or file state. The rest of the message is unparsed.
+            self.chain_next = false;
+            self.elem_left = self.msg_left;
+            self.state = State::Tail(cat::SMB_UNPARSED);
+            if self.elem_left == 0 {
+                self.end_of_element(p);
+            }
+            return;
+        }
         // Element length (§3.2.4.1.4): NextCommand, 8-byte aligned, within the message.
         let avail = HEADER_LEN as u32 + self.elem_left;
         let nc = h.next_command;

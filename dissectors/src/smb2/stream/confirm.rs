@@ -105,13 +105,17 @@ pub(super) struct Unconfirmed {
     names: Vec<ReportName>,
     /// Its last byte was read: the next header is being read.
     ended: bool,
+    /// A header of it says response on the client's side, or request on the server's
+    /// (MS-SMB2 §2.2.1: SMB2_FLAGS_SERVER_TO_REDIR is set on responses and only on them):
+    /// refuted when it ends, whatever follows.
+    wrong_direction: bool,
 }
 
 impl Unconfirmed {
     /// Holding from now: `base` and `counted_base` are the accounting and counters now (an
     /// inner stream's holder, whose bytes its outer stream counts, takes zeros).
     fn new(base: [u64; CATEGORY_COUNT], counted_base: Counted) -> Box<Unconfirmed> {
-        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), names: Vec::new(), ended: false })
+        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), names: Vec::new(), ended: false, wrong_direction: false })
     }
 }
 
@@ -159,6 +163,29 @@ impl Smb2Stream {
         }
     }
 
+    /// A header of the held message still being read disagrees with the stream's direction:
+    /// false when no message is held (a framed stream's messages are not checked).
+    /// (`smb2.resync_wrong_direction` is raised when it is refuted or handed on, after what
+    /// it counted is taken back.)
+    pub(super) fn held_in_wrong_direction(&mut self) -> bool {
+        match self.unconfirmed.as_mut().filter(|u| !u.ended) {
+            Some(u) => {
+                u.wrong_direction = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The held message in the wrong direction ended: refuted, and the header after it is
+    /// read on its own (its message is held in turn).
+    pub(super) fn refute_if_wrong_direction(&mut self, p: &mut Parts) {
+        if self.unconfirmed.as_ref().is_some_and(|u| u.ended && u.wrong_direction) {
+            self.refute_held(p);
+            p.anomalies.raise(Anomaly::ResyncWrongDirection);
+        }
+    }
+
     /// A NetBIOS header and a known ProtocolId follow the held message: it was a message,
     /// and the stream is framed.
     pub(super) fn confirm_held(&mut self, p: &mut Parts) {
@@ -172,6 +199,10 @@ impl Smb2Stream {
     /// end of the stream came before the next header).
     pub(super) fn release_held(&mut self, p: &mut Parts) {
         let Some(mut u) = self.unconfirmed.take() else { return };
+        if u.wrong_direction {
+            // A gap or the stream's end came first: not refuted, but not decoded either.
+            p.anomalies.raise(Anomaly::ResyncWrongDirection);
+        }
         // Names held in `SmbState` are the message's when it is still being read (a gap).
         if let Some(names) = p.smb.held_names.take() {
             u.names.extend(names);
@@ -213,6 +244,7 @@ impl Smb2Stream {
         if let (Some(u), Some(i)) = (self.unconfirmed.as_mut(), inner.unconfirmed.take()) {
             u.held.extend(i.held);
             u.names.extend(i.names);
+            u.wrong_direction |= i.wrong_direction;
         }
     }
 

@@ -23,6 +23,7 @@ impl Smb2Stream {
     pub(super) fn on_netbios_header(&mut self, p: &mut Parts) {
         if self.unconfirmed.is_some() {
             self.held_message_ended(p);
+            self.refute_if_wrong_direction(p);
         }
         match netbios::Repr::parse(&self.small[..4]) {
             Err(_) => self.lose_framing(Anomaly::NetbiosBadType, p),
