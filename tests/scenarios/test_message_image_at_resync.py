@@ -7,6 +7,8 @@ once showed as a duplicate (ratio 2.00 on an edge that carried every payload onc
 found where framing was not known is now held until the header after it: the image is followed
 by more of the file's data, not a header, so it is dropped (`smb2.resync_unconfirmed`, its bytes
 `smb_unparsed`) and the next real WRITE, confirmed by the one after it, is the first send.
+A response's image (a READ response inside a WRITE's data) is refuted by its direction, even
+where the image ends exactly where the WRITE's data does and a real header follows it.
 
 The capture is built here (raw TCP segments, no SMB2 encoder of ours) and analysed with one and
 two threads.
@@ -36,12 +38,26 @@ def write_request(message_id: int, offset: int, data: bytes) -> bytes:
     return struct.pack(">I", len(msg)) + msg
 
 
-def build(path, cut: bool) -> None:
+def read_response(message_id: int, data: bytes) -> bytes:
+    """NetBIOS session message + SMB2 READ response (MS-SMB2 2.2.1.2, 2.2.20): Flags has
+    SMB2_FLAGS_SERVER_TO_REDIR."""
+    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 8, 1, 1, 0, message_id, 0xFEFF, 1, 0x1000, b"\0" * 16)
+    body = struct.pack("<HBBIII", 17, 0x50, 0, len(data), 0, 0)
+    msg = header + body + data
+    return struct.pack(">I", len(msg)) + msg
+
+
+def build(path, cut: bool, response_image: bool = False, ports: tuple[int, int] = (50000, 445)) -> None:
+    """WRITEs 1-4 from client to server; WRITE 2's data holds an image of WRITE 99 (or, with
+    `response_image`, of a READ response ending exactly where WRITE 2's data ends, so that
+    WRITE 3's real header follows it) whose data WRITE 3 writes again."""
     rng = random.Random(20261207)
     blob = lambda n: bytes(rng.getrandbits(8) for _ in range(n))  # noqa: E731
     copied = blob(16384)
-    image = write_request(99, 1 << 30, copied)
-    w2_data = blob(3000) + image + b"\xaa" * 500 + blob(2000)
+    if response_image:
+        w2_data = blob(3000) + read_response(99, copied)
+    else:
+        w2_data = blob(3000) + write_request(99, 1 << 30, copied) + b"\xaa" * 500 + blob(2000)
     stream = [write_request(1, 0, blob(12288)), write_request(2, 1 << 20, w2_data),
               write_request(3, 2 << 20, copied), write_request(4, 3 << 20, blob(12288))]
     raw = b"".join(stream)
@@ -57,7 +73,7 @@ def build(path, cut: bool) -> None:
     t = 1_700_000_000.0
     for i, (a, b) in enumerate(segments):
         p = (Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:02") / IP(src=CLIENT, dst=SERVER)
-             / TCP(sport=50000, dport=445, flags="PA", seq=1000 + a, ack=1, window=65535) / Raw(raw[a:b]))
+             / TCP(sport=ports[0], dport=ports[1], flags="PA", seq=1000 + a, ack=1, window=65535) / Raw(raw[a:b]))
         p.time = t + i * 1e-5
         w.write(p)
     w.close()
@@ -100,3 +116,36 @@ def test_the_whole_stream_reads_the_image_as_data(tmp_path):
     assert "smb2.resync_unconfirmed" not in one["anomalies"]
     assert one["accounting"]["categories"].get("smb_unparsed", 0) == 0
     assert one["edges"][0]["dup_ratio"] == 1.0
+
+
+def test_a_response_image_is_no_send_even_where_a_real_header_follows_it(tmp_path):
+    """A READ response's image at the very end of a WRITE's data is followed by the next real
+    WRITE's header, which confirmed it: its data was a send of the server's, and the file's
+    16 KiB, written once, showed as crossing twice. A response on the client's side is no
+    message (MS-SMB2 2.2.1: SERVER_TO_REDIR is set on responses only)."""
+    cap = tmp_path / "response-image.pcap"
+    build(cap, cut=True, response_image=True)
+    one = analyze(cap, tmp_path / "one.json", 1)
+    two = analyze(cap, tmp_path / "two.json", 2)
+    one.pop("analysis"), two.pop("analysis")
+    assert one == two
+    smb2 = one["smb2"]
+    assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (2, 16384 + 12288)
+    assert (smb2["read_resp_pdus"], smb2["commands"]) == (0, {"WRITE.request": 2})
+    assert one["anomalies"].get("smb2.resync_wrong_direction") == 1
+    assert one["anomalies"].get("smb2.resync_unconfirmed") == 1
+    assert one["accounting"]["reconciled"]
+    [edge] = one["edges"]
+    assert (edge["src"], edge["dst"], edge["sends"]) == (CLIENT, SERVER, 2)
+    assert not one["duplicated_payloads"]
+
+
+def test_with_both_ends_on_smb_ports_the_direction_is_not_checked(tmp_path):
+    """Port 445 at both ends: which end is the server is a guess, so a held message's flags
+    are not checked against it; the response image is confirmed by the header after it, as
+    before the check (the limit of a syntactic test)."""
+    cap = tmp_path / "both-445.pcap"
+    build(cap, cut=True, response_image=True, ports=(445, 445))
+    one = analyze(cap, tmp_path / "one.json", 1)
+    assert one["smb2"]["payloads_sent"] == 3
+    assert "smb2.resync_wrong_direction" not in one["anomalies"]

@@ -1,20 +1,24 @@
 //! Confirmation of a message found where framing was not known: the first message of a TCP
-//! direction (a capture may start mid-connection) and the first after a resynchronisation
-//! (a bad header, a gap). A scan takes the first bytes that look like a NetBIOS + SMB2 header,
-//! and an SMB2 message's image inside a WRITE's data (a capture file copied to a share) looks
-//! like one. What such a message hands on (its sends, its completions) is held until the
-//! next header decides: a NetBIOS header and ProtocolId right where its length ends confirm
-//! it (and the stream); a header that does not parse there refutes it: its sends are
-//! dropped, its bytes move to `smb_unparsed` and `smb2.resync_unconfirmed` is raised. A gap
-//! or the end of the stream before the next header leaves it undecided: it is handed on, as
-//! before this check. Plain and compressed SMB2 messages are held (an encrypted one is
-//! authenticated when it is decrypted). A refuted message's counters (commands, WRITE and
-//! READ counts and bytes, sessions, trees, decompression), the names it would add to the
-//! report's lists (`smb2.files`, `smb2.dialects`: held in `SmbState::held_names` while it is
-//! read) and the anomalies it raised are taken back too; SMB2 state the report does not list
-//! (a session, a tree, a file id's name, a NEGOTIATE response's connection settings) stays,
-//! since later messages may already depend on it (MS-SMB2 §2.1: a message ends where its
-//! NetBIOS length says).
+//! direction (a capture may start mid-connection) and the first after a resynchronisation (a
+//! bad header, a gap). A scan takes the first bytes that look like a NetBIOS + SMB2 header, and
+//! an SMB2 message's image inside a WRITE's data (a capture file copied to a share) looks like
+//! one. What such a message hands on (its sends, its completions) is held until the next header
+//! decides: a NetBIOS header and ProtocolId right where its length ends confirm it (and the
+//! stream); a header that does not parse there refutes it: its sends are dropped, its bytes
+//! move to `smb_unparsed` and `smb2.resync_unconfirmed` is raised. A gap or the end of the
+//! stream before the next header leaves it undecided: it is handed on, as before this check. A
+//! held message whose header says response on the client's side, or request on the server's, is
+//! no message (MS-SMB2 §2.2.1: SMB2_FLAGS_SERVER_TO_REDIR is set on responses and only on
+//! them): it is not decoded, and it is refuted when it ends even if a header follows
+//! (`smb2.resync_wrong_direction`); checked where exactly one end of the connection is an SMB
+//! port, since then the ports say which end is the server. Plain and compressed SMB2 messages
+//! are held (an encrypted one is authenticated when it is decrypted). A refuted message's
+//! counters (commands, WRITE and READ counts and bytes, sessions, trees, decompression), the
+//! names it would add to the report's lists (`smb2.files`, `smb2.dialects`: held in
+//! `SmbState::held_names` while it is read) and the anomalies it raised are taken back too;
+//! SMB2 state the report does not list (a session, a tree, a file id's name, a NEGOTIATE
+//! response's connection settings) stays, since later messages may already depend on it
+//! (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
