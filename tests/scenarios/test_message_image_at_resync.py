@@ -86,22 +86,30 @@ def analyze(cap, out, threads: int) -> dict:
     return json.loads(out.read_text())
 
 
-def test_a_message_image_where_a_capture_starts_is_no_send(tmp_path):
+def analyze_cut(tmp_path, **kind) -> dict:
+    """The capture cut inside WRITE 2's data, analysed with one and two threads (the same
+    JSON apart from timing): WRITEs 3 and 4 are its only sends and requests."""
     cap = tmp_path / "cut.pcap"
-    build(cap, cut=True)
+    build(cap, cut=True, **kind)
     one = analyze(cap, tmp_path / "one.json", 1)
     two = analyze(cap, tmp_path / "two.json", 2)
     one.pop("analysis"), two.pop("analysis")
     assert one == two
     smb2 = one["smb2"]
-    # WRITEs 3 and 4 (WRITE 2 started before the capture; its data holds WRITE 99's image).
     assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (2, 16384 + 12288)
-    # Nor is it counted as a WRITE request.
-    assert (smb2["write_req_pdus"], smb2["commands"]) == (2, {"WRITE.request": 2})
+    # Nor is the image counted as a request or response.
+    assert (smb2["write_req_pdus"], smb2["read_resp_pdus"], smb2["commands"]) == (2, 0, {"WRITE.request": 2})
     assert one["anomalies"].get("smb2.resync_unconfirmed") == 1
     assert one["accounting"]["reconciled"]
     [edge] = one["edges"]
     assert (edge["src"], edge["dst"], edge["sends"]) == (CLIENT, SERVER, 2)
+    return one
+
+
+def test_a_message_image_where_a_capture_starts_is_no_send(tmp_path):
+    # WRITE 2 started before the capture; its data holds WRITE 99's image.
+    one = analyze_cut(tmp_path)
+    [edge] = one["edges"]
     # The file's 16 KiB crossed once: no duplicate (it was 2.00 with the image taken as a send).
     assert edge["dup_ratio"] == 1.0 and edge["unique_bytes"] == edge["nontrivial_bytes"]
     assert not one["duplicated_payloads"]
@@ -123,20 +131,8 @@ def test_a_response_image_is_no_send_even_where_a_real_header_follows_it(tmp_pat
     WRITE's header, which confirmed it: its data was a send of the server's, and the file's
     16 KiB, written once, showed as crossing twice. A response on the client's side is no
     message (MS-SMB2 2.2.1: SERVER_TO_REDIR is set on responses only)."""
-    cap = tmp_path / "response-image.pcap"
-    build(cap, cut=True, response_image=True)
-    one = analyze(cap, tmp_path / "one.json", 1)
-    two = analyze(cap, tmp_path / "two.json", 2)
-    one.pop("analysis"), two.pop("analysis")
-    assert one == two
-    smb2 = one["smb2"]
-    assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (2, 16384 + 12288)
-    assert (smb2["read_resp_pdus"], smb2["commands"]) == (0, {"WRITE.request": 2})
+    one = analyze_cut(tmp_path, response_image=True)
     assert one["anomalies"].get("smb2.resync_wrong_direction") == 1
-    assert one["anomalies"].get("smb2.resync_unconfirmed") == 1
-    assert one["accounting"]["reconciled"]
-    [edge] = one["edges"]
-    assert (edge["src"], edge["dst"], edge["sends"]) == (CLIENT, SERVER, 2)
     assert not one["duplicated_payloads"]
 
 

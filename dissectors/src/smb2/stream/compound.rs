@@ -60,26 +60,14 @@ impl Smb2Stream {
                 } else {
                     p.anomalies.raise(e);
                 }
-                // Element boundaries are unknown: the rest of the message is unparsed.
-                self.chain_next = false;
-                self.elem_left = self.msg_left;
-                self.state = State::Tail(cat::SMB_UNPARSED);
-                if self.elem_left == 0 {
-                    self.end_of_element(p);
-                }
-                return;
+                // Element boundaries are unknown.
+                return self.rest_of_message_unparsed(p);
             }
         };
         if self.direction_known && h.is_response() == self.to_server && self.held_in_wrong_direction() {
             // Not decoded: a response image in a WRITE's data must not set connection,
-            // session or file state. The rest of the message is unparsed.
-            self.chain_next = false;
-            self.elem_left = self.msg_left;
-            self.state = State::Tail(cat::SMB_UNPARSED);
-            if self.elem_left == 0 {
-                self.end_of_element(p);
-            }
-            return;
+            // session or file state.
+            return self.rest_of_message_unparsed(p);
         }
         // Element length (§3.2.4.1.4): NextCommand, 8-byte aligned, within the message.
         let avail = HEADER_LEN as u32 + self.elem_left;
@@ -105,6 +93,16 @@ impl Smb2Stream {
             None => (Phase::Whole, HEADER_LEN + rec::body_needed(h.command, resp).unwrap_or(MESSAGE_CAP)),
         };
         self.head_until(phase, want, ctx, p);
+    }
+
+    /// The element's header is buffered and the rest of the message is read as unparsed.
+    fn rest_of_message_unparsed(&mut self, p: &mut Parts) {
+        self.chain_next = false;
+        self.elem_left = self.msg_left;
+        self.state = State::Tail(cat::SMB_UNPARSED);
+        if self.elem_left == 0 {
+            self.end_of_element(p);
+        }
     }
 
     /// Buffers the element up to `want` bytes (bounded by the element and the cap).
