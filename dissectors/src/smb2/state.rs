@@ -168,7 +168,7 @@ impl Smb2Stats {
     /// encrypted and decrypted counts (an encrypted message is not held), `payloads_sent` and
     /// its bytes (counted when a held message is handed on), SMB1 messages (not held),
     /// `resyncs` (counted after the refutation), and the name sets (held apart while the
-    /// message is read: `SmbState::held_names`).
+    /// message is read: `SmbState::held`).
     pub fn message_counters(&mut self) -> [&mut u64; MESSAGE_COUNTERS] {
         [
             &mut self.write_req_pdus, &mut self.write_bytes, &mut self.read_resp_pdus, &mut self.read_bytes,
@@ -278,10 +278,9 @@ pub struct SmbState {
     /// keeps them for the ordered stage: a file opened on one channel of a multichannel
     /// session and written on another is named there as one pipeline names it.
     pub journal: Option<Vec<NameOp>>,
-    /// While a message that may be refuted is read (`stream::confirm`), the names it would
-    /// add to the report's lists, held with it: added when it is handed on, dropped when the
-    /// next header refutes it. `None` otherwise.
-    pub held_names: Option<Vec<ReportName>>,
+    /// While a message that may be refuted is read (`stream::confirm`), what it changes that
+    /// a refutation undoes, in order. `None` otherwise.
+    pub held: Option<Vec<HeldChange>>,
 }
 
 /// A name for the report's lists (`Smb2Stats::files`, `Smb2Stats::dialects`).
@@ -289,6 +288,20 @@ pub struct SmbState {
 pub enum ReportName {
     File(String),
     Dialect(String),
+}
+
+/// A change made by a message that may be refuted (`SmbState::held`).
+#[derive(Debug, Clone)]
+pub enum HeldChange {
+    /// A name for the report's lists: added when the message is handed on, dropped when it is
+    /// refuted.
+    Name(ReportName),
+    /// A pending request's entry was set or taken (a request image must not leave an entry a
+    /// real response with its MessageId would take, nor a response image take a real
+    /// request's): what it held before, put back when the message is refuted.
+    Pending((u64, u64), Option<Pending>),
+    /// A channel binding's request was noted; whether one was noted under its key before.
+    Binding((u64, u64), bool),
 }
 
 pub use crate::context::NameOp;
@@ -391,7 +404,7 @@ impl SmbState {
             opening_cap: OPENING_CAP,
             stats: Smb2Stats::default(),
             journal: None,
-            held_names: None,
+            held: None,
         }
     }
 
@@ -477,6 +490,9 @@ impl SmbState {
     // --- sessions ---
 
     pub fn note_binding_request(&mut self, conn: u64, message_id: u64, an: &mut Anomalies) {
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Binding((conn, message_id), self.bindings.contains_key(&(conn, message_id))));
+        }
         let e = self.bindings.insert((conn, message_id), ());
         Self::evicted(an, e);
     }
@@ -591,10 +607,10 @@ impl SmbState {
         self.note_report_name(ReportName::File(name.to_string()), an);
     }
 
-    /// Adds a name to the report's lists, or to `held_names` while a message is held.
+    /// Adds a name to the report's lists, or to `held` while a message is held.
     pub fn note_report_name(&mut self, name: ReportName, an: &mut Anomalies) {
-        if let Some(h) = self.held_names.as_mut() {
-            h.push(name);
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Name(name));
             return;
         }
         match name {
@@ -659,6 +675,9 @@ impl SmbState {
     // --- pending requests ---
 
     pub fn add_pending(&mut self, conn: u64, message_id: u64, p: Pending, an: &mut Anomalies) {
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Pending((conn, message_id), self.pending.get(&(conn, message_id)).cloned()));
+        }
         let e = self.pending.insert((conn, message_id), p);
         Self::evicted(an, e);
     }
@@ -668,7 +687,37 @@ impl SmbState {
     }
 
     pub fn take_pending(&mut self, conn: u64, message_id: u64) -> Option<Pending> {
-        self.pending.remove(&(conn, message_id))
+        let taken = self.pending.remove(&(conn, message_id));
+        if let (Some(h), Some(t)) = (self.held.as_mut(), taken.as_ref()) {
+            h.push(HeldChange::Pending((conn, message_id), Some(t.clone())));
+        }
+        taken
+    }
+
+    /// A refuted message's changes undone, last first (`HeldChange`): its names are dropped.
+    pub fn undo_held(&mut self, changes: Vec<HeldChange>, an: &mut Anomalies) {
+        for c in changes.into_iter().rev() {
+            match c {
+                HeldChange::Name(_) => {}
+                HeldChange::Pending(key, Some(p)) => Self::evicted(an, self.pending.insert(key, p)),
+                HeldChange::Pending(key, None) => {
+                    self.pending.remove(&key);
+                }
+                HeldChange::Binding(key, true) => Self::evicted(an, self.bindings.insert(key, ())),
+                HeldChange::Binding(key, false) => {
+                    self.bindings.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// A message handed on: its names are added to the report's lists (its other changes stay).
+    pub fn keep_held(&mut self, changes: Vec<HeldChange>, an: &mut Anomalies) {
+        for c in changes {
+            if let HeldChange::Name(n) = c {
+                self.note_report_name(n, an);
+            }
+        }
     }
 
     pub fn pending_len(&self) -> usize {
@@ -696,6 +745,43 @@ pub fn dialect_name(d: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a held message changed is undone last first when it is refuted (a pending entry
+    /// set, replaced or taken; a binding noted), and kept when it is handed on.
+    #[test]
+    fn a_refuted_message_changes_are_undone_and_a_kept_one_stays() {
+        let mut an = Anomalies::default();
+        let read = |offset| Pending::Read { session_id: 1, tree_id: 1, file_id: [1; 16], offset, length: 1 };
+        let offset = |s: &SmbState, mid| match s.pending(1, mid) {
+            Some(Pending::Read { offset, .. }) => Some(*offset),
+            _ => None,
+        };
+        let mut s = SmbState::new();
+        s.add_pending(1, 7, read(70), &mut an);
+        s.add_pending(1, 8, read(80), &mut an);
+        s.held = Some(Vec::new());
+        s.add_pending(1, 7, read(71), &mut an); // replaces a real entry
+        s.add_pending(1, 7, read(72), &mut an); // twice
+        s.add_pending(1, 9, read(90), &mut an); // a new one
+        assert_eq!(s.take_pending(1, 8).map(|_| ()), Some(())); // takes a real one
+        s.note_binding_request(1, 10, &mut an);
+        s.note_file_name("image.bin", &mut an);
+        let changes = s.held.take().unwrap();
+        let mut kept = SmbState::new();
+        kept.held = Some(Vec::new());
+        kept.add_pending(1, 9, read(90), &mut an);
+        kept.note_binding_request(1, 10, &mut an);
+        kept.note_file_name("image.bin", &mut an);
+        let kept_changes = kept.held.take().unwrap();
+        s.undo_held(changes, &mut an);
+        assert_eq!((offset(&s, 7), offset(&s, 8), offset(&s, 9)), (Some(70), Some(80), None));
+        assert!(!s.bindings.contains_key(&(1, 10)));
+        assert!(s.stats.files.is_empty());
+        kept.keep_held(kept_changes, &mut an);
+        assert_eq!(offset(&kept, 9), Some(90));
+        assert!(kept.bindings.contains_key(&(1, 10)));
+        assert_eq!(kept.stats.files.iter().collect::<Vec<_>>(), vec!["image.bin"]);
+    }
 
     #[test]
     fn multichannel_binding_is_one_session() {

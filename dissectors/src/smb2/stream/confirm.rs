@@ -14,18 +14,18 @@
 //! port, since then the ports say which end is the server. Plain and compressed SMB2 messages
 //! are held (an encrypted one is authenticated when it is decrypted). A refuted message's
 //! counters (commands, WRITE and READ counts and bytes, sessions, trees, decompression), the
-//! names it would add to the report's lists (`smb2.files`, `smb2.dialects`: held in
-//! `SmbState::held_names` while it is read) and the anomalies it raised are taken back too;
-//! SMB2 state the report does not list (a session, a tree, a file id's name, a NEGOTIATE
-//! response's connection settings) stays, since later messages may already depend on it
-//! (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
+//! names it would add to the report's lists (`smb2.files`, `smb2.dialects`), the anomalies it
+//! raised, and the pending requests and channel bindings it noted or took (`SmbState::held`
+//! logs them while it is read) are taken back too; other SMB2 state it set (a session, a tree,
+//! a file id's name, a NEGOTIATE response's connection settings) stays, since later messages
+//! may already depend on it (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
 use crate::context::send_finished;
 use crate::payload::hash::Finished;
 use crate::payload::send::SendRecord;
-use crate::smb2::state::{ReportName, Smb2Stats, MESSAGE_COUNTERS};
+use crate::smb2::state::{HeldChange, Smb2Stats, MESSAGE_COUNTERS};
 use crate::smb2::{Anomaly, Parts};
 use std::collections::BTreeMap;
 
@@ -105,8 +105,9 @@ pub(super) struct Unconfirmed {
     counted: Counted,
     counted_base: Counted,
     held: Vec<Held>,
-    /// The names it would add to the report's lists (`SmbState::held_names` while it is read).
-    names: Vec<ReportName>,
+    /// What it changed that a refutation undoes, and the names it would add to the report's
+    /// lists (`SmbState::held` while it is read).
+    changes: Vec<HeldChange>,
     /// Its last byte was read: the next header is being read.
     ended: bool,
     /// A header of it says response on the client's side, or request on the server's
@@ -119,7 +120,7 @@ impl Unconfirmed {
     /// Holding from now: `base` and `counted_base` are the accounting and counters now (an
     /// inner stream's holder, whose bytes its outer stream counts, takes zeros).
     fn new(base: [u64; CATEGORY_COUNT], counted_base: Counted) -> Box<Unconfirmed> {
-        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), names: Vec::new(), ended: false, wrong_direction: false })
+        Box::new(Unconfirmed { tally: [0; CATEGORY_COUNT], base, counted: Counted::default(), counted_base, held: Vec::new(), changes: Vec::new(), ended: false, wrong_direction: false })
     }
 }
 
@@ -129,7 +130,7 @@ impl Smb2Stream {
     pub(super) fn hold_if_unconfirmed(&mut self, p: &mut Parts) {
         if self.framed && !self.confirmed && self.unconfirmed.is_none() {
             self.unconfirmed = Some(Unconfirmed::new(p.accounting.snapshot(), Counted::now(p)));
-            p.smb.held_names = Some(Vec::new());
+            p.smb.held = Some(Vec::new());
         }
     }
 
@@ -139,14 +140,14 @@ impl Smb2Stream {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             u.base = p.accounting.snapshot();
             u.counted_base = Counted::now(p);
-            p.smb.held_names = Some(Vec::new());
+            p.smb.held = Some(Vec::new());
         }
     }
 
     /// What this stream added since `rebase_held` belongs to the held message still being
     /// read. Names stop being held in `SmbState` here (until the next `rebase_held`).
     pub(super) fn tally_held(&mut self, p: &mut Parts) {
-        let names = p.smb.held_names.take();
+        let changes = p.smb.held.take();
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             let now = p.accounting.snapshot();
             for ((t, n), b) in u.tally.iter_mut().zip(now).zip(u.base) {
@@ -155,7 +156,7 @@ impl Smb2Stream {
             u.base = now;
             u.counted.add_since(&u.counted_base, p);
             u.counted_base = Counted::now(p);
-            u.names.extend(names.into_iter().flatten());
+            u.changes.extend(changes.into_iter().flatten());
         }
     }
 
@@ -207,13 +208,11 @@ impl Smb2Stream {
             // A gap or the stream's end came first: not refuted, but not decoded either.
             p.anomalies.raise(Anomaly::ResyncWrongDirection);
         }
-        // Names held in `SmbState` are the message's when it is still being read (a gap).
-        if let Some(names) = p.smb.held_names.take() {
-            u.names.extend(names);
+        // Changes held in `SmbState` are the message's when it is still being read (a gap).
+        if let Some(c) = p.smb.held.take() {
+            u.changes.extend(c);
         }
-        for n in u.names {
-            p.smb.note_report_name(n, p.anomalies);
-        }
+        p.smb.keep_held(std::mem::take(&mut u.changes), p.anomalies);
         for h in u.held {
             match h {
                 Held::Send(mut rec, length) => {
@@ -233,6 +232,7 @@ impl Smb2Stream {
             p.anomalies.raise(Anomaly::ResyncUnconfirmed);
             p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
             u.counted.take_back_from(p);
+            p.smb.undo_held(u.changes, p.anomalies);
         }
     }
 
@@ -247,7 +247,7 @@ impl Smb2Stream {
     pub(super) fn take_held_from(&mut self, inner: &mut Smb2Stream) {
         if let (Some(u), Some(i)) = (self.unconfirmed.as_mut(), inner.unconfirmed.take()) {
             u.held.extend(i.held);
-            u.names.extend(i.names);
+            u.changes.extend(i.changes);
             u.wrong_direction |= i.wrong_direction;
         }
     }

@@ -325,6 +325,12 @@ fn read_resp(mid: u64, data: &[u8]) -> Vec<u8> {
     m
 }
 
+fn read_req(mid: u64, file_id: [u8; 16], offset: u64, length: u32) -> Vec<u8> {
+    let h = HeaderRepr { command: command::READ, message_id: mid, tree_id: Some(7), session_id: 0x99, credit: 1, ..Default::default() };
+    let r = rec::ReadRequest { padding: 0x50, flags: 0, length, offset, file_id, minimum_count: 0, channel: 0, remaining_bytes: 0, read_channel_info: Vec::new() };
+    r.emit(&h)
+}
+
 fn create_req(mid: u64, name: &str, next: u32) -> Vec<u8> {
     let mut m = header(command::CREATE, mid, false, next, false);
     let name16: Vec<u8> = name.encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
@@ -913,5 +919,50 @@ fn a_held_message_in_the_wrong_direction_is_refuted_whatever_follows() {
         s.on_close(&ctx(99), &mut h.parts());
         assert_eq!(h.rec.sends.iter().map(|r| r.message_id).collect::<Vec<_>>(), vec![97, 4, 5]);
         assert_eq!(h.anomalies.get("smb2.resync_wrong_direction"), 0);
+    }
+}
+
+/// A refuted request's image leaves no pending request behind: a READ request image with
+/// MessageId 50 must not name the real READ response 50 (whose request came before the
+/// capture) with the image's file and offset, nor replace the entry of a real READ request 50
+/// seen before it.
+#[test]
+fn a_refuted_request_image_leaves_no_pending_request() {
+    let mut d3 = data(3000, 5);
+    d3.extend_from_slice(&netbios(&read_req(50, [7; 16], 1 << 30, 4096)));
+    d3.extend(std::iter::repeat_n(0xAA, 500));
+    d3.extend_from_slice(&data(2000, 6));
+    let w3 = netbios(&write_req(3, [1; 16], 0, &d3, false, 0));
+    let w3_data_at = w3.len() - d3.len();
+    let (w2, w4) = (netbios(&write_req(2, [1; 16], 0, &data(4000, 2), false, 0)), netbios(&write_req(4, [1; 16], 0, &data(4000, 4), false, 0)));
+    let real_read = netbios(&read_req(50, [2; 16], 8192, 4096));
+    let response = netbios(&read_resp(50, &data(4096, 9)));
+    for real_request_seen in [false, true] {
+        let mut h = Harness::default();
+        let mut c = Conn::new(1);
+        if real_request_seen {
+            // The real request, confirmed by w2's header; then a gap from inside w2 into w3's
+            // data, before the image.
+            c.feed(&mut h, true, &[&real_read[..], &w2[..w2.len() - 10]].concat(), 1);
+            c.c2s.on_gap((10 + w3_data_at + 100) as u64, &ctx(2), &mut h.parts());
+        }
+        // (Else the capture starts inside w3's data.)
+        let rest: Vec<u8> = [&w3[w3_data_at + 100..], &w4[..]].concat();
+        for (i, ch) in rest.chunks(1448).enumerate() {
+            c.feed(&mut h, true, ch, 3 + i as u64);
+        }
+        assert_eq!(h.anomalies.get("smb2.resync_unconfirmed"), 1, "the image is refuted");
+        c.feed(&mut h, false, &response, 50);
+        c.close(&mut h);
+        let read: Vec<_> = h.rec.sends.iter().filter(|r| r.message_id == 50).collect();
+        assert_eq!(read.len(), 1);
+        if real_request_seen {
+            assert_eq!((read[0].file_id, read[0].offset), ([2; 16], 8192), "the real request's entry, put back");
+            assert_eq!(h.anomalies.get("smb2.read_response_without_request"), 0);
+        } else {
+            assert_eq!((read[0].file_id, read[0].offset), ([0; 16], crate::payload::send::UNKNOWN_OFFSET), "no request seen");
+            assert_eq!(h.anomalies.get("smb2.read_response_without_request"), 1);
+        }
+        assert_eq!(smb_categories(&h), h.fed);
     }
 }
