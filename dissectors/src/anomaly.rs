@@ -38,6 +38,17 @@ macro_rules! anomalies {
 
 pub(crate) use anomalies;
 
+/// Takes `n` back from the count `name` of a table of named counts (anomalies, SMB2
+/// commands); a count that reaches zero is no longer listed, as one never raised.
+pub fn take_back_count(counts: &mut BTreeMap<&'static str, u64>, name: &'static str, n: u64) {
+    if let Some(c) = counts.get_mut(name) {
+        *c = c.saturating_sub(n);
+        if *c == 0 {
+            counts.remove(name);
+        }
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct Anomalies {
     counts: BTreeMap<&'static str, u64>,
@@ -68,15 +79,9 @@ impl Anomalies {
     pub fn counts(&self) -> &BTreeMap<&'static str, u64> {
         &self.counts
     }
-    /// Takes `n` back from `name` (a message that was not one raised it); a count that
-    /// reaches zero is no longer listed.
+    /// Takes `n` back from `name` (a message that was not one raised it).
     pub fn take_back(&mut self, name: &'static str, n: u64) {
-        if let Some(c) = self.counts.get_mut(name) {
-            *c = c.saturating_sub(n);
-            if *c == 0 {
-                self.counts.remove(name);
-            }
-        }
+        take_back_count(&mut self.counts, name, n);
     }
     pub fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)

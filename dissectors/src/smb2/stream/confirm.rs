@@ -22,6 +22,7 @@
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
+use crate::anomaly::take_back_count;
 use crate::context::send_finished;
 use crate::payload::hash::Finished;
 use crate::payload::send::SendRecord;
@@ -76,12 +77,7 @@ impl Counted {
             *c = c.saturating_sub(n);
         }
         for (k, &v) in &self.commands {
-            if let Some(c) = s.commands.get_mut(k) {
-                *c = c.saturating_sub(v);
-                if *c == 0 {
-                    s.commands.remove(k);
-                }
-            }
+            take_back_count(&mut s.commands, k, v);
         }
         for (k, &v) in &self.anomalies {
             p.anomalies.take_back(k, v);
