@@ -74,6 +74,46 @@ pub enum NameOp {
     /// the same compound): the ordered stage names it from every connection's names as they
     /// are at this point.
     Lookup(u64, u64, bool, u64, u32, [u8; 16], Option<Arc<str>>),
+    /// A message of connection `0`'s direction to the server when `1` (else to the client),
+    /// found where framing was not known, is held (`smb2::stream::confirm`): the name changes
+    /// between `Open` and `Pause` are its own, and `Refute` takes them back as its worker
+    /// does (`SmbState::undo_held`).
+    Hold(u64, bool, HoldStep),
+}
+
+/// The steps of a held message in a journal (`NameOp::Hold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldStep {
+    /// Its worker starts reading it (again).
+    Open = 0,
+    /// Its worker stops reading it for now (the chunk ends; or its last byte was read).
+    Pause = 1,
+    /// Confirmed, or undecided (a gap, the stream's end): what it changed stays.
+    Keep = 2,
+    /// Not a message: what it changed is undone.
+    Refute = 3,
+}
+
+impl HoldStep {
+    pub fn from_code(c: i32) -> Option<HoldStep> {
+        [HoldStep::Open, HoldStep::Pause, HoldStep::Keep, HoldStep::Refute].into_iter().find(|s| *s as i32 == c)
+    }
+}
+
+impl NameOp {
+    /// The connection whose names it changes.
+    pub fn conn(&self) -> u64 {
+        match self {
+            NameOp::Server(c, _)
+            | NameOp::ServerGuid(c, _)
+            | NameOp::Tree(c, ..)
+            | NameOp::File(c, ..)
+            | NameOp::Session(c, ..)
+            | NameOp::Logoff(c, _)
+            | NameOp::Lookup(c, ..)
+            | NameOp::Hold(c, ..) => *c,
+        }
+    }
 }
 
 /// The origin of a sink's next events: `phase`, then two numbers ordered within it.

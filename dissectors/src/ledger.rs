@@ -31,7 +31,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
-use crate::context::{Mark, NameOp};
+use crate::context::{HoldStep, Mark, NameOp};
 use crate::payload::send::{SendKind, SendRecord, Transport};
 use crate::frame::FrameRef;
 use crate::payload::{BlockDigest, PayloadDigest, BLOCK_SIZE};
@@ -107,11 +107,12 @@ const EV_BUFFERED: i32 = 7;
 const EV_NAME_SESSION: i32 = 8;
 const EV_NAME_LOGOFF: i32 = 9;
 const EV_NAME_LOOKUP: i32 = 10;
+const EV_NAME_HOLD: i32 = 11;
 
 /// Version of a ledger part (`smbwire analyze --dask`, docs/ledger.md "Ledger parts"): what
 /// one decoding task of a distributed run hands the ordered stage. Its columns are the
 /// ledger's, then `PART_KEY_COLUMNS`.
-pub const PART_FORMAT: &str = "smbwire-ledger-part/2";
+pub const PART_FORMAT: &str = "smbwire-ledger-part/3";
 
 /// The columns a part adds: where its row goes in the ordered stage's replay.
 const PART_KEY_COLUMNS: &str = "
@@ -383,15 +384,17 @@ impl Columns {
         match item {
             PartItem::Event(e) => self.push(at_ns, e),
             PartItem::Name(op) => {
-                let (code, conn) = match op {
-                    NameOp::Server(c, _) => (EV_NAME_SERVER, *c),
-                    NameOp::ServerGuid(c, _) => (EV_NAME_GUID, *c),
-                    NameOp::Tree(c, ..) => (EV_NAME_TREE, *c),
-                    NameOp::File(c, ..) => (EV_NAME_FILE, *c),
-                    NameOp::Session(c, ..) => (EV_NAME_SESSION, *c),
-                    NameOp::Logoff(c, _) => (EV_NAME_LOGOFF, *c),
-                    NameOp::Lookup(c, ..) => (EV_NAME_LOOKUP, *c),
+                let code = match op {
+                    NameOp::Server(..) => EV_NAME_SERVER,
+                    NameOp::ServerGuid(..) => EV_NAME_GUID,
+                    NameOp::Tree(..) => EV_NAME_TREE,
+                    NameOp::File(..) => EV_NAME_FILE,
+                    NameOp::Session(..) => EV_NAME_SESSION,
+                    NameOp::Logoff(..) => EV_NAME_LOGOFF,
+                    NameOp::Lookup(..) => EV_NAME_LOOKUP,
+                    NameOp::Hold(..) => EV_NAME_HOLD,
                 };
+                let conn = op.conn();
                 self.at_ns.push(at_ns.min(AT_END) as i64);
                 self.push_common(code, 0, conn, 0);
                 self.push_empty_send_fields();
@@ -419,6 +422,10 @@ impl Columns {
                         *self.tree_id.last_mut().expect("row pushed") = *tree as i32;
                         set(&mut self.file_id, fid.to_vec());
                         name(&mut self.file_name, fallback);
+                    }
+                    NameOp::Hold(_, to_server, step) => {
+                        *self.kind.last_mut().expect("row pushed") = *step as i32;
+                        *self.tree_id.last_mut().expect("row pushed") = i32::from(*to_server);
                     }
                 }
             }
@@ -746,7 +753,7 @@ impl Group {
                 Event::Complete { conn: self.conn[i] as u64, message_id: self.mid[i] as u64, ts_ns: self.ts[i] as u64 }
             }
             EV_ADVANCE => Event::Advance { ts_ns: self.ts[i] as u64 },
-            EV_NAME_SERVER..=EV_NAME_LOOKUP => return Ok(None),
+            EV_NAME_SERVER..=EV_NAME_HOLD => return Ok(None),
             e => return Err(err(path, format!("ledger event type {e}"))),
         }))
     }
@@ -783,6 +790,11 @@ impl Group {
                 self.tree[i] as u32,
                 self.file_id16(path, i)?,
                 Group::text(path, &self.fname[i])?,
+            )),
+            EV_NAME_HOLD => PartItem::Name(NameOp::Hold(
+                conn,
+                self.tree[i] != 0,
+                HoldStep::from_code(self.kind[i]).ok_or_else(|| err(path, format!("ledger hold step {}", self.kind[i])))?,
             )),
             _ => PartItem::Buffered(self.offset[i] as u64, self.length[i] as u64),
         })
@@ -1000,6 +1012,44 @@ mod tests {
         assert_eq!(back.events.len(), events.len());
         assert!(back.events == events, "events differ after the round trip");
         assert_eq!(back.at_ns, at);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Every name change of a part (`NameOp`) and its buffered bytes read back as written.
+    #[test]
+    fn a_part_keeps_every_name_change() {
+        let dir = test_dir("part-names");
+        let path = dir.join("p.parquet");
+        let path = path.to_str().unwrap();
+        let name = |s: &str| Some(Arc::from(s));
+        let mut items = vec![
+            PartItem::Name(NameOp::Server(1, IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)))),
+            PartItem::Name(NameOp::ServerGuid(1, [0x5a; 16])),
+            PartItem::Name(NameOp::Tree(1, 0x41, 7, name("\\\\srv\\share"))),
+            PartItem::Name(NameOp::Tree(1, 0x41, 7, None)),
+            PartItem::Name(NameOp::File(1, [7; 16], name("a.vhdx"))),
+            PartItem::Name(NameOp::File(1, [7; 16], None)),
+            PartItem::Name(NameOp::Session(1, 0x41, true)),
+            PartItem::Name(NameOp::Logoff(1, 0x41)),
+            PartItem::Name(NameOp::Lookup(1, 9, true, 0x41, 7, [7; 16], name("b.dat"))),
+            PartItem::Buffered(100, 200),
+        ];
+        for (i, step) in [HoldStep::Open, HoldStep::Pause, HoldStep::Keep, HoldStep::Refute].into_iter().enumerate() {
+            items.push(PartItem::Name(NameOp::Hold(2, i % 2 == 0, step)));
+        }
+        let key = |i: usize| PartKey { pos: i as u64, step: part_step::FRAME, mark: Mark::default() };
+        let mut w = LedgerWriter::create_part(path).unwrap();
+        for (i, item) in items.iter().enumerate() {
+            w.push_part(key(i), 1000 + i as u64, item).unwrap();
+        }
+        w.close("{}").unwrap();
+        let mut r = LedgerReader::open_part(path).unwrap();
+        let mut back = Vec::new();
+        while let Some(rows) = r.next_part_group().unwrap() {
+            back.extend(rows);
+        }
+        let expected: Vec<PartRow> = items.into_iter().enumerate().map(|(i, it)| (key(i), 1000 + i as u64, it)).collect();
+        assert_eq!(back, expected);
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -47,6 +47,45 @@ def read_response(message_id: int, data: bytes) -> bytes:
     return struct.pack(">I", len(msg)) + msg
 
 
+def negotiate_response(guid: bytes, max_size: int) -> bytes:
+    """NetBIOS + SMB2 NEGOTIATE response, dialect 3.0.2 (MS-SMB2 2.2.4), empty security
+    buffer: MaxTransactSize, MaxReadSize and MaxWriteSize are `max_size`."""
+    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 0, 1, 1, 0, 0, 0xFEFF, 0, 0, b"\0" * 16)
+    body = struct.pack("<HHHH16sIIIIQQHHI", 65, 1, 0x0302, 0, guid, 0x7F, max_size, max_size, max_size, 0, 0, 128, 0, 0)
+    msg = header + body + b"\0"
+    return struct.pack(">I", len(msg)) + msg
+
+
+def session_setup_response(message_id: int, session_id: int) -> bytes:
+    """NetBIOS + SMB2 SESSION_SETUP response with status 0: the session is up (MS-SMB2
+    2.2.6)."""
+    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 1, 1, 1, 0, message_id, 0xFEFF, 0, session_id,
+                         b"\0" * 16)
+    body = struct.pack("<HHHH", 9, 0, 72, 0)
+    msg = header + body + b"\0"
+    return struct.pack(">I", len(msg)) + msg
+
+
+def write_pcap(path, raw: bytes, first_len: int, cut: bool, server_side: bool, ports: tuple[int, int]) -> None:
+    """`raw` as TCP segments of 1448 bytes after a first one of `first_len`, from the client
+    (or from the server with `server_side`); `cut` drops the first segment."""
+    bounds = [0, first_len]
+    while bounds[-1] < len(raw):
+        bounds.append(min(bounds[-1] + 1448, len(raw)))
+    segments = list(zip(bounds, bounds[1:]))
+    if cut:
+        segments = segments[1:]
+    src, dst, sport, dport = (SERVER, CLIENT, ports[1], ports[0]) if server_side else (CLIENT, SERVER, *ports)
+    w = PcapWriter(str(path), linktype=1, sync=True)
+    t = 1_700_000_000.0
+    for i, (a, b) in enumerate(segments):
+        p = (Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:02") / IP(src=src, dst=dst)
+             / TCP(sport=sport, dport=dport, flags="PA", seq=1000 + a, ack=1, window=65535) / Raw(raw[a:b]))
+        p.time = t + i * 1e-5
+        w.write(p)
+    w.close()
+
+
 def build(path, cut: bool, response_image: bool = False, ports: tuple[int, int] = (50000, 445)) -> None:
     """WRITEs 1-4 from client to server; WRITE 2's data holds an image of WRITE 99 (or, with
     `response_image`, of a READ response ending exactly where WRITE 2's data ends, so that
@@ -60,28 +99,14 @@ def build(path, cut: bool, response_image: bool = False, ports: tuple[int, int] 
         w2_data = blob(3000) + write_request(99, 1 << 30, copied) + b"\xaa" * 500 + blob(2000)
     stream = [write_request(1, 0, blob(12288)), write_request(2, 1 << 20, w2_data),
               write_request(3, 2 << 20, copied), write_request(4, 3 << 20, blob(12288))]
-    raw = b"".join(stream)
     w2_data_at = len(stream[0]) + 4 + 112
-    # The first segment ends 100 bytes into w2's data; the others are 1448 bytes long.
-    bounds = [0, w2_data_at + 100]
-    while bounds[-1] < len(raw):
-        bounds.append(min(bounds[-1] + 1448, len(raw)))
-    segments = list(zip(bounds, bounds[1:]))
-    if cut:
-        segments = segments[1:]
-    w = PcapWriter(str(path), linktype=1, sync=True)
-    t = 1_700_000_000.0
-    for i, (a, b) in enumerate(segments):
-        p = (Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:02") / IP(src=CLIENT, dst=SERVER)
-             / TCP(sport=ports[0], dport=ports[1], flags="PA", seq=1000 + a, ack=1, window=65535) / Raw(raw[a:b]))
-        p.time = t + i * 1e-5
-        w.write(p)
-    w.close()
+    # The first segment ends 100 bytes into w2's data.
+    write_pcap(path, b"".join(stream), w2_data_at + 100, cut, False, ports)
 
 
-def analyze(cap, out, threads: int) -> dict:
+def analyze(cap, out, threads: int, *more: str) -> dict:
     r = subprocess.run([sys.executable, "-m", "smbwire", "analyze", str(cap), "-q", "--threads", str(threads),
-                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+                        "--json", str(out), *more], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())
 
@@ -145,3 +170,35 @@ def test_with_both_ends_on_smb_ports_the_direction_is_not_checked(tmp_path):
     one = analyze(cap, tmp_path / "one.json", 1)
     assert one["smb2"]["payloads_sent"] == 3
     assert "smb2.resync_wrong_direction" not in one["anomalies"]
+
+
+def test_a_refuted_response_image_leaves_the_connection_and_its_sessions_as_they_were(tmp_path):
+    """A client reads a capture file off a share, and our capture starts inside READ 2's
+    data, which holds the images of a NEGOTIATE response (sizes of 64 KiB, a ServerGuid) and
+    of a successful SESSION_SETUP response: in the server's direction, so no check of
+    direction refutes them; the file's bytes after each do. Before 2026-12-07 the NEGOTIATE
+    image's sizes stayed the connection's, so READ 3's real 3 MiB response was not believed
+    (`netbios_length_implausible`) and lost; and `--threads 2` counted the image's session
+    (its ordered stage counts sessions from the workers' journals) where one thread did not.
+    `--dask` (a local cluster, two shards) merges the tasks' journals as `--threads` does."""
+    rng = random.Random(20261208)
+    big = rng.randbytes(3 << 20)
+    r2_data = (rng.randbytes(3000) + negotiate_response(b"\x5a" * 16, 65536) + rng.randbytes(700)
+               + session_setup_response(7, 0x4000_0000_0000_0041) + rng.randbytes(2000))
+    stream = [read_response(1, rng.randbytes(12288)), read_response(2, r2_data), read_response(3, big),
+              read_response(4, rng.randbytes(12288))]
+    cap = tmp_path / "reads.pcap"
+    write_pcap(cap, b"".join(stream), len(stream[0]) + 4 + 80 + 100, True, True, (50000, 445))
+    one = analyze(cap, tmp_path / "one.json", 1)
+    two = analyze(cap, tmp_path / "two.json", 2)
+    dask = analyze(cap, tmp_path / "dask.json", 2, "--dask")
+    for r in (one, two, dask):
+        r.pop("analysis")
+    assert one == two
+    assert {**dask, "inputs": None} == {**one, "inputs": None}
+    smb2 = one["smb2"]
+    assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (2, (3 << 20) + 12288)
+    assert (smb2["read_resp_pdus"], smb2["sessions"], smb2["dialects"]) == (2, 0, [])
+    assert one["anomalies"].get("smb2.resync_unconfirmed") == 2
+    assert "smb2.netbios_length_implausible" not in one["anomalies"]
+    assert one["accounting"]["reconciled"]

@@ -116,7 +116,7 @@ fn the_merge_refuses_missing_foreign_and_damaged_parts() {
     let ledger = odir.join("ledger.parquet").to_string_lossy().into_owned();
     let c = Config { ledger: Some(ledger.clone()), ..Config::default() };
     analyze_files(&paths, &c, None, &mut |_, _| true).unwrap();
-    assert!(merge(&[ledger]).contains("is not smbwire-ledger-part/2"));
+    assert!(merge(&[ledger]).contains("is not smbwire-ledger-part/3"));
     let junk = odir.join("junk.parquet");
     std::fs::write(&junk, b"PAR1 junk").unwrap();
     assert!(merge(&[junk.to_string_lossy().into_owned()]).contains("not a Parquet ledger"));

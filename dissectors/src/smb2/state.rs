@@ -90,7 +90,7 @@ pub enum Scope {
     Conn(u64),
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Session {
     /// Connections (channels) on which this session was set up or bound.
     pub channels: Vec<u64>,
@@ -160,22 +160,23 @@ pub struct Smb2Stats {
 }
 
 /// How many `Smb2Stats::message_counters` there are.
-pub const MESSAGE_COUNTERS: usize = 15;
+pub const MESSAGE_COUNTERS: usize = 14;
 
 impl Smb2Stats {
     /// The counters one plain or compressed message can add to, besides `commands`: what
     /// `stream::confirm` takes back from a message the next header refutes. Not here: the
     /// encrypted and decrypted counts (an encrypted message is not held), `payloads_sent` and
     /// its bytes (counted when a held message is handed on), SMB1 messages (not held),
-    /// `resyncs` (counted after the refutation), and the name sets (held apart while the
-    /// message is read: `SmbState::held`).
+    /// `resyncs` (counted after the refutation), the name sets (held apart while the
+    /// message is read: `SmbState::held`), and `sessions` (a new session is undone with its
+    /// entry, `HeldChange::Session`, as the ordered stage of `--threads` undoes it).
     pub fn message_counters(&mut self) -> [&mut u64; MESSAGE_COUNTERS] {
         [
             &mut self.write_req_pdus, &mut self.write_bytes, &mut self.read_resp_pdus, &mut self.read_bytes,
             &mut self.compressed_messages, &mut self.decompressed_messages, &mut self.decompressed_wire_bytes,
             &mut self.decompressed_bytes, &mut self.decompressed_payload_bytes, &mut self.decompress_failed,
-            &mut self.payload_incomplete, &mut self.payload_incomplete_bytes, &mut self.sessions,
-            &mut self.session_bindings, &mut self.trees,
+            &mut self.payload_incomplete, &mut self.payload_incomplete_bytes, &mut self.session_bindings,
+            &mut self.trees,
         ]
     }
 
@@ -281,6 +282,11 @@ pub struct SmbState {
     /// While a message that may be refuted is read (`stream::confirm`), what it changes that
     /// a refutation undoes, in order. `None` otherwise.
     pub held: Option<Vec<HeldChange>>,
+    /// The ordered stage's replay of the workers' held messages (`NameOp::Hold`): the changes
+    /// of each one not decided yet, by (connection, to the server), and the one whose
+    /// changes are being applied (its log is `held` meanwhile).
+    replayed_holds: BoundedMap<(u64, bool), Vec<HeldChange>>,
+    replay_active: Option<(u64, bool)>,
 }
 
 /// A name for the report's lists (`Smb2Stats::files`, `Smb2Stats::dialects`).
@@ -300,11 +306,40 @@ pub enum HeldChange {
     /// real response with its MessageId would take, nor a response image take a real
     /// request's): what it held before, put back when the message is refuted.
     Pending((u64, u64), Option<Pending>),
-    /// A channel binding's request was noted; whether one was noted under its key before.
+    /// A channel binding's request was noted or taken; whether one was noted under its key
+    /// before.
     Binding((u64, u64), bool),
+    /// A session's entry before (a new one, a channel added, a logoff); whether the change
+    /// counted a new session (`Smb2Stats::sessions`, taken back with it).
+    Session((Scope, u64), Option<Session>, bool),
+    /// A tree's share before (connected, disconnected).
+    Tree((Scope, u64, u32), Option<Arc<str>>),
+    /// A file id's name before (opened, closed).
+    File((Scope, [u8; 16]), Option<Arc<str>>),
+    /// What the connection had negotiated before (a NEGOTIATE response).
+    Conn(u64, Option<Box<ConnInfo>>),
+    /// The connection's server before (a NEGOTIATE response's ServerGuid), and the ServerGuid
+    /// its address was known by before.
+    Scope(u64, Option<Scope>),
+    AddrGuid(std::net::IpAddr, Option<[u8; 16]>),
+    /// Preauth integrity hashes before (`--keys`): the connection's, a SESSION_SETUP
+    /// request's awaiting its response, a session's.
+    ConnPreauth(u64, Option<Box<[u8; 64]>>),
+    SetupPreauth((u64, u64), Option<Box<[u8; 64]>>),
+    SessionPreauth(u64, Option<Box<[u8; 64]>>),
 }
 
-pub use crate::context::NameOp;
+/// Puts `v` under `k`, or removes the entry.
+fn put<K: std::hash::Hash + Eq + Clone, V>(m: &mut BoundedMap<K, V>, k: K, prev: Option<V>, an: &mut Anomalies) {
+    match prev {
+        Some(v) => SmbState::evicted(an, m.insert(k, v)),
+        None => {
+            m.remove(&k);
+        }
+    }
+}
+
+pub use crate::context::{HoldStep, NameOp};
 
 /// What decryption needs to remember: the keys file, the preauth integrity hashes
 /// (connection: after its NEGOTIATE; session: along its SESSION_SETUP exchange, §3.2.5.2 /
@@ -405,6 +440,8 @@ impl SmbState {
             stats: Smb2Stats::default(),
             journal: None,
             held: None,
+            replayed_holds: BoundedMap::new(limits.connections),
+            replay_active: None,
         }
     }
 
@@ -447,6 +484,9 @@ impl SmbState {
             self.note_report_name(ReportName::Dialect(dialect_name(info.dialect)), an);
         }
         let guid = info.server_guid;
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Conn(conn, self.conns.get(&conn).cloned().map(Box::new)));
+        }
         let e = self.conns.insert(conn, info);
         Self::evicted(an, e);
         if guid != [0; 16] {
@@ -474,9 +514,15 @@ impl SmbState {
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::ServerGuid(conn, guid));
         }
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Scope(conn, self.scopes.get(&conn).copied()));
+        }
         let e = self.scopes.insert(conn, Scope::Guid(guid));
         Self::evicted(an, e);
         if let Some(a) = self.server_addr.get(&conn).copied() {
+            if let Some(h) = self.held.as_mut() {
+                h.push(HeldChange::AddrGuid(a, self.guid_of_addr.get(&a).copied()));
+            }
             let e = self.guid_of_addr.insert(a, guid);
             Self::evicted(an, e);
         }
@@ -499,7 +545,7 @@ impl SmbState {
 
     /// A SESSION_SETUP response with status 0: the session (or a new channel of it) is up.
     pub fn session_established(&mut self, conn: u64, message_id: u64, session_id: u64, an: &mut Anomalies) {
-        let binding = self.bindings.remove(&(conn, message_id)).is_some();
+        let binding = self.take_binding(conn, message_id);
         if binding {
             self.stats.session_bindings += 1;
         }
@@ -513,21 +559,34 @@ impl SmbState {
     /// or `binding`): `sessions` counts new ones.
     fn establish(&mut self, conn: u64, session_id: u64, binding: bool, an: &mut Anomalies) {
         let key = (self.scope(conn), session_id);
-        if let Some(s) = self.sessions.get_mut(&key) {
-            if !s.channels.contains(&conn) && s.channels.len() < 64 {
-                s.channels.push(conn);
-            }
+        let prev = self.sessions.get(&key);
+        if prev.is_some_and(|s| s.channels.contains(&conn) || s.channels.len() >= 64) {
             return;
         }
-        if !binding {
+        let new = prev.is_none() && !binding;
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Session(key, prev.cloned(), new));
+        }
+        if new {
             self.stats.sessions += 1;
         }
-        let e = self.sessions.insert(key, Session { channels: vec![conn] });
-        Self::evicted(an, e);
+        match self.sessions.get_mut(&key) {
+            Some(s) => s.channels.push(conn),
+            None => Self::evicted(an, self.sessions.insert(key, Session { channels: vec![conn] })),
+        }
     }
 
     pub fn session_failed(&mut self, conn: u64, message_id: u64) {
-        self.bindings.remove(&(conn, message_id));
+        self.take_binding(conn, message_id);
+    }
+
+    /// Whether a channel binding's request was noted under (conn, MessageId); taken.
+    fn take_binding(&mut self, conn: u64, message_id: u64) -> bool {
+        let taken = self.bindings.remove(&(conn, message_id)).is_some();
+        if let (Some(h), true) = (self.held.as_mut(), taken) {
+            h.push(HeldChange::Binding((conn, message_id), true));
+        }
+        taken
     }
 
     /// Hands `sink` the names journaled since the last hand-over (a `--threads` worker's:
@@ -571,7 +630,11 @@ impl SmbState {
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::Logoff(conn, session_id));
         }
-        self.sessions.remove(&(self.scope(conn), session_id));
+        let key = (self.scope(conn), session_id);
+        let prev = self.sessions.remove(&key);
+        if let (Some(h), Some(p)) = (self.held.as_mut(), prev) {
+            h.push(HeldChange::Session(key, Some(p), false));
+        }
     }
 
     // --- trees ---
@@ -581,8 +644,15 @@ impl SmbState {
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::Tree(conn, session_id, tree_id, Some(path.clone())));
         }
-        let e = self.trees.insert((self.scope(conn), session_id, tree_id), path);
-        Self::evicted(an, e);
+        self.set_tree(conn, session_id, tree_id, Some(path), an);
+    }
+
+    fn set_tree(&mut self, conn: u64, session_id: u64, tree_id: u32, path: Option<Arc<str>>, an: &mut Anomalies) {
+        let key = (self.scope(conn), session_id, tree_id);
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::Tree(key, self.trees.get(&key).cloned()));
+        }
+        put(&mut self.trees, key, path, an);
     }
 
     pub fn share(&self, conn: u64, session_id: u64, tree_id: u32) -> Option<Arc<str>> {
@@ -593,7 +663,7 @@ impl SmbState {
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::Tree(conn, session_id, tree_id, None));
         }
-        self.trees.remove(&(self.scope(conn), session_id, tree_id));
+        self.set_tree(conn, session_id, tree_id, None, &mut Anomalies::default());
     }
 
     // --- files ---
@@ -634,8 +704,15 @@ impl SmbState {
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::File(conn, file_id, Some(name.clone())));
         }
-        let e = self.files.insert((self.scope(conn), file_id), name);
-        Self::evicted(an, e);
+        self.set_file(conn, file_id, Some(name), an);
+    }
+
+    fn set_file(&mut self, conn: u64, file_id: [u8; 16], name: Option<Arc<str>>, an: &mut Anomalies) {
+        let key = (self.scope(conn), file_id);
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::File(key, self.files.get(&key).cloned()));
+        }
+        put(&mut self.files, key, name, an);
     }
 
     pub fn file_name(&self, conn: u64, file_id: &[u8; 16]) -> Option<Arc<str>> {
@@ -646,29 +723,54 @@ impl SmbState {
         if let Some(j) = self.journal.as_mut() {
             j.push(NameOp::File(conn, *file_id, None));
         }
-        self.files.remove(&(self.scope(conn), *file_id));
+        self.set_file(conn, *file_id, None, &mut Anomalies::default());
     }
 
     /// A worker's name change, in the ordered stage's own copy of the names (its counters
     /// and evictions are the workers' to report: `an` is a scratch counter).
+    /// A held message's changes are logged as its worker logged them (`NameOp::Hold`), and
+    /// undone when it is refuted.
     pub fn apply(&mut self, op: NameOp, an: &mut Anomalies) {
+        if let NameOp::Hold(c, to_server, step) = op {
+            return self.replay_hold((c, to_server), step, an);
+        }
+        // Another connection's change while a held message's are applied is not its own.
+        let foreign = self.replay_active.is_some_and(|(c, _)| c != op.conn());
+        let active = if foreign { self.held.take() } else { None };
         match op {
             NameOp::Server(c, a) => self.note_server(c, a, an),
             NameOp::ServerGuid(c, g) => self.server_guid(c, g, an),
-            NameOp::Tree(c, s, t, Some(path)) => {
-                let e = self.trees.insert((self.scope(c), s, t), path);
-                Self::evicted(an, e);
-            }
-            NameOp::Tree(c, s, t, None) => self.tree_disconnected(c, s, t),
-            NameOp::File(c, f, Some(name)) => {
-                let e = self.files.insert((self.scope(c), f), name);
-                Self::evicted(an, e);
-            }
-            NameOp::File(c, f, None) => self.file_closed(c, &f),
+            NameOp::Tree(c, s, t, path) => self.set_tree(c, s, t, path, an),
+            NameOp::File(c, f, name) => self.set_file(c, f, name, an),
             NameOp::Session(c, s, binding) => self.establish(c, s, binding, an),
             NameOp::Logoff(c, s) => self.logoff(c, s),
             // Resolved by the ordered stage (`parallel::Ordered`), which keeps the answer.
-            NameOp::Lookup(..) => {}
+            NameOp::Lookup(..) | NameOp::Hold(..) => {}
+        }
+        if foreign {
+            self.held = active;
+        }
+    }
+
+    fn replay_hold(&mut self, key: (u64, bool), step: HoldStep, an: &mut Anomalies) {
+        let mut log = self.replayed_holds.remove(&key).unwrap_or_default();
+        if self.replay_active == Some(key) {
+            log.extend(self.held.take().unwrap_or_default());
+            self.replay_active = None;
+        }
+        match step {
+            HoldStep::Open => {
+                if let Some(other) = self.replay_active.take() {
+                    // Not paused (journals are not cut inside a held message's reading).
+                    let l = self.held.take().unwrap_or_default();
+                    Self::evicted(an, self.replayed_holds.insert(other, l));
+                }
+                self.held = Some(log);
+                self.replay_active = Some(key);
+            }
+            HoldStep::Pause => Self::evicted(an, self.replayed_holds.insert(key, log)),
+            HoldStep::Keep => self.keep_held(log, an),
+            HoldStep::Refute => self.undo_held(log, an),
         }
     }
 
@@ -703,11 +805,75 @@ impl SmbState {
                 HeldChange::Pending(key, None) => {
                     self.pending.remove(&key);
                 }
-                HeldChange::Binding(key, true) => Self::evicted(an, self.bindings.insert(key, ())),
-                HeldChange::Binding(key, false) => {
-                    self.bindings.remove(&key);
+                HeldChange::Binding(key, existed) => put(&mut self.bindings, key, existed.then_some(()), an),
+                HeldChange::Session(key, prev, counted) => {
+                    if counted {
+                        self.stats.sessions = self.stats.sessions.saturating_sub(1);
+                    }
+                    put(&mut self.sessions, key, prev, an);
+                }
+                HeldChange::Tree(key, prev) => put(&mut self.trees, key, prev, an),
+                HeldChange::File(key, prev) => put(&mut self.files, key, prev, an),
+                HeldChange::Conn(conn, prev) => put(&mut self.conns, conn, prev.map(|b| *b), an),
+                HeldChange::Scope(conn, prev) => put(&mut self.scopes, conn, prev, an),
+                HeldChange::AddrGuid(addr, prev) => put(&mut self.guid_of_addr, addr, prev, an),
+                HeldChange::ConnPreauth(conn, prev) => put(&mut self.crypt.conn_preauth, conn, prev.map(|b| *b), an),
+                HeldChange::SetupPreauth(key, prev) => {
+                    put(&mut self.crypt.setup_pending, key, prev.map(|b| *b), an)
+                }
+                HeldChange::SessionPreauth(sid, prev) => {
+                    put(&mut self.crypt.session_preauth, sid, prev.map(|b| *b), an)
                 }
             }
+        }
+    }
+
+    /// The preauth integrity hash of a NEGOTIATE (`CryptState::on_negotiate`), logged while
+    /// a message is held.
+    pub fn preauth_negotiate(&mut self, conn: u64, response: bool, msg: &[u8]) {
+        if let Some(h) = self.held.as_mut() {
+            h.push(HeldChange::ConnPreauth(conn, self.crypt.conn_preauth.get(&conn).copied().map(Box::new)));
+        }
+        self.crypt.on_negotiate(conn, response, msg);
+    }
+
+    /// The same for a SESSION_SETUP (`CryptState::on_session_setup`).
+    pub fn preauth_session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
+        if let Some(h) = self.held.as_mut() {
+            let c = &self.crypt;
+            h.push(HeldChange::SetupPreauth((conn, message_id), c.setup_pending.get(&(conn, message_id)).copied().map(Box::new)));
+            h.push(HeldChange::SessionPreauth(session_id, c.session_preauth.get(&session_id).copied().map(Box::new)));
+        }
+        self.crypt.on_session_setup(conn, message_id, session_id, response, status, msg);
+    }
+
+    /// A held message starts being read on (`conn`, to the server when `to_server`): what it
+    /// changes is logged in `held`, and journaled between `HoldStep::Open` and `Pause`.
+    pub fn hold_open(&mut self, conn: u64, to_server: bool) {
+        self.held = Some(Vec::new());
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Hold(conn, to_server, HoldStep::Open));
+        }
+    }
+
+    /// It stops being read for now: its changes since `hold_open`.
+    pub fn hold_pause(&mut self, conn: u64, to_server: bool) -> Option<Vec<HeldChange>> {
+        let changes = self.held.take();
+        if let (Some(j), true) = (self.journal.as_mut(), changes.is_some()) {
+            j.push(NameOp::Hold(conn, to_server, HoldStep::Pause));
+        }
+        changes
+    }
+
+    /// It is decided: its changes are kept (`keep`) or undone, in the journal too.
+    pub fn hold_decided(&mut self, conn: u64, to_server: bool, changes: Vec<HeldChange>, keep: bool, an: &mut Anomalies) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(NameOp::Hold(conn, to_server, if keep { HoldStep::Keep } else { HoldStep::Refute }));
+        }
+        if keep {
+            self.keep_held(changes, an);
+        } else {
+            self.undo_held(changes, an);
         }
     }
 
@@ -781,6 +947,82 @@ mod tests {
         assert_eq!(offset(&kept, 9), Some(90));
         assert!(kept.bindings.contains_key(&(1, 10)));
         assert_eq!(kept.stats.files.iter().collect::<Vec<_>>(), vec!["image.bin"]);
+    }
+
+    /// A refuted message's sessions, trees, file names, negotiated settings, ServerGuid and
+    /// preauth hashes are put back as they were, in the worker and, from its journal, in the
+    /// ordered stage of `--threads` (which counts sessions); a kept one's stay.
+    #[test]
+    fn a_refuted_message_state_is_put_back_in_the_worker_and_the_ordered_stage() {
+        use std::net::{IpAddr, Ipv4Addr};
+        let srv = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+        let keys = Arc::new(KeyTable::parse("4100000000000000,00112233445566778899aabbccddeeff\n").unwrap());
+        // What each state shows: the figures a refuted message must leave as they were.
+        let view = |s: &SmbState| {
+            let c = &s.crypt;
+            (
+                (s.stats.sessions, s.session(1, 0x41).cloned(), s.session(1, 0x42).cloned(), s.scope(1), s.scope(3)),
+                (s.share(1, 0x41, 1), s.share(1, 0x41, 2), s.file_name(1, &[7; 16]), s.file_name(1, &[8; 16])),
+                (s.conn(1).cloned(), s.guid_of_addr.get(&srv).copied(), s.bindings.contains_key(&(1, 20))),
+                (c.conn_preauth.get(&1).copied(), c.setup_pending.get(&(1, 30)).copied(), c.session_preauth.get(&0x42).copied()),
+            )
+        };
+        let run = |refute: Option<bool>| {
+            let mut an = Anomalies::default();
+            let mut s = SmbState::new().with_keys(keys.clone());
+            s.journal = Some(Vec::new());
+            s.note_server(1, srv, &mut an);
+            s.session_established(1, 1, 0x41, &mut an);
+            s.tree_connected(1, 0x41, 1, Arc::from("\\\\srv\\real"), &mut an);
+            s.file_opened(1, [7; 16], Arc::from("real.vhdx"), &mut an);
+            s.note_binding_request(1, 20, &mut an);
+            s.preauth_negotiate(1, false, b"negotiate request");
+            s.preauth_session_setup(1, 30, 0, false, 0, b"session setup request");
+            if let Some(keep) = refute.map(|r| !r) {
+                s.hold_open(1, false);
+                s.tree_connected(1, 0x41, 2, Arc::from("image"), &mut an);
+                s.tree_disconnected(1, 0x41, 1);
+                s.file_opened(1, [8; 16], Arc::from("image.bin"), &mut an);
+                s.file_closed(1, &[7; 16]);
+                s.session_established(1, 2, 0x42, &mut an); // a new session
+                s.logoff(1, 0x41);
+                s.session_established(1, 20, 0x41, &mut an); // takes the binding, a session again
+                let changes = s.hold_pause(1, false).unwrap();
+                s.hold_open(1, false);
+                let info = ConnInfo { dialect: 0x0302, max_size: 65536, server_guid: [0x5a; 16], ..ConnInfo::default() };
+                s.set_negotiated(1, info, &mut an);
+                s.preauth_negotiate(1, true, b"negotiate response image");
+                s.preauth_session_setup(1, 30, 0x42, true, 0xC000_0016, b"session setup response image");
+                let mut all = changes;
+                all.extend(s.hold_pause(1, false).unwrap());
+                s.hold_decided(1, false, all, keep, &mut an);
+            }
+            // A later connection to the address takes the server's scope from it.
+            s.note_server(3, srv, &mut an);
+            let mut o = SmbState::new();
+            for op in s.journal.take().unwrap() {
+                o.apply(op, &mut an);
+            }
+            (view(&s), o.stats.sessions, o.share(1, 0x41, 1), o.file_name(1, &[7; 16]), o.scope(3), o.replayed_holds.len(), o.held.is_some())
+        };
+        let before = run(None);
+        assert_eq!(run(Some(true)), before);
+        let kept = run(Some(false));
+        assert_ne!(kept.0, before.0);
+        assert_eq!(((kept.0).0).0, 2, "the kept message's session counts");
+        assert_eq!(kept.1, 2, "and is counted by the ordered stage too");
+        assert_eq!((kept.2, kept.3), (None, None), "the kept message disconnected the tree and closed the file");
+        assert_eq!(kept.4, Scope::Guid([0x5a; 16]));
+        assert_eq!((kept.5, kept.6), (0, false), "no hold is left open");
+        assert_eq!((before.1, before.4), (1, Scope::Addr(srv)));
+        // In the ordered stage, another connection's change amid a held message's is not its.
+        let mut o = SmbState::new();
+        let mut an = Anomalies::default();
+        o.apply(NameOp::Hold(1, false, HoldStep::Open), &mut an);
+        o.apply(NameOp::Tree(1, 0x41, 2, Some(Arc::from("image"))), &mut an);
+        o.apply(NameOp::Tree(5, 0x51, 1, Some(Arc::from("other"))), &mut an);
+        o.apply(NameOp::Hold(1, false, HoldStep::Refute), &mut an);
+        assert_eq!((o.share(1, 0x41, 2), o.share(5, 0x51, 1).as_deref()), (None, Some("other")));
     }
 
     #[test]

@@ -186,9 +186,9 @@ impl Smb2Stream {
         if p.smb.crypt.active() && self.elem_left == 0 {
             // The whole element is in `buf` (preauth integrity hash, §3.2.5.2, §3.3.5.5).
             match h.command {
-                command::NEGOTIATE => p.smb.crypt.on_negotiate(self.conn, h.is_response(), &self.buf),
+                command::NEGOTIATE => p.smb.preauth_negotiate(self.conn, h.is_response(), &self.buf),
                 command::SESSION_SETUP => {
-                    p.smb.crypt.on_session_setup(self.conn, h.message_id, h.session_id, h.is_response(), h.status, &self.buf)
+                    p.smb.preauth_session_setup(self.conn, h.message_id, h.session_id, h.is_response(), h.status, &self.buf)
                 }
                 _ => {}
             }

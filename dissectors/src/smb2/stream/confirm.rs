@@ -14,11 +14,13 @@
 //! port, since then the ports say which end is the server. Plain and compressed SMB2 messages
 //! are held (an encrypted one is authenticated when it is decrypted). A refuted message's
 //! counters (commands, WRITE and READ counts and bytes, sessions, trees, decompression), the
-//! names it would add to the report's lists (`smb2.files`, `smb2.dialects`), the anomalies it
-//! raised, and the pending requests and channel bindings it noted or took (`SmbState::held`
-//! logs them while it is read) are taken back too; other SMB2 state it set (a session, a tree,
-//! a file id's name, a NEGOTIATE response's connection settings) stays, since later messages
-//! may already depend on it (MS-SMB2 §2.1: a message ends where its NetBIOS length says).
+//! names it would add to the report's lists (`smb2.files`, `smb2.dialects`) and the anomalies
+//! it raised are taken back too, and the SMB2 state it changed is put back as it was
+//! (`SmbState::held` logs each change while it is read): pending requests, channel bindings,
+//! sessions, trees, file ids' names, a NEGOTIATE response's connection settings and
+//! ServerGuid, and with `--keys` the preauth integrity hashes. A `--threads` worker journals
+//! the held message's steps (`NameOp::Hold`), so the ordered stage undoes the names and
+//! sessions it changed there too.
 
 use super::Smb2Stream;
 use crate::accounting::{cat, CATEGORY_COUNT};
@@ -126,7 +128,7 @@ impl Smb2Stream {
     pub(super) fn hold_if_unconfirmed(&mut self, p: &mut Parts) {
         if self.framed && !self.confirmed && self.unconfirmed.is_none() {
             self.unconfirmed = Some(Unconfirmed::new(p.accounting.snapshot(), Counted::now(p)));
-            p.smb.held = Some(Vec::new());
+            p.smb.hold_open(self.conn, self.to_server);
         }
     }
 
@@ -136,14 +138,14 @@ impl Smb2Stream {
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             u.base = p.accounting.snapshot();
             u.counted_base = Counted::now(p);
-            p.smb.held = Some(Vec::new());
+            p.smb.hold_open(self.conn, self.to_server);
         }
     }
 
     /// What this stream added since `rebase_held` belongs to the held message still being
     /// read. Names stop being held in `SmbState` here (until the next `rebase_held`).
     pub(super) fn tally_held(&mut self, p: &mut Parts) {
-        let changes = p.smb.held.take();
+        let changes = p.smb.hold_pause(self.conn, self.to_server);
         if let Some(u) = self.unconfirmed.as_mut().filter(|u| !u.ended) {
             let now = p.accounting.snapshot();
             for ((t, n), b) in u.tally.iter_mut().zip(now).zip(u.base) {
@@ -205,10 +207,10 @@ impl Smb2Stream {
             p.anomalies.raise(Anomaly::ResyncWrongDirection);
         }
         // Changes held in `SmbState` are the message's when it is still being read (a gap).
-        if let Some(c) = p.smb.held.take() {
+        if let Some(c) = p.smb.hold_pause(self.conn, self.to_server) {
             u.changes.extend(c);
         }
-        p.smb.keep_held(std::mem::take(&mut u.changes), p.anomalies);
+        p.smb.hold_decided(self.conn, self.to_server, std::mem::take(&mut u.changes), true, p.anomalies);
         for h in u.held {
             match h {
                 Held::Send(mut rec, length) => {
@@ -228,7 +230,7 @@ impl Smb2Stream {
             p.anomalies.raise(Anomaly::ResyncUnconfirmed);
             p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
             u.counted.take_back_from(p);
-            p.smb.undo_held(u.changes, p.anomalies);
+            p.smb.hold_decided(self.conn, self.to_server, u.changes, false, p.anomalies);
         }
     }
 
