@@ -856,11 +856,18 @@ impl SmbState {
         }
     }
 
-    /// It stops being read for now: its changes since `hold_open`.
+    /// It stops being read for now: its changes since `hold_open`. (An `Open` that no name
+    /// change followed is dropped from the journal rather than paused: a message held over
+    /// hundreds of segments adds nothing to it.)
     pub fn hold_pause(&mut self, conn: u64, to_server: bool) -> Option<Vec<HeldChange>> {
         let changes = self.held.take();
         if let (Some(j), true) = (self.journal.as_mut(), changes.is_some()) {
-            j.push(NameOp::Hold(conn, to_server, HoldStep::Pause));
+            let open = NameOp::Hold(conn, to_server, HoldStep::Open);
+            if j.last() == Some(&open) {
+                j.pop();
+            } else {
+                j.push(NameOp::Hold(conn, to_server, HoldStep::Pause));
+            }
         }
         changes
     }
@@ -1015,6 +1022,12 @@ mod tests {
         assert_eq!(kept.4, Scope::Guid([0x5a; 16]));
         assert_eq!((kept.5, kept.6), (0, false), "no hold is left open");
         assert_eq!((before.1, before.4), (1, Scope::Addr(srv)));
+        // A held message's reading that changed no name adds nothing to the journal.
+        let mut w = SmbState::new();
+        w.journal = Some(Vec::new());
+        w.hold_open(1, true);
+        assert_eq!(w.hold_pause(1, true).map(|c| c.len()), Some(0));
+        assert_eq!(w.journal.as_ref().map(Vec::len), Some(0));
         // In the ordered stage, another connection's change amid a held message's is not its.
         let mut o = SmbState::new();
         let mut an = Anomalies::default();
