@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .netlab import ADDRESSES, CaptureResult, Lab
-from .workloads import Workload, seeded
+from .workloads import Workload
 
 
 @dataclasses.dataclass
@@ -33,7 +33,7 @@ def run_workload(workload: Workload, out_dir: Path, *, mirror_egress: bool = Fal
     with Lab(capture_dir=out_dir, mirror_egress=mirror_egress, encrypted_share=encrypted,
              remote_span=remote_span) as lab:
         for (node, name), seed in workload.put_files.items():
-            data = seeded(seed, workload.put_size)
+            data = workload.put_bytes(seed, workload.put_size)
             put_sha[name] = hashlib.sha256(data).hexdigest()
             lab.put_file(node, name, data)
             del data

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Callable
+
+from smb2_images import negotiate_response, read_response, session_setup_response, write_request
 
 KIB = 1024
 CHUNK = 64 * KIB
@@ -60,6 +63,8 @@ class Workload:
     truth: list[EdgeTruth]
     put_files: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)  # (node, file) -> seed
     put_size: int = 0
+    # The bytes of a placed file from its seed and size.
+    put_bytes: Callable[[str, int], bytes] = dataclasses.field(default=lambda seed, n: seeded(seed, n))
 
     def write_totals(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(client node, server node) -> (WRITE requests, bytes) the capture must hold."""
@@ -185,4 +190,47 @@ def reads() -> Workload:
     )
 
 
-ALL = {w.name: w for w in (copies(3), redirect(), distinct(), zeros(3), template(), reads())}
+# Where the bait file holds SMB2 message images, by 64 KiB chunk: each image starts 3000 bytes
+# into its chunk and the file's random bytes follow it.
+BAIT_CHUNKS = {2: "negotiate", 5: "session", 9: "write", 14: "read"}
+BAIT_SESSION = 0xBA17_0000_0000_0041
+
+
+def bait_file(seed: str, length: int) -> bytes:
+    """A capture file's worth of bait: random bytes with the images of SMB2 messages a server
+    sends (a NEGOTIATE response offering 64 KiB sizes, a successful SESSION_SETUP response, a
+    READ response) and of a WRITE request, each inside one of `BAIT_CHUNKS`."""
+    rng = random.Random(seed)
+    data = bytearray(rng.randbytes(length))
+    for chunk, kind in BAIT_CHUNKS.items():
+        image = {
+            "negotiate": lambda: negotiate_response(b"\xba" * 16, 64 * KIB),
+            "session": lambda: session_setup_response(7, BAIT_SESSION),
+            "write": lambda: write_request(0xBA17, 0, rng.randbytes(8 * KIB)),
+            "read": lambda: read_response(0xBA17, rng.randbytes(8 * KIB)),
+        }[kind]()
+        at = chunk * CHUNK + 3000
+        data[at:at + len(image)] = image
+    return bytes(data)
+
+
+def bait() -> Workload:
+    """n1 reads a file of n2's that holds SMB2 message images (a capture copied to a share):
+    32 READs of 64 KiB, then one of 2 MiB. The whole capture reads the images as data; a cut
+    of it inside a chunk that holds one (`test_bait.py`) finds the image first, which must
+    leave nothing behind: no session, no dialect, no sizes (the 2 MiB READ is believed), no
+    send."""
+    half = W // 2
+    ops = [{"op": "read", "file": "bait.bin", "offset": i * CHUNK, "length": CHUNK} for i in range(half // CHUNK)]
+    ops.append({"op": "read", "file": "bait.bin", "offset": half, "length": half})
+    return Workload(
+        name="bait",
+        runs=[ClientRun("n1", "n2", ops)],
+        truth=[EdgeTruth("n2", "n1", payload_bytes=W, unique_bytes=W, sends=len(ops), cls=REDIRECTED_READ)],
+        put_files={("n2", "bait.bin"): "bait/file"},
+        put_size=W,
+        put_bytes=bait_file,
+    )
+
+
+ALL = {w.name: w for w in (copies(3), redirect(), distinct(), zeros(3), template(), reads(), bait())}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-import struct
 import subprocess
 import sys
 
@@ -26,44 +25,9 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import PcapWriter
+from smb2_images import negotiate_response, read_response, session_setup_response, write_request
 
 CLIENT, SERVER = "198.18.0.1", "198.18.0.2"
-
-
-def write_request(message_id: int, offset: int, data: bytes) -> bytes:
-    """NetBIOS session message + SMB2 WRITE request (MS-SMB2 2.2.1.2, 2.2.21)."""
-    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 9, 1, 0, 0, message_id, 0xFEFF, 1, 0x1000, b"\0" * 16)
-    body = struct.pack("<HHIQ16sIIHHI", 49, 64 + 48, len(data), offset, b"\x11" * 16, 0, 0, 0, 0, 0)
-    msg = header + body + data
-    return struct.pack(">I", len(msg)) + msg
-
-
-def read_response(message_id: int, data: bytes) -> bytes:
-    """NetBIOS session message + SMB2 READ response (MS-SMB2 2.2.1.2, 2.2.20): Flags has
-    SMB2_FLAGS_SERVER_TO_REDIR."""
-    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 8, 1, 1, 0, message_id, 0xFEFF, 1, 0x1000, b"\0" * 16)
-    body = struct.pack("<HBBIII", 17, 0x50, 0, len(data), 0, 0)
-    msg = header + body + data
-    return struct.pack(">I", len(msg)) + msg
-
-
-def negotiate_response(guid: bytes, max_size: int) -> bytes:
-    """NetBIOS + SMB2 NEGOTIATE response, dialect 3.0.2 (MS-SMB2 2.2.4), empty security
-    buffer: MaxTransactSize, MaxReadSize and MaxWriteSize are `max_size`."""
-    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 0, 1, 1, 0, 0, 0xFEFF, 0, 0, b"\0" * 16)
-    body = struct.pack("<HHHH16sIIIIQQHHI", 65, 1, 0x0302, 0, guid, 0x7F, max_size, max_size, max_size, 0, 0, 128, 0, 0)
-    msg = header + body + b"\0"
-    return struct.pack(">I", len(msg)) + msg
-
-
-def session_setup_response(message_id: int, session_id: int) -> bytes:
-    """NetBIOS + SMB2 SESSION_SETUP response with status 0: the session is up (MS-SMB2
-    2.2.6)."""
-    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, 0, 1, 1, 1, 0, message_id, 0xFEFF, 0, session_id,
-                         b"\0" * 16)
-    body = struct.pack("<HHHH", 9, 0, 72, 0)
-    msg = header + body + b"\0"
-    return struct.pack(">I", len(msg)) + msg
 
 
 def write_pcap(path, raw: bytes, first_len: int, cut: bool, server_side: bool, ports: tuple[int, int]) -> None:

@@ -1,0 +1,132 @@
+"""A capture that starts inside a READ's data where the file read is itself a capture (SMB2
+message images in it): the stream parser's scan finds an image first. Each such message is
+held until the header after it decides, and refuted there; what it would have said must leave
+nothing behind. Before 2026-12-07 a NEGOTIATE response image's 64 KiB sizes stayed the
+connection's (the 2 MiB READ after it was not believed and lost), and `--threads 2` counted a
+SESSION_SETUP response image's session where one thread did not.
+
+The cuts are made here from the lab's span capture (whole pcap records dropped before a frame,
+as a capture started then would hold), and each is checked against the wire: the server's
+stream framed from its first byte (the whole capture has it) says which READ responses start
+after the cut, and those are the sends."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from .analyzer_cli import analyze
+from .netlab import ADDRESSES
+from .workloads import BAIT_CHUNKS, CHUNK, W, bait_file
+
+pytestmark = pytest.mark.netns
+
+SMB2_READ = 8
+
+
+def pcap_records(path: Path) -> tuple[bytes, list[bytes]]:
+    """The file header and the records (record header and frame) of a pcap file."""
+    raw = path.read_bytes()
+    magic = raw[:4]
+    endian = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}[magic]
+    records, at = [], 24
+    while at + 16 <= len(raw):
+        incl = struct.unpack_from(endian + "I", raw, at + 8)[0]
+        records.append(raw[at:at + 16 + incl])
+        at += 16 + incl
+    return raw[:24], records
+
+
+def server_segment(record: bytes) -> tuple[int, bytes] | None:
+    """(sequence number, payload) of an untagged IPv4 TCP frame from n2's port 445."""
+    frame = record[16:]
+    if frame[12:14] != b"\x08\x00" or frame[23] != 6:
+        return None
+    ihl = (frame[14] & 0x0F) * 4
+    ip = frame[14:]
+    if ip[12:16] != bytes(int(x) for x in ADDRESSES["n2"].split(".")):
+        return None
+    tcp = ip[ihl:]
+    if struct.unpack_from(">H", tcp, 0)[0] != 445:
+        return None
+    total = struct.unpack_from(">H", ip, 2)[0]
+    return struct.unpack_from(">I", tcp, 4)[0], ip[ihl + (tcp[12] >> 4) * 4:total]
+
+
+def server_stream(records: list[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    """The server's TCP stream (by sequence number from its first segment: the capture holds
+    the connection from its start) and each record's (start, end) in it, or (-1, -1)."""
+    segs = [server_segment(r) for r in records]
+    first = next(s[0] for s in segs if s and s[1])
+    stream = bytearray()
+    where = []
+    for s in segs:
+        if not s or not s[1]:
+            where.append((-1, -1))
+            continue
+        off = (s[0] - first) % (1 << 32)
+        if len(stream) < off + len(s[1]):
+            stream.extend(bytes(off + len(s[1]) - len(stream)))
+        stream[off:off + len(s[1])] = s[1]
+        where.append((off, off + len(s[1])))
+    return bytes(stream), where
+
+
+def messages(stream: bytes) -> list[tuple[int, bytes]]:
+    """The server's stream framed from its first byte by the NetBIOS lengths: each message's
+    start and its SMB2 bytes."""
+    out, at = [], 0
+    while at + 4 + 64 <= len(stream):
+        length = struct.unpack_from(">I", stream, at)[0] & 0xFFFFFF
+        out.append((at, stream[at + 4:at + 4 + length]))
+        at += 4 + length
+    return out
+
+
+def reads_after(stream: bytes, start: int) -> tuple[int, int]:
+    """READ responses with data (status 0) that start at or after `start` in the server's
+    stream: how many, and their bytes."""
+    n = total = 0
+    for at, smb in messages(stream):
+        command, status = struct.unpack_from("<H", smb, 12)[0], struct.unpack_from("<I", smb, 8)[0]
+        if at >= start and command == SMB2_READ and status == 0 and len(smb) >= 64 + 16:
+            n += 1
+            total += struct.unpack_from("<I", smb, 64 + 4)[0]
+    return n, total
+
+
+@pytest.mark.parametrize("kind", sorted(BAIT_CHUNKS.values()))
+def test_a_capture_cut_inside_a_message_image_shows_only_the_real_reads(workload_runs, tmp_path, kind):
+    run = workload_runs("bait")
+    header, records = pcap_records(run.capture.path)
+    stream, where = server_stream(records)
+    # The image of `kind` in the file, and where the server's stream carries it.
+    chunk = next(c for c, k in BAIT_CHUNKS.items() if k == kind)
+    data = bait_file("bait/file", W)
+    image = data[chunk * CHUNK + 3000:chunk * CHUNK + 3000 + 64]
+    at = stream.find(image)
+    assert at > 0 and stream.find(image, at + 1) == -1
+    # The capture starts with the record that carries the image's first byte.
+    first = next(i for i, (a, b) in enumerate(where) if a <= at < b)
+    assert where[first][0] not in {m[0] for m in messages(stream)}
+    holder = [m for m in messages(stream) if m[0] < where[first][0]][-1]
+    assert struct.unpack_from("<H", holder[1], 12)[0] == SMB2_READ, "the cut is inside a READ's data"
+    cut = tmp_path / f"cut-{kind}.pcap"
+    cut.write_bytes(header + b"".join(records[first:]))
+    one = analyze(cut, run.topology, tmp_path / "one.json", "--threads", "1")
+    two = analyze(cut, run.topology, tmp_path / "two.json", "--threads", "2")
+    one.pop("analysis"), two.pop("analysis")
+    assert one == two
+    sends, send_bytes = reads_after(stream, where[first][0])
+    assert sends >= 2
+    smb2 = one["smb2"]
+    assert (smb2["payloads_sent"], smb2["payload_bytes_sent"]) == (sends, send_bytes)
+    assert (smb2["read_resp_pdus"], smb2["read_bytes"]) == (sends, send_bytes)
+    assert (smb2["sessions"], smb2["dialects"], smb2["write_req_pdus"]) == (0, [], 0)
+    assert one["anomalies"].get("smb2.resync_unconfirmed", 0) >= 1
+    assert "smb2.netbios_length_implausible" not in one["anomalies"]
+    assert one["accounting"]["reconciled"]
+    assert not one["duplicated_payloads"]
+    assert {e["dup_ratio"] for e in one["edges"] if e["payload_bytes"]} == {1.0}

@@ -1,0 +1,42 @@
+"""SMB2 messages as bytes, written from MS-SMB2 for the tests that plant their images inside a
+file's data (a capture file copied to or read from a share): a NetBIOS session message header
+(RFC 1002: type 0, 24-bit length) and the SMB2 header (MS-SMB2 2.2.1.2) with its body. Not an
+encoder of the engine's: the tests build what the engine must read."""
+
+from __future__ import annotations
+
+import struct
+
+SERVER_TO_REDIR = 1
+
+
+def _message(command: int, flags: int, message_id: int, session_id: int, body: bytes, status: int = 0) -> bytes:
+    header = struct.pack("<4sHHIHHIIQIIQ16s", b"\xfeSMB", 64, 1, status, command, 1, flags, 0, message_id, 0xFEFF,
+                         1 if command in (8, 9) else 0, session_id, b"\0" * 16)
+    msg = header + body
+    return struct.pack(">I", len(msg)) + msg
+
+
+def write_request(message_id: int, offset: int, data: bytes, session_id: int = 0x1000) -> bytes:
+    """A WRITE request (2.2.21) carrying `data` at `offset`."""
+    body = struct.pack("<HHIQ16sIIHHI", 49, 64 + 48, len(data), offset, b"\x11" * 16, 0, 0, 0, 0, 0)
+    return _message(9, 0, message_id, session_id, body + data)
+
+
+def read_response(message_id: int, data: bytes, session_id: int = 0x1000) -> bytes:
+    """A READ response (2.2.20) carrying `data`: Flags has SMB2_FLAGS_SERVER_TO_REDIR."""
+    body = struct.pack("<HBBIII", 17, 0x50, 0, len(data), 0, 0)
+    return _message(8, SERVER_TO_REDIR, message_id, session_id, body + data)
+
+
+def negotiate_response(guid: bytes, max_size: int) -> bytes:
+    """A NEGOTIATE response (2.2.4), dialect 3.0.2, empty security buffer: MaxTransactSize,
+    MaxReadSize and MaxWriteSize are `max_size`."""
+    body = struct.pack("<HHHH16sIIIIQQHHI", 65, 1, 0x0302, 0, guid, 0x7F, max_size, max_size, max_size, 0, 0, 128, 0, 0)
+    return _message(0, SERVER_TO_REDIR, 0, 0, body + b"\0")
+
+
+def session_setup_response(message_id: int, session_id: int) -> bytes:
+    """A SESSION_SETUP response (2.2.6) with status 0: the session is up."""
+    body = struct.pack("<HHHH", 9, 0, 72, 0)
+    return _message(1, SERVER_TO_REDIR, message_id, session_id, body + b"\0")
