@@ -40,3 +40,22 @@ def session_setup_response(message_id: int, session_id: int) -> bytes:
     """A SESSION_SETUP response (2.2.6) with status 0: the session is up."""
     body = struct.pack("<HHHH", 9, 0, 72, 0)
     return _message(1, SERVER_TO_REDIR, message_id, session_id, body + b"\0")
+
+
+def negotiate_request() -> bytes:
+    """A NEGOTIATE request (2.2.3) offering 2.0.2 and 3.0.2."""
+    body = struct.pack("<HHHHI16sQHH", 36, 2, 1, 0, 0x7F, b"\xc1" * 16, 0, 0x0202, 0x0302)
+    return _message(0, 0, 0, 0, body)
+
+
+def session_setup_request(message_id: int, session_id: int, binding: bool) -> bytes:
+    """A SESSION_SETUP request (2.2.5), with SMB2_SESSION_FLAG_BINDING when `binding`."""
+    body = struct.pack("<HBBIIHHQ", 25, 1 if binding else 0, 1, 0, 0, 88, 1, 0) + b"\x60"
+    return _message(1, 0, message_id, session_id, body)
+
+
+def create_request(message_id: int, session_id: int, name: str) -> bytes:
+    """A CREATE request (2.2.13) for `name`, no create contexts."""
+    encoded = name.encode("utf-16-le")
+    body = struct.pack("<HBBIQQIIIIIHHII", 57, 0, 0, 2, 0, 0, 0x12019F, 0x80, 7, 5, 0x40, 120, len(encoded), 0, 0)
+    return _message(5, 0, message_id, session_id, body + encoded)

@@ -61,11 +61,16 @@ def op_data(op: dict) -> bytes:
         if not pattern:
             raise ValueError("empty data_hex_pattern")
         return (pattern * (length // len(pattern) + 1))[:length]
+    if "data_hex" in op:
+        data = bytes.fromhex(op["data_hex"])
+        if len(data) != length:
+            raise ValueError(f"data_hex holds {len(data)} bytes, not {length}")
+        return data
     if "data_seed" in op:
         # random.Random seeds a str through SHA-512: the same seed gives the same bytes
         # in every process and on every platform.
         return random.Random(str(op["data_seed"])).randbytes(length)
-    raise ValueError(f"write op without data_seed/data_hex_pattern/zero: {op!r}")
+    raise ValueError(f"write op without data_seed/data_hex/data_hex_pattern/zero: {op!r}")
 
 
 def open_file(tree: TreeConnect, name: str, for_write: bool) -> Open:

@@ -14,7 +14,15 @@ import dataclasses
 import random
 from typing import Callable
 
-from smb2_images import negotiate_response, read_response, session_setup_response, write_request
+from smb2_images import (
+    create_request,
+    negotiate_request,
+    negotiate_response,
+    read_response,
+    session_setup_request,
+    session_setup_response,
+    write_request,
+)
 
 KIB = 1024
 CHUNK = 64 * KIB
@@ -233,4 +241,41 @@ def bait() -> Workload:
     )
 
 
-ALL = {w.name: w for w in (copies(3), redirect(), distinct(), zeros(3), template(), reads(), bait())}
+# The same for the file a client writes: the images of requests (and of a response, in the
+# client's direction). The WRITE image's data is a copy of the start of chunk 25.
+BAIT_WRITE_CHUNKS = {2: "negotiate", 5: "binding", 9: "create", 14: "write", 20: "read"}
+BAIT_WRITE_NAME = "bait-image.vhdx"
+
+
+def bait_write_file(seed: str, length: int) -> bytes:
+    """Random bytes with a request's image inside each of `BAIT_WRITE_CHUNKS`."""
+    rng = random.Random(seed)
+    data = bytearray(rng.randbytes(length))
+    for chunk, kind in BAIT_WRITE_CHUNKS.items():
+        image = {
+            "negotiate": negotiate_request,
+            "binding": lambda: session_setup_request(4, BAIT_SESSION, binding=True),
+            "create": lambda: create_request(5, BAIT_SESSION, BAIT_WRITE_NAME),
+            "write": lambda: write_request(0xBA17, 1 << 30, bytes(data[25 * CHUNK:25 * CHUNK + 8 * KIB])),
+            "read": lambda: read_response(0xBA17, rng.randbytes(8 * KIB)),
+        }[kind]()
+        at = chunk * CHUNK + 3000
+        data[at:at + len(image)] = image
+    return bytes(data)
+
+
+def bait_write() -> Workload:
+    """n1 writes a file that holds request images to n2 (a capture copied to a share): 32
+    WRITEs of 64 KiB. A cut inside an image must leave no file name, no session, no send."""
+    half = W // 2
+    data = bait_write_file("bait/write", half)
+    ops = [_write("bait-write.bin", i * CHUNK, CHUNK, data_hex=data[i * CHUNK:(i + 1) * CHUNK].hex())
+           for i in range(half // CHUNK)]
+    return Workload(
+        name="bait-write",
+        runs=[ClientRun("n1", "n2", ops)],
+        truth=[EdgeTruth("n1", "n2", payload_bytes=half, unique_bytes=half, sends=len(ops))],
+    )
+
+
+ALL = {w.name: w for w in (copies(3), redirect(), distinct(), zeros(3), template(), reads(), bait(), bait_write())}
