@@ -204,22 +204,29 @@ BAIT_CHUNKS = {2: "negotiate", 5: "session", 9: "write", 14: "read"}
 BAIT_SESSION = 0xBA17_0000_0000_0041
 
 
+def _planted(seed: str, length: int, chunks: dict[int, str],
+             images: dict[str, Callable[[random.Random, bytearray], bytes]]) -> bytes:
+    """`length` random bytes from `seed` with, 3000 bytes into each chunk of `chunks`, the
+    image its kind names (made from the generator and the bytes so far)."""
+    rng = random.Random(seed)
+    data = bytearray(rng.randbytes(length))
+    for chunk, kind in chunks.items():
+        image = images[kind](rng, data)
+        at = chunk * CHUNK + 3000
+        data[at:at + len(image)] = image
+    return bytes(data)
+
+
 def bait_file(seed: str, length: int) -> bytes:
     """A capture file's worth of bait: random bytes with the images of SMB2 messages a server
     sends (a NEGOTIATE response offering 64 KiB sizes, a successful SESSION_SETUP response, a
     READ response) and of a WRITE request, each inside one of `BAIT_CHUNKS`."""
-    rng = random.Random(seed)
-    data = bytearray(rng.randbytes(length))
-    for chunk, kind in BAIT_CHUNKS.items():
-        image = {
-            "negotiate": lambda: negotiate_response(b"\xba" * 16, 64 * KIB),
-            "session": lambda: session_setup_response(7, BAIT_SESSION),
-            "write": lambda: write_request(0xBA17, 0, rng.randbytes(8 * KIB)),
-            "read": lambda: read_response(0xBA17, rng.randbytes(8 * KIB)),
-        }[kind]()
-        at = chunk * CHUNK + 3000
-        data[at:at + len(image)] = image
-    return bytes(data)
+    return _planted(seed, length, BAIT_CHUNKS, {
+        "negotiate": lambda rng, data: negotiate_response(b"\xba" * 16, 64 * KIB),
+        "session": lambda rng, data: session_setup_response(7, BAIT_SESSION),
+        "write": lambda rng, data: write_request(0xBA17, 0, rng.randbytes(8 * KIB)),
+        "read": lambda rng, data: read_response(0xBA17, rng.randbytes(8 * KIB)),
+    })
 
 
 def bait() -> Workload:
@@ -249,19 +256,13 @@ BAIT_WRITE_NAME = "bait-image.vhdx"
 
 def bait_write_file(seed: str, length: int) -> bytes:
     """Random bytes with a request's image inside each of `BAIT_WRITE_CHUNKS`."""
-    rng = random.Random(seed)
-    data = bytearray(rng.randbytes(length))
-    for chunk, kind in BAIT_WRITE_CHUNKS.items():
-        image = {
-            "negotiate": negotiate_request,
-            "binding": lambda: session_setup_request(4, BAIT_SESSION, binding=True),
-            "create": lambda: create_request(5, BAIT_SESSION, BAIT_WRITE_NAME),
-            "write": lambda: write_request(0xBA17, 1 << 30, bytes(data[25 * CHUNK:25 * CHUNK + 8 * KIB])),
-            "read": lambda: read_response(0xBA17, rng.randbytes(8 * KIB)),
-        }[kind]()
-        at = chunk * CHUNK + 3000
-        data[at:at + len(image)] = image
-    return bytes(data)
+    return _planted(seed, length, BAIT_WRITE_CHUNKS, {
+        "negotiate": lambda rng, data: negotiate_request(),
+        "binding": lambda rng, data: session_setup_request(4, BAIT_SESSION, binding=True),
+        "create": lambda rng, data: create_request(5, BAIT_SESSION, BAIT_WRITE_NAME),
+        "write": lambda rng, data: write_request(0xBA17, 1 << 30, bytes(data[25 * CHUNK:25 * CHUNK + 8 * KIB])),
+        "read": lambda rng, data: read_response(0xBA17, rng.randbytes(8 * KIB)),
+    })
 
 
 def bait_write() -> Workload:
