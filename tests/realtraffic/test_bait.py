@@ -13,9 +13,9 @@ after the cut, and those are the sends."""
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 import pytest
+from pcap_split import split
 
 from .analyzer_cli import analyze
 from .netlab import ADDRESSES
@@ -25,19 +25,6 @@ pytestmark = pytest.mark.netns
 
 SMB2_READ = 8
 SMB2_WRITE = 9
-
-
-def pcap_records(path: Path) -> tuple[bytes, list[bytes]]:
-    """The file header and the records (record header and frame) of a pcap file."""
-    raw = path.read_bytes()
-    magic = raw[:4]
-    endian = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}[magic]
-    records, at = [], 24
-    while at + 16 <= len(raw):
-        incl = struct.unpack_from(endian + "I", raw, at + 8)[0]
-        records.append(raw[at:at + 16 + incl])
-        at += 16 + incl
-    return raw[:24], records
 
 
 def segment(record: bytes, server: bool) -> tuple[int, bytes] | None:
@@ -112,7 +99,7 @@ def test_a_capture_cut_inside_a_message_image_shows_only_the_real_messages(workl
     run = workload_runs(name)
     reads = name == "bait"
     command = SMB2_READ if reads else SMB2_WRITE
-    header, records = pcap_records(run.capture.path)
+    header, records = split(run.capture.path.read_bytes())
     stream, where = sender_stream(records, server=reads)
     # The image of `kind` in the file, and where the sender's stream carries it.
     if reads:

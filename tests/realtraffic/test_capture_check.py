@@ -6,21 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pcap_split import split
+
 from .capture_check import frame_health, smb2_io, tshark
 
 CAPTURE = Path(__file__).resolve().parents[2] / "captures" / "nested4-1MiB.pcap"
-PCAP_HEADER = 24
-RECORD_HEADER = 16
-
-
-def records(data: bytes) -> list[bytes]:
-    """The capture's records (header and frame), in file order (nanosecond pcap, LE)."""
-    out, at = [], PCAP_HEADER
-    while at < len(data):
-        incl = int.from_bytes(data[at + 8:at + 12], "little")
-        out.append(data[at:at + RECORD_HEADER + incl])
-        at += RECORD_HEADER + incl
-    return out
 
 
 def write(path: Path, header: bytes, recs: list[bytes]) -> Path:
@@ -42,7 +32,7 @@ def test_the_whole_capture_has_no_hole():
 
 def test_a_missing_frame_is_lost_and_a_late_one_is_not(tmp_path):
     data = CAPTURE.read_bytes()
-    header, recs = data[:PCAP_HEADER], records(data)
+    header, recs = split(data)
     frames = data_frames(CAPTURE)
     writer = max({src for _, src in frames}, key=lambda s: sum(1 for _, x in frames if x == s))
     mine = [n for n, src in frames if src == writer]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pcap_split import split
 from smbwire import _core
 from smbwire.engine import analyze
 from scenario_support import TOPOLOGY
@@ -30,18 +31,6 @@ def synth(tmp_path: Path, name: str, **opts) -> tuple[Path, dict]:
     cap = tmp_path / f"{name}.pcap"
     truth = json.loads(_core.synth(json.dumps(spec), str(cap)))
     return cap, truth
-
-
-def records(path: Path) -> tuple[bytes, list[bytes]]:
-    """pcap global header and the records (record header + data), in order."""
-    b = path.read_bytes()
-    out, at = [], 24
-    while at + 16 <= len(b):
-        incl = struct.unpack_from("<I", b, at + 8)[0]
-        out.append(b[at:at + 16 + incl])
-        at += 16 + incl
-    assert at == len(b)
-    return b[:24], out
 
 
 def is_io_request(rec: bytes) -> bool:
@@ -104,7 +93,7 @@ def test_cm_for_another_port_puts_its_traffic_in_other_ulp(tmp_path):
 def test_capture_starting_mid_connection_is_learned_by_inference(tmp_path, opts):
     full, truth = synth(tmp_path, "full", **opts)
     reads = opts.get("scenario") == "read-nonowner"
-    head, recs = records(full)
+    head, recs = split(full.read_bytes())
     first = next(i for i, rec in enumerate(recs) if is_io_request(rec))
     cut = tmp_path / "mid.pcap"
     cut.write_bytes(head + b"".join(recs[first:]))
@@ -140,7 +129,7 @@ def test_capture_starting_mid_traffic_pairs_queue_pairs_by_their_buffers(tmp_pat
     request registered, and that request's connection is the operation's (`rdma::roce::claim`,
     `repair`): every I/O whose request is in the capture is linked."""
     full, truth = synth(tmp_path, "full", io_size=65536, bytes=16 * MiB, seed=5, **opts)
-    head, recs = records(full)
+    head, recs = split(full.read_bytes())
     cut = tmp_path / "mid.pcap"
     rest = recs[int(len(recs) * tenth) // 10:]
     cut.write_bytes(head + b"".join(rest))

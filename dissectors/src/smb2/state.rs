@@ -372,8 +372,9 @@ impl CryptState {
         !self.keys.is_empty()
     }
 
-    /// A NEGOTIATE request or response's bytes (whole SMB2 message): the connection's hash.
-    pub fn on_negotiate(&mut self, conn: u64, response: bool, msg: &[u8]) {
+    /// A NEGOTIATE request or response's bytes (whole SMB2 message): the connection's hash
+    /// (through `SmbState::preauth_negotiate`, which logs it while a message is held).
+    fn on_negotiate(&mut self, conn: u64, response: bool, msg: &[u8]) {
         let mut h = if response { self.conn_preauth.get(&conn).copied().unwrap_or([0; 64]) } else { [0; 64] };
         preauth_update(&mut h, msg);
         self.conn_preauth.insert(conn, h);
@@ -381,7 +382,7 @@ impl CryptState {
 
     /// A SESSION_SETUP request or response (whole SMB2 message). The final successful
     /// response is not hashed (§3.2.5.3.1): the session's hash is then the keys' context.
-    pub fn on_session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
+    fn on_session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
         if !response {
             if session_id == 0 {
                 let mut h = self.conn_preauth.get(&conn).copied().unwrap_or([0; 64]);
@@ -769,8 +770,7 @@ impl SmbState {
                 self.replay_active = Some(key);
             }
             HoldStep::Pause => Self::evicted(an, self.replayed_holds.insert(key, log)),
-            HoldStep::Keep => self.keep_held(log, an),
-            HoldStep::Refute => self.undo_held(log, an),
+            HoldStep::Keep | HoldStep::Refute => self.decide(log, step, an),
         }
     }
 
@@ -872,15 +872,21 @@ impl SmbState {
         changes
     }
 
-    /// It is decided: its changes are kept (`keep`) or undone, in the journal too.
-    pub fn hold_decided(&mut self, conn: u64, to_server: bool, changes: Vec<HeldChange>, keep: bool, an: &mut Anomalies) {
+    /// It is decided (`HoldStep::Keep` or `Refute`), in the journal too.
+    pub fn hold_decided(&mut self, conn: u64, to_server: bool, changes: Vec<HeldChange>, step: HoldStep, an: &mut Anomalies) {
         if let Some(j) = self.journal.as_mut() {
-            j.push(NameOp::Hold(conn, to_server, if keep { HoldStep::Keep } else { HoldStep::Refute }));
+            j.push(NameOp::Hold(conn, to_server, step));
         }
-        if keep {
-            self.keep_held(changes, an);
-        } else {
-            self.undo_held(changes, an);
+        self.decide(changes, step, an);
+    }
+
+    /// A held message's changes kept (`Keep`) or undone (`Refute`), by its worker or by the
+    /// ordered stage replaying the worker's journal.
+    fn decide(&mut self, changes: Vec<HeldChange>, step: HoldStep, an: &mut Anomalies) {
+        match step {
+            HoldStep::Keep => self.keep_held(changes, an),
+            HoldStep::Refute => self.undo_held(changes, an),
+            HoldStep::Open | HoldStep::Pause => debug_assert!(false, "{step:?} decides nothing"),
         }
     }
 
@@ -1002,7 +1008,7 @@ mod tests {
                 s.preauth_session_setup(1, 30, 0x42, true, 0xC000_0016, b"session setup response image");
                 let mut all = changes;
                 all.extend(s.hold_pause(1, false).unwrap());
-                s.hold_decided(1, false, all, keep, &mut an);
+                s.hold_decided(1, false, all, if keep { HoldStep::Keep } else { HoldStep::Refute }, &mut an);
             }
             // A later connection to the address takes the server's scope from it.
             s.note_server(3, srv, &mut an);

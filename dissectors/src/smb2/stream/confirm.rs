@@ -28,7 +28,7 @@ use crate::anomaly::take_back_count;
 use crate::context::send_finished;
 use crate::payload::hash::Finished;
 use crate::payload::send::SendRecord;
-use crate::smb2::state::{HeldChange, Smb2Stats, MESSAGE_COUNTERS};
+use crate::smb2::state::{HeldChange, HoldStep, Smb2Stats, MESSAGE_COUNTERS};
 use crate::smb2::{Anomaly, Parts};
 use std::collections::BTreeMap;
 
@@ -210,7 +210,7 @@ impl Smb2Stream {
         if let Some(c) = p.smb.hold_pause(self.conn, self.to_server) {
             u.changes.extend(c);
         }
-        p.smb.hold_decided(self.conn, self.to_server, std::mem::take(&mut u.changes), true, p.anomalies);
+        p.smb.hold_decided(self.conn, self.to_server, std::mem::take(&mut u.changes), HoldStep::Keep, p.anomalies);
         for h in u.held {
             match h {
                 Held::Send(mut rec, length) => {
@@ -230,7 +230,7 @@ impl Smb2Stream {
             p.anomalies.raise(Anomaly::ResyncUnconfirmed);
             p.accounting.reclassify(&u.tally, cat::SMB_UNPARSED);
             u.counted.take_back_from(p);
-            p.smb.hold_decided(self.conn, self.to_server, u.changes, false, p.anomalies);
+            p.smb.hold_decided(self.conn, self.to_server, u.changes, HoldStep::Refute, p.anomalies);
         }
     }
 
