@@ -326,7 +326,7 @@ pub enum HeldChange {
     /// request's awaiting its response, a session's.
     ConnPreauth(u64, Option<Box<[u8; 64]>>),
     SetupPreauth((u64, u64), Option<Box<[u8; 64]>>),
-    SessionPreauth(u64, Option<Box<[u8; 64]>>),
+    SessionPreauth(u64, Option<Box<SessionHash>>),
 }
 
 /// Puts `v` under `k`, or removes the entry.
@@ -341,6 +341,17 @@ fn put<K: std::hash::Hash + Eq + Clone, V>(m: &mut BoundedMap<K, V>, k: K, prev:
 
 pub use crate::context::{HoldStep, NameOp};
 
+/// A session's preauth integrity hash, and whether its setup has ended (a STATUS_SUCCESS
+/// response): from then on it is the context its keys derive from, and no later
+/// SESSION_SETUP with its SessionId changes it. Those are a channel's binding, whose hash is
+/// the new channel's own (`PreauthSession` in `Connection.PreauthSessionTable`, MS-SMB2
+/// §3.3.5.5, §3.2.5.3.3), and re-authentication, which derives no new keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionHash {
+    pub hash: [u8; 64],
+    pub done: bool,
+}
+
 /// What decryption needs to remember: the keys file, the preauth integrity hashes
 /// (connection: after its NEGOTIATE; session: along its SESSION_SETUP exchange, §3.2.5.2 /
 /// §3.3.5.5) and the keys that worked. Empty and untouched without `--keys`.
@@ -352,7 +363,7 @@ pub struct CryptState {
     /// SESSION_SETUP requests with SessionId 0 awaiting their response: (conn, MessageId).
     setup_pending: BoundedMap<(u64, u64), [u8; 64]>,
     /// Sessions being set up, and (once set up) the hash their keys derive from.
-    session_preauth: BoundedMap<u64, [u8; 64]>,
+    session_preauth: BoundedMap<u64, SessionHash>,
     /// Keys that decrypted a session's message.
     pub learned: BoundedMap<u64, SessionKeys>,
 }
@@ -389,26 +400,30 @@ impl CryptState {
                 preauth_update(&mut h, msg);
                 self.setup_pending.insert((conn, message_id), h);
             } else if let Some(h) = self.session_preauth.get_mut(&session_id) {
-                if !self.learned.contains_key(&session_id) {
-                    preauth_update(h, msg);
+                if !h.done && !self.learned.contains_key(&session_id) {
+                    preauth_update(&mut h.hash, msg);
                 }
             }
             return;
         }
         let base = self.setup_pending.remove(&(conn, message_id));
-        if let Some(h) = base {
-            self.session_preauth.insert(session_id, h);
+        if let Some(hash) = base {
+            self.session_preauth.insert(session_id, SessionHash { hash, done: false });
         }
-        if status != 0 {
-            if let Some(h) = self.session_preauth.get_mut(&session_id) {
-                preauth_update(h, msg);
+        if let Some(h) = self.session_preauth.get_mut(&session_id) {
+            if h.done {
+                // A binding's or a re-authentication's response: not the session's hash.
+            } else if status == 0 {
+                h.done = true;
+            } else {
+                preauth_update(&mut h.hash, msg);
             }
         }
     }
 
     /// The session's preauth hash (3.1.1 key derivation context), when its setup was seen.
     pub fn session_preauth(&self, session_id: u64) -> Option<&[u8; 64]> {
-        self.session_preauth.get(&session_id)
+        self.session_preauth.get(&session_id).map(|h| &h.hash)
     }
 }
 

@@ -260,3 +260,102 @@ fn message_in_one_byte_frames_notes_at_most_max_pieces() {
     assert_eq!(send.last_frame.number, wire.len() as u64, "the newest frame stands for the capped stretch");
     assert_eq!(smb_categories(&h), h.fed);
 }
+
+/// A 3.1.1 session whose keys file gives the session key alone: its keys derive from the
+/// preauth hash of its own SESSION_SETUP exchange (§3.2.5.3.1), which a later channel's
+/// binding (hashed in the new channel's own `PreauthSession`, §3.3.5.5) and a
+/// re-authentication do not change. Both came before the session's first encrypted message
+/// here; until 2026-12-07 they were folded into the session's hash, so the keys derived from
+/// it were wrong and every message of the session was `smb_decrypt_failed`.
+#[test]
+fn a_binding_or_reauthentication_before_the_first_encrypted_message_leaves_the_keys_as_derived() {
+    use crate::smb2::records::status;
+    let msg = |cmd: u16, mid: u64, sid: u64, resp: Option<u32>, flags: u32, body: &[u8]| {
+        let fl = flags | if resp.is_some() { rec::flags::SERVER_TO_REDIR } else { 0 };
+        let r = HeaderRepr { command: cmd, message_id: mid, flags: fl, status: resp.unwrap_or(0), session_id: sid, credit: 1, ..Default::default() };
+        let mut b = [0u8; 64];
+        r.emit(&mut b);
+        let mut m = b.to_vec();
+        m.extend_from_slice(body);
+        m
+    };
+    let setup_req = |mid: u64, sid: u64, binding: bool, token: u8| {
+        let mut body = vec![0u8; 24];
+        body[0..2].copy_from_slice(&25u16.to_le_bytes());
+        body[2] = u8::from(binding); // Flags: SMB2_SESSION_FLAG_BINDING
+        body[3] = 1;
+        body[12..14].copy_from_slice(&88u16.to_le_bytes());
+        body[14..16].copy_from_slice(&16u16.to_le_bytes());
+        body.extend_from_slice(&[token; 16]);
+        msg(command::SESSION_SETUP, mid, sid, None, if binding { 0x08 } else { 0 }, &body)
+    };
+    let setup_resp = |mid: u64, status: u32, token: u8| {
+        let mut body = vec![0u8; 8];
+        body[0..2].copy_from_slice(&9u16.to_le_bytes());
+        body[4..6].copy_from_slice(&72u16.to_le_bytes());
+        body[6..8].copy_from_slice(&16u16.to_le_bytes());
+        body.extend_from_slice(&[token; 16]);
+        msg(command::SESSION_SETUP, mid, SID, Some(status), 0, &body)
+    };
+    let neg_req = msg(command::NEGOTIATE, 0, 0, None, 0, &[36, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+    let neg_resp = msg(command::NEGOTIATE, 0, 0, Some(0), 0, &[65, 0, 1, 0, 0x11, 0x03]);
+    let more = status::MORE_PROCESSING_REQUIRED;
+    // The session's own exchange on connection 1, then connection 2 binds to it, then
+    // connection 1 re-authenticates: each a message in its direction, in this order.
+    let conn1: Vec<(bool, Vec<u8>)> = vec![
+        (true, neg_req.clone()),
+        (false, neg_resp.clone()),
+        (true, setup_req(1, 0, false, 1)),
+        (false, setup_resp(1, more, 2)),
+        (true, setup_req(2, SID, false, 3)),
+        (false, setup_resp(2, 0, 4)),
+    ];
+    let conn2: Vec<(bool, Vec<u8>)> = vec![
+        (true, neg_req),
+        (false, neg_resp),
+        (true, setup_req(1, SID, true, 5)),
+        (false, setup_resp(1, more, 6)),
+        (true, setup_req(2, SID, true, 7)),
+        (false, setup_resp(2, 0, 8)),
+    ];
+    let reauth: Vec<(bool, Vec<u8>)> =
+        vec![(true, setup_req(3, SID, false, 9)), (false, setup_resp(3, more, 10)), (true, setup_req(4, SID, false, 11)), (false, setup_resp(4, 0, 12))];
+    // The session's hash (§3.2.5.2): the connection's NEGOTIATE request and response, then
+    // the session's SESSION_SETUP requests and responses but the final one.
+    let mut hash = [0u8; 64];
+    for (_, m) in &conn1[..5] {
+        crypto::preauth_update(&mut hash, m);
+    }
+    let session_key: Vec<u8> = (0x40..0x50).collect();
+    let (c2s, _) = crypto::derive(&session_key, true, Cipher::Aes128Gcm, Some(&hash)).unwrap();
+    let payload = data(12_000, 3);
+    let write = netbios(&transform(Cipher::Aes128Gcm, &c2s, &pad8(write_req(5, [3; 16], 0, &payload, false, 0)), 1));
+
+    for (case, steps) in [vec![&conn1], vec![&conn1, &conn2], vec![&conn1, &reauth], vec![&conn1, &conn2, &reauth]].into_iter().enumerate() {
+        let mut t = KeyTable::default();
+        t.insert(SID, KeyEntry { session_key: Some(session_key.clone()), server_to_client: None, client_to_server: None });
+        let mut h = Harness { smb: SmbState::default().with_keys(Arc::new(t)), ..Harness::default() };
+        let mut streams = [
+            Smb2Stream::new(1, true, addr(1, 50000), addr(2, 445)),
+            Smb2Stream::new(1, false, addr(2, 445), addr(1, 50000)),
+            Smb2Stream::new(2, true, addr(3, 50001), addr(4, 445)),
+            Smb2Stream::new(2, false, addr(4, 445), addr(3, 50001)),
+        ];
+        let mut n = 0;
+        for part in &steps {
+            let base = if std::ptr::eq(*part, &conn2) { 2 } else { 0 };
+            for (to_server, m) in part.iter() {
+                n += 1;
+                let wire = netbios(m);
+                h.fed += wire.len() as u64;
+                streams[base + usize::from(!to_server)].on_message(&wire, &ctx(n), &mut h.parts());
+            }
+        }
+        h.fed += write.len() as u64;
+        streams[0].on_message(&write, &ctx(n + 1), &mut h.parts());
+        assert_eq!((h.smb.stats.decrypted_messages, h.smb.stats.decrypt_failed), (1, 0), "case {case}");
+        assert_eq!(h.rec.sends.len(), 1);
+        assert_eq!(h.rec.sends[0].digest, digest_of(&payload));
+        assert_eq!(smb_categories(&h), h.fed);
+    }
+}
