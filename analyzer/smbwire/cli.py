@@ -360,7 +360,7 @@ def _write_outputs(result: dict[str, Any], csv_out: str | None, edges_csv_out: s
 @click.option("--annotate", metavar="OUT.pcapng",
               help="Also write the input frames as pcapng with a comment on every frame of every send of a duplicated payload.")
 @click.option("--threads", type=click.IntRange(1, 256), metavar="N",
-              help="Decoding threads, each taking whole connections; one more thread reads and runs dedupe in capture order. The result is the same for any N (default: the CPUs available; with --keys: 1). With --dask: the shards (tasks; default: the cluster's worker threads).")
+              help="Decoding threads, each taking whole connections; one more thread reads and runs dedupe in capture order. The result is the same for any N (default: the CPUs available). With --dask: the shards (tasks; default: the cluster's worker threads).")
 @click.option("--dask", "dask_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Decode and hash on a Dask cluster, one task per shard of the connections, then dedupe here: the same result. "
                    "ADDRESS: a scheduler (tcp://HOST:8786), whose workers run this smbwire and read the FILEs at the same paths; "
@@ -633,7 +633,7 @@ def _with_progress(console: Any, run: Any) -> dict[str, Any]:
 @_MAX_INDEX_MEMORY
 @_MAX_MEMORY
 @click.option("--threads", type=click.IntRange(1, 256), metavar="N",
-              help="Decoding threads, each taking whole connections, beside the capture and the ordered stage; the result is the same for any N (default: the CPUs available; with --keys: 1).")
+              help="Decoding threads, each taking whole connections, beside the capture and the ordered stage; the result is the same for any N (default: the CPUs available).")
 @click.option("--queues", type=click.IntRange(1, 16), metavar="N",
               help="Capture queues: eBPF ring buffers or AF_PACKET fanout sockets, each taking whole connections, read in capture time order (default: one per decoding thread).")
 @click.option("--shed/--no-shed", default=True, show_default=True,

@@ -22,8 +22,9 @@
 //!   stream of one pipeline, and the result is the same JSON (tested on every capture).
 //! - **What crosses connections.** Names of shares and files (a file opened on one channel of
 //!   a multichannel session and written on another) are journaled by the workers (`NameOp`)
-//!   and kept by the ordered stage, which names a send its worker could not. Decryption keys
-//!   derive from a session's first channel: with `--keys` the analysis runs on one pipeline.
+//!   and kept by the ordered stage, which names a send its worker could not. With `--keys`, the
+//!   sessions' preauth hashes, which a 3.1.1 session's keys derive from on its first channel,
+//!   are shared by the workers in capture order (`smb2::keyshare`).
 //! - **Limits**: the flow table's and all flows' reorder bounds (and with `--max-memory`
 //!   their budget shares) are divided among the workers, so the run holds what one pipeline
 //!   would; the SMB2 state maps and per-direction buffers keep their bounds per worker.
@@ -72,6 +73,7 @@ use crate::payload::offload::{self, HashPool};
 use crate::payload::send::SendRecord;
 use crate::pipeline::{AnalyzeError, Clock, Config, Counts, Finished, Pipeline, Run};
 use crate::report::{InputFile, Results};
+use crate::smb2::keyshare::{self, KeyShare};
 use crate::smb2::state::{ShareAndFile, SmbState};
 use crate::wire::{self, Transport};
 
@@ -177,8 +179,9 @@ enum Step {
     /// lease `chunk` of the batch's `chunks`, or of the batch's own buffer (`COPIED`:
     /// AF_PACKET rings).
     Frame { info: FrameInfo, ctx: FrameCtx, chunk: u32, start: usize, len: usize },
-    /// Close the flows idle at this time.
-    Sweep(u64),
+    /// Close the flows idle at this time (the first number: after the frame with the
+    /// second).
+    Sweep(u64, u64),
 }
 
 /// Bytes a batch holds on to instead of copying the frames lying in them: a capture file's
@@ -336,6 +339,7 @@ impl Decoder {
     /// One frame of this decoder's connections, numbered by the reader (`ctx.seq`).
     pub(crate) fn frame(&mut self, frame: &RawFrame<'_>, ctx: &FrameCtx) {
         let m = Mark { phase: phase::FRAME, a: ctx.seq, b: 0 };
+        self.p.shared.smb.crypt.at(keyshare::pos_of_frame(ctx.seq));
         self.p.mark(m);
         self.p.decode(frame, ctx);
         // Hands over the names of this frame (marked with it).
@@ -364,6 +368,8 @@ impl Decoder {
 
 fn worker(
     config: Config,
+    // With `--keys`: the run's shared hashes, and this worker's number.
+    share: Option<(Arc<KeyShare>, usize)>,
     jobs: Receiver<Job>,
     queued: Arc<AtomicUsize>,
     done: SyncSender<Done>,
@@ -378,6 +384,9 @@ fn worker(
     // events go to the ordered stage (`gather_flush` below).
     offload::set_gathering(true);
     let mut d = Decoder::new(&config);
+    if let Some((s, me)) = &share {
+        d.p.shared.smb.crypt.share(s.clone(), *me);
+    }
     // Waiting for its next batch, a worker digests other workers' blocks (`offload`).
     let next = || {
         pool.idle_until(|| match jobs.try_recv() {
@@ -407,7 +416,8 @@ fn worker(
                         Step::Frame { info, ctx, chunk, start, len } => {
                             d.frame(&RawFrame { info, data: b.frame_bytes(chunk, start, len) }, &ctx);
                         }
-                        Step::Sweep(now) => {
+                        Step::Sweep(now, after) => {
+                            d.p.shared.smb.crypt.at(keyshare::pos_of_sweep(after));
                             d.sweep(now);
                             d.out().push((crate::context::SWEEP_END, Item::SweepDone));
                         }
@@ -417,6 +427,9 @@ fn worker(
                 b.data.clear();
                 // The reader reuses a buffer once no batch holds it (`Source::unshare`).
                 b.chunks.clear();
+                if let Some((s, me)) = &share {
+                    s.finished(*me);
+                }
                 offload::gather_flush();
                 std::mem::swap(d.out(), &mut b.out);
                 // Its sends' digests are complete now (`gather_flush`): settled here, the
@@ -440,6 +453,7 @@ fn worker(
                 }
             }
             Job::Finish(end_ts) => {
+                d.p.shared.smb.crypt.at(keyshare::END);
                 let counts = d.finish(end_ts);
                 offload::gather_flush();
                 let out = std::mem::take(d.out());
@@ -808,6 +822,8 @@ pub struct Parallel {
     sharder: Sharder,
     /// Block hashing idle workers take over (`offload`).
     pool: Arc<HashPool>,
+    /// With `--keys`: the sessions' preauth hashes the workers share (`smb2::keyshare`).
+    keyshare: Option<Arc<KeyShare>>,
 }
 
 impl Parallel {
@@ -831,6 +847,7 @@ impl Parallel {
         let mut wc = config.clone();
         wc.workers = n;
         let pool = HashPool::new();
+        let keyshare = config.keys.as_ref().map(|_| Arc::new(KeyShare::new(n)));
         let workers = (0..n)
             .map(|i| {
                 let (jt, jr) = sync_channel(DEPTH + 1);
@@ -839,9 +856,10 @@ impl Parallel {
                 let p = pool.clone();
                 let queued = Arc::new(AtomicUsize::new(0));
                 let q = queued.clone();
+                let share = keyshare.clone().map(|s| (s, i));
                 let handle = std::thread::Builder::new()
                     .name(format!("smbwire-worker-{i}"))
-                    .spawn(move || worker(c, jr, q, dt, start, p))
+                    .spawn(move || worker(c, share, jr, q, dt, start, p))
                     .expect("a worker thread can be started");
                 Worker {
                     jobs: jt,
@@ -871,6 +889,7 @@ impl Parallel {
             handed: (0, 0),
             sharder: Sharder::new(n),
             pool,
+            keyshare,
         }
     }
 
@@ -933,7 +952,7 @@ impl Parallel {
         self.bytes_in_batch += frame.data.len();
         if let Some(now) = self.clock.sweep_due() {
             for wk in self.workers.iter_mut() {
-                wk.batch.steps.push(Step::Sweep(now));
+                wk.batch.steps.push(Step::Sweep(now, ctx.seq));
             }
             self.order.push(Order::Sweep(now));
         }
@@ -945,6 +964,15 @@ impl Parallel {
     /// Hand the batch being filled to the workers; replay the oldest when too many are out.
     fn hand_out(&mut self) {
         let mut sent = vec![false; self.workers.len()];
+        if let Some(s) = &self.keyshare {
+            // Every worker of this batch counts it before any receives its part, so none
+            // takes another for done with the frames before its own (`KeyShare::lookup`).
+            for (i, wk) in self.workers.iter().enumerate() {
+                if !wk.batch.steps.is_empty() {
+                    s.handed(i);
+                }
+            }
+        }
         for (wk, sent) in self.workers.iter_mut().zip(sent.iter_mut()) {
             // A worker with nothing in this batch (no frame of its connections, no sweep)
             // is not woken for it: with one busy connection, the other workers stay free
@@ -1137,7 +1165,7 @@ impl Drop for Parallel {
 }
 
 
-/// One pipeline, or workers and the ordered stage (`config.threads` > 1, without `--keys`).
+/// One pipeline, or workers and the ordered stage (`config.threads` > 1).
 pub enum Engine {
     One(Box<Pipeline>),
     Many(Box<Parallel>),
@@ -1159,8 +1187,7 @@ impl Engine {
 
     /// Does `config` run workers and an ordered stage (else one pipeline)?
     pub fn is_parallel(config: &Config) -> bool {
-        // Keys derive from a session's first channel: a worker could lack them (module doc).
-        config.threads > 1 && config.keys.is_none()
+        config.threads > 1
     }
 
     pub fn dedupe(&mut self) -> &mut Dedupe {

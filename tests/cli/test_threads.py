@@ -77,15 +77,25 @@ def test_merged_mirror_ports_and_a_topology_give_the_same_result(tmp_path):
     assert r["totals"]["dup_ratio"] == pytest.approx(2.0)
 
 
-def test_threads_are_checked_and_keys_run_on_one_pipeline(tmp_path):
+def test_threads_are_checked_and_keys_run_on_threads_too(tmp_path):
+    """With --keys the workers share the sessions' preauth hashes (`smb2::keyshare`): the
+    five encrypted public captures, merged, with the session keys alone (3.0 and 3.1.1
+    derivations) give one pipeline's result on 2 and 3 threads. The engine's test
+    (`parallel::tests::keys`) adds a multichannel session bound on another worker's channel."""
     r = CliRunner().invoke(cli, ["analyze", str(CAPTURES / "mirror2-1MiB.pcap"), "--threads", "0"])
     assert r.exit_code == 2 and "--threads" in r.output
+    encrypted = {
+        "smb300-aes128ccm-wstest.pcap": "1900009c003c0000,9a9ea16a0cdbeb6064772318073f172f",
+        "smb311-aes128ccm-wstest.pcap": "2900009c003c0000,f1fa528d3cd182cca67bd4596dabd885",
+        "smb311-aes128gcm-wstest.pcap": "3900000000400000,e79161ded03bda1449b2c8e58f753953",
+        "smb300-aes128ccm-wiki.pcap": "3d00009400480000,28f2847263c83dc00621f742dd3f2e7b",
+        "smb311-aes128ccm-filt-wiki.pcap": "690000ac1c280000,b25a135fc3dc14269f20d7cbc8716b6b",
+    }
     keys = tmp_path / "keys.txt"
-    keys.write_text("0x0000000000000001,00112233445566778899aabbccddeeff\n")
-    out = tmp_path / "r.json"
-    run("analyze", CAPTURES / "mirror2-1MiB.pcap", "--threads", "3", "--keys", keys, "--json", out, "-q")
-    # Keys derive from a session's first channel, which another worker may hold.
-    assert json.loads(out.read_text())["analysis"]["threads"] == 1
+    keys.write_text("\n".join(encrypted.values()) + "\n")
+    r = assert_same_for_any_threads(tmp_path, [PUBLIC / f for f in encrypted], "--keys", keys)
+    assert r["smb2"]["decrypted_messages"] == r["smb2"]["encrypted_messages"] > 0
+    assert r["smb2"]["decrypt_failed"] == 0
 
 
 def test_the_default_is_the_cpus_available(tmp_path):

@@ -203,6 +203,17 @@ pub mod testutil {
         out
     }
 
+    /// The encrypted public captures and their keys (captures/public/MANIFEST.md): file,
+    /// SessionId (wire bytes in hex), session key, ServerToClient and ClientToServer keys
+    /// (empty when the manifest gives none).
+    pub const ENCRYPTED: [(&str, &str, &str, &str, &str); 5] = [
+        ("smb300-aes128ccm-wstest.pcap", "1900009c003c0000", "9a9ea16a0cdbeb6064772318073f172f", "8be6cc53d4beba29387e69aef035d497", "bff985870e81784d533fdc09497b8eab"),
+        ("smb311-aes128ccm-wstest.pcap", "2900009c003c0000", "f1fa528d3cd182cca67bd4596dabd885", "763d5552dbc9650b700869467a5857e4", "35e69833c6578e438c8701cb40bf483e"),
+        ("smb311-aes128gcm-wstest.pcap", "3900000000400000", "e79161ded03bda1449b2c8e58f753953", "b02f5de25e0562075c3dc329fa2aa396", "7201623a31754e6581864581209dd3d2"),
+        ("smb300-aes128ccm-wiki.pcap", "3d00009400480000", "28f2847263c83dc00621f742dd3f2e7b", "", ""),
+        ("smb311-aes128ccm-filt-wiki.pcap", "690000ac1c280000", "b25a135fc3dc14269f20d7cbc8716b6b", "394071f1a21db5ba683efa868c36aedf", "f8c1a6b544e8226f98ee44778eaf316b"),
+    ];
+
     /// Every bundled (`captures/`) and public (`captures/public/`) capture, sorted.
     pub fn all_captures() -> Vec<PathBuf> {
         let bundled = public_dir().parent().expect("captures/").to_path_buf();

@@ -407,3 +407,224 @@ fn frames_in_a_lease_are_decoded_in_place_and_the_lease_comes_back() {
         assert!(Arc::get_mut(l).is_some(), "a lease still held after the run");
     }
 }
+
+/// `--keys` with `--threads`: one pipeline's result, decrypting every message. The public
+/// encrypted captures with their keys; and a multichannel SMB 3.1.1 session whose keys file
+/// gives the session key alone, set up on one connection and bound on a second, which the
+/// sharder gives another worker: that worker's channel decrypts with the hash the first
+/// worker computed (`smb2::keyshare`).
+mod keys {
+    use super::*;
+    use crate::smb2::crypto::{self, Cipher, KeyTable};
+    use crate::smb2::records::{self as rec, command, status, HeaderRepr};
+    use crate::wire::{ethernet, ipv4, tcp};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    const SID: u64 = 0x0000_1234_0000_0077;
+
+    /// One TCP connection's frames, in capture order.
+    struct Conn {
+        client: (Ipv4Addr, u16),
+        server: (Ipv4Addr, u16),
+        seq: [u32; 2],
+    }
+
+    impl Conn {
+        fn new(client: u8, port: u16, server: u8) -> Conn {
+            Conn { client: (Ipv4Addr::new(198, 18, 0, client), port), server: (Ipv4Addr::new(198, 18, 1, server), 445), seq: [1000, 9000] }
+        }
+
+        fn frame(&mut self, to_server: bool, flags: u8, payload: &[u8]) -> Vec<u8> {
+            let d = usize::from(!to_server);
+            let (src, dst) = if to_server { (self.client, self.server) } else { (self.server, self.client) };
+            let seg = tcp::Repr {
+                src_port: src.1,
+                dst_port: dst.1,
+                seq_number: self.seq[d],
+                ack_number: self.seq[1 - d],
+                flags,
+                window_len: 65535,
+                urgent_at: 0,
+                options: &[],
+                payload,
+            };
+            self.seq[d] = self.seq[d].wrapping_add(payload.len() as u32 + u32::from(flags & 0x03 != 0));
+            let ip = ipv4::Repr {
+                src_addr: src.0,
+                dst_addr: dst.0,
+                next_header: ipv4::protocol::TCP,
+                payload_len: seg.buffer_len(),
+                hop_limit: 64,
+                ident: 1,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+                dscp_ecn: 0,
+            };
+            let mac = |a: Ipv4Addr| ethernet::Address([2, 0, 0, 0, a.octets()[2], a.octets()[3]]);
+            let eth = ethernet::Repr { src_addr: mac(src.0), dst_addr: mac(dst.0), tags: [None, None], ethertype: ethernet::ethertype::IPV4 };
+            let l4 = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+            let mut buf = vec![0u8; l4 + seg.buffer_len()];
+            eth.emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
+            ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..]));
+            seg.emit(&mut tcp::Packet::new_unchecked(&mut buf[l4..]), IpAddr::V4(src.0), IpAddr::V4(dst.0));
+            buf
+        }
+
+        fn handshake(&mut self, out: &mut Vec<Vec<u8>>) {
+            out.push(self.frame(true, 0x02, &[]));
+            out.push(self.frame(false, 0x12, &[]));
+            out.push(self.frame(true, 0x10, &[]));
+        }
+
+        /// An SMB2 message with its NetBIOS header, in segments of at most 1448 bytes.
+        fn send(&mut self, to_server: bool, msg: &[u8], out: &mut Vec<Vec<u8>>) {
+            let mut m = vec![0u8; 4];
+            crate::smb2::netbios::Repr { kind: 0, length: msg.len() as u32 }.emit((&mut m[..4]).try_into().unwrap());
+            m.extend_from_slice(msg);
+            for c in m.chunks(1448) {
+                out.push(self.frame(to_server, 0x18, c));
+            }
+        }
+    }
+
+    fn msg(cmd: u16, mid: u64, sid: u64, resp: Option<u32>, flags: u32, body: &[u8]) -> Vec<u8> {
+        let fl = flags | if resp.is_some() { rec::flags::SERVER_TO_REDIR } else { 0 };
+        let r = HeaderRepr { command: cmd, message_id: mid, flags: fl, status: resp.unwrap_or(0), session_id: sid, credit: 1, tree_id: Some(3), ..Default::default() };
+        let mut b = [0u8; 64];
+        r.emit(&mut b);
+        let mut m = b.to_vec();
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn setup_req(mid: u64, sid: u64, binding: bool) -> Vec<u8> {
+        let mut body = vec![0u8; 24];
+        body[0..2].copy_from_slice(&25u16.to_le_bytes());
+        body[2] = u8::from(binding);
+        body[3] = 1;
+        body[12..14].copy_from_slice(&88u16.to_le_bytes());
+        body[14..16].copy_from_slice(&16u16.to_le_bytes());
+        body.extend_from_slice(&[mid as u8; 16]);
+        msg(command::SESSION_SETUP, mid, sid, None, if binding { 0x08 } else { 0 }, &body)
+    }
+
+    fn setup_resp(mid: u64, st: u32) -> Vec<u8> {
+        let mut body = vec![0u8; 8];
+        body[0..2].copy_from_slice(&9u16.to_le_bytes());
+        body[4..6].copy_from_slice(&72u16.to_le_bytes());
+        body[6..8].copy_from_slice(&16u16.to_le_bytes());
+        body.extend_from_slice(&[0x80 | mid as u8; 16]);
+        msg(command::SESSION_SETUP, mid, SID, Some(st), 0, &body)
+    }
+
+    fn write_req(mid: u64, offset: u64, data: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&49u16.to_le_bytes());
+        body.extend_from_slice(&0x70u16.to_le_bytes());
+        body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        body.extend_from_slice(&offset.to_le_bytes());
+        body.extend_from_slice(&[9; 16]);
+        body.extend_from_slice(&[0u8; 16]);
+        body.extend_from_slice(data);
+        msg(command::WRITE, mid, SID, None, 0, &body)
+    }
+
+    /// A TRANSFORM message (§2.2.41) around `plain`.
+    fn transform(key: &[u8], plain: &[u8], nonce: u64) -> Vec<u8> {
+        let mut m = vec![0u8; crypto::TRANSFORM_LEN];
+        m[0..4].copy_from_slice(&[0xFD, b'S', b'M', b'B']);
+        m[20..28].copy_from_slice(&nonce.to_le_bytes());
+        m[36..40].copy_from_slice(&(plain.len() as u32).to_le_bytes());
+        m[42..44].copy_from_slice(&1u16.to_le_bytes());
+        m[44..52].copy_from_slice(&SID.to_le_bytes());
+        let mut body = plain.to_vec();
+        let tag = crypto::encrypt(Cipher::Aes128Gcm, key, &m, &mut body).unwrap();
+        m[4..20].copy_from_slice(&tag);
+        m.extend_from_slice(&body);
+        m
+    }
+
+    /// The capture (pcap, Ethernet) and the keys file's text.
+    fn multichannel(writes: u64) -> (Vec<u8>, String) {
+        let session_key: Vec<u8> = (0x30..0x40).collect();
+        let neg_req = msg(command::NEGOTIATE, 0, 0, None, 0, &[36, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        let neg_resp = msg(command::NEGOTIATE, 0, 0, Some(0), 0, &[65, 0, 1, 0, 0x11, 0x03]);
+        let (mut a, mut b) = (Conn::new(1, 50001, 1), Conn::new(2, 50002, 2));
+        let mut frames = Vec::new();
+        // The session's setup on connection a; its hash (§3.2.5.2) over the NEGOTIATE and
+        // the setup's messages but the final response.
+        let setup = [
+            (true, neg_req.clone()),
+            (false, neg_resp.clone()),
+            (true, setup_req(1, 0, false)),
+            (false, setup_resp(1, status::MORE_PROCESSING_REQUIRED)),
+            (true, setup_req(2, SID, false)),
+        ];
+        let mut hash = [0u8; 64];
+        a.handshake(&mut frames);
+        for (to_server, m) in &setup {
+            crypto::preauth_update(&mut hash, m);
+            a.send(*to_server, m, &mut frames);
+        }
+        a.send(false, &setup_resp(2, 0), &mut frames);
+        let (c2s, _) = crypto::derive(&session_key, true, Cipher::Aes128Gcm, Some(&hash)).unwrap();
+        // Connection b binds to it at once, then both carry encrypted WRITEs.
+        b.handshake(&mut frames);
+        b.send(true, &neg_req, &mut frames);
+        b.send(false, &neg_resp, &mut frames);
+        b.send(true, &setup_req(1, SID, true), &mut frames);
+        b.send(false, &setup_resp(1, status::MORE_PROCESSING_REQUIRED), &mut frames);
+        b.send(true, &setup_req(2, SID, true), &mut frames);
+        b.send(false, &setup_resp(2, 0), &mut frames);
+        for i in 0..writes {
+            let data: Vec<u8> = (0..65536u32).map(|j| (j as u64 * 7 + i) as u8 ^ (j >> 9) as u8).collect();
+            // The same data on both channels: each WRITE a duplicate of the other's.
+            b.send(true, &transform(&c2s, &write_req(10 + i, i * 65536, &data), 2 * i + 1), &mut frames);
+            a.send(true, &transform(&c2s, &write_req(10 + i, i * 65536, &data), 2 * i + 2), &mut frames);
+        }
+        let recs: Vec<(u32, u32, &[u8], u32)> =
+            frames.iter().enumerate().map(|(i, f)| (1_700_000_000 + (i / 1000) as u32, (i % 1000) as u32 * 1000, &f[..], f.len() as u32)).collect();
+        let keys = format!("{},{}\n", hex(&SID.to_le_bytes()), hex(&session_key));
+        (crate::capture::testutil::pcap(false, false, 1, &recs), keys)
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn with_keys(text: &str) -> Config {
+        Config { keys: Some(Arc::new(KeyTable::parse(text).unwrap())), ..Config::default() }
+    }
+
+    #[test]
+    fn threads_with_keys_give_one_pipelines_result() {
+        let dir = std::env::temp_dir().join(format!("smbwire-par-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (capture, keys) = multichannel(40);
+        let path = dir.join("multichannel-311.pcap");
+        std::fs::write(&path, capture).unwrap();
+        let config = with_keys(&keys);
+        // One pipeline decrypts every message of both channels: the figures compared mean
+        // something.
+        let one = run(std::slice::from_ref(&path), &Config { threads: 1, ..config.clone() }, &dir).0;
+        let smb2 = &one["smb2"];
+        assert_eq!((smb2["decrypted_messages"].as_u64(), smb2["decrypt_failed"].as_u64()), (Some(80), Some(0)), "{smb2}");
+        assert_eq!(one["accounting"]["categories"]["smb_payload"].as_u64(), Some(80 * 65536));
+        same(std::slice::from_ref(&path), &config);
+        // The public encrypted captures, with the session key alone and with the directional
+        // keys.
+        for (file, sid, sk, s2c, c2s) in crate::capture::testutil::ENCRYPTED {
+            let p = captures().into_iter().find(|p| p.ends_with(file)).unwrap();
+            let directional = (!s2c.is_empty()).then(|| format!("{sid},,{s2c},{c2s}\n"));
+            for text in std::iter::once(format!("{sid},{sk}\n")).chain(directional) {
+                let c = with_keys(&text);
+                let one = run(std::slice::from_ref(&p), &Config { threads: 1, ..c.clone() }, &dir).0;
+                assert!(one["smb2"]["decrypted_messages"].as_u64().unwrap() > 0, "{file}");
+                assert_eq!(one["smb2"]["decrypt_failed"].as_u64(), Some(0), "{file}");
+                same(std::slice::from_ref(&p), &c);
+            }
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -11,12 +11,14 @@
 //! - `state`: sessions, trees, open files keyed by SessionId/TreeId/FileId; pending requests.
 //! - `xca`: the MS-XCA decompressors and compressors (LZNT1, Plain LZ77, LZ77+Huffman) for
 //!   SMB 3.1.1 compression.
+//! - `keyshare`: with `--keys` and `--threads`, the sessions' preauth hashes the workers share.
 //! - `bounded`: the capped, oldest-first-evicting map the state is built on.
 
 pub mod anomaly;
 pub mod bounded;
 pub mod crypto;
 pub mod handle;
+pub mod keyshare;
 pub mod netbios;
 pub mod records;
 pub mod state;

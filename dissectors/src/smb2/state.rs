@@ -9,6 +9,7 @@
 
 use super::bounded::BoundedMap;
 use super::crypto::{preauth_update, KeyTable, SessionKeys};
+use super::keyshare::KeyShare;
 use super::records::command;
 use crate::anomaly::Anomalies;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -366,6 +367,10 @@ pub struct CryptState {
     session_preauth: BoundedMap<u64, SessionHash>,
     /// Keys that decrypted a session's message.
     pub learned: BoundedMap<u64, SessionKeys>,
+    /// With `--threads`: the run's shared hashes and this worker's number (`keyshare`).
+    share: Option<(Arc<KeyShare>, usize)>,
+    /// This worker's position (`keyshare::pos_of_frame`), with `share`.
+    pos: u64,
 }
 
 impl CryptState {
@@ -376,6 +381,36 @@ impl CryptState {
             setup_pending: BoundedMap::new(limits.pending),
             session_preauth: BoundedMap::new(limits.sessions),
             learned: BoundedMap::new(limits.sessions),
+            share: None,
+            pos: 0,
+        }
+    }
+
+    /// A `--threads` worker's: it shares the sessions' hashes with the others (`keyshare`).
+    pub fn share(&mut self, share: Arc<KeyShare>, worker: usize) {
+        self.share = Some((share, worker));
+    }
+
+    /// The worker starts the step at `pos` (`keyshare::pos_of_frame`, `pos_of_sweep`, `END`).
+    pub fn at(&mut self, pos: u64) {
+        if let Some((s, me)) = &self.share {
+            self.pos = pos;
+            s.at(*me, pos);
+        }
+    }
+
+    /// The hash `session_id`'s keys would derive from: its setup's, once ended.
+    fn derivable(&self, session_id: u64) -> Option<[u8; 64]> {
+        self.session_preauth.get(&session_id).filter(|h| h.done).map(|h| h.hash)
+    }
+
+    /// With `share`: tells the other workers of a change of `session_id`'s derivable hash from
+    /// `before` (only for sessions whose keys derive from a hash: a session key in the file).
+    fn published(&self, session_id: u64, before: Option<[u8; 64]>) {
+        let Some((s, me)) = &self.share else { return };
+        let now = self.derivable(session_id);
+        if now != before && self.keys.get(session_id).is_some_and(|e| e.session_key.is_some()) {
+            s.publish(*me, self.pos, session_id, now);
         }
     }
 
@@ -394,6 +429,12 @@ impl CryptState {
     /// A SESSION_SETUP request or response (whole SMB2 message). The final successful
     /// response is not hashed (§3.2.5.3.1): the session's hash is then the keys' context.
     fn on_session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
+        let before = self.share.as_ref().and(self.derivable(session_id));
+        self.session_setup(conn, message_id, session_id, response, status, msg);
+        self.published(session_id, before);
+    }
+
+    fn session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
         if !response {
             if session_id == 0 {
                 let mut h = self.conn_preauth.get(&conn).copied().unwrap_or([0; 64]);
@@ -424,6 +465,18 @@ impl CryptState {
     /// The session's preauth hash (3.1.1 key derivation context), when its setup was seen.
     pub fn session_preauth(&self, session_id: u64) -> Option<&[u8; 64]> {
         self.session_preauth.get(&session_id).map(|h| &h.hash)
+    }
+
+    /// The hash to derive `session_id`'s keys from now: with `--threads`, the newest any
+    /// worker published before this step, as one pipeline would have it (`keyshare`); else,
+    /// or when none did, this state's.
+    pub fn preauth_for_keys(&self, session_id: u64) -> Option<[u8; 64]> {
+        if let Some((s, me)) = &self.share {
+            if let Some(h) = s.lookup(*me, self.pos, session_id) {
+                return h;
+            }
+        }
+        self.session_preauth(session_id).copied()
     }
 }
 
@@ -837,7 +890,9 @@ impl SmbState {
                     put(&mut self.crypt.setup_pending, key, prev.map(|b| *b), an)
                 }
                 HeldChange::SessionPreauth(sid, prev) => {
-                    put(&mut self.crypt.session_preauth, sid, prev.map(|b| *b), an)
+                    let before = self.crypt.share.as_ref().and(self.crypt.derivable(sid));
+                    put(&mut self.crypt.session_preauth, sid, prev.map(|b| *b), an);
+                    self.crypt.published(sid, before);
                 }
             }
         }

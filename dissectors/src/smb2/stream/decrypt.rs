@@ -154,7 +154,13 @@ impl Smb2Stream {
         let learned = p.smb.crypt.learned.get(&hdr.session_id).cloned();
         let candidates = match learned {
             Some(k) => vec![k],
-            None => crypto::candidates(&entry, dialect, cipher, p.smb.crypt.session_preauth(hdr.session_id)),
+            None => {
+                // A hash matters only where keys derive from one: a 3.1.1 (or unknown)
+                // dialect and a session key in the file.
+                let needs = entry.session_key.is_some() && matches!(dialect, None | Some(0x0311));
+                let preauth = if needs { p.smb.crypt.preauth_for_keys(hdr.session_id) } else { None };
+                crypto::candidates(&entry, dialect, cipher, preauth.as_ref())
+            }
         };
         let mut ok = None;
         let single = candidates.len() == 1;
