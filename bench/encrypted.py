@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import json
 import os
+import random
 import re
 import statistics
 import struct
@@ -152,7 +153,9 @@ class Conn:
             self.frame(to_server, 0x18, m[i:i + MSS])
 
 
-def make(path: Path, total: int, io: int, channels: int) -> dict:
+def make(path: Path, total: int, io: int, channels: int, seed: int | None = None) -> dict:
+    """Writes the capture; its session's keys and counts. `seed`: the WRITEs' data from it
+    (else random)."""
     session_key = bytes(range(0x30, 0x40))
     with open(path, "wb") as out:
         out.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))  # nanosecond pcap
@@ -176,7 +179,7 @@ def make(path: Path, total: int, io: int, channels: int) -> dict:
                                  (False, setup_response(2, 0))]:
                 c.send(to_server, m)
         writes = total // io
-        block = os.urandom(io + 4096 * 64)
+        block = os.urandom(io + 4096 * 64) if seed is None else random.Random(seed).randbytes(io + 4096 * 64)
         nonce = 0
         for i in range(writes):
             c = conns[i % channels]
@@ -187,6 +190,7 @@ def make(path: Path, total: int, io: int, channels: int) -> dict:
             nonce += 1
             c.send(False, transform(s2c, write_response(mid, io), nonce))
     return {"writes": writes, "messages": 2 * writes, "sid": struct.pack("<Q", SID).hex(), "session_key": session_key.hex(),
+            "keys_line": f"{struct.pack('<Q', SID).hex()},{session_key.hex()}",
             "s2c": s2c.hex(), "c2s": c2s.hex()}
 
 

@@ -9,7 +9,8 @@ public), then (most of the time) damaged: bytes past the file header changed, a 
 zeroed, or the file cut short, and analysed with random options: the window, a topology,
 `--assume-members`, `--interval`, `--max-index-memory`, `--max-memory`, `--reorder-buffer`,
 `--from`/`--to` inside the capture's time span, and `--keys` when an encrypted public capture
-with recorded keys is among the inputs. A case is a finding when:
+with recorded keys, or an encrypted multichannel SMB 3.1.1 session (bench/encrypted.py, one
+input in ten, its keys the session key alone), is among the inputs. A case is a finding when:
 
 - `analyze --threads 2` or `--threads 3` gives another result than `--threads 1` (the JSON
   apart from `analysis`, and the evidence file byte for byte); not compared when a run
@@ -68,6 +69,9 @@ import time
 from pathlib import Path
 
 from smbwire import _core
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import encrypted  # noqa: E402  (bench/encrypted.py: its capture writer)
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "captures"
@@ -380,7 +384,19 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
             captures = []
             truths = []
             for i in range(r.choice([1, 1, 1, 2, 3])):
-                if r.random() < 0.4:
+                if r.random() < 0.1:
+                    # An encrypted multichannel SMB 3.1.1 session (bench/encrypted.py), its
+                    # keys file line the session key alone: with --keys, the workers of
+                    # --threads share its preauth hash (smb2::keyshare).
+                    enc = {"io": r.choice([4096, 65536, 1 << 20]), "channels": r.choice([2, 3, 4]), "seed": r.randrange(1 << 30)}
+                    enc["bytes"] = enc["io"] * r.randrange(4, 40)
+                    cap = work / f"c{i}.pcap"
+                    meta = encrypted.make(cap, enc["bytes"], enc["io"], enc["channels"], enc["seed"])
+                    data = cap.read_bytes()
+                    what = {"encrypted": enc, "keys_line": meta["keys_line"]}
+                    if r.random() < 0.2:
+                        data, what["records_left_out"] = cut_head(r, data)
+                elif r.random() < 0.4:
                     src = r.choice(real)
                     cap = work / f"c{i}{src.suffix}"
                     data = src.read_bytes()
@@ -398,7 +414,8 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
                 cap.write_bytes(data)
                 captures.append(cap)
                 case["inputs"].append(what)
-            decode, dedupe = random_options(r, work, captures, [keys.get(Path(w.get("file", "")).name) for w in case["inputs"]])
+            decode, dedupe = random_options(r, work, captures,
+                                            [w.get("keys_line") or keys.get(Path(w.get("file", "")).name) for w in case["inputs"]])
             case["options"] = {"decode": decode, "dedupe": dedupe}
             if "--keys" in decode:
                 case["keys"] = Path(decode[decode.index("--keys") + 1]).read_text()

@@ -367,3 +367,27 @@ def test_a_generated_capture_is_checked_against_its_truth(tmp_path, monkeypatch)
     found, _ = d.check(tmp_path, [cap], [], ["-w", "60"], 1, 1, truth)
     assert found == [{"truth": [f"totals.payload_bytes: {truth['totals']['payload_bytes'] + 1}, "
                                 f"truth {truth['totals']['payload_bytes']}"], "threads": 2}]
+
+
+def test_an_encrypted_multichannel_session_is_compared_on_every_thread_count(tmp_path, monkeypatch):
+    """The encrypted multichannel input (bench/encrypted.py): with its keys line (the session
+    key alone) every message decrypts on 1, 2 and 3 threads, and they agree; a run that lost
+    the shared hash on a thread count would be a finding."""
+    d = load()
+    cap = tmp_path / "enc.pcap"
+    meta = d.encrypted.make(cap, 24 * 65536, 65536, 3, seed=1)
+    (tmp_path / "keys.txt").write_text(meta["keys_line"] + "\n")
+    found, limited = d.check(tmp_path, [cap], ["--keys", str(tmp_path / "keys.txt")], [], 2, 1)
+    assert (found, limited) == ([], False)
+    r = d.result(tmp_path / "r3.json")
+    assert r["smb2"]["decrypted_messages"] == meta["messages"] == 48 and r["smb2"]["decrypt_failed"] == 0
+    # A draw of such an input says so and brings its keys line.
+    monkeypatch.setattr(d, "check", lambda *a, **k: ([], False))
+    seen = []
+    real_make = d.encrypted.make
+    monkeypatch.setattr(d.encrypted, "make", lambda *a, **k: seen.append(a) or real_make(*a, **k))
+    for seed in range(40):
+        d.run(seed=seed, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
+        if seen:
+            break
+    assert seen, "no encrypted input drawn in 40 cases"
