@@ -884,7 +884,7 @@ impl LiveSource for AfPacketSource {
 #[cfg(test)]
 mod ring_tests {
     use super::*;
-    use std::net::{IpAddr, Ipv4Addr};
+    use std::net::Ipv4Addr;
 
     const BLOCK: usize = 8192;
     /// Where the kernel puts an Ethernet frame after a tpacket3_hdr, sockaddr_ll and virtio
@@ -899,45 +899,11 @@ mod ring_tests {
     /// built with the wire emitters. The MAC addresses are not `lo`'s, so a host receiving it
     /// there drops it above the capture point (PACKET_OTHERHOST) and sends no reply.
     pub(super) fn tcp_frame(conn: u16, to_server: bool, payload: &[u8]) -> Vec<u8> {
-        use crate::wire::{ethernet, ipv4, tcp};
+        use crate::wire::ethernet;
         let client = (Ipv4Addr::new(127, 0, 0, 1), 40000 + conn, ethernet::Address([2, 0, 0, 0, 0, 1]));
         let server = (Ipv4Addr::new(127, 0, 0, 2), PORT, ethernet::Address([2, 0, 0, 0, 0, 2]));
         let (src, dst) = if to_server { (client, server) } else { (server, client) };
-        let seg = tcp::Repr {
-            src_port: src.1,
-            dst_port: dst.1,
-            seq_number: 1,
-            ack_number: 1,
-            flags: 0x18,
-            window_len: 1024,
-            urgent_at: 0,
-            options: &[],
-            payload,
-        };
-        let ip = ipv4::Repr {
-            src_addr: src.0,
-            dst_addr: dst.0,
-            next_header: ipv4::protocol::TCP,
-            payload_len: seg.buffer_len(),
-            hop_limit: 64,
-            ident: conn,
-            dont_frag: true,
-            more_frags: false,
-            frag_offset: 0,
-            dscp_ecn: 0,
-        };
-        let eth = ethernet::Repr {
-            src_addr: src.2,
-            dst_addr: dst.2,
-            tags: [None, None],
-            ethertype: ethernet::ethertype::IPV4,
-        };
-        let l4 = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-        let mut buf = vec![0u8; l4 + seg.buffer_len()];
-        eth.emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
-        ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..]));
-        seg.emit(&mut tcp::Packet::new_unchecked(&mut buf[l4..]), IpAddr::V4(src.0), IpAddr::V4(dst.0));
-        buf
+        crate::wire::testutil::tcp_v4_frame(src, dst, (1, 1), 0x18, conn, payload)
     }
 
     /// A queue over anonymous memory. Its socket is a UDP one: never readable here, and it

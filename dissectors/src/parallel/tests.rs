@@ -417,8 +417,8 @@ mod keys {
     use super::*;
     use crate::smb2::crypto::{self, Cipher, KeyTable};
     use crate::smb2::records::{self as rec, command, status, HeaderRepr};
-    use crate::wire::{ethernet, ipv4, tcp};
-    use std::net::{IpAddr, Ipv4Addr};
+    use crate::wire::ethernet;
+    use std::net::Ipv4Addr;
 
     const SID: u64 = 0x0000_1234_0000_0077;
 
@@ -436,39 +436,11 @@ mod keys {
 
         fn frame(&mut self, to_server: bool, flags: u8, payload: &[u8]) -> Vec<u8> {
             let d = usize::from(!to_server);
-            let (src, dst) = if to_server { (self.client, self.server) } else { (self.server, self.client) };
-            let seg = tcp::Repr {
-                src_port: src.1,
-                dst_port: dst.1,
-                seq_number: self.seq[d],
-                ack_number: self.seq[1 - d],
-                flags,
-                window_len: 65535,
-                urgent_at: 0,
-                options: &[],
-                payload,
-            };
+            let end = |(a, port): (Ipv4Addr, u16)| (a, port, ethernet::Address([2, 0, 0, 0, a.octets()[2], a.octets()[3]]));
+            let (src, dst) = if to_server { (end(self.client), end(self.server)) } else { (end(self.server), end(self.client)) };
+            let f = crate::wire::testutil::tcp_v4_frame(src, dst, (self.seq[d], self.seq[1 - d]), flags, 1, payload);
             self.seq[d] = self.seq[d].wrapping_add(payload.len() as u32 + u32::from(flags & 0x03 != 0));
-            let ip = ipv4::Repr {
-                src_addr: src.0,
-                dst_addr: dst.0,
-                next_header: ipv4::protocol::TCP,
-                payload_len: seg.buffer_len(),
-                hop_limit: 64,
-                ident: 1,
-                dont_frag: true,
-                more_frags: false,
-                frag_offset: 0,
-                dscp_ecn: 0,
-            };
-            let mac = |a: Ipv4Addr| ethernet::Address([2, 0, 0, 0, a.octets()[2], a.octets()[3]]);
-            let eth = ethernet::Repr { src_addr: mac(src.0), dst_addr: mac(dst.0), tags: [None, None], ethertype: ethernet::ethertype::IPV4 };
-            let l4 = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-            let mut buf = vec![0u8; l4 + seg.buffer_len()];
-            eth.emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
-            ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..]));
-            seg.emit(&mut tcp::Packet::new_unchecked(&mut buf[l4..]), IpAddr::V4(src.0), IpAddr::V4(dst.0));
-            buf
+            f
         }
 
         fn handshake(&mut self, out: &mut Vec<Vec<u8>>) {

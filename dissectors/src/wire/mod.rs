@@ -24,6 +24,51 @@ pub mod vxlan;
 
 pub use anomaly::Anomaly;
 
+/// Frames for tests, built with the emitters.
+#[cfg(test)]
+pub mod testutil {
+    use super::{ethernet, ipv4, tcp};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// One end of a TCP connection: address, port, MAC address.
+    pub type End = (Ipv4Addr, u16, ethernet::Address);
+
+    /// An Ethernet/IPv4/TCP frame from `src` to `dst`: (sequence, acknowledgement) numbers,
+    /// TCP flags, IP identification.
+    pub fn tcp_v4_frame(src: End, dst: End, (seq, ack): (u32, u32), flags: u8, ident: u16, payload: &[u8]) -> Vec<u8> {
+        let seg = tcp::Repr {
+            src_port: src.1,
+            dst_port: dst.1,
+            seq_number: seq,
+            ack_number: ack,
+            flags,
+            window_len: 65535,
+            urgent_at: 0,
+            options: &[],
+            payload,
+        };
+        let ip = ipv4::Repr {
+            src_addr: src.0,
+            dst_addr: dst.0,
+            next_header: ipv4::protocol::TCP,
+            payload_len: seg.buffer_len(),
+            hop_limit: 64,
+            ident,
+            dont_frag: true,
+            more_frags: false,
+            frag_offset: 0,
+            dscp_ecn: 0,
+        };
+        let eth = ethernet::Repr { src_addr: src.2, dst_addr: dst.2, tags: [None, None], ethertype: ethernet::ethertype::IPV4 };
+        let l4 = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+        let mut buf = vec![0u8; l4 + seg.buffer_len()];
+        eth.emit(&mut ethernet::Packet::new_unchecked(&mut buf[..]));
+        ip.emit(&mut ipv4::Packet::new_unchecked(&mut buf[ethernet::HEADER_LEN..]));
+        seg.emit(&mut tcp::Packet::new_unchecked(&mut buf[l4..]), IpAddr::V4(src.0), IpAddr::V4(dst.0));
+        buf
+    }
+}
+
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Why a frame could not be decoded down to its transport payload.
