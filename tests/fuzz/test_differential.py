@@ -186,6 +186,9 @@ def test_a_shard_run_that_fails_is_a_finding(tmp_path, monkeypatch):
     failing = tmp_path / "fails.py"
     failing.write_text("import sys; sys.exit(4)\n")
     monkeypatch.setattr(d, "__file__", str(failing))
+    # Shards are not run with --keys (`--dask` refuses it): a case without keys.
+    real = d.random_options
+    monkeypatch.setattr(d, "random_options", lambda r, work, captures, keys: real(r, work, captures, [None] * len(keys)))
     done, findings, limited, _ = d.run(seed=2, cases=1, seconds=None, mutate=0.0, out=tmp_path / "out")
     assert done == 1 and len(findings) == 1 and limited == 0
     assert "exit 4: shard tasks and merge" in findings[0]

@@ -517,8 +517,31 @@ mod keys {
         m
     }
 
-    /// The capture (pcap, Ethernet) and the keys file's text.
-    fn multichannel(writes: u64) -> (Vec<u8>, String) {
+    /// A 3.0.2 NEGOTIATE response (§2.2.4, no contexts): a channel that says another dialect
+    /// than its session's.
+    fn negotiate_302() -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&65u16.to_le_bytes());
+        body.extend_from_slice(&1u16.to_le_bytes());
+        body.extend_from_slice(&0x0302u16.to_le_bytes());
+        body.extend_from_slice(&0u16.to_le_bytes());
+        body.extend_from_slice(&[0x5a; 16]);
+        body.extend_from_slice(&0x4Cu32.to_le_bytes());
+        for _ in 0..3 {
+            body.extend_from_slice(&(8u32 << 20).to_le_bytes());
+        }
+        body.extend_from_slice(&[0; 16]);
+        body.extend_from_slice(&128u16.to_le_bytes());
+        body.extend_from_slice(&0u16.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes());
+        msg(command::NEGOTIATE, 0, 0, Some(0), 0, &body)
+    }
+
+    /// The capture (pcap, Ethernet) and the keys file's text. `b_says_302`: the second
+    /// channel's NEGOTIATE response says 3.0.2, so its own derivation gives other keys: one
+    /// pipeline decrypts its messages with the keys that first worked on the session
+    /// (`CryptState::learned`), once one has.
+    fn multichannel(writes: u64, b_says_302: bool) -> (Vec<u8>, String) {
         let session_key: Vec<u8> = (0x30..0x40).collect();
         let neg_req = msg(command::NEGOTIATE, 0, 0, None, 0, &[36, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
         let neg_resp = msg(command::NEGOTIATE, 0, 0, Some(0), 0, &[65, 0, 1, 0, 0x11, 0x03]);
@@ -544,7 +567,7 @@ mod keys {
         // Connection b binds to it at once, then both carry encrypted WRITEs.
         b.handshake(&mut frames);
         b.send(true, &neg_req, &mut frames);
-        b.send(false, &neg_resp, &mut frames);
+        b.send(false, &if b_says_302 { negotiate_302() } else { neg_resp }, &mut frames);
         b.send(true, &setup_req(1, SID, true), &mut frames);
         b.send(false, &setup_resp(1, status::MORE_PROCESSING_REQUIRED), &mut frames);
         b.send(true, &setup_req(2, SID, true), &mut frames);
@@ -573,17 +596,21 @@ mod keys {
     fn threads_with_keys_give_one_pipelines_result() {
         let dir = std::env::temp_dir().join(format!("smbwire-par-keys-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (capture, keys) = multichannel(40);
-        let path = dir.join("multichannel-311.pcap");
-        std::fs::write(&path, capture).unwrap();
-        let config = with_keys(&keys);
-        // One pipeline decrypts every message of both channels: the figures compared mean
-        // something.
-        let one = run(std::slice::from_ref(&path), &Config { threads: 1, ..config.clone() }, &dir).0;
-        let smb2 = &one["smb2"];
-        assert_eq!((smb2["decrypted_messages"].as_u64(), smb2["decrypt_failed"].as_u64()), (Some(80), Some(0)), "{smb2}");
-        assert_eq!(one["accounting"]["categories"]["smb_payload"].as_u64(), Some(80 * 65536));
-        same(std::slice::from_ref(&path), &config);
+        for b_says_302 in [false, true] {
+            let (capture, keys) = multichannel(40, b_says_302);
+            let path = dir.join(format!("multichannel-311-{b_says_302}.pcap"));
+            std::fs::write(&path, capture).unwrap();
+            let config = with_keys(&keys);
+            // One pipeline decrypts every message of both channels (with a channel that says
+            // 3.0.2, all but its first, before any message of the session had decrypted): the
+            // figures compared mean something.
+            let one = run(std::slice::from_ref(&path), &Config { threads: 1, ..config.clone() }, &dir).0;
+            let smb2 = &one["smb2"];
+            let failed = u64::from(b_says_302);
+            assert_eq!((smb2["decrypted_messages"].as_u64(), smb2["decrypt_failed"].as_u64()), (Some(80 - failed), Some(failed)), "{smb2}");
+            assert_eq!(one["accounting"]["categories"]["smb_payload"].as_u64(), Some((80 - failed) * 65536));
+            same(std::slice::from_ref(&path), &config);
+        }
         // The public encrypted captures, with the session key alone and with the directional
         // keys.
         for (file, sid, sk, s2c, c2s) in crate::capture::testutil::ENCRYPTED {

@@ -13,17 +13,23 @@
 //!   frame (`pos_of_frame`, `pos_of_sweep`). Only sessions whose keys-file entry has a
 //!   session key are published (directional keys need no hash), so the table holds at most
 //!   the keys file's sessions, and the last `HISTORY` changes of each.
-//! - A worker that needs a hash at position `p` it has not computed itself **waits** until
-//!   every other worker has done all its frames before `p` (its position is at least `p`, or
-//!   it has no batch left), then takes the newest change before `p`. Workers only wait for
-//!   positions before their own, so two never wait for each other. This happens once per
-//!   session and worker: the keys that worked are kept (`CryptState::learned`).
+//! - One pipeline keeps the keys that first decrypted a session's message and tries only those
+//!   from then on (`CryptState::learned`), on every channel. A worker publishes the keys of
+//!   its first success for a session, and the earliest in capture order stands.
+//! - A worker meeting a session's encrypted message with no keys of its own for it **waits**
+//!   until every other worker has done all its frames before its position `p` (its position
+//!   is at least `p`, or it has no batch left), then takes the keys that first worked before
+//!   `p`, else derives them from the newest change of the hash before `p`: what one pipeline
+//!   has there. Workers only wait for positions before their own, so two never wait for each
+//!   other. This happens once per session and worker: the keys that worked are kept.
 //!
 //! Without `--keys`, or with one pipeline, none of this exists.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use super::crypto::SessionKeys;
 
 /// Changes kept per session.
 const HISTORY: usize = 8;
@@ -60,6 +66,8 @@ struct Change {
 pub struct KeyShare {
     progress: Vec<Progress>,
     changes: Mutex<HashMap<u64, VecDeque<Change>>>,
+    /// Per session, the keys of its first decrypted message: (position, worker, keys).
+    learned: Mutex<HashMap<u64, (u64, usize, SessionKeys)>>,
 }
 
 impl std::fmt::Debug for KeyShare {
@@ -70,7 +78,11 @@ impl std::fmt::Debug for KeyShare {
 
 impl KeyShare {
     pub fn new(workers: usize) -> KeyShare {
-        KeyShare { progress: (0..workers).map(|_| Progress::default()).collect(), changes: Mutex::new(HashMap::new()) }
+        KeyShare {
+            progress: (0..workers).map(|_| Progress::default()).collect(),
+            changes: Mutex::new(HashMap::new()),
+            learned: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The reader hands `worker` a batch (before sending it).
@@ -98,6 +110,26 @@ impl KeyShare {
         h.push_back(Change { pos, worker, hash });
     }
 
+    /// `worker` decrypted a message of `session_id` at `pos` with `keys`, the first it did: the
+    /// earliest such success in capture order is the session's.
+    pub fn learn(&self, worker: usize, pos: u64, session_id: u64, keys: &SessionKeys) {
+        let mut m = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get(&session_id) {
+            Some(&(p, w, _)) if (p, w) <= (pos, worker) => {}
+            _ => {
+                m.insert(session_id, (pos, worker, keys.clone()));
+            }
+        }
+    }
+
+    /// The keys that first decrypted a message of `session_id` before `pos` (`me`'s own at
+    /// `pos` too), once every other worker is past `pos` (`lookup`).
+    pub fn learned(&self, me: usize, pos: u64, session_id: u64) -> Option<SessionKeys> {
+        self.wait(me, pos);
+        let m = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&session_id).filter(|(p, w, _)| *p < pos || (*w == me && *p <= pos)).map(|(_, _, k)| k.clone())
+    }
+
     /// Has every worker but `me` done all its frames before `pos`?
     fn others_past(&self, me: usize, pos: u64) -> bool {
         self.progress.iter().enumerate().all(|(i, p)| {
@@ -110,6 +142,17 @@ impl KeyShare {
     /// caller's own state decides then). Waits for the other workers to reach `pos`, except
     /// at the end of input (`END`), where they are past every frame.
     pub fn lookup(&self, me: usize, pos: u64, session_id: u64) -> Option<Option<[u8; 64]>> {
+        self.wait(me, pos);
+        let m = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&session_id)?
+            .iter()
+            .filter(|c| c.pos < pos || (c.worker == me && c.pos <= pos))
+            .max_by_key(|c| (c.pos, c.worker == me))
+            .map(|c| c.hash)
+    }
+
+    /// Until every worker but `me` is past `pos` (`others_past`).
+    fn wait(&self, me: usize, pos: u64) {
         let mut spins = 0u32;
         while !self.others_past(me, pos) {
             spins += 1;
@@ -121,12 +164,6 @@ impl KeyShare {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
-        let m = self.changes.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&session_id)?
-            .iter()
-            .filter(|c| c.pos < pos || (c.worker == me && c.pos <= pos))
-            .max_by_key(|c| (c.pos, c.worker == me))
-            .map(|c| c.hash)
     }
 }
 
@@ -169,5 +206,14 @@ mod tests {
         }
         assert_eq!(s.changes.lock().unwrap()[&3].len(), HISTORY);
         assert_eq!(s.lookup(1, END, 3), Some(Some([19; 64])));
+        // The keys that first worked, in capture order, whoever published first.
+        let keys = |b: u8| SessionKeys { cipher: crate::smb2::crypto::Cipher::Aes128Gcm, client_to_server: vec![b; 16], server_to_client: vec![b; 16] };
+        s.learn(1, pos_of_frame(50), 4, &keys(50));
+        s.learn(0, pos_of_frame(30), 4, &keys(30));
+        s.learn(0, pos_of_frame(70), 4, &keys(70));
+        assert_eq!(s.learned(1, pos_of_frame(30), 4), None, "not before its frame");
+        assert_eq!(s.learned(1, pos_of_frame(31), 4), Some(keys(30)));
+        s.at(1, pos_of_frame(100));
+        assert_eq!(s.learned(0, pos_of_frame(30), 4), Some(keys(30)), "its own at its frame");
     }
 }

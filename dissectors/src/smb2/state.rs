@@ -366,7 +366,7 @@ pub struct CryptState {
     /// Sessions being set up, and (once set up) the hash their keys derive from.
     session_preauth: BoundedMap<u64, SessionHash>,
     /// Keys that decrypted a session's message.
-    pub learned: BoundedMap<u64, SessionKeys>,
+    learned: BoundedMap<u64, SessionKeys>,
     /// With `--threads`: the run's shared hashes and this worker's number (`keyshare`).
     share: Option<(Arc<KeyShare>, usize)>,
     /// This worker's position (`keyshare::pos_of_frame`), with `share`.
@@ -441,7 +441,7 @@ impl CryptState {
                 preauth_update(&mut h, msg);
                 self.setup_pending.insert((conn, message_id), h);
             } else if let Some(h) = self.session_preauth.get_mut(&session_id) {
-                if !h.done && !self.learned.contains_key(&session_id) {
+                if !h.done {
                     preauth_update(&mut h.hash, msg);
                 }
             }
@@ -465,6 +465,27 @@ impl CryptState {
     /// The session's preauth hash (3.1.1 key derivation context), when its setup was seen.
     pub fn session_preauth(&self, session_id: u64) -> Option<&[u8; 64]> {
         self.session_preauth.get(&session_id).map(|h| &h.hash)
+    }
+
+    /// The keys that first decrypted a message of `session_id`: this worker's, or with
+    /// `--threads` another's before this step (`keyshare`), as one pipeline keeps them.
+    pub fn learned_keys(&self, session_id: u64) -> Option<SessionKeys> {
+        if let Some(k) = self.learned.get(&session_id) {
+            return Some(k.clone());
+        }
+        let (s, me) = self.share.as_ref()?;
+        s.learned(*me, self.pos, session_id)
+    }
+
+    /// `keys` decrypted a message of `session_id`: kept, and with `--threads` told the others
+    /// when they are its first.
+    pub fn learn(&mut self, session_id: u64, keys: SessionKeys) {
+        if let Some((s, me)) = &self.share {
+            if !self.learned.contains_key(&session_id) {
+                s.learn(*me, self.pos, session_id, &keys);
+            }
+        }
+        self.learned.insert(session_id, keys);
     }
 
     /// The hash to derive `session_id`'s keys from now: with `--threads`, the newest any

@@ -151,7 +151,7 @@ impl Smb2Stream {
         let (head, body) = cb.bytes.split_at_mut(TRANSFORM_LEN);
         let conn = p.smb.conn(self.conn);
         let (dialect, cipher) = (conn.map(|c| c.dialect), conn.and_then(|c| c.cipher));
-        let learned = p.smb.crypt.learned.get(&hdr.session_id).cloned();
+        let learned = p.smb.crypt.learned_keys(hdr.session_id);
         let candidates = match learned {
             Some(k) => vec![k],
             None => {
@@ -181,7 +181,7 @@ impl Smb2Stream {
             p.smb.stats.decrypt_failed += 1;
             return self.crypt_rest(cat::SMB_DECRYPT_FAILED);
         };
-        p.smb.crypt.learned.insert(hdr.session_id, k);
+        p.smb.crypt.learn(hdr.session_id, k);
         p.accounting.add(cat::SMB_METADATA, TRANSFORM_LEN as u64);
         p.smb.stats.decrypted_messages += 1;
         p.smb.stats.decrypted_bytes += body.len() as u64;
