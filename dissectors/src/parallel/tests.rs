@@ -416,7 +416,8 @@ fn frames_in_a_lease_are_decoded_in_place_and_the_lease_comes_back() {
 mod keys {
     use super::*;
     use crate::smb2::crypto::{self, Cipher, KeyTable};
-    use crate::smb2::records::{self as rec, command, status, HeaderRepr};
+    use crate::smb2::records::{command, status};
+    use crate::smb2::testutil::{message as msg, negotiate_pair, setup_request, setup_response, transform, write_request};
     use crate::wire::ethernet;
     use std::net::Ipv4Addr;
 
@@ -460,63 +461,6 @@ mod keys {
         }
     }
 
-    fn msg(cmd: u16, mid: u64, sid: u64, resp: Option<u32>, flags: u32, body: &[u8]) -> Vec<u8> {
-        let fl = flags | if resp.is_some() { rec::flags::SERVER_TO_REDIR } else { 0 };
-        let r = HeaderRepr { command: cmd, message_id: mid, flags: fl, status: resp.unwrap_or(0), session_id: sid, credit: 1, tree_id: Some(3), ..Default::default() };
-        let mut b = [0u8; 64];
-        r.emit(&mut b);
-        let mut m = b.to_vec();
-        m.extend_from_slice(body);
-        m
-    }
-
-    fn setup_req(mid: u64, sid: u64, binding: bool) -> Vec<u8> {
-        let mut body = vec![0u8; 24];
-        body[0..2].copy_from_slice(&25u16.to_le_bytes());
-        body[2] = u8::from(binding);
-        body[3] = 1;
-        body[12..14].copy_from_slice(&88u16.to_le_bytes());
-        body[14..16].copy_from_slice(&16u16.to_le_bytes());
-        body.extend_from_slice(&[mid as u8; 16]);
-        msg(command::SESSION_SETUP, mid, sid, None, if binding { 0x08 } else { 0 }, &body)
-    }
-
-    fn setup_resp(mid: u64, st: u32) -> Vec<u8> {
-        let mut body = vec![0u8; 8];
-        body[0..2].copy_from_slice(&9u16.to_le_bytes());
-        body[4..6].copy_from_slice(&72u16.to_le_bytes());
-        body[6..8].copy_from_slice(&16u16.to_le_bytes());
-        body.extend_from_slice(&[0x80 | mid as u8; 16]);
-        msg(command::SESSION_SETUP, mid, SID, Some(st), 0, &body)
-    }
-
-    fn write_req(mid: u64, offset: u64, data: &[u8]) -> Vec<u8> {
-        let mut body = Vec::new();
-        body.extend_from_slice(&49u16.to_le_bytes());
-        body.extend_from_slice(&0x70u16.to_le_bytes());
-        body.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        body.extend_from_slice(&offset.to_le_bytes());
-        body.extend_from_slice(&[9; 16]);
-        body.extend_from_slice(&[0u8; 16]);
-        body.extend_from_slice(data);
-        msg(command::WRITE, mid, SID, None, 0, &body)
-    }
-
-    /// A TRANSFORM message (§2.2.41) around `plain`.
-    fn transform(key: &[u8], plain: &[u8], nonce: u64) -> Vec<u8> {
-        let mut m = vec![0u8; crypto::TRANSFORM_LEN];
-        m[0..4].copy_from_slice(&[0xFD, b'S', b'M', b'B']);
-        m[20..28].copy_from_slice(&nonce.to_le_bytes());
-        m[36..40].copy_from_slice(&(plain.len() as u32).to_le_bytes());
-        m[42..44].copy_from_slice(&1u16.to_le_bytes());
-        m[44..52].copy_from_slice(&SID.to_le_bytes());
-        let mut body = plain.to_vec();
-        let tag = crypto::encrypt(Cipher::Aes128Gcm, key, &m, &mut body).unwrap();
-        m[4..20].copy_from_slice(&tag);
-        m.extend_from_slice(&body);
-        m
-    }
-
     /// A 3.0.2 NEGOTIATE response (§2.2.4, no contexts): a channel that says another dialect
     /// than its session's.
     fn negotiate_302() -> Vec<u8> {
@@ -543,8 +487,7 @@ mod keys {
     /// (`CryptState::learned`), once one has.
     fn multichannel(writes: u64, b_says_302: bool) -> (Vec<u8>, String) {
         let session_key: Vec<u8> = (0x30..0x40).collect();
-        let neg_req = msg(command::NEGOTIATE, 0, 0, None, 0, &[36, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
-        let neg_resp = msg(command::NEGOTIATE, 0, 0, Some(0), 0, &[65, 0, 1, 0, 0x11, 0x03]);
+        let (neg_req, neg_resp) = negotiate_pair();
         let (mut a, mut b) = (Conn::new(1, 50001, 1), Conn::new(2, 50002, 2));
         let mut frames = Vec::new();
         // The session's setup on connection a; its hash (§3.2.5.2) over the NEGOTIATE and
@@ -552,9 +495,9 @@ mod keys {
         let setup = [
             (true, neg_req.clone()),
             (false, neg_resp.clone()),
-            (true, setup_req(1, 0, false)),
-            (false, setup_resp(1, status::MORE_PROCESSING_REQUIRED)),
-            (true, setup_req(2, SID, false)),
+            (true, setup_request(1, 0, false, 1)),
+            (false, setup_response(1, SID, status::MORE_PROCESSING_REQUIRED, 0x81)),
+            (true, setup_request(2, SID, false, 2)),
         ];
         let mut hash = [0u8; 64];
         a.handshake(&mut frames);
@@ -562,21 +505,21 @@ mod keys {
             crypto::preauth_update(&mut hash, m);
             a.send(*to_server, m, &mut frames);
         }
-        a.send(false, &setup_resp(2, 0), &mut frames);
+        a.send(false, &setup_response(2, SID, 0, 0x82), &mut frames);
         let (c2s, _) = crypto::derive(&session_key, true, Cipher::Aes128Gcm, Some(&hash)).unwrap();
         // Connection b binds to it at once, then both carry encrypted WRITEs.
         b.handshake(&mut frames);
         b.send(true, &neg_req, &mut frames);
         b.send(false, &if b_says_302 { negotiate_302() } else { neg_resp }, &mut frames);
-        b.send(true, &setup_req(1, SID, true), &mut frames);
-        b.send(false, &setup_resp(1, status::MORE_PROCESSING_REQUIRED), &mut frames);
-        b.send(true, &setup_req(2, SID, true), &mut frames);
-        b.send(false, &setup_resp(2, 0), &mut frames);
+        b.send(true, &setup_request(1, SID, true, 1), &mut frames);
+        b.send(false, &setup_response(1, SID, status::MORE_PROCESSING_REQUIRED, 0x81), &mut frames);
+        b.send(true, &setup_request(2, SID, true, 2), &mut frames);
+        b.send(false, &setup_response(2, SID, 0, 0x82), &mut frames);
         for i in 0..writes {
             let data: Vec<u8> = (0..65536u32).map(|j| (j as u64 * 7 + i) as u8 ^ (j >> 9) as u8).collect();
             // The same data on both channels: each WRITE a duplicate of the other's.
-            b.send(true, &transform(&c2s, &write_req(10 + i, i * 65536, &data), 2 * i + 1), &mut frames);
-            a.send(true, &transform(&c2s, &write_req(10 + i, i * 65536, &data), 2 * i + 2), &mut frames);
+            b.send(true, &transform(Cipher::Aes128Gcm, &c2s, SID, &write_request(10 + i, SID, i * 65536, &data), 2 * i + 1), &mut frames);
+            a.send(true, &transform(Cipher::Aes128Gcm, &c2s, SID, &write_request(10 + i, SID, i * 65536, &data), 2 * i + 2), &mut frames);
         }
         let recs: Vec<(u32, u32, &[u8], u32)> =
             frames.iter().enumerate().map(|(i, f)| (1_700_000_000 + (i / 1000) as u32, (i % 1000) as u32 * 1000, &f[..], f.len() as u32)).collect();

@@ -272,6 +272,22 @@ impl std::fmt::Debug for SessionKeys {
     }
 }
 
+/// Which derivations a session key is tried with on a connection of `dialect`: the 3.0
+/// labels (`false`), the 3.1.1 ones with the preauth hash (`true`); both when the NEGOTIATE
+/// was not seen.
+fn families(dialect: Option<u16>) -> &'static [bool] {
+    match dialect {
+        Some(0x0311) => &[true],
+        Some(_) => &[false],
+        None => &[false, true],
+    }
+}
+
+/// Would `candidates` derive keys from the session's preauth hash?
+pub fn needs_preauth(e: &KeyEntry, dialect: Option<u16>) -> bool {
+    e.session_key.is_some() && families(dialect).contains(&true)
+}
+
 /// The (cipher, c2s, s2c) candidates for a session, best guess first: `dialect` and
 /// `cipher_id` from the connection's NEGOTIATE when seen, `preauth` the session's final
 /// preauth hash (3.1.1).
@@ -293,12 +309,7 @@ pub fn candidates(e: &KeyEntry, dialect: Option<u16>, cipher_id: Option<u16>, pr
                 // A 256-bit cipher needs the full (32-byte) session key.
                 continue;
             }
-            let families: &[bool] = match dialect {
-                Some(0x0311) => &[true],
-                Some(_) => &[false],
-                None => &[false, true],
-            };
-            for &f311 in families {
+            for &f311 in families(dialect) {
                 if !f311 && c != Cipher::Aes128Ccm && dialect.is_some() {
                     continue;
                 }

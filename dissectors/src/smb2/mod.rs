@@ -23,6 +23,8 @@ pub mod netbios;
 pub mod records;
 pub mod state;
 pub mod stream;
+#[cfg(test)]
+pub mod testutil;
 pub mod transform;
 pub mod xca;
 

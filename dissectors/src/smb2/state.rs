@@ -429,7 +429,7 @@ impl CryptState {
     /// A SESSION_SETUP request or response (whole SMB2 message). The final successful
     /// response is not hashed (§3.2.5.3.1): the session's hash is then the keys' context.
     fn on_session_setup(&mut self, conn: u64, message_id: u64, session_id: u64, response: bool, status: u32, msg: &[u8]) {
-        let before = self.share.as_ref().and(self.derivable(session_id));
+        let before = self.share.as_ref().and_then(|_| self.derivable(session_id));
         self.session_setup(conn, message_id, session_id, response, status, msg);
         self.published(session_id, before);
     }
@@ -911,7 +911,7 @@ impl SmbState {
                     put(&mut self.crypt.setup_pending, key, prev.map(|b| *b), an)
                 }
                 HeldChange::SessionPreauth(sid, prev) => {
-                    let before = self.crypt.share.as_ref().and(self.crypt.derivable(sid));
+                    let before = self.crypt.share.as_ref().and_then(|_| self.crypt.derivable(sid));
                     put(&mut self.crypt.session_preauth, sid, prev.map(|b| *b), an);
                     self.crypt.published(sid, before);
                 }

@@ -155,10 +155,7 @@ impl Smb2Stream {
         let candidates = match learned {
             Some(k) => vec![k],
             None => {
-                // A hash matters only where keys derive from one: a 3.1.1 (or unknown)
-                // dialect and a session key in the file.
-                let needs = entry.session_key.is_some() && matches!(dialect, None | Some(0x0311));
-                let preauth = if needs { p.smb.crypt.preauth_for_keys(hdr.session_id) } else { None };
+                let preauth = if crypto::needs_preauth(&entry, dialect) { p.smb.crypt.preauth_for_keys(hdr.session_id) } else { None };
                 crypto::candidates(&entry, dialect, cipher, preauth.as_ref())
             }
         };

@@ -98,19 +98,9 @@ fn wrong_key_is_decrypt_failed_and_no_key_is_todays_behaviour() {
 
 const SID: u64 = 0x99;
 
-/// A TRANSFORM message (§2.2.41) around `plain`, encrypted with `key`.
+/// A TRANSFORM message (§2.2.41) of session `SID` around `plain`, encrypted with `key`.
 fn transform(cipher: Cipher, key: &[u8], plain: &[u8], nonce: u8) -> Vec<u8> {
-    let mut m = vec![0u8; crypto::TRANSFORM_LEN];
-    m[0..4].copy_from_slice(&[0xFD, b'S', b'M', b'B']);
-    m[20..32].copy_from_slice(&[nonce; 12]);
-    m[36..40].copy_from_slice(&(plain.len() as u32).to_le_bytes());
-    m[42..44].copy_from_slice(&1u16.to_le_bytes());
-    m[44..52].copy_from_slice(&SID.to_le_bytes());
-    let mut body = plain.to_vec();
-    let tag = crypto::encrypt(cipher, key, &m, &mut body).unwrap();
-    m[4..20].copy_from_slice(&tag);
-    m.extend_from_slice(&body);
-    m
+    crate::smb2::testutil::transform(cipher, key, SID, plain, u64::from(nonce))
 }
 
 fn directional(c2s: &[u8], s2c: &[u8]) -> SmbState {
@@ -263,35 +253,9 @@ fn message_in_one_byte_frames_notes_at_most_max_pieces() {
 #[test]
 fn a_binding_or_reauthentication_before_the_first_encrypted_message_leaves_the_keys_as_derived() {
     use crate::smb2::records::status;
-    let msg = |cmd: u16, mid: u64, sid: u64, resp: Option<u32>, flags: u32, body: &[u8]| {
-        let fl = flags | if resp.is_some() { rec::flags::SERVER_TO_REDIR } else { 0 };
-        let r = HeaderRepr { command: cmd, message_id: mid, flags: fl, status: resp.unwrap_or(0), session_id: sid, credit: 1, ..Default::default() };
-        let mut b = [0u8; 64];
-        r.emit(&mut b);
-        let mut m = b.to_vec();
-        m.extend_from_slice(body);
-        m
-    };
-    let setup_req = |mid: u64, sid: u64, binding: bool, token: u8| {
-        let mut body = vec![0u8; 24];
-        body[0..2].copy_from_slice(&25u16.to_le_bytes());
-        body[2] = u8::from(binding); // Flags: SMB2_SESSION_FLAG_BINDING
-        body[3] = 1;
-        body[12..14].copy_from_slice(&88u16.to_le_bytes());
-        body[14..16].copy_from_slice(&16u16.to_le_bytes());
-        body.extend_from_slice(&[token; 16]);
-        msg(command::SESSION_SETUP, mid, sid, None, if binding { 0x08 } else { 0 }, &body)
-    };
-    let setup_resp = |mid: u64, status: u32, token: u8| {
-        let mut body = vec![0u8; 8];
-        body[0..2].copy_from_slice(&9u16.to_le_bytes());
-        body[4..6].copy_from_slice(&72u16.to_le_bytes());
-        body[6..8].copy_from_slice(&16u16.to_le_bytes());
-        body.extend_from_slice(&[token; 16]);
-        msg(command::SESSION_SETUP, mid, SID, Some(status), 0, &body)
-    };
-    let neg_req = msg(command::NEGOTIATE, 0, 0, None, 0, &[36, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
-    let neg_resp = msg(command::NEGOTIATE, 0, 0, Some(0), 0, &[65, 0, 1, 0, 0x11, 0x03]);
+    use crate::smb2::testutil::{negotiate_pair, setup_request as setup_req};
+    let setup_resp = |mid: u64, status: u32, token: u8| crate::smb2::testutil::setup_response(mid, SID, status, token);
+    let (neg_req, neg_resp) = negotiate_pair();
     let more = status::MORE_PROCESSING_REQUIRED;
     // The session's own exchange on connection 1, then connection 2 binds to it, then
     // connection 1 re-authenticates: each a message in its direction, in this order.
