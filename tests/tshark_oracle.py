@@ -15,6 +15,18 @@ SMB2_READ = 8
 SMB2_CREATE = 5
 
 
+def recorded_keys(expected_json: Path) -> dict[str, list[str]]:
+    """The encrypted captures of expected.json with the keys tshark was run with: name ->
+    [SessionId, SessionKey, ServerToClientKey, ClientToServerKey] (hex, as in a keys file)."""
+    files = json.loads(expected_json.read_text())["files"]
+    out = {}
+    for name, v in files.items():
+        if "with_keys" in v["variants"]:
+            fields = v["variants"]["with_keys"]["tshark_extra_options"][1].split(":", 2)[2].split(",")
+            out[name] = [f.strip('"') for f in fields]
+    return out
+
+
 def require_tshark() -> str:
     exe = shutil.which("tshark")
     if exe is None:

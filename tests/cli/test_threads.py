@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from smbwire import _core
 from smbwire.cli import cli
 from paths import CAPTURES, PUBLIC
+from tshark_oracle import recorded_keys
 
 TOPOLOGY = CAPTURES / "s2d-two-node.toml"
 MiB = 1 << 20
@@ -84,15 +85,10 @@ def test_threads_are_checked_and_keys_run_on_threads_too(tmp_path):
     (`parallel::tests::keys`) adds a multichannel session bound on another worker's channel."""
     r = CliRunner().invoke(cli, ["analyze", str(CAPTURES / "mirror2-1MiB.pcap"), "--threads", "0"])
     assert r.exit_code == 2 and "--threads" in r.output
-    encrypted = {
-        "smb300-aes128ccm-wstest.pcap": "1900009c003c0000,9a9ea16a0cdbeb6064772318073f172f",
-        "smb311-aes128ccm-wstest.pcap": "2900009c003c0000,f1fa528d3cd182cca67bd4596dabd885",
-        "smb311-aes128gcm-wstest.pcap": "3900000000400000,e79161ded03bda1449b2c8e58f753953",
-        "smb300-aes128ccm-wiki.pcap": "3d00009400480000,28f2847263c83dc00621f742dd3f2e7b",
-        "smb311-aes128ccm-filt-wiki.pcap": "690000ac1c280000,b25a135fc3dc14269f20d7cbc8716b6b",
-    }
+    encrypted = recorded_keys(PUBLIC / "expected.json")
+    assert len(encrypted) == 5
     keys = tmp_path / "keys.txt"
-    keys.write_text("\n".join(encrypted.values()) + "\n")
+    keys.write_text("".join(f"{sid},{session_key}\n" for sid, session_key, *_ in encrypted.values()))
     r = assert_same_for_any_threads(tmp_path, [PUBLIC / f for f in encrypted], "--keys", keys)
     assert r["smb2"]["decrypted_messages"] == r["smb2"]["encrypted_messages"] > 0
     assert r["smb2"]["decrypt_failed"] == 0

